@@ -1,0 +1,43 @@
+"""`toolkit` / `python -m toolkit`: one verb per pipeline stage; every failure is one line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from toolkit import __version__
+from toolkit.errors import ToolkitError
+
+# Each stage module exposes register(subparsers); its verbs set `func` to a handler returning an exit code.
+STAGE_MODULES = (
+    "toolkit.rules",
+    "toolkit.matrix",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolkit",
+        description="Declarative, locked, verified FlashAttention build environments for every CUDA line.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
+    for name in STAGE_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted (nothing was left half-written; re-run the same command)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

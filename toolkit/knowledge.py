@@ -1,0 +1,118 @@
+"""Compatibility knowledge (CUDA lines, torch releases, flash-attn releases), read from data files.
+
+The facts live in toolkit/knowledge/*.yaml with their sources; this module only types them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+KNOWLEDGE_DIR = Path(__file__).parent / "knowledge"
+
+
+@dataclass(frozen=True)
+class CudaLine:
+    version: str  # "12.6"
+    max_gcc: int
+    min_driver: str
+    archs: tuple[str, ...]
+    torch_index: str
+    conda_channels: tuple[str, ...]
+
+    @property
+    def tag(self) -> str:
+        """The wheel-index tag of the line: 12.6 -> cu126."""
+        return "cu" + self.version.replace(".", "")
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    minor: str  # "2.7"
+    cuda: tuple[str, ...]
+    experimental: tuple[str, ...]
+    python: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FlashAttnRequirement:
+    versions: SpecifierSet
+    min_cuda: str
+    min_torch: str
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    cuda_lines: dict[str, CudaLine]
+    torch_releases: dict[str, TorchRelease]
+    fa_requirements: tuple[FlashAttnRequirement, ...]
+    fa_released: tuple[str, ...]
+    fa_min_arch: int
+
+    def torch_lines(self, cuda: str) -> list[str]:
+        """Torch minors with a wheel for this CUDA line, oldest first."""
+        return [r.minor for r in self.torch_releases.values() if cuda in r.cuda]
+
+    def fa_requirement(self, version: str) -> FlashAttnRequirement | None:
+        for req in self.fa_requirements:
+            if req.versions.contains(Version(version), prereleases=True):
+                return req
+        return None
+
+    def line_for_tag(self, tag: str) -> CudaLine | None:
+        return next((line for line in self.cuda_lines.values() if line.tag == tag), None)
+
+
+def _read(name: str) -> dict:
+    return yaml.safe_load((KNOWLEDGE_DIR / name).read_text())
+
+
+@cache
+def load_knowledge() -> Knowledge:
+    cuda = _read("cuda_lines.yaml")["lines"]
+    torch = _read("torch_releases.yaml")["releases"]
+    fa = _read("flash_attn.yaml")
+    return Knowledge(
+        cuda_lines={
+            version: CudaLine(
+                version=version,
+                max_gcc=int(facts["max_gcc"]),
+                min_driver=facts["min_driver"],
+                archs=tuple(facts["archs"]),
+                torch_index=facts["torch_index"],
+                conda_channels=tuple(facts["conda_channels"]),
+            )
+            for version, facts in cuda.items()
+        },
+        torch_releases={
+            minor: TorchRelease(
+                minor=minor,
+                cuda=tuple(facts["cuda"]),
+                experimental=tuple(facts.get("experimental", ())),
+                python=tuple(facts["python"]),
+            )
+            for minor, facts in torch.items()
+        },
+        fa_requirements=tuple(
+            FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"])
+            for r in fa["requirements"]
+        ),
+        fa_released=tuple(fa["released"]),
+        fa_min_arch=int(fa["min_arch"]),
+    )
+
+
+def minor_of(version: str) -> str:
+    """'2.7.1+cu126' -> '2.7'."""
+    release = Version(version).release
+    return f"{release[0]}.{release[1]}"
+
+
+def arch_number(arch: str) -> int:
+    """'90a' -> 90, '100f' -> 100."""
+    return int(arch.rstrip("af"))

@@ -1,0 +1,279 @@
+"""Compatibility rules: each one a small generic check over the knowledge data.
+
+A rule reads facts from toolkit/knowledge/*.yaml (never hard-codes them) and returns the
+problem and its fix as one sentence, or None. `toolkit check` runs every rule on every spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from toolkit.errors import ToolkitError
+from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
+
+
+@dataclass(frozen=True)
+class Violation:
+    spec: Path
+    field: str
+    location: Location
+    message: str
+
+    def __str__(self) -> str:
+        here = display_path(self.spec)
+        if self.location.file.resolve() == self.spec.resolve():
+            return f"{self.location}: {self.field}: {self.message}"
+        return f"{here}: {self.field}: {self.message} [set in {self.location}]"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    field: str
+    check: Callable[[EnvSpec, Knowledge], str | None]
+
+
+def span(items: list[str]) -> str:
+    """['2.0', '2.1', '2.2'] -> '2.0-2.2'; the knowledge lists are ordered, so first-last reads right."""
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else f"{items[0]}-{items[-1]}"
+
+
+def _vkey(version: str) -> Version:
+    return Version(version)
+
+
+# ---------------------------------------------------------------- the rules
+
+
+def cuda_line_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    if spec.cuda in kb.cuda_lines:
+        return None
+    return f"CUDA {spec.cuda} is not a known CUDA line (known: {', '.join(kb.cuda_lines)})"
+
+
+def line_name_matches_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
+    match = re.fullmatch(r"cu(\d+)", spec.line)
+    if not match or spec.cuda not in kb.cuda_lines:
+        return None
+    tag = kb.cuda_lines[spec.cuda].tag
+    return None if tag == spec.line else f"file {spec.line}.yaml says CUDA {spec.cuda} ({tag}): rename it or fix cuda"
+
+
+def torch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    minor = minor_of(spec.torch_version)
+    if minor in kb.torch_releases:
+        return None
+    return (f"torch {minor} is not in the compatibility data (known: {span(list(kb.torch_releases))}); "
+            f"add it with its source to toolkit/knowledge/torch_releases.yaml")
+
+
+def torch_has_build(spec: EnvSpec, kb: Knowledge) -> str | None:
+    line = kb.cuda_lines.get(spec.cuda)
+    release = kb.torch_releases.get(minor_of(spec.torch_version))
+    if not line or not release or spec.cuda in release.cuda:
+        return None
+    return (f"torch {spec.torch_version} has no {line.tag} build "
+            f"({line.tag} builds: torch {span(kb.torch_lines(spec.cuda))})")
+
+
+def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
+    local = Version(spec.torch_version).local
+    line = kb.cuda_lines.get(spec.cuda)
+    if not local or not line or not re.fullmatch(r"cu\d+", local) or local == line.tag:
+        return None
+    return f"torch {spec.torch_version} is a {local} build but the line is {line.tag} (use +{line.tag} or no tag)"
+
+
+def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
+    line = kb.cuda_lines.get(spec.cuda)
+    served = re.search(r"/whl/(cu\d+)/?$", spec.torch_index)
+    if not line or not served or served.group(1) == line.tag:
+        return None
+    return f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
+
+
+def python_has_torch_wheel(spec: EnvSpec, kb: Knowledge) -> str | None:
+    release = kb.torch_releases.get(minor_of(spec.torch_version))
+    if not release or spec.python in release.python:
+        return None
+    return (f"torch {release.minor} has no wheel for python {spec.python} "
+            f"(torch {release.minor} wheels: python {span(list(release.python))})")
+
+
+def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
+    line = kb.cuda_lines.get(spec.cuda)
+    if not line or int(spec.gcc) <= line.max_gcc:
+        return None
+    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)]
+    alternative = f" or CUDA {newer[0]}+" if newer else ""
+    return (f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
+            f"(max gcc {line.max_gcc}: use gcc <= {line.max_gcc}{alternative})")
+
+
+def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
+    line = kb.cuda_lines.get(spec.cuda)
+    if not line:
+        return None
+    bad = [arch for arch in spec.archs if arch not in line.archs]
+    if not bad:
+        return None
+    advice = []
+    for arch in bad:
+        newer = [v for v, other in kb.cuda_lines.items() if arch in other.archs]
+        advice.append(f"sm_{arch} needs CUDA {newer[0]}+" if newer else f"sm_{arch} is unknown to every line")
+    return (f"nvcc {spec.cuda} cannot target {', '.join('sm_' + a for a in bad)} "
+            f"({'; '.join(advice)}; {spec.cuda} targets sm_{line.archs[0]}-sm_{line.archs[-1]})")
+
+
+def archs_supported_by_flash_attn(spec: EnvSpec, kb: Knowledge) -> str | None:
+    low = [arch for arch in spec.archs if arch_number(arch) < kb.fa_min_arch]
+    if not low:
+        return None
+    return (f"{', '.join('sm_' + a for a in low)} below sm_{kb.fa_min_arch}: FlashAttention-2 needs Ampere or newer "
+            f"(drop {'them' if len(low) > 1 else 'it'})")
+
+
+def flash_attn_released(spec: EnvSpec, kb: Knowledge) -> str | None:
+    if spec.flash_attn_version in kb.fa_released:
+        return None
+    return (f"flash-attn {spec.flash_attn_version} is not a released version "
+            f"(newest known: {kb.fa_released[-1]}; see toolkit/knowledge/flash_attn.yaml)")
+
+
+def flash_attn_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
+    req = kb.fa_requirement(spec.flash_attn_version)
+    if not req or spec.cuda not in kb.cuda_lines or _vkey(spec.cuda) >= _vkey(req.min_cuda):
+        return None
+    fitting = [v for v in kb.fa_released
+               if (r := kb.fa_requirement(v)) and _vkey(r.min_cuda) <= _vkey(spec.cuda)]
+    advice = f"use flash-attn <= {fitting[-1]}" if fitting else "no flash-attn release supports it"
+    return f"flash-attn {spec.flash_attn_version} needs CUDA >= {req.min_cuda} ({advice} for CUDA {spec.cuda})"
+
+
+def flash_attn_torch(spec: EnvSpec, kb: Knowledge) -> str | None:
+    req = kb.fa_requirement(spec.flash_attn_version)
+    if not req or Version(spec.torch_version).release >= Version(req.min_torch).release:
+        return None
+    return f"flash-attn {spec.flash_attn_version} needs torch >= {req.min_torch} (raise torch.version)"
+
+
+def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
+    """An external toolchain must provide exactly what the spec builds for."""
+
+    def check(spec: EnvSpec, kb: Knowledge) -> str | None:
+        if spec.toolchain.kind != "external":
+            return None
+        wanted = str(getattr(spec, spec_field))
+        have = str(getattr(spec.toolchain, toolchain_field))
+        if toolchain_field == "torch":
+            have_cmp, wanted_cmp = Version(have).public, Version(wanted).public
+        else:
+            have_cmp, wanted_cmp = have, wanted
+        if have_cmp == wanted_cmp:
+            return None
+        return (f"the external toolchain has {toolchain_field} {have} but the spec builds for "
+                f"{spec_field.replace('_version', '')} {wanted} (make them equal)")
+
+    return check
+
+
+def locked_has_no_external_fields(spec: EnvSpec, kb: Knowledge) -> str | None:
+    if spec.toolchain.kind != "locked":
+        return None
+    extra = [k for k in ("cuda_home", "python_executable", "nvcc", "gcc", "python", "torch", "cxx11_abi")
+             if getattr(spec.toolchain, k) is not None]
+    if not extra:
+        return None
+    return (f"{', '.join(extra)} only apply to kind: external (a locked toolchain comes from the lock; "
+            f"remove them or set kind: external)")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("cuda-line-known", "cuda", cuda_line_known),
+    Rule("line-name-matches-cuda", "cuda", line_name_matches_cuda),
+    Rule("torch-known", "torch.version", torch_known),
+    Rule("torch-has-build-for-line", "torch.version", torch_has_build),
+    Rule("torch-local-tag-matches-line", "torch.version", torch_local_tag),
+    Rule("torch-index-serves-line", "torch.index", torch_index_matches),
+    Rule("python-has-torch-wheel", "python", python_has_torch_wheel),
+    Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
+    Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
+    Rule("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
+    Rule("flash-attn-released", "flash_attn.version", flash_attn_released),
+    Rule("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
+    Rule("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
+    Rule("locked-toolchain-has-no-external-fields", "toolchain", locked_has_no_external_fields),
+    Rule("external-nvcc-is-line", "toolchain.nvcc", _external_equal("cuda", "nvcc")),
+    Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
+    Rule("external-python-is-spec-python", "toolchain.python", _external_equal("python", "python")),
+    Rule("external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")),
+)
+
+
+def violations(spec: EnvSpec, kb: Knowledge | None = None) -> list[Violation]:
+    kb = kb or load_knowledge()
+    found = []
+    for rule in RULES:
+        try:
+            message = rule.check(spec, kb)
+        except InvalidVersion as exc:
+            message = f"{exc} (write a PEP 440 version)"
+        if message:
+            found.append(Violation(spec.path, rule.field, spec.where(rule.field), message))
+    return found
+
+
+def checked_spec(path: Path) -> EnvSpec:
+    """Load a spec and refuse it unless every rule passes: the gate every later stage goes through."""
+    spec = load_spec(path)
+    problems = violations(spec)
+    if problems:
+        more = f" (+{len(problems) - 1} more: run `toolkit check {spec.line}`)" if len(problems) > 1 else ""
+        raise ToolkitError(f"{problems[0]}{more}")
+    return spec
+
+
+def check_paths(paths: list[Path]) -> list[str]:
+    """Every problem of every spec, one line each, in file order; duplicates (a broken base) once."""
+    lines: list[str] = []
+    for path in paths:
+        try:
+            spec = load_spec(path)
+        except ToolkitError as exc:
+            found = [str(exc)]
+        else:
+            found = [str(v) for v in violations(spec)]
+        lines += [line for line in found if line not in lines]
+    return lines
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check", help="validate env specs against the compatibility knowledge",
+        description="Validate env specs (all of envs/ by default): schema, inheritance and every "
+                    "compatibility rule. One line per problem; exit 1 if any.")
+    parser.add_argument("specs", nargs="*", metavar="SPEC", help="line names (cu126) or spec files")
+    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    parser.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    paths = [resolve_spec_arg(s, args.envs) for s in args.specs] if args.specs else spec_paths(args.envs)
+    problems = check_paths(paths)
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"{len(paths)} spec{'s' if len(paths) != 1 else ''} checked: no problems")
+    return 1 if problems else 0
