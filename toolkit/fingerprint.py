@@ -121,14 +121,25 @@ def _torch_info(python: str, import_torch: bool) -> TorchInfo | None:
     text = version_py.read_text()
     version = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", text)
     cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    config = torch_dir / "share/cmake/Torch/TorchConfig.cmake"
-    abi = re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", config.read_text()) if config.exists() else None
     return TorchInfo(
         version=version.group(1) if version else "unknown",
         cuda=cuda.group(1) if cuda else None,
-        cxx11_abi=None if abi is None else abi.group(1) == "1",
+        cxx11_abi=_torch_cxx11_abi(torch_dir),
         path=str(torch_dir),
     )
+
+
+def _torch_cxx11_abi(torch_dir: Path) -> bool | None:
+    """TorchConfig.cmake's -D_GLIBCXX_USE_CXX11_ABI flag; newer torch (CXX11 ABI only) drops the flag and
+    hard-codes `compiled_with_cxx11_abi()` to return True in torch/__init__.py."""
+    config = torch_dir / "share/cmake/Torch/TorchConfig.cmake"
+    abi = re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", config.read_text()) if config.exists() else None
+    if abi:
+        return abi.group(1) == "1"
+    init = torch_dir / "__init__.py"
+    hard_coded = re.search(r'def compiled_with_cxx11_abi\(\)[^:]*:\s*(?:r?"""[^"]*"""\s*)?return True\b',
+                           init.read_text()) if init.exists() else None
+    return True if hard_coded else None
 
 
 def _gpus() -> tuple[str | None, tuple[Gpu, ...]]:

@@ -1,0 +1,578 @@
+"""`toolkit doctor`: this machine's real output, recorded situations replayed, the pieces behind the rows.
+
+On this machine (no GPU, real nvcc, torch present or not) the rows are checked against facts the test
+reads itself. Machines we do not have (old driver, nvcc/torch mismatch, ABI mismatch, a wheel without
+the GPU's arch, no nvcc, a healthy H200) are the recorded reports in tests/fingerprints/, replayed
+through `--fingerprint`. flash-attn itself cannot be built in test time (it takes hours), so the import
+probe is exercised on a small package named flash_attn around a real CUDA extension compiled by nvcc,
+and on one whose extension really fails to import with an undefined c10 symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import runpy
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.doctor import (Facts, LineFacts, LockedPackage, Row, _locked_packages, evaluate, gpu_runs,
+                            read_report)
+from toolkit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVS = ROOT / "envs"
+RECORDED = ROOT / "tests" / "fingerprints"
+NVCC = shutil.which("nvcc")
+REPORT_KEYS = {"ok", "line", "rows", "fingerprint", "probe"}
+STATUSES = ["fail", "warn", "ok", "info"]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory: no locks/, .envs/ or wheelhouse/ unless a test writes them."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def replay(capsys, report: Path | str, *args: str) -> tuple[int, dict]:
+    code = main(["doctor", "--fingerprint", str(report), "--envs", str(ENVS), "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def row(report: dict, check: str) -> dict:
+    found = [r for r in report["rows"] if r["check"] == check]
+    assert len(found) == 1, f"{check}: {[r['check'] for r in report['rows']]}"
+    return found[0]
+
+
+def assert_well_formed(report: dict, code: int) -> None:
+    """Stable keys, failing rows first, exit code and `ok` agreeing with the rows."""
+    assert set(report) == REPORT_KEYS
+    statuses = [r["status"] for r in report["rows"]]
+    assert statuses == sorted(statuses, key=STATUSES.index)
+    assert all(set(r) == {"check", "status", "value", "fix"} for r in report["rows"])
+    assert all(r["fix"] for r in report["rows"] if r["status"] == "fail")
+    assert report["ok"] == ("fail" not in statuses) == (code == 0)
+
+
+def run_doctor(cwd: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "toolkit", "doctor", *args], cwd=cwd, capture_output=True,
+                          text=True, env=env, timeout=120)
+    return done, time.monotonic() - started
+
+
+def shell_env(**changes: str | None) -> dict:
+    env = dict(os.environ)
+    for key, value in changes.items():
+        env.pop(key, None) if value is None else env.__setitem__(key, value)
+    return env
+
+
+def shell_python() -> dict:
+    """What the python3 on PATH has, read here without the toolkit: version, torch and its CUDA."""
+    code = ("import importlib.util, json, platform; s = importlib.util.find_spec('torch');"
+            "print(json.dumps({'version': platform.python_version(),"
+            "                  'torch_dir': s and s.submodule_search_locations[0]}))")
+    found = json.loads(subprocess.run(["python3", "-c", code], capture_output=True, text=True, check=True).stdout)
+    if found["torch_dir"]:
+        version_py = runpy.run_path(str(Path(found["torch_dir"]) / "version.py"))
+        found["torch"], found["torch_cuda"] = version_py["__version__"], version_py["cuda"]
+    return found
+
+
+# ---------------------------------------------------------------- this machine, for real
+
+
+@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists(), reason="needs the CUDA toolkit at /usr/local/cuda")
+def test_this_machine_real_rows_and_speed(tmp_path):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this test describes a machine without a GPU; one is present here")
+    env = shell_env(CUDA_HOME="/usr/local/cuda", CUDA_PATH=None)
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, elapsed = run_doctor(tmp_path, "--json", env=env)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    # Under 3 s on an idle machine; where other work competes for the cores, the CPU time it needs.
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    assert elapsed < 3.0 or (busy and cpu < 3.0), f"doctor took {elapsed:.2f} s ({cpu:.2f} s CPU) without a GPU"
+    report = json.loads(done.stdout)
+    assert_well_formed(report, done.returncode)
+
+    nvcc_text = subprocess.run(["/usr/local/cuda/bin/nvcc", "--version"], capture_output=True, text=True).stdout
+    gcc = subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
+    python = shell_python()
+    assert row(report, "driver")["status"] == "warn" and "no NVIDIA driver" in row(report, "driver")["value"]
+    assert row(report, "gpus") == {"check": "gpus", "status": "info", "value": "none", "fix": ""}
+    assert row(report, "cuda-home")["value"] == "/usr/local/cuda (from CUDA_HOME)"
+    nvcc = row(report, "nvcc")
+    assert nvcc["status"] == "ok" and nvcc["value"].split()[0] in nvcc_text
+    assert row(report, "cuda-headers") == {"check": "cuda-headers", "status": "ok",
+                                           "value": "/usr/local/cuda/include/cuda.h", "fix": ""}
+    assert row(report, "gcc")["value"].startswith(gcc)
+    header_cap = (Path("/usr/local/cuda/include/crt/host_config.h").read_text().split("gcc versions later than ")[1]
+                  .split()[0])
+    assert f"accepts <= {header_cap})" in row(report, "gcc")["value"]
+    assert row(report, "python")["value"].startswith(python["version"])
+    if python["torch_dir"] is None:
+        torch = row(report, "torch")
+        assert torch["status"] == "fail" and "pip install torch" in torch["fix"]
+        assert not any(r["check"] == "torch-cuda" for r in report["rows"])
+    else:
+        assert row(report, "torch")["value"].startswith(python["torch"])
+        torch_cuda = row(report, "torch-cuda")
+        if python["torch_cuda"] is None:
+            assert torch_cuda["status"] == "fail" and torch_cuda["value"] == "no: CPU-only torch build"
+            assert "--index-url https://download.pytorch.org/whl/cu" in torch_cuda["fix"]
+        else:
+            assert torch_cuda["status"] == "warn"  # a CUDA torch on a machine without a driver
+    assert report["fingerprint"]["nvcc_version"] in nvcc_text and report["line"] is None
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
+def test_cuda_home_unset_is_inferred_from_nvcc_like_torch_does(tmp_path):
+    """Without CUDA_HOME, torch's extension builder uses the nvcc on PATH's grandparent directory; a
+    wrapper script there (as on these machines) leaves it without headers, and the row says so."""
+    done, _ = run_doctor(tmp_path, "--json", env=shell_env(CUDA_HOME=None, CUDA_PATH=None))
+    report = json.loads(done.stdout)
+    assert_well_formed(report, done.returncode)
+    home = Path(NVCC).resolve().parent.parent
+    assert row(report, "cuda-home")["value"] == f"{home} (from nvcc on PATH)"
+    headers = row(report, "cuda-headers")
+    if (home / "include" / "cuda.h").exists():
+        assert headers["status"] == "ok"
+    else:
+        assert headers["status"] == "fail" and "export CUDA_HOME=" in headers["fix"] and done.returncode == 1
+
+
+def test_table_output_and_json_agree(workdir, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    code = main(["doctor", "--fingerprint", str(RECORDED / "abi-mismatch.json")])
+    table = capsys.readouterr().out
+    _, report = replay(capsys, RECORDED / "abi-mismatch.json")
+    assert code == 1
+    cells = [line.split("│") for line in table.splitlines() if line.startswith("│")]
+    first_lines = [(c[1].strip(), c[2].strip()) for c in cells if c[2].strip()]  # wrapped cells continue below
+    assert first_lines == [(r["status"], r["check"]) for r in report["rows"]]
+    assert table.rstrip().endswith("2 failing, 0 warnings: something would break a build or a run")
+
+
+def test_a_report_replays_to_the_same_rows(tmp_path, capsys, monkeypatch):
+    """--json of this machine is itself a recording: replaying it gives the same rows."""
+    done, _ = run_doctor(tmp_path, "--json")
+    (tmp_path / "report.json").write_text(done.stdout)
+    monkeypatch.chdir(tmp_path)
+    code, replayed = replay(capsys, tmp_path / "report.json")
+    original = json.loads(done.stdout)
+    assert replayed["rows"] == original["rows"] and code == done.returncode
+    assert replayed["fingerprint"] == original["fingerprint"] and replayed["probe"] == original["probe"]
+
+
+# ---------------------------------------------------------------- flash_attn probed for real
+
+
+def _python3_build_facts() -> tuple[str, str]:
+    code = "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    include, suffix = subprocess.run(["python3", "-c", code], capture_output=True, text=True,
+                                     check=True).stdout.split()
+    return include, suffix
+
+
+def _site(root: Path, version: str) -> Path:
+    """A site dir with a flash_attn package (imports its extension, as upstream's does) and its metadata."""
+    (root / "flash_attn").mkdir(parents=True)
+    (root / "flash_attn" / "__init__.py").write_text(
+        'import flash_attn_2_cuda  # upstream imports it through flash_attn_interface\n__version__ = "2.8.3.post2"\n')
+    info = root / f"flash_attn-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {version}\n")
+    return root
+
+
+EXTENSION_SOURCE = r"""
+#include <Python.h>
+__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }
+static PyModuleDef module = {PyModuleDef_HEAD_INIT, "flash_attn_2_cuda", nullptr, -1, nullptr};
+extern "C" PyObject* PyInit_flash_attn_2_cuda() { return PyModule_Create(&module); }
+"""
+
+# What a wheel built for another torch does on import: its extension needs a c10 symbol nobody exports.
+BROKEN_SOURCE = r"""
+#include <Python.h>
+void _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE(void);
+PyMODINIT_FUNC PyInit_flash_attn_2_cuda(void) {
+    _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE();
+    return NULL;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def flash_attn_sites(tmp_path_factory):
+    """Two site dirs: one whose extension nvcc compiled for sm_80 and sm_90a, one that cannot import."""
+    if NVCC is None or not shutil.which("gcc"):
+        pytest.skip("needs nvcc and gcc to compile the test extensions")
+    root = tmp_path_factory.mktemp("flash-attn")
+    include, suffix = _python3_build_facts()
+    good = _site(root / "good", "2.8.3.post2+cu130torch2.13")
+    (root / "ext.cu").write_text(EXTENSION_SOURCE)
+    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", f"-I{include}", "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90a,code=sm_90a", str(root / "ext.cu"), "-o",
+                    str(good / f"flash_attn_2_cuda{suffix}")], check=True, capture_output=True)
+    broken = _site(root / "broken", "2.8.3+cu12torch2.7cxx11abiFALSE")
+    (root / "broken.c").write_text(BROKEN_SOURCE)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{include}", str(root / "broken.c"), "-o",
+                    str(broken / f"flash_attn_2_cuda{suffix}")], check=True, capture_output=True)
+    return good, broken
+
+
+def test_real_extension_archs_are_read_from_the_binary(flash_attn_sites, tmp_path, capsys, monkeypatch):
+    good, _ = flash_attn_sites
+    done, _ = run_doctor(tmp_path, "--json", env=shell_env(PYTHONPATH=str(good)))
+    report = json.loads(done.stdout)
+    assert_well_formed(report, done.returncode)
+    fa = report["probe"]["flash_attn"]
+    assert fa["import_error"] is None and fa["version"] == "2.8.3.post2"
+    assert Path(fa["extension"]).parent == good and (fa["cubins"], fa["ptx"]) == (["80", "90a"], [])
+    assert row(report, "flash-attn")["status"] == "ok"
+    assert row(report, "flash-attn")["value"].startswith("2.8.3.post2+cu130torch2.13 (flash_attn 2.8.3.post2)")
+    assert row(report, "flash-attn-archs") == {"check": "flash-attn-archs", "status": "info",
+                                               "value": "sm_80, sm_90a (no GPU here to compare)", "fix": ""}
+
+    # The same binary on recorded GPUs: sm_86 runs sm_80 cubins, sm_90 the sm_90a ones, sm_120 neither.
+    monkeypatch.chdir(tmp_path)
+    for gpus, status in (([("NVIDIA A10", "8.6"), ("NVIDIA H100", "9.0")], "ok"), ([("RTX 5090", "12.0")], "fail")):
+        report["fingerprint"]["gpus"] = [{"index": i, "name": n, "compute_capability": c}
+                                         for i, (n, c) in enumerate(gpus)]
+        (tmp_path / "gpus.json").write_text(json.dumps(report))
+        _, replayed = replay(capsys, tmp_path / "gpus.json")
+        archs = row(replayed, "flash-attn-archs")
+        assert archs["status"] == status
+    assert "FLASH_ATTN_CUDA_ARCHS=80;90a;120" in archs["fix"] and "GPU 0 (sm_120)" in archs["value"]
+
+
+def test_real_undefined_symbol_is_explained_as_a_torch_abi_mismatch(flash_attn_sites, tmp_path):
+    _, broken = flash_attn_sites
+    done, _ = run_doctor(tmp_path, "--json", env=shell_env(PYTHONPATH=str(broken)))
+    report = json.loads(done.stdout)
+    assert_well_formed(report, done.returncode)
+    error = report["probe"]["flash_attn"]["import_error"]
+    assert "undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocation" in error
+    fa = row(report, "flash-attn")
+    assert fa["status"] == "fail" and done.returncode == 1
+    assert "another torch (minor version or C++11 ABI)" in fa["fix"]
+    assert "rebuild against the installed torch" in fa["fix"]
+    assert row(report, "flash-attn-archs")["value"].startswith("no cubins")  # a gcc-built .so has no device code
+
+
+# ---------------------------------------------------------------- recorded situations
+
+
+def test_driver_too_old_for_the_runtime(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "driver-too-old.json")
+    assert_well_formed(report, code)
+    assert code == 1 and report["line"] == "cu130"
+    runtime = row(report, "torch-vs-driver")
+    assert runtime["status"] == "fail"
+    assert runtime["value"] == "torch's runtime: driver 550.54.14 is too old for CUDA 13.0 (needs >= 580.65.06)"
+    assert runtime["fix"].startswith("update the NVIDIA driver to >= 580.65.06, or use CUDA <= 12.4")
+    assert row(report, "line-driver")["status"] == "fail"
+    assert row(report, "driver")["value"] == \
+        "550.54.14: runs CUDA <= 12.4, any CUDA 12.x through minor version compatibility"
+
+
+def test_driver_within_minor_version_compatibility_is_a_warning(workdir, capsys):
+    report = json.loads((RECORDED / "driver-too-old.json").read_text())
+    report["fingerprint"]["driver_version"] = "535.104.05"
+    report["fingerprint"]["torch"] = {**report["fingerprint"]["torch"], "version": "2.9.1+cu126", "cuda": "12.6"}
+    (workdir / "r.json").write_text(json.dumps(report))
+    _, replayed = replay(capsys, workdir / "r.json")
+    runtime = row(replayed, "torch-vs-driver")
+    assert runtime["status"] == "warn" and "minor version compatibility" in runtime["value"]
+    assert runtime["fix"] == "update the NVIDIA driver to >= 560.28.03"
+
+
+def test_nvcc_beside_a_torch_of_another_cuda(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "nvcc-torch-mismatch.json")
+    assert_well_formed(report, code)
+    line_cuda = row(report, "line-cuda")
+    assert line_cuda["status"] == "fail" and line_cuda["value"] == "nvcc 12.4, the line wants 12.6"
+    assert "toolkit install cu126" in line_cuda["fix"]
+    mismatch = row(report, "torch-vs-nvcc")
+    assert mismatch["status"] == "warn" and "torch built for CUDA 12.6, nvcc is 12.4" in mismatch["value"]
+    assert mismatch["fix"].startswith("use a CUDA 12.6 nvcc")
+    built = row(report, "flash-attn-build")  # the wheel's local tag says cu124
+    assert built["status"] == "warn" and built["value"].startswith("built for CUDA 12.4, torch's CUDA is 12.6")
+    assert built["fix"] == "rebuild flash-attn against the installed torch 2.9.1+cu126 (toolkit build cu126)"
+
+
+def test_nvcc_of_another_cuda_major_fails(workdir, capsys):
+    report = json.loads((RECORDED / "nvcc-torch-mismatch.json").read_text())
+    report["fingerprint"]["nvcc_version"] = "13.0.88"
+    (workdir / "r.json").write_text(json.dumps(report))
+    _, replayed = replay(capsys, workdir / "r.json")
+    assert row(replayed, "torch-vs-nvcc")["status"] == "fail"
+    assert "across CUDA majors" in row(replayed, "torch-vs-nvcc")["value"]
+
+
+def test_abi_mismatch(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "abi-mismatch.json")
+    assert_well_formed(report, code)
+    fa = row(report, "flash-attn")
+    assert fa["status"] == "fail" and "undefined symbol: _ZN3c10" in fa["value"]
+    assert fa["fix"].startswith("the extension was built against another torch (minor version or C++11 ABI)")
+    assert "rebuild against the installed torch" in fa["fix"]
+    built = row(report, "flash-attn-build")
+    assert built["status"] == "fail"
+    assert built["value"] == "built for torch 2.7, installed torch is 2.8.0+cu128; C++11 ABI FALSE, torch's is True"
+
+
+def test_wheel_without_the_gpus_arch(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json")
+    assert_well_formed(report, code)
+    archs = row(report, "flash-attn-archs")
+    assert archs["status"] == "fail" and "no kernels for GPU 0 (sm_120)" in archs["value"]
+    assert archs["fix"].endswith("(FLASH_ATTN_CUDA_ARCHS=80;90;120)")
+    transformers = row(report, "transformers")
+    assert transformers["value"] == "4.57.1: attn_implementation works: eager, sdpa, flex_attention"
+    assert "flash_attention_2: no kernels for sm_120" in transformers["fix"]
+
+
+def test_a_line_that_cannot_target_the_gpu(workdir, capsys):
+    _, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json", "--line", "cu126")
+    archs = row(report, "line-archs")
+    assert archs["status"] == "fail" and archs["value"] == "archs 80 86 89 90 leave out GPU 0 (sm_120)"
+    assert archs["fix"] == (f"add '120' to archs in {ENVS / 'cu126.yaml'} "
+                            f"(nvcc 12.6 cannot emit sm_120: use a CUDA 12.8+ line)")
+
+
+def test_no_nvcc(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "no-nvcc.json")
+    assert_well_formed(report, code)
+    nvcc = row(report, "nvcc")
+    assert nvcc["status"] == "fail" and nvcc["value"] == "not found (nvcc on PATH)"
+    assert nvcc["fix"].startswith("pip's torch ships no nvcc")
+    assert row(report, "cuda-home")["status"] == "fail"
+    assert not any(r["check"] in ("cuda-headers", "torch-vs-nvcc") for r in report["rows"])
+
+
+def test_healthy_gpu_machine_exits_0(workdir, capsys):
+    code, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert_well_formed(report, code)
+    assert code == 0 and report["ok"] is True
+    assert {r["status"] for r in report["rows"]} <= {"ok", "info"}
+    assert row(report, "line-cxx11-abi")["value"] == "torch C++11 ABI True"
+    assert "flash_attention_2" in row(report, "transformers")["value"]
+
+
+def test_line_differences_from_the_spec(workdir, capsys):
+    """Replaying the healthy machine against another line lists every difference, each with its status."""
+    code, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "cu126")
+    assert code == 1
+    assert row(report, "line-cuda")["value"] == "nvcc 13.0, the line wants 12.6"
+    assert row(report, "line-torch")["value"] == "torch 2.11.0, the line wants 2.9.1"
+    assert row(report, "line-torch-cuda")["value"] == "torch build cu130, the line wants cu126"
+    assert row(report, "line-driver")["status"] == "ok"  # a newer driver runs an older runtime
+    assert row(report, "line-gcc")["status"] == "ok" and not any(r["check"] == "line-cxx11-abi" for r in report["rows"])
+
+
+# ---------------------------------------------------------------- line files: lock, build record
+
+
+def _build_record(fingerprint: dict, version: str) -> dict:
+    wheel = f"flash_attn-{version}-cp312-cp312-linux_x86_64.whl"
+    return {"schema": 1, "status": "success", "finished": "2026-11-30T10:00:00+00:00",
+            "outputs": {"wheel": wheel, "version": version}, "fingerprint": fingerprint}
+
+
+def test_build_record_matches_the_installed_wheel(workdir, capsys):
+    recorded = json.loads((RECORDED / "healthy-h200.json").read_text())
+    folder = workdir / "wheelhouse" / "gpu-machine"
+    folder.mkdir(parents=True)
+    record = _build_record(recorded["fingerprint"], "2.8.3.post2+cu130torch2.11")
+    (folder / (record["outputs"]["wheel"] + ".build.json")).write_text(json.dumps(record))
+    code, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert code == 0
+    assert row(report, "record")["value"] == f"installed flash-attn is the line's build {record['outputs']['wheel']}"
+    assert row(report, "record-toolchain")["status"] == "ok"
+
+    older = _build_record({**recorded["fingerprint"], "gcc_version": "12.3.0",
+                           "torch": {**recorded["fingerprint"]["torch"], "version": "2.10.0+cu130"}},
+                          "2.8.3.post2+cu130torch2.10")
+    older["finished"] = "2026-12-01T10:00:00+00:00"  # the newest record is the one compared
+    (folder / (older["outputs"]["wheel"] + ".build.json")).write_text(json.dumps(older))
+    code, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert code == 1
+    assert row(report, "record")["status"] == "warn"
+    assert row(report, "record")["fix"] == f"pip install wheelhouse/gpu-machine/{older['outputs']['wheel']}"
+    toolchain = row(report, "record-toolchain")
+    assert toolchain["status"] == "fail"
+    assert toolchain["value"] == "torch 2.11.0+cu130 (built with 2.10.0+cu130); gcc 13.3.0 (built with 12.3.0)"
+
+
+def test_unreadable_build_record_is_a_row(workdir, capsys):
+    folder = workdir / "wheelhouse" / "gpu-machine"
+    folder.mkdir(parents=True)
+    (folder / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl.build.json").write_text("{not json")
+    code, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert code == 1 and row(report, "record")["status"] == "fail"
+    assert "unreadable build record" in row(report, "record")["value"]
+
+
+def test_committed_lock_is_read_and_a_tampered_one_fails(workdir, capsys):
+    (workdir / "locks").mkdir()
+    lock = workdir / "locks" / "gpu-machine.conda-lock.yml"
+    text = (ROOT / "locks" / "gpu-machine.conda-lock.yml").read_text()
+    lock.write_text(text)
+    _, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert row(report, "lock") == {"check": "lock", "status": "ok", "fix": "",
+                                   "value": "locks/gpu-machine.conda-lock.yml: 0 packages, matches the spec"}
+    lock.write_text(text.replace("flash_attn-2.8.3.post2.tar.gz\n", "flash_attn-2.8.3.tar.gz\n"))
+    code, report = replay(capsys, RECORDED / "healthy-h200.json")
+    assert code == 1 and row(report, "lock")["status"] == "fail"
+    assert "edited after locking" in row(report, "lock")["value"]
+
+
+def _facts_with_lock(conda_installed: dict | None, pip_installed: dict) -> Facts:
+    fp, probe, _ = read_report(RECORDED / "nvcc-torch-mismatch.json")
+    locked = (LockedPackage("cuda-nvcc", "12.6.85", "hbd13f7d_0", "conda"),
+              LockedPackage("gxx", "13.3.0", "h9a4b1e8_1", "conda"),
+              LockedPackage("torch", "2.9.1+cu126", "", "pip"),
+              LockedPackage("ninja", "1.13.0", "", "pip"))
+    line = LineFacts("cu126", load_spec(ENVS / "cu126.yaml"), None, Path("locks/cu126.conda-lock.yml"), None, locked,
+                     Path(".envs/cu126"), Path("wheelhouse/cu126"), None, None)
+    return Facts(fp, replace(probe, conda_packages=conda_installed, python_packages=pip_installed), line)
+
+
+def test_env_packages_compared_with_the_lock():
+    facts = _facts_with_lock({"cuda-nvcc": "12.4.131=h1", "gxx": "13.3.0=h9a4b1e8_1"}, {"torch": "2.9.1+cu126"})
+    rows = {r.check: r for r in evaluate(facts)}
+    assert rows["lock-conda"] == Row("lock-conda", "fail", ".envs/cu126 differs from the lock: cuda-nvcc 12.4.131=h1 "
+                                     "(lock: 12.6.85=hbd13f7d_0)", "re-install from the lock: toolkit install cu126")
+    assert rows["lock-pip"].status == "fail" and "ninja missing (lock: 1.13.0)" in rows["lock-pip"].value
+
+    same = _facts_with_lock({"cuda-nvcc": "12.6.85=hbd13f7d_0", "gxx": "13.3.0=h9a4b1e8_1"},
+                            {"torch": "2.9.1+cu126", "ninja": "1.13.0"})
+    rows = {r.check: r for r in evaluate(same)}
+    assert rows["lock-conda"].status == rows["lock-pip"].status == "ok"
+    rows = {r.check: r for r in evaluate(_facts_with_lock(None, {}))}
+    assert rows["lock-conda"] == Row("lock-conda", "info", "no env at .envs/cu126", "toolkit install cu126")
+
+
+def test_lock_entries_of_this_platform_with_their_conda_build():
+    document = {"package": [
+        {"name": "gxx", "version": "13.3.0", "manager": "conda", "platform": "linux-64",
+         "url": "https://conda.anaconda.org/conda-forge/linux-64/gxx-13.3.0-h9a4b1e8_1.conda"},
+        {"name": "python", "version": "3.12.3", "manager": "conda", "platform": "linux-aarch64",
+         "url": "https://conda.anaconda.org/conda-forge/linux-aarch64/python-3.12.3-h1_0_cpython.tar.bz2"},
+        {"name": "torch", "version": "2.9.1+cu126", "manager": "pip", "platform": "linux-64",
+         "url": "https://download.pytorch.org/whl/cu126/torch-2.9.1%2Bcu126-cp312-cp312-manylinux_2_28_x86_64.whl"},
+    ]}
+    assert _locked_packages(document, "linux-64") == (LockedPackage("gxx", "13.3.0", "h9a4b1e8_1", "conda"),
+                                                      LockedPackage("torch", "2.9.1+cu126", "", "pip"))
+    assert _locked_packages(document, "linux-aarch64")[0].build == "h1_0_cpython"
+
+
+# ---------------------------------------------------------------- pieces and bad input
+
+
+@pytest.mark.parametrize("gpu, cubins, ptx, runs", [
+    ("86", ("80",), (), True),       # same major, higher minor runs the sm_80 cubin
+    ("89", ("80", "90"), (), True),
+    ("80", ("86",), (), False),      # a newer minor does not run on an older one
+    ("90", ("90a",), (), True),      # an arch-specific cubin runs on its own sm
+    ("100", ("90a",), (), False),    # ... and nowhere else
+    ("100", ("80", "90"), (), False),
+    ("120", ("80",), ("90",), True),  # PTX is JIT-compiled for newer GPUs
+    ("80", (), ("90",), False),      # ... never for older ones
+    ("103", ("100f",), (), True),    # a family cubin runs across its family
+])
+def test_which_kernels_load_on_which_gpu(gpu, cubins, ptx, runs):
+    assert gpu_runs(gpu, cubins, ptx) is runs
+
+
+def test_old_gpu_and_transformers_without_gpu(workdir, capsys):
+    report = json.loads((RECORDED / "wheel-without-gpu-arch.json").read_text())
+    report["fingerprint"]["gpus"] = [{"index": 0, "name": "Tesla T4", "compute_capability": "7.5"}]
+    (workdir / "r.json").write_text(json.dumps(report))
+    _, replayed = replay(capsys, workdir / "r.json")
+    assert row(replayed, "gpus")["status"] == "fail" and "needs sm_80+" in row(replayed, "gpus")["fix"]
+    assert "flash_attention_2: needs sm_80+, GPU is sm_75" in row(replayed, "transformers")["fix"]
+
+
+def test_probe_of_a_missing_python_is_a_row(workdir, capsys):
+    """An external line whose python is not on this machine: a failing row, not a traceback."""
+    if Path("/opt/torch/.venv/bin/python3").exists():
+        pytest.skip("this is the GPU machine: its python is there")
+    code = main(["doctor", "--line", "gpu-machine", "--envs", str(ENVS), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    python = row(report, "python")
+    assert code == 1 and python["status"] == "fail" and python["value"].startswith("/opt/torch/.venv/bin/python3")
+    assert "toolchain.python_executable" in python["fix"]
+    assert row(report, "cuda-home")["value"] == f"/usr/local/cuda (from {ENVS / 'gpu-machine.yaml'} toolchain)"
+
+
+def test_a_broken_spec_is_a_row_not_an_abort(workdir, capsys):
+    envs = workdir / "envs"
+    envs.mkdir()
+    for name in ("base", "cu126"):
+        (envs / f"{name}.yaml").write_text((ENVS / f"{name}.yaml").read_text())
+    (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text().replace("gcc: 13", "gcc: 15"))
+    code = main(["doctor", "--fingerprint", str(RECORDED / "healthy-h200.json"), "--line", "cu126", "--envs",
+                 str(envs), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    line = row(report, "line")
+    assert code == 1 and line["status"] == "fail" and "gcc 15 is newer than nvcc 12.6 accepts" in line["value"]
+    assert line["fix"] == "fix the spec (toolkit check cu126)"
+    assert not any(r["check"].startswith("line-") for r in report["rows"])
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "file not found"),
+    ("{not json", "not a doctor report (JSONDecodeError"),
+    ('{"fingerprint": {"machine": "x86_64"}, "probe": {}}', "not a doctor report (TypeError"),
+])
+def test_bad_report_files_are_one_line_errors(workdir, capsys, content, message):
+    path = workdir / "report.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["doctor", "--fingerprint", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "report.json" in err and err.count("\n") == 1
+
+
+def test_unknown_line_and_missing_prefix_are_one_line_errors(workdir, capsys):
+    assert main(["doctor", "--line", "cu999", "--envs", str(ENVS)]) == 1
+    assert "no spec for line 'cu999'" in capsys.readouterr().err
+    assert main(["doctor", "--prefix", str(workdir / "nope")]) == 1
+    assert "no such environment prefix" in capsys.readouterr().err
+
+
+def test_prefix_is_probed_as_a_conda_env(workdir, capsys):
+    """A conda-like prefix (bin/python, conda-meta/): its python, no nvcc inside, its packages recorded."""
+    prefix = workdir / "env"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(shutil.which("python3"))
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "ninja-1.13.0-h297d8ca_0.json").write_text(
+        json.dumps({"name": "ninja", "version": "1.13.0", "build": "h297d8ca_0"}))
+    code = main(["doctor", "--prefix", str(prefix), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and row(report, "nvcc")["value"] == f"not found ({prefix.absolute()}/bin/nvcc)"
+    assert row(report, "cuda-home")["value"] == f"{prefix.absolute()} (from prefix env)"
+    assert report["fingerprint"]["python_path"] == str(prefix.absolute() / "bin" / "python")
+    assert report["probe"]["conda_packages"] == {"ninja": "1.13.0=h297d8ca_0"}
+
+
+def test_nox_has_a_doctor_session():
+    listed = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert any(line.startswith("- doctor ") or line.startswith("* doctor ") for line in listed.splitlines())
