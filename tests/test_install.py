@@ -1,0 +1,125 @@
+"""The install stage: a real py-rattler install of a lock made from the fixture channel, then the pip
+layer with pip --require-hashes --no-deps; tampering and interruptions leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conda_channel import (build_simple_index, channel_dir, file_url, isolated_caches, pip_index,  # noqa: F401
+                           pip_index_files, serve_directory, tamper, write_project)
+from conda_lock.lockfile import parse_conda_lock_file
+
+import toolkit.install as install
+from toolkit.cli import main
+from toolkit.errors import ToolkitError
+from toolkit.install import RECORD_FILE, install_line
+from toolkit.lock import lock_line
+from toolkit.rules import checked_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def lock_over_http(tmp_path_factory, channel_dir, pip_index):
+    """A full lock whose channel is served over loopback http for the whole module."""
+    root = tmp_path_factory.mktemp("project")
+    with serve_directory(channel_dir) as channel_url:
+        envs = write_project(root, channel_url, pip_index)
+        path, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=root / "locks",
+                            pypi=pip_index)
+        yield path
+
+
+def leftovers(directory: Path, prefix_name: str) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(f".{prefix_name}."))
+
+
+def test_install_creates_the_locked_prefix(lock_over_http, tmp_path, isolated_caches):
+    prefix = install_line("cu126", tmp_path / "envs" / "cu126", lock_over_http.parent, backend="rattler",
+                          platform="linux-64")
+    locked = [p for p in parse_conda_lock_file(lock_over_http).package if p.platform == "linux-64"]
+    conda = {p.name: p for p in locked if p.manager == "conda"}
+    records = {json.loads(f.read_text())["name"]: json.loads(f.read_text()) for f in (prefix / "conda-meta").glob("*.json")}
+    assert set(records) == set(conda)
+    for name, record in records.items():  # conda-meta names the lock's URL and hash, not the verified copy
+        assert record["url"] == conda[name].url and record["sha256"] == conda[name].hash.sha256
+    assert (prefix / "bin" / "nvcc").exists() and (prefix / "include" / "cuda_runtime.h").exists()
+    assert (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n"  # placeholder -> final prefix
+    assert (prefix / "lib" / "python3.11" / "site-packages" / "pip" / "__init__.py").exists()  # noarch: python
+    assert (prefix / "lib" / "python3.11" / "site-packages" / "torch-2.9.1.dist-info").is_dir()  # pip layer
+    assert json.loads((prefix / RECORD_FILE).read_text())["line"] == "cu126"
+    assert leftovers(prefix.parent, prefix.name) == []
+
+
+def test_tampered_archive_is_refused_and_nothing_is_left(lock_over_http, channel_dir, tmp_path, isolated_caches):
+    archive = channel_dir / "linux-64" / "ninja-1.12.1-h0_0.conda"
+    original = archive.read_bytes()
+    tamper(archive)
+    try:
+        with pytest.raises(ToolkitError) as caught:
+            install_line("cu126", tmp_path / "cu126", lock_over_http.parent, backend="rattler", platform="linux-64")
+    finally:
+        archive.write_bytes(original)
+    message = str(caught.value)
+    assert "\n" not in message and "ninja 1.12.1: sha256 mismatch" in message
+    assert not (tmp_path / "cu126").exists() and leftovers(tmp_path, "cu126") == []
+
+
+def test_pip_hash_mismatch_is_refused_and_nothing_is_left(channel_dir, tmp_path, isolated_caches):
+    index_root = tmp_path / "pypi"
+    simple = build_simple_index(index_root, pip_index_files(index_root / "dist"))
+    with serve_directory(index_root) as url:
+        envs = write_project(tmp_path, file_url(channel_dir), f"{url}/simple")
+        lock, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=tmp_path / "locks",
+                            pypi=f"{url}/simple")
+        tamper(simple / "torch" / "torch-2.9.1-py3-none-any.whl")
+        with pytest.raises(ToolkitError) as caught:
+            install_line("cu126", tmp_path / "env", lock.parent, backend="rattler", platform="linux-64")
+    message = str(caught.value)
+    assert "\n" not in message and "torch 2.9.1: hash mismatch" in message
+    assert not (tmp_path / "env").exists() and leftovers(tmp_path, "env") == []
+
+
+def test_an_interrupted_install_leaves_no_prefix(lock_over_http, tmp_path, isolated_caches, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(install, "install_pip_layer", interrupted)  # stop after the conda layer is in place
+    with pytest.raises(KeyboardInterrupt):
+        install_line("cu126", tmp_path / "cu126", lock_over_http.parent, backend="rattler", platform="linux-64")
+    assert not (tmp_path / "cu126").exists() and leftovers(tmp_path, "cu126") == []
+
+
+def test_reinstall_replaces_the_old_prefix_and_reuses_verified_archives(lock_over_http, tmp_path, isolated_caches):
+    prefix = tmp_path / "cu126"
+    install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
+    (prefix / "stray-file").write_text("from an older install")
+    cached = sorted(isolated_caches.rglob("*.conda"))
+    install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
+    assert not (prefix / "stray-file").exists() and (prefix / "bin" / "nvcc").exists()
+    assert sorted(isolated_caches.rglob("*.conda")) == cached and cached
+    assert leftovers(tmp_path, "cu126") == []
+
+
+def test_cli_install_errors_are_one_line(tmp_path, capsys):
+    assert main(["install", "gpu-machine", "--locks", str(ROOT / "locks"), "--prefix", str(tmp_path / "p")]) == 1
+    assert "external toolchain" in capsys.readouterr().err
+    assert main(["install", "cu126", "--locks", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no lock file" in err
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="installs linux packages")
+def test_aarch64_lock_installs_on_this_host_as_files(lock_over_http, tmp_path, isolated_caches):
+    """The other platform's conda layer unpacks too (its pip layer needs an aarch64 python, so stop before it)."""
+    prefix = tmp_path / "arm"
+    locked = [p for p in parse_conda_lock_file(lock_over_http).package if p.platform == "linux-aarch64"]
+    conda = [install.LockedPackage(p.manager, p.name, p.version, p.url, p.hash.sha256) for p in locked
+             if p.manager == "conda"]
+    staging = tmp_path / ".arm.installing"
+    staging.mkdir()
+    install.install_conda_with_rattler(conda, lock_over_http, staging, prefix, "linux-aarch64")
+    assert (staging / "bin" / "aarch64-conda-linux-gnu-g++").exists()

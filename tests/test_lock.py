@@ -1,0 +1,289 @@
+"""The lock stage: conda-lock-format locks from a real local channel, read back, checked for staleness.
+
+Every solve is a real py-rattler solve (or the real `conda-lock lock` CLI, driven through the
+micromamba test double in tests/micromamba_standin.py) against the fixture channel of
+tests/conda_channel.py, over file:// and loopback http. The pip layer runs real pip-tools, uv and
+pip against a loopback index (offline) and against PyPI (marked network)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conda_channel import (channel_dir, file_url, pip_index, serve_directory,  # noqa: F401
+                           write_project)
+from conda_lock.lockfile import parse_conda_lock_file
+
+from toolkit.errors import ToolkitError
+from toolkit.cli import main
+from toolkit.lock import (KEY_DIGEST, PYPI_SIMPLE, LockedSdist, PipTarget, check_locks, choose_backend,
+                          conda_executable, conda_request, lock_line, lock_path, lock_pip_requirements, read_lock,
+                          requirements_path, solve_with_conda_lock, solve_with_rattler, stale_reason, write_lock)
+from toolkit.rules import checked_spec
+from toolkit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden" / "cu126.conda-lock.yml"
+FIXED_SDIST = LockedSdist(url="https://files.example/flash_attn-2.8.3.post2.tar.gz",
+                          filename="flash_attn-2.8.3.post2.tar.gz", sha256="ab" * 32)
+
+
+def lock_fixture_line(tmp_path: Path, channel: str, index: str, **kwargs) -> tuple[Path, Path]:
+    envs = write_project(tmp_path, channel, index, extra=kwargs.pop("extra", ""))
+    path, written = lock_line(checked_spec(envs / "cu126.yaml"), locks_dir=tmp_path / "locks", pypi=index, **kwargs)
+    assert written
+    return envs, path
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory, channel_dir, pip_index):
+    """One full lock (both platforms, both layers) over file://, shared by the read-only tests."""
+    root = tmp_path_factory.mktemp("project")
+    return lock_fixture_line(root, file_url(channel_dir), pip_index, backend="rattler")
+
+
+def packages_of(lock: Path, platform: str, manager: str) -> dict[str, object]:
+    return {p.name: p for p in parse_conda_lock_file(lock).package
+            if p.platform == platform and p.manager == manager}
+
+
+# ---------------------------------------------------------------- the lock file
+
+
+def test_lock_covers_both_platforms_and_layers_and_reads_back(locked, channel_dir):
+    envs, lock = locked
+    info = read_lock(lock)
+    assert (info.line, info.toolchain_kind, info.platforms) == ("cu126", "locked", ("linux-64", "linux-aarch64"))
+    assert stale_reason(load_spec(envs / "cu126.yaml"), info) is None
+    for platform in ("linux-64", "linux-aarch64"):
+        conda = packages_of(lock, platform, "conda")
+        assert {"python", "cuda-version", "cuda-nvcc", "cuda-cudart-dev", "gxx", "ninja", "pip",
+                f"gxx_impl_{platform}", f"sysroot_{platform}"} <= set(conda)
+        assert conda["cuda-version"].version == "12.6" and conda["python"].version == "3.11.10"
+        assert conda["gxx"].version == "13.3.0"  # gxx "13.*" from the spec, not 12.4
+        for package in conda.values():  # every hash is the archive's own
+            archive = Path(package.url.removeprefix("file://"))
+            assert archive.parent.name in (platform, "noarch")
+            assert hashlib.sha256(archive.read_bytes()).hexdigest() == package.hash.sha256
+            assert hashlib.md5(archive.read_bytes()).hexdigest() == package.hash.md5
+        torch = packages_of(lock, platform, "pip")["torch"]
+        assert torch.version == "2.9.1" and torch.url.endswith("torch-2.9.1-py3-none-any.whl")
+        requirements = requirements_path("cu126", platform, lock.parent).read_text()
+        assert f"--hash=sha256:{torch.hash.sha256}" in requirements and "toolkit lock cu126" in requirements
+
+
+def test_lock_says_how_each_platforms_pip_layer_was_resolved(locked):
+    _, lock = locked
+    custom = yaml.safe_load(lock.read_text())["metadata"]["custom_metadata"]
+    assert custom["fa-envkit.pip-resolver.linux-64"].startswith("pip-tools ")  # this interpreter: x86_64, 3.11
+    aarch64 = custom["fa-envkit.pip-resolver.linux-aarch64"]
+    assert aarch64.startswith("uv ") and "--python-platform aarch64-manylinux_2_28" in aarch64
+    assert custom["fa-envkit.flash-attn-sdist.filename"] == "flash_attn-2.8.3.post2.tar.gz"
+
+
+def test_conda_lock_render_accepts_the_lock(locked, tmp_path):
+    _, lock = locked
+    template = str(tmp_path / "explicit-{platform}.lock")
+    subprocess.run([sys.executable, "-m", "conda_lock", "render", "-k", "explicit", "-p", "linux-aarch64",
+                    "--filename-template", template, str(lock)], check=True, capture_output=True)
+    explicit = (tmp_path / "explicit-linux-aarch64.lock").read_text()
+    assert "@EXPLICIT" in explicit
+    for package in packages_of(lock, "linux-aarch64", "conda").values():
+        assert package.url in explicit
+    torch = packages_of(lock, "linux-aarch64", "pip")["torch"]
+    assert f"# pip torch @ {torch.url}#sha256={torch.hash.sha256}" in explicit
+
+
+def test_relocking_unchanged_inputs_changes_nothing_and_check_finds_stale_locks(locked, pip_index, capsys):
+    envs, lock = locked
+    before = lock.read_bytes(), lock.stat().st_mtime_ns
+    spec = checked_spec(envs / "cu126.yaml")
+    assert lock_line(spec, locks_dir=lock.parent, pypi=pip_index) == (lock, False)
+    assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
+    assert check_locks([spec], lock.parent, required=True) == []
+    assert main(["lock", "--check", "cu126", "--envs", str(envs), "--locks", str(lock.parent)]) == 0
+    spec_file = envs / "cu126.yaml"
+    original = spec_file.read_text()
+    try:
+        spec_file.write_text(original.replace('archs: ["80", "90"]', 'archs: ["90"]'))
+        problems = check_locks([load_spec(spec_file)], lock.parent, required=True)
+        assert len(problems) == 1 and "stale" in problems[0] and "cu126.yaml" in problems[0]
+        assert main(["lock", "--check", "--envs", str(envs), "--locks", str(lock.parent)]) == 1
+        assert "cu126.conda-lock.yml: stale" in capsys.readouterr().out
+    finally:
+        spec_file.write_text(original)
+
+
+def test_forced_relock_of_the_same_inputs_is_byte_identical(locked, pip_index):
+    envs, lock = locked
+    before = lock.read_bytes()
+    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=lock.parent, pypi=pip_index,
+              force=True)
+    assert lock.read_bytes() == before
+
+
+def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monkeypatch):
+    """The real `conda-lock lock` CLI (with the micromamba test double) against the embedded solver."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    standin = bin_dir / "micromamba"
+    standin.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "micromamba_standin.py"}" "$@"\n')
+    standin.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert choose_backend("auto", conda_executable()) == "conda-lock"  # a micromamba on PATH means conda-lock
+    envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/simple")
+    spec = checked_spec(envs / "cu126.yaml")
+    by_cli = write_lock(spec, solve_with_conda_lock(conda_request(spec), str(standin)), [], FIXED_SDIST,
+                        tmp_path / "cli")
+    by_rattler = write_lock(spec, solve_with_rattler(conda_request(spec)), [], FIXED_SDIST, tmp_path / "rattler")
+    assert by_cli.read_text() == by_rattler.read_text()  # content hash included: conda-lock computed the CLI's
+
+
+# ---------------------------------------------------------------- channels, __cuda, format
+
+
+def conda_only_lock(tmp_path: Path, channel: str, extra: str = "", cuda: str = "12.6", line: str = "cu126") -> Path:
+    envs = write_project(tmp_path, channel, "http://127.0.0.1:9/simple", line=line, cuda=cuda, extra=extra)
+    spec = checked_spec(envs / f"{line}.yaml")
+    return write_lock(spec, solve_with_rattler(conda_request(spec)), [], FIXED_SDIST, tmp_path / "locks")
+
+
+def test_http_channel_locks_the_same_packages_as_file_channel(channel_dir, tmp_path):
+    by_file = conda_only_lock(tmp_path / "a", file_url(channel_dir))
+    with serve_directory(channel_dir) as url:
+        by_http = conda_only_lock(tmp_path / "b", url)
+    for platform in ("linux-64", "linux-aarch64"):
+        over_file, over_http = packages_of(by_file, platform, "conda"), packages_of(by_http, platform, "conda")
+        assert {n: p.hash for n, p in over_file.items()} == {n: p.hash for n, p in over_http.items()}
+        assert all(p.url.startswith("http://127.0.0.1:") for p in over_http.values())
+
+
+def test_a_relative_channel_path_is_relative_to_the_spec(channel_dir, tmp_path):
+    shutil.copytree(channel_dir, tmp_path / "mirror")
+    lock = conda_only_lock(tmp_path, "../mirror")
+    urls = [p.url for p in parse_conda_lock_file(lock).package]
+    assert urls and all(u.startswith((tmp_path / "mirror").as_uri() + "/") for u in urls)
+
+
+def test_line_whose_packages_need_a_newer_cuda_does_not_solve(channel_dir, tmp_path):
+    with pytest.raises(ToolkitError) as caught:
+        conda_only_lock(tmp_path, file_url(channel_dir), extra='conda_packages:\n  cuda-version: "13.0.*"\n')
+    message = str(caught.value)
+    assert "\n" not in message and "cu126.yaml" in message
+    assert "__cuda=12.6" in message and "__cuda >=13" in message
+
+
+def test_cuda_virtual_package_picks_the_lines_cuda_version(channel_dir, tmp_path):
+    """With cuda-version unpinned, __cuda decides: 12.6 for the 12.6 line, 13.0 for the 13.0 line."""
+    for cuda, line in (("12.6", "cu126"), ("13.0", "cu130")):
+        envs = write_project(tmp_path / line, file_url(channel_dir), "http://127.0.0.1:9/simple", line=line,
+                             cuda=cuda, extra='conda_packages:\n  cuda-version: "*"\n')
+        layer = solve_with_rattler(conda_request(load_spec(envs / f"{line}.yaml")))
+        assert {p.version for p in layer.packages if p.name == "cuda-version"} == {cuda}
+
+
+def test_golden_lock_format(channel_dir, tmp_path):
+    """The exact bytes of a lock from a fixed channel path: guards conda-lock's internal APIs (pinned 4.0.3).
+    Regenerate with UPDATE_GOLDEN=1 after a deliberate format change."""
+    fixed = Path("/tmp/fa-envkit-golden")
+    shutil.rmtree(fixed, ignore_errors=True)
+    shutil.copytree(channel_dir, fixed / "channel")
+    try:
+        lock = conda_only_lock(fixed / "project", "../../channel")
+        if os.environ.get("UPDATE_GOLDEN"):
+            GOLDEN.parent.mkdir(exist_ok=True)
+            GOLDEN.write_text(lock.read_text())
+        assert lock.read_text() == GOLDEN.read_text()
+    finally:
+        shutil.rmtree(fixed, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- reading, tampering, errors
+
+
+def test_committed_gpu_machine_lock_reads_back_and_matches_its_spec():
+    locked = read_lock(lock_path("gpu-machine", ROOT / "locks"))
+    spec = load_spec(ROOT / "envs" / "gpu-machine.yaml")
+    assert (locked.line, locked.toolchain_kind, locked.platforms) == ("gpu-machine", "external", spec.platforms)
+    assert locked.sdist.filename == f"flash_attn-{spec.flash_attn_version}.tar.gz"
+    assert locked.sdist.url.startswith("https://files.pythonhosted.org/") and len(locked.sdist.sha256) == 64
+    assert stale_reason(spec, locked) is None
+    assert [p for p in parse_conda_lock_file(locked.path).package] == []  # the machine provides everything
+
+
+def test_a_hand_edited_lock_is_refused_with_one_line(tmp_path):
+    source = lock_path("gpu-machine", ROOT / "locks")
+    edited = tmp_path / source.name
+    text = source.read_text()
+    sha = yaml.safe_load(text)["metadata"]["custom_metadata"]["fa-envkit.flash-attn-sdist.sha256"]
+    edited.write_text(text.replace(sha, "f" * 64))
+    with pytest.raises(ToolkitError) as caught:
+        read_lock(edited)
+    assert "\n" not in str(caught.value) and edited.name in str(caught.value) and KEY_DIGEST in str(caught.value)
+
+
+def test_missing_and_malformed_locks_are_one_line_errors(tmp_path):
+    with pytest.raises(ToolkitError, match="no lock file .*toolkit lock cu126"):
+        read_lock(lock_path("cu126", tmp_path))
+    broken = lock_path("cu126", tmp_path)
+    broken.write_text("version: 1\nmetadata: {platforms: [linux-64]}\npackage: []\n")
+    with pytest.raises(ToolkitError, match="malformed conda-lock file"):
+        read_lock(broken)
+
+
+def test_unreachable_torch_index_is_one_line_naming_the_index(channel_dir, pip_index, tmp_path):
+    envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/whl/cu126")
+    with pytest.raises(ToolkitError) as caught:
+        lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=tmp_path / "locks", pypi=pip_index)
+    message = str(caught.value)
+    assert "\n" not in message and "torch.index http://127.0.0.1:9/whl/cu126 is unreachable" in message
+    assert "locks/README.md" in message and not (tmp_path / "locks" / "cu126.conda-lock.yml").exists()
+
+
+def test_unreachable_channel_is_one_line(tmp_path):
+    envs = write_project(tmp_path, "http://127.0.0.1:9/conda-forge", "http://127.0.0.1:9/simple")
+    with pytest.raises(ToolkitError) as caught:
+        solve_with_rattler(conda_request(checked_spec(envs / "cu126.yaml")))
+    assert "\n" not in str(caught.value) and "cannot read channels http://127.0.0.1:9/conda-forge" in str(caught.value)
+
+
+# ---------------------------------------------------------------- the pip layer against PyPI
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("platform, python, resolver", [("linux-64", f"{sys.version_info[0]}.{sys.version_info[1]}",
+                                                          "pip-tools"), ("linux-aarch64", "3.12", "uv")])
+def test_pip_layer_against_pypi(platform, python, resolver):
+    target = PipTarget(platform, python, "2.28")
+    layer = lock_pip_requirements(["psutil", "packaging"], [PYPI_SIMPLE], target, "toolkit lock test")
+    assert layer.resolver.startswith(resolver)
+    entries = {p.name: p for p in layer.packages}
+    assert set(entries) == {"psutil", "packaging"}
+    psutil = entries["psutil"]
+    assert target.machine in psutil.url and psutil.url.startswith("https://files.pythonhosted.org/")
+    for entry in entries.values():  # the chosen artifact is one of the pinned hashes
+        assert f"{entry.name}=={entry.version}" in layer.requirements
+        assert f"--hash=sha256:{entry.hash.sha256}" in layer.requirements
+
+
+@pytest.mark.network
+def test_flash_attn_sdist_pin_from_pypi():
+    from toolkit.lock import fetch_sdist_pin
+
+    pin = fetch_sdist_pin("2.8.3.post2")
+    assert pin.filename == "flash_attn-2.8.3.post2.tar.gz"
+    assert pin.url.startswith("https://files.pythonhosted.org/") and pin.url.endswith(pin.filename)
+    assert pin.sha256 == read_lock(lock_path("gpu-machine", ROOT / "locks")).sdist.sha256
+
+
+def test_benchmark_runs_at_a_small_size():
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "lock.py"), "--records", "2000"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "py-rattler (embedded)" in result.stdout and "3,146 records" in result.stdout

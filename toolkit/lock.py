@@ -1,0 +1,797 @@
+"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform).
+
+The file is conda-lock's unified format, written through conda-lock's own models and writer, so
+`conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
+flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
+layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
+the whole file so a hand-edited or tampered lock is refused.
+
+Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import pickle
+import platform as host
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from toolkit.errors import ToolkitError
+from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
+
+LOCKS_DIR = Path("locks")
+LOCK_SUFFIX = ".conda-lock.yml"
+
+# metadata.custom_metadata keys (conda-lock allows only str -> str there).
+KEY_LINE = "fa-envkit.line"
+KEY_INPUT_HASH = "fa-envkit.input-hash"
+KEY_TOOLCHAIN = "fa-envkit.toolchain-kind"
+KEY_SDIST_URL = "fa-envkit.flash-attn-sdist.url"
+KEY_SDIST_FILENAME = "fa-envkit.flash-attn-sdist.filename"
+KEY_SDIST_SHA256 = "fa-envkit.flash-attn-sdist.sha256"
+KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
+KEY_DIGEST = "fa-envkit.lock-sha256"
+REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
+                 KEY_DIGEST)
+
+
+@dataclass(frozen=True)
+class LockedSdist:
+    """The flash-attn source archive the build stage compiles, pinned by hash."""
+
+    url: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockedEnv:
+    """What later stages need from a lock file, read without network or solver."""
+
+    line: str
+    path: Path
+    input_hash: str
+    toolchain_kind: str
+    platforms: tuple[str, ...]
+    sdist: LockedSdist
+
+
+def lock_path(line: str, locks_dir: Path = LOCKS_DIR) -> Path:
+    return Path(locks_dir) / f"{line}{LOCK_SUFFIX}"
+
+
+def lock_digest(document: dict) -> str:
+    """sha256 of a parsed lock file with the digest entry itself left out."""
+    meta = dict(document.get("metadata") or {})
+    custom = {k: v for k, v in (meta.get("custom_metadata") or {}).items() if k != KEY_DIGEST}
+    meta["custom_metadata"] = custom
+    canonical = json.dumps({**document, "metadata": meta}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load_lock_document(path: Path) -> dict:
+    """The lock as plain data, checked by conda-lock's own parser and against its digest."""
+    from conda_lock.lockfile import parse_conda_lock_file  # lazy: keeps `import toolkit.lock` light
+    from pydantic import ValidationError
+
+    where = display_path(path)
+    relock = "re-run `toolkit lock LINE`" if not path.name.endswith(LOCK_SUFFIX) else \
+        f"re-run `toolkit lock {path.name[:-len(LOCK_SUFFIX)]}`"
+    try:
+        document = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ToolkitError(f"{where}: no lock file ({relock})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ToolkitError(f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})") from None
+    if not isinstance(document, dict):
+        raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
+    try:
+        parse_conda_lock_file(path)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where_in_file = ".".join(str(part) for part in error["loc"])
+        raise ToolkitError(f"{where}: malformed conda-lock file ({where_in_file}: {error['msg']}; {relock})") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
+    custom = (document.get("metadata") or {}).get("custom_metadata") or {}
+    missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
+    if missing:
+        raise ToolkitError(f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
+                           f"(not written by `toolkit lock`; {relock})")
+    if lock_digest(document) != custom[KEY_DIGEST]:
+        raise ToolkitError(f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
+                           f"{relock} instead of editing it)")
+    return document
+
+
+def read_lock(path: Path) -> LockedEnv:
+    """Read and verify a lock; ToolkitError (one line) if it is missing, malformed or tampered."""
+    path = Path(path)
+    document = load_lock_document(path)
+    custom = document["metadata"]["custom_metadata"]
+    return LockedEnv(
+        line=custom[KEY_LINE],
+        path=path,
+        input_hash=custom[KEY_INPUT_HASH],
+        toolchain_kind=custom[KEY_TOOLCHAIN],
+        platforms=tuple(document["metadata"]["platforms"]),
+        sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
+                          sha256=custom[KEY_SDIST_SHA256]),
+    )
+
+
+def stale_reason(spec: EnvSpec, locked: LockedEnv) -> str | None:
+    """Why a lock no longer matches its spec (one sentence with the fix), or None when it does."""
+    relock = f"re-run `toolkit lock {spec.line}`"
+    if locked.line != spec.line:
+        return f"the lock is for line {locked.line}, not {spec.line} ({relock})"
+    if locked.input_hash != spec.input_hash():
+        sources = ", ".join(display_path(p) for p in spec.chain)
+        return f"{sources} changed since this lock was made ({relock})"
+    return None
+
+
+# ---------------------------------------------------------------- what the solvers are asked
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+SDIST_PROJECT = "flash-attn"
+VIRTUAL_PACKAGES_FILE = Path(__file__).parent / "knowledge" / "virtual_packages.yaml"
+CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
+console = Console(stderr=True, highlight=False)
+
+
+@dataclass(frozen=True)
+class CondaRequest:
+    """The conda layer's inputs, derived from a spec: what either backend solves."""
+
+    line: str
+    spec_file: str  # for messages
+    channels: tuple[str, ...]  # channel names or URLs (local paths already made file:// URLs)
+    platforms: tuple[str, ...]
+    specs: tuple[str, ...]  # match specs; none for an external toolchain
+    virtual_packages: dict[str, dict[str, str]]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
+
+
+def channel_url(channel: str, relative_to: Path) -> str:
+    """A spec's channel entry as conda tools take it: names and URLs as written, paths as file:// URLs.
+
+    Paths start with /, ./, ../ or ~ and are relative to the spec file that lists them."""
+    if not channel.startswith(("/", "./", "../", "~")):
+        return channel
+    return (relative_to / Path(channel).expanduser()).resolve().as_uri()
+
+
+def virtual_packages(spec: EnvSpec) -> dict[str, dict[str, str]]:
+    """The target machines' virtual packages per platform, with __cuda set to the line's CUDA."""
+    table = yaml.safe_load(VIRTUAL_PACKAGES_FILE.read_text())["platforms"]
+    return {platform: {**table[platform], "__cuda": spec.cuda} for platform in spec.platforms}
+
+
+def conda_request(spec: EnvSpec) -> CondaRequest:
+    base = spec.where("channels").file.parent
+    return CondaRequest(
+        line=spec.line,
+        spec_file=display_path(spec.path),
+        channels=tuple(channel_url(c, base) for c in spec.channels),
+        platforms=spec.platforms,
+        specs=tuple(spec.conda_specs()) if spec.toolchain.kind == "locked" else (),
+        virtual_packages=virtual_packages(spec),
+    )
+
+
+def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Path, Path]:
+    """The environment file and virtual-package spec conda-lock reads (both backends hash the same)."""
+    environment = directory / f"{request.line}.environment.yml"
+    environment.write_text(yaml.safe_dump({
+        "name": request.line, "channels": list(request.channels), "platforms": list(request.platforms),
+        "dependencies": list(request.specs)}, sort_keys=False))
+    virtual = directory / f"{request.line}.virtual-packages.yml"
+    virtual.write_text(yaml.safe_dump({"subdirs": {p: {"packages": v} for p, v in request.virtual_packages.items()}}))
+    return environment, virtual
+
+
+# ---------------------------------------------------------------- conda layer
+
+
+@dataclass
+class CondaLayer:
+    """Solved conda packages of every platform, as conda-lock models, with conda-lock's content hash."""
+
+    packages: list[Any]  # conda_lock LockedDependency
+    content_hash: dict[str, str]
+    channels: list[Any]  # conda_lock Channel
+
+
+def conda_executable() -> str | None:
+    found = (shutil.which(name) for name in CONDA_EXECUTABLES)
+    return next((path for path in found if path), None)
+
+
+def choose_backend(backend: str, conda_exe: str | None) -> str:
+    """auto: the conda-lock CLI where a conda executable exists, else the embedded py-rattler solver."""
+    if backend == "conda-lock" and not conda_exe:
+        raise ToolkitError(f"--backend conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
+                           f"(install micromamba, pass --conda EXE, or use --backend rattler)")
+    if backend == "auto":
+        return "conda-lock" if conda_exe else "rattler"
+    return backend
+
+
+def solve_with_rattler(request: CondaRequest) -> CondaLayer:
+    """py-rattler solves (in a worker interpreter); conda-lock's own code turns the result into its models."""
+    from conda_lock.lookup import DEFAULT_MAPPING_URL
+    from conda_lock.src_parser import make_lock_spec
+
+    actions = run_isolated(rattler_fetch_actions, request) if request.specs else {p: [] for p in request.platforms}
+    with tempfile.TemporaryDirectory(prefix="toolkit-lock-") as tmp:
+        environment, virtual = write_conda_lock_inputs(request, Path(tmp))
+        lock_spec = make_lock_spec(src_files=[environment], mapping_url=DEFAULT_MAPPING_URL)
+        content_hash = _content_hashes(lock_spec, virtual)
+    packages = []
+    for platform in request.platforms:
+        requested = {d.name: d for d in lock_spec.dependencies[platform] if d.manager == "conda"}
+        packages += locked_from_fetch_actions(actions[platform], platform, lock_spec.channels, requested)
+    return CondaLayer(packages=packages, content_hash=content_hash, channels=list(lock_spec.channels))
+
+
+def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.virtual_package import virtual_package_repo_from_specification
+
+    return compute_content_hashes(lock_spec, virtual_package_repo_from_specification(virtual_spec))
+
+
+def locked_from_fetch_actions(actions: list[dict], platform: str, channels: list[Any],
+                              requested: dict[str, Any]) -> list[Any]:
+    """FETCH actions (repodata records) -> conda-lock LockedDependency, exactly as conda-lock's
+    conda_solver.solve_conda converts a micromamba dry run, so both backends write the same file."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
+    from conda_lock.lockfile import apply_categories
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from conda_lock.lookup import DEFAULT_MAPPING_URL
+    from conda_lock.models.channel import normalize_url_with_placeholders
+
+    planned = {}
+    for action in actions:
+        by_name: dict[str, list] = {}
+        for dep in action.get("depends") or []:
+            match = MatchSpec(dep)
+            by_name.setdefault(match.name, []).append(match)
+        dependencies = {}
+        for name, matches in by_name.items():
+            merged = matches[0] if len(matches) == 1 else MatchSpec.merge(matches)[0]
+            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        planned[action["name"]] = LockedDependency(
+            name=action["name"], version=action["version"], manager="conda", platform=platform,
+            dependencies=dependencies, url=normalize_url_with_placeholders(action["url"], channels=channels),
+            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")))
+    apply_categories(requested=requested, planned=planned, mapping_url=DEFAULT_MAPPING_URL)
+    return list(planned.values())
+
+
+def fetch_action(record: Any) -> dict:
+    """A py-rattler RepoDataRecord as the FETCH action a `micromamba create --dry-run --json` reports."""
+    return {
+        "name": record.name.normalized, "version": str(record.version), "build": str(record.build),
+        "build_number": record.build_number, "depends": list(record.depends),
+        "constrains": list(record.constrains), "url": record.url, "fn": record.file_name,
+        "md5": record.md5.hex() if record.md5 else "", "sha256": record.sha256.hex() if record.sha256 else None,
+        "subdir": record.subdir, "channel": record.channel or "",
+        "timestamp": int(record.timestamp.timestamp() * 1000) if record.timestamp else 0,
+    }
+
+
+def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
+
+    packages = []
+    for name, value in sorted(values.items()):
+        version, _, build = value.partition(" ")
+        packages.append(GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0")))
+    return packages
+
+
+def rattler_solve(channels: tuple[str, ...], specs: tuple[str, ...], platform: str,
+                  virtual: dict[str, str], gateway: Any = None) -> list[Any]:
+    """One platform's solve with py-rattler; solver and channel failures become one-line messages."""
+    import asyncio
+
+    import rattler
+    from rattler.exceptions import SolverError
+
+    try:
+        return asyncio.run(rattler.solve(
+            sources=[rattler.Channel(c) for c in channels], specs=list(specs), gateway=gateway or rattler.Gateway(),
+            platforms=[platform, "noarch"], virtual_packages=rattler_virtual_packages(virtual)))
+    except SolverError as exc:
+        raise ToolkitError(f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
+                           f"{_one_line(str(exc))}") from None
+    except Exception as exc:  # py-rattler raises one exception type per transport/parse failure
+        if exc.__class__.__module__ != "exceptions":
+            raise
+        causes = [part.strip() for part in str(exc).split("Caused by:")]
+        reason = causes[0] if len(causes) == 1 else f"{causes[0]}: {causes[-1]}"
+        raise ToolkitError(f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
+                           f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
+                           f"or lock on a machine that reaches it: see locks/README.md)") from None
+
+
+def _one_line(text: str) -> str:
+    """A solver's tree-shaped explanation on one line."""
+    parts = [line.strip(" │├└─") for line in text.splitlines()]
+    return "; ".join(part for part in parts if part)
+
+
+def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
+    """Solve every platform with py-rattler (runs inside run_isolated's worker)."""
+    import rattler
+
+    gateway = rattler.Gateway()
+    solved = {}
+    for platform in request.platforms:
+        started = time.perf_counter()
+        with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
+            try:
+                records = rattler_solve(request.channels, request.specs, platform,
+                                        request.virtual_packages[platform], gateway)
+            except ToolkitError as exc:
+                raise ToolkitError(f"{request.spec_file}: {exc}") from None
+        solved[platform] = [fetch_action(r) for r in records]
+        console.print(f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
+                      f"in {time.perf_counter() - started:.2f} s")
+    return solved
+
+
+def solve_with_conda_lock(request: CondaRequest, conda_exe: str) -> CondaLayer:
+    """The `conda-lock lock` CLI, driving micromamba/mamba/conda, with the line's virtual packages."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    with tempfile.TemporaryDirectory(prefix="toolkit-lock-") as tmp:
+        environment, virtual = write_conda_lock_inputs(request, Path(tmp))
+        output = Path(tmp) / f"{request.line}.conda-lock.yml"
+        command = [sys.executable, "-m", "conda_lock", "lock", "--conda", conda_exe, "-f", str(environment),
+                   "--virtual-package-spec", str(virtual), "--lockfile", str(output), "--log-level", "WARNING"]
+        started = time.perf_counter()
+        with console.status(f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
+                            f"(conda-lock with {Path(conda_exe).name})"):
+            result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr)
+            last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), "no output")
+            raise ToolkitError(f"{request.spec_file}: conda-lock lock failed ({last.strip()}; its output is above)")
+        lockfile = parse_conda_lock_file(output)
+    console.print(f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
+                  f"in {time.perf_counter() - started:.2f} s")
+    return CondaLayer(packages=list(lockfile.package), content_hash=dict(lockfile.metadata.content_hash),
+                      channels=list(lockfile.metadata.channels))
+
+
+# ---------------------------------------------------------------- pip layer
+
+
+@dataclass
+class PipLayer:
+    """One platform's pip layer: the hash-pinned requirements file and the lock's pip entries."""
+
+    platform: str
+    resolver: str  # how it was resolved, recorded in the lock
+    requirements: str  # pip-tools format, for pip-sync
+    packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
+
+
+@dataclass(frozen=True)
+class PipTarget:
+    """The interpreter and machine a pip layer is resolved for."""
+
+    platform: str  # linux-64 / linux-aarch64
+    python: str  # "3.12" or "3.12.7"
+    glibc: str  # "2.28"
+
+    @property
+    def machine(self) -> str:
+        return {"linux-64": "x86_64", "linux-aarch64": "aarch64"}[self.platform]
+
+    @property
+    def wheel_platform(self) -> str:
+        return f"manylinux_{self.glibc.replace('.', '_')}_{self.machine}"
+
+    @property
+    def abi(self) -> str:
+        return "cp" + "".join(self.python.split(".")[:2])
+
+    def is_running_interpreter(self) -> bool:
+        running = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(host.machine())
+        return running == self.platform and self.python.split(".")[:2] == [str(v) for v in sys.version_info[:2]]
+
+    def markers(self) -> dict[str, str]:
+        full = self.python if self.python.count(".") == 2 else f"{self.python}.0"
+        return {"python_version": ".".join(self.python.split(".")[:2]), "python_full_version": full,
+                "sys_platform": "linux", "platform_system": "Linux", "platform_machine": self.machine,
+                "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                "extra": ""}
+
+
+def locking_environment() -> dict[str, str]:
+    """The environment pip, pip-tools and uv lock in: no user or site index configuration, so the
+    lock names only PyPI and the line's own index (certificates and proxies still apply)."""
+    keep = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "UV_CACHE_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k in keep}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1")
+    return env
+
+
+def check_index_reachable(index_url: str, spec_file: str) -> None:
+    probe = index_url.rstrip("/") + "/"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=20):
+            return
+    except urllib.error.HTTPError:
+        return  # the host answered: the index is there, it just dislikes HEAD on its root
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ToolkitError(f"{spec_file}: torch.index {index_url} is unreachable from this machine ({reason}); "
+                           f"the pip layer needs it: lock on a machine that reaches it (see locks/README.md) "
+                           f"or set torch.index to a mirror") from None
+
+
+def lock_pip_requirements(requirements: list[str], index_urls: list[str], target: PipTarget,
+                          compile_command: str) -> PipLayer:
+    """Resolve, hash-pin and pick each package's artifact for one platform.
+
+    pip-tools resolves for the interpreter it runs in; for another platform or python the same
+    requirements go through uv's resolver (`uv pip compile --python-platform`). Either way pip itself
+    then picks the artifact the target installs (`pip install --dry-run --report --platform ...`)."""
+    with tempfile.TemporaryDirectory(prefix="toolkit-pip-") as tmp:
+        workdir = Path(tmp)
+        (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
+        started = time.perf_counter()
+        with console.status(f"{target.platform}: resolving the pip layer"):
+            if target.is_running_interpreter():
+                compiled, resolver = _compile_with_pip_tools(workdir, index_urls, compile_command)
+            else:
+                compiled, resolver = _compile_with_uv(workdir, index_urls, target, compile_command)
+            report = _pip_report(workdir, index_urls, target)
+        packages = pip_entries(report, target)
+    console.print(f"{target.platform}: {len(packages)} pip packages pinned ({resolver.split(' (')[0]}) "
+                  f"in {time.perf_counter() - started:.1f} s")
+    return PipLayer(platform=target.platform, resolver=resolver, requirements=compiled, packages=packages)
+
+
+def _index_args(index_urls: list[str]) -> list[str]:
+    return ["--index-url", index_urls[0], *[a for url in index_urls[1:] for a in ("--extra-index-url", url)]]
+
+
+def _run_tool(command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+        problem = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
+        raise ToolkitError(f"{what} failed: {problem}")
+
+
+def _compile_with_pip_tools(workdir: Path, index_urls: list[str], compile_command: str) -> tuple[str, str]:
+    import piptools
+
+    env = {**locking_environment(), "CUSTOM_COMPILE_COMMAND": compile_command}
+    _run_tool([sys.executable, "-m", "piptools", "compile", "--quiet", "--generate-hashes", "--allow-unsafe",
+               "--strip-extras", "--no-emit-find-links", *_index_args(index_urls), "--output-file",
+               "requirements.txt", "requirements.in"], workdir, "pip-compile", env)
+    version = getattr(piptools, "__version__", None) or _distribution_version("pip-tools")
+    running = f"python {sys.version_info[0]}.{sys.version_info[1]}"
+    return (workdir / "requirements.txt").read_text(), f"pip-tools {version} (pip-compile in {running})"
+
+
+def _compile_with_uv(workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str) -> tuple[str, str]:
+    uv = _uv_executable()
+    python_platform = f"{target.machine}-manylinux_{target.glibc.replace('.', '_')}"
+    _run_tool([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--generate-hashes",
+               "--python-version", target.python,
+               "--python-platform", python_platform, "--index-strategy", "unsafe-best-match", "--emit-index-url",
+               *_index_args(index_urls), "--custom-compile-command", compile_command, "--output-file",
+               "requirements.txt", "requirements.in"], workdir, "uv pip compile")
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+    running = f"{host.machine()} python {sys.version_info[0]}.{sys.version_info[1]}"
+    return ((workdir / "requirements.txt").read_text(),
+            f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
+            f"pip-tools resolves only for the interpreter it runs in: {running})")
+
+
+def _uv_executable() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise ToolkitError("uv: not installed (it resolves pip layers for other platforms and pythons: "
+                               "pip install uv)") from None
+        return found
+
+
+def _distribution_version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def _pip_report(workdir: Path, index_urls: list[str], target: PipTarget) -> dict:
+    """Ask pip which artifact of each pinned version the target installs (nothing is installed)."""
+    _run_tool([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--no-deps",
+               "--require-hashes", "--report", "report.json", "--target", str(workdir / "target"),
+               "--platform", target.wheel_platform, "--python-version", target.python, "--implementation", "cp",
+               "--abi", target.abi, "--only-binary", ":all:", *_index_args(index_urls),
+               "--requirement", "requirements.txt"], workdir, f"pip (choosing {target.platform} wheels)")
+    return json.loads((workdir / "report.json").read_text())
+
+
+def pip_entries(report: dict, target: PipTarget) -> list[Any]:
+    """pip's install report -> conda-lock pip entries (url + sha256, dependencies for this platform)."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    items = report.get("install") or []
+    locked_names = {canonicalize_name(item["metadata"]["name"]) for item in items}
+    markers = target.markers()
+    entries = []
+    for item in items:
+        metadata = item["metadata"]
+        dependencies = {}
+        for line in metadata.get("requires_dist") or []:
+            requirement = Requirement(line)
+            name = canonicalize_name(requirement.name)
+            if name in locked_names and (requirement.marker is None or requirement.marker.evaluate(markers)):
+                dependencies[name] = str(requirement.specifier) or "*"
+        info = item["download_info"]
+        entries.append(LockedDependency(
+            name=canonicalize_name(metadata["name"]), version=metadata["version"], manager="pip",
+            platform=target.platform, dependencies=dependencies, url=info["url"],
+            hash=HashModel(sha256=info["archive_info"]["hashes"]["sha256"]), categories={"main"}))
+    return entries
+
+
+def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) -> PipLayer:
+    """The line's pip layer for one platform: torch from the line's index, the rest from PyPI (or its mirror)."""
+    if spec.toolchain.kind == "external":
+        return PipLayer(platform=target.platform, resolver="none: external toolchain (the machine provides python, "
+                        "torch and the build dependencies; `toolkit build` checks its fingerprint)", requirements="")
+    check_index_reachable(spec.torch_index, display_path(spec.path))
+    return lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target,
+                                 f"toolkit lock {spec.line}")
+
+
+# ---------------------------------------------------------------- flash-attn sdist
+
+
+def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
+    """flash-attn's source archive for a version, from PyPI's JSON simple API (PEP 691)."""
+    from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+    from packaging.version import Version
+
+    url = f"{index.rstrip('/')}/{SDIST_PROJECT}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            files = json.load(response)["files"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
+                           f"the sdist pin needs PyPI: lock where PyPI is reachable)") from None
+    for entry in files:
+        try:
+            _, sdist_version = parse_sdist_filename(entry["filename"])
+        except InvalidSdistFilename:
+            continue
+        if sdist_version == Version(version) and not entry.get("yanked") and entry["hashes"].get("sha256"):
+            return LockedSdist(url=urllib.parse.urljoin(url, entry["url"]), filename=entry["filename"],
+                               sha256=entry["hashes"]["sha256"])
+    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn.version)")
+
+
+# ---------------------------------------------------------------- writing the lock
+
+
+def requirements_path(line: str, platform: str, locks_dir: Path = LOCKS_DIR) -> Path:
+    """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
+    return Path(locks_dir) / f"{line}.{platform}.requirements.txt"
+
+
+def lock_header(spec: EnvSpec, sources: list[str]) -> str:
+    return (f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
+            f"(conda-lock install/render read it).\n"
+            f"# Written by `toolkit lock {spec.line}`; do not edit (metadata.custom_metadata."
+            f"{KEY_DIGEST} refuses edits).\n"
+            f"# Install: toolkit install {spec.line} --prefix DIR\n")
+
+
+def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
+               locks_dir: Path = LOCKS_DIR) -> Path:
+    """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
+    from conda_lock.lockfile import write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
+
+    locks_dir = Path(locks_dir)
+    locks_dir.mkdir(parents=True, exist_ok=True)
+    custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
+              KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
+    custom.update({KEY_PIP_RESOLVER + layer.platform: layer.resolver for layer in pip_layers})
+    sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
+    lockfile = Lockfile(
+        package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
+        metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
+                          sources=sources, custom_metadata=custom))
+    path = lock_path(spec.line, locks_dir)
+    with tempfile.TemporaryDirectory(prefix=".lock-", dir=locks_dir) as tmp:
+        draft = Path(tmp) / path.name
+        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
+        lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
+        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
+        draft.write_text(lock_header(spec, sources) + draft.read_text())
+        read_lock(draft)  # what we wrote reads back and verifies
+        staged = []
+        for layer in pip_layers:
+            if layer.requirements:
+                target = requirements_path(spec.line, layer.platform, locks_dir)
+                (Path(tmp) / target.name).write_text(layer.requirements)
+                staged.append((Path(tmp) / target.name, target))
+        for source, target in staged:
+            os.replace(source, target)
+        os.replace(draft, path)  # last: the lock is what says the requirements files are current
+    return path
+
+
+# ---------------------------------------------------------------- the `lock` verb
+
+
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = LOCKS_DIR,
+              force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
+    """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
+    path = lock_path(spec.line, locks_dir)
+    if not force and path.exists():
+        try:
+            current = stale_reason(spec, read_lock(path)) is None
+        except ToolkitError:
+            current = False
+        if current:
+            return path, False
+    sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
+    request = conda_request(spec)
+    conda_exe = conda_exe or conda_executable()
+    chosen = choose_backend(backend, conda_exe)
+    if chosen == "conda-lock" and request.specs:
+        conda = solve_with_conda_lock(request, conda_exe)
+    else:
+        conda = solve_with_rattler(request)
+    pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
+    glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
+    pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
+                  for platform in spec.platforms]
+    return write_lock(spec, conda, pip_layers, sdist, locks_dir), True
+
+
+def check_locks(specs: list[EnvSpec], locks_dir: Path, required: bool) -> list[str]:
+    """One line per lock that does not match its spec; a missing lock counts only when `required`."""
+    problems = []
+    for spec in specs:
+        path = lock_path(spec.line, locks_dir)
+        if not path.exists() and not required:
+            continue
+        try:
+            reason = stale_reason(spec, read_lock(path))
+        except ToolkitError as exc:
+            problems.append(str(exc))
+            continue
+        if reason:
+            problems.append(f"{display_path(path)}: stale: {reason}")
+    return problems
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lock", help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
+        description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
+                    "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
+                    "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
+                    "plus locks/<line>.<platform>.requirements.txt. A lock whose inputs are unchanged is kept.")
+    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
+    parser.add_argument("--all", action="store_true", help="every line in envs/")
+    parser.add_argument("--check", action="store_true",
+                        help="only say which locks are stale or broken (exit 1 if any); named lines must have one")
+    parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
+                        help="conda solver (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
+    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
+    parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
+                        help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
+                             f"(default: {PYPI_SIMPLE})")
+    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    parser.add_argument("--locks", type=Path, default=LOCKS_DIR, help="lock directory (default: locks)")
+    parser.set_defaults(func=run_lock)
+
+
+def run_lock(args: argparse.Namespace) -> int:
+    from toolkit.rules import checked_spec
+
+    paths = [resolve_spec_arg(s, args.envs) for s in args.lines] or (spec_paths(args.envs)
+                                                                     if args.all or args.check else [])
+    if not paths:
+        raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
+    if args.check:
+        problems = check_locks([load_spec(p) for p in paths], args.locks, required=bool(args.lines))
+        for line in problems:
+            print(line)
+        if not problems:
+            print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
+        return 1 if problems else 0
+    failed = 0
+    for path in paths:
+        try:
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, args.locks, args.force,
+                                         args.pypi)
+        except ToolkitError as exc:
+            if len(paths) == 1:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------- isolated worker
+
+
+def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
+    """Run function(*args) in a fresh interpreter that ends with os._exit.
+
+    py-rattler sometimes crashes at interpreter exit after a solve or install (3-10% of runs, see
+    docs/conda-offline.md); a worker that skips finalization avoids it, and keeps py-rattler's runtime
+    out of the caller's process. ToolkitErrors cross back as ToolkitErrors."""
+    with tempfile.TemporaryDirectory(prefix="toolkit-worker-") as tmp:
+        job, result = Path(tmp) / "job.pickle", Path(tmp) / "result.pickle"
+        job.write_bytes(pickle.dumps((function.__module__, function.__qualname__, args)))
+        code = "from toolkit.lock import worker_main; worker_main()"
+        process = subprocess.run([sys.executable, "-c", code, str(job), str(result)])
+        if not result.exists():
+            raise ToolkitError(f"{function.__qualname__}: worker process died (exit {process.returncode}; "
+                               f"re-run the same command)")
+        status, value = pickle.loads(result.read_bytes())
+    if status == "error":
+        raise ToolkitError(value)
+    return value
+
+
+def worker_main() -> None:
+    job, result = Path(sys.argv[1]), Path(sys.argv[2])
+    module, name, args = pickle.loads(job.read_bytes())
+    try:
+        outcome = ("ok", getattr(importlib.import_module(module), name)(*args))
+    except ToolkitError as exc:
+        outcome = ("error", str(exc))
+    except Exception as exc:  # a bug, not bad input: keep its traceback visible
+        traceback.print_exc()
+        outcome = ("error", f"{name}: internal error {exc.__class__.__name__}: {exc} (traceback above)")
+    result.write_bytes(pickle.dumps(outcome))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
