@@ -38,9 +38,12 @@ case "${1:-}" in
     wait_for_build "${WAIT_S:-540}"
     ;;
   check)
-    python3 -m toolkit verify "$LINE" --level smoke > "$STATE/verify-smoke.txt" 2>&1; echo "verify smoke rc=$?"
-    tail -5 "$STATE/verify-smoke.txt"
-    cp -r "reports/$LINE" "$STATE/reports-smoke" 2>/dev/null
+    # A second build with the same inputs must be a cache hit (under 1 s).
+    python3 -m nox -s build-$LINE -- --jobs ${JOBS:-32} --nvcc-threads 1 --mem-gb ${MEM_GB:-240} \
+      > "$STATE/build-cached.txt" 2>&1; echo "cached build rc=$?"; tail -3 "$STATE/build-cached.txt"
+    python3 bench/build_efficiency.py "$LINE" > "$STATE/build-efficiency.txt" 2>&1; tail -12 "$STATE/build-efficiency.txt"
+    python3 -m toolkit verify "$LINE" --level smoke --report-dir "reports/$LINE/smoke" > "$STATE/verify-smoke.txt" 2>&1
+    echo "verify smoke rc=$?"; tail -5 "$STATE/verify-smoke.txt"
     python3 -m toolkit verify "$LINE" --level full > "$STATE/verify-full.txt" 2>&1; echo "verify full rc=$?"
     tail -15 "$STATE/verify-full.txt"
     python3 -m toolkit bench "$LINE" > "$STATE/bench.txt" 2>&1; echo "bench rc=$?"
@@ -53,5 +56,5 @@ case "${1:-}" in
 esac
 # Everything worth keeping, in one archive (the device returns at most 8 files).
 tar czf "$OUT/session.tgz" -C "$STATE" --exclude out . -C "$PWD" \
-  $(ls -d reports wheelhouse/$LINE/*.json wheelhouse/$LINE/logs 2>/dev/null) 2>/dev/null
+  $(ls -d reports wheelhouse/$LINE/*.json wheelhouse/$LINE/*.png wheelhouse/$LINE/logs 2>/dev/null) 2>/dev/null
 ls -la "$OUT"

@@ -44,6 +44,7 @@ class FlashAttnRequirement:
     versions: SpecifierSet
     min_cuda: str
     min_torch: str
+    archs: tuple[str, ...] | None  # what its setup.py can compile; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def load_knowledge() -> Knowledge:
             for minor, facts in torch.items()
         },
         fa_requirements=tuple(
-            FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"])
+            FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"],
+                                 tuple(r["archs"]) if "archs" in r else None)
             for r in fa["requirements"]
         ),
         fa_released=tuple(fa["released"]),

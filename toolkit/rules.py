@@ -142,6 +142,18 @@ def archs_supported_by_flash_attn(spec: EnvSpec, kb: Knowledge) -> str | None:
             f"(drop {'them' if len(low) > 1 else 'it'})")
 
 
+def archs_built_by_flash_attn(spec: EnvSpec, kb: Knowledge) -> str | None:
+    req = kb.fa_requirement(spec.flash_attn_version)
+    if not req or req.archs is None:
+        return None
+    skipped = [arch for arch in spec.archs if arch not in req.archs]
+    if not skipped:
+        return None
+    return (f"flash-attn {spec.flash_attn_version}'s setup.py compiles only sm_{', sm_'.join(req.archs)} and silently "
+            f"skips {', '.join('sm_' + a for a in skipped)} (drop {'them' if len(skipped) > 1 else 'it'}: sm_80 code "
+            f"runs on sm_86/sm_89)")
+
+
 def flash_attn_released(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_version in kb.fa_released:
         return None
@@ -208,6 +220,7 @@ RULES: tuple[Rule, ...] = (
     Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
     Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
     Rule("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
+    Rule("archs-built-by-flash-attn", "archs", archs_built_by_flash_attn),
     Rule("flash-attn-released", "flash_attn.version", flash_attn_released),
     Rule("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
     Rule("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
