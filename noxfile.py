@@ -20,6 +20,11 @@ LINES = sorted(p.stem for p in ENVS.glob("*.yaml") if p.stem != "base")
 # Per-line sessions: session prefix -> toolkit verb. `nox -s build-cu126` runs `toolkit build cu126`.
 PER_LINE = {
     "check": ("check",),
+    "lock": ("lock",),
+    "env": ("install",),
+    "build": ("build",),
+    "verify": ("verify",),
+    "bench": ("bench",),
 }
 
 
@@ -37,6 +42,30 @@ def check(session: nox.Session) -> None:
 def matrix(session: nox.Session) -> None:
     """Show every line side by side."""
     toolkit(session, "matrix")
+
+
+@nox.session(name="lock-all")
+def lock_all(session: nox.Session) -> None:
+    """Lock every line (locks/<line>.conda-lock.yml); lines whose inputs are unchanged are kept."""
+    toolkit(session, "lock", "--all")
+
+
+@nox.session
+def doctor(session: nox.Session) -> None:
+    """Explain this machine/environment (`nox -s doctor -- --line cu126 --json`)."""
+    toolkit(session, "doctor")
+
+
+@nox.session
+def modules(session: nox.Session) -> None:
+    """Lmod and Tcl modulefiles for every line with an installed environment, under build/modulefiles."""
+    toolkit(session, "modules", "--root", "build/modulefiles")
+
+
+@nox.session(name="matrix-run")
+def matrix_run(session: nox.Session) -> None:
+    """Lock, install, build and verify lines as Slurm jobs (`nox -s matrix-run -- cu126 --executor local`)."""
+    toolkit(session, "matrix", "run")
 
 
 @nox.session

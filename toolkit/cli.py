@@ -13,6 +13,14 @@ from toolkit.errors import ToolkitError
 STAGE_MODULES = (
     "toolkit.rules",
     "toolkit.matrix",
+    "toolkit.lock",
+    "toolkit.install",
+    "toolkit.modules",
+    "toolkit.doctor",
+    "toolkit.build",
+    "toolkit.diagnose",
+    "toolkit.verify",
+    "toolkit.bench",
 )
 
 

@@ -1,0 +1,135 @@
+"""Build preflight: every check fails with one line naming the file and the fix, in well under 2 s.
+
+Fingerprints are probed for real on this machine (nvcc 13.0, gcc, the CPU torch 2.13 installed by
+.ci/run) and varied one field at a time where the machine cannot show a situation (another CUDA line,
+a too-new gcc); the GPU machine's recorded fingerprint (tests/fingerprints) is replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
+
+from toolkit.fingerprint import TorchInfo, from_dict, probe
+from toolkit.knowledge import load_knowledge
+from toolkit.preflight import (host_gcc_cap, nvcc_gpu_codes, preflight_input, problems, run_preflight,
+                               toolchain_mismatches)
+from toolkit.errors import ToolkitError
+from toolkit.rules import checked_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA = Path("/usr/local/cuda")
+pytestmark = pytest.mark.skipif(not (CUDA / "bin/nvcc").exists(), reason="needs the real nvcc at /usr/local/cuda")
+
+
+@pytest.fixture(scope="module")
+def stub_env(tmp_path_factory):
+    """An environment whose torch (a test double, see tests/fixtures/fa_fixture_project.py) says CUDA 13.0."""
+    root = tmp_path_factory.mktemp("preflight")
+    python = make_stub_torch_env(root / "venv", "2.13.0", "13.0")
+    spec = checked_spec(write_external_spec(root / "envs", "fixture", python, "2.13.0"))
+    return spec, probe(str(CUDA), str(python))
+
+
+def found(spec, fp, archs=None, mem_gb=20.0, build_dir=Path("/tmp")) -> list[str]:
+    return problems(preflight_input(spec, fp, tuple(archs or spec.archs), mem_gb, build_dir))
+
+
+def test_a_matching_toolchain_passes_in_under_two_seconds(stub_env):
+    spec, _ = stub_env
+    start = time.monotonic()
+    fp = probe(str(CUDA), spec.toolchain.python_executable)
+    assert found(spec, fp) == []
+    assert time.monotonic() - start < 2.0
+
+
+def test_cpu_torch_is_refused_with_one_line(tmp_path):
+    """The real CPU torch 2.13 of this machine (torch.version.cuda is None), through the CLI."""
+    fp = probe(str(CUDA), sys.executable)
+    if fp.torch is None or fp.torch.cuda is not None:
+        pytest.skip(f"needs the CPU torch that .ci/run installs (found {fp.torch})")
+    write_external_spec(tmp_path / "envs", "cpu", Path(sys.executable), fp.torch.version)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "cpu.conda-lock.yml").write_text("not read before the preflight\n")
+    done = subprocess.run([sys.executable, "-m", "toolkit", "build", "cpu"], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert any(line.startswith("error: ") and f"torch {fp.torch.version} is a CPU build (torch.version.cuda is "
+               "None; install the +cu130 build" in line and line.split(":")[1].strip().endswith("version.py")
+               for line in lines), lines
+    assert "Traceback" not in done.stderr
+
+
+def test_each_broken_piece_is_one_line_naming_the_file_and_fix(stub_env):
+    spec, fp = stub_env
+    torch = fp.torch
+    cases = {
+        "nvcc not found": replace(fp, nvcc_path=None, nvcc_version=None),
+        "but line fixture is CUDA 13.0": replace(fp, nvcc_version="12.6.85"),
+        "was built for CUDA 12.8 but nvcc is 13.0": replace(fp, torch=replace(torch, cuda="12.8")),
+        "torch is not installed": replace(fp, torch=None),
+        "host C++ compiler not found": replace(fp, gcc_version=None),
+        "is newer than nvcc 13.0 accepts (max gcc 15": replace(fp, gcc_version="16.1.0"),
+        "include/cuda.h: missing": replace(fp, cuda_h=None),
+        "crt/host_config.h: missing": replace(fp, host_config_h=None),
+        "ninja: not found on PATH": replace(fp, ninja_path=None),
+        "GB free, a flash-attn build needs": replace(fp, disk_free_gb=1.0),
+    }
+    for expected, broken in cases.items():
+        lines = found(spec, broken)
+        assert any(expected in line for line in lines), (expected, lines)
+        assert all("\n" not in line and "(" in line for line in lines)
+
+
+def test_archs_this_nvcc_or_flash_attention_cannot_build(stub_env):
+    spec, fp = stub_env
+    (line,) = found(spec, fp, archs=("80", "101"))  # 13.0 renamed sm_101 to sm_110
+    assert "cannot compile sm_101" in line and "drop the arch or use a newer CUDA line" in line
+    (line,) = found(spec, fp, archs=("75", "90"))  # nvcc 13.0 builds sm_75, FlashAttention-2 does not run there
+    assert "sm_75 older than FlashAttention-2 supports" in line
+
+
+def test_too_little_memory_suggests_mem_gb(stub_env):
+    spec, fp = stub_env
+    (line,) = found(spec, fp, mem_gb=2.0)
+    assert line.startswith("/proc/meminfo: 2.0 GB available") and "--mem-gb" in line
+
+
+def test_the_gcc_cap_and_archs_come_from_the_real_nvcc():
+    kb = load_knowledge().cuda_lines["13.0"]
+    assert host_gcc_cap(str(CUDA / "include/crt/host_config.h")) == kb.max_gcc
+    codes = nvcc_gpu_codes(str(CUDA / "bin/nvcc"))
+    assert codes == {a for a in kb.archs if a.isdigit()}
+
+
+def test_missing_nvcc_and_headers_from_a_real_half_toolkit(stub_env, tmp_path):
+    spec, _ = stub_env
+    empty = probe(str(tmp_path), spec.toolchain.python_executable)
+    assert any("bin/nvcc: nvcc not found" in line for line in found(spec, empty))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").symlink_to(CUDA / "bin/nvcc")  # nvcc without the toolkit's headers
+    headless = probe(str(tmp_path), spec.toolchain.python_executable)
+    assert headless.nvcc_version and not headless.cuda_h
+    assert any(f"{tmp_path}/include/cuda.h: missing" in line for line in found(spec, headless))
+
+
+def test_the_gpu_machine_fingerprint_passes_and_a_changed_image_is_refused():
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
+    assert found(spec, h200, mem_gb=240.0) == []
+    changed = replace(h200, gcc_version="14.2.0", torch=TorchInfo("2.10.0+cu130", "13.0", False, "/x"))
+    assert toolchain_mismatches(spec, changed) == ["gcc 14 (spec: 13)", "torch 2.10.0+cu130 (spec: 2.11.0+cu130)",
+                                                   "cxx11_abi False (spec: True)"]
+    with pytest.raises(ToolkitError) as error:
+        run_preflight(preflight_input(spec, changed, spec.archs, 240.0, Path("/tmp")))
+    first = str(error.value).splitlines()[0]
+    assert first.startswith("envs/gpu-machine.yaml:") and "toolchain differs from the spec: gcc 14 (spec: 13)" in first

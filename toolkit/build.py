@@ -1,0 +1,639 @@
+"""`toolkit build LINE`: a flash-attn wheel from its hash-pinned sdist, compiled by exactly the line's toolchain.
+
+Flow: spec + lock -> toolchain (the locked conda prefix, or the machine's own for `external`) ->
+fingerprint -> cache lookup -> preflight -> sdist (sha256-checked, cached) -> `pip wheel
+--no-build-isolation --no-deps` with every knob set explicitly -> verify (local tag, compiled archs,
+install + import) -> wheel and record into wheelhouse/<line>/ atomically -> PEP 503 index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from toolkit.archs import compiled_archs, missing_archs
+from toolkit.diagnose import diagnose, first_error_line
+from toolkit.errors import ToolkitError
+from toolkit.fingerprint import Fingerprint, probe
+from toolkit.knowledge import arch_number, minor_of
+from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_reason
+from toolkit.preflight import preflight_input, run_preflight
+from toolkit.rules import checked_spec
+from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.wheelhouse import (RECORD_SCHEMA, find_cached, inputs_key, place, record_path_for, records,
+                                sha256_file, write_index)
+
+ENVS_PREFIX_ROOT = Path(".envs")
+# Inside compiled objects the temporary build directory is renamed to this, so wheels built in
+# different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
+BUILD_DIR_ALIAS = "/fa-envkit-build"
+# Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
+RECIPE_VERSION = 1
+NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
+ARCH_ARG = re.compile(r"\d{2,3}[af]?")
+
+
+def cache_root() -> Path:
+    """Where sdists and build directories live: $TOOLKIT_CACHE or .cache under the project root."""
+    return Path(os.environ.get("TOOLKIT_CACHE", ".cache"))
+
+
+@dataclass(frozen=True)
+class BuildToolchain:
+    """The concrete compilers and interpreter one build uses."""
+
+    kind: str  # locked | external
+    cuda_home: Path
+    python: Path
+    cxx: Path | None
+    cc: Path | None
+    path_env: str  # PATH for the build: the toolchain's bin directories first
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    jobs: int  # ninja -j (MAX_JOBS)
+    nvcc_threads: int  # threads inside one nvcc, one per -gencode target (NVCC_THREADS)
+    cpus: int
+    mem_gb: float  # the memory the build is sized against
+    gb_per_nvcc_thread: float
+    basis: str  # how the numbers were chosen, for the log and the record
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    wheelhouse: Path = Path("wheelhouse")
+    cache: Path | None = None  # None: cache_root()
+    prefix: Path | None = None  # locked toolchain's conda prefix (default .envs/<line>)
+    arch: str | None = None  # "native", "80,90" or None (the spec's archs)
+    jobs: int | None = None
+    nvcc_threads: int | None = None
+    mem_gb: float | None = None
+    force: bool = False
+    keep_build_dir: bool = False
+    install: bool = True
+    install_target: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheel: Path
+    record_path: Path
+    record: dict
+    cached: bool
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
+    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent."""
+    dest = cache / "sdist" / sdist.sha256 / sdist.filename
+    if dest.exists():
+        actual = sha256_file(dest)
+        if actual == sdist.sha256:
+            return dest
+        dest.unlink()
+        raise ToolkitError(f"{display_path(dest)}: sha256 {actual} is not the lock's {sdist.sha256} "
+                           f"(removed the file; re-run to download it again)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    try:
+        try:
+            with urllib.request.urlopen(sdist.url, timeout=60) as response, open(partial, "wb") as out:
+                shutil.copyfileobj(response, out)
+        except (OSError, ValueError) as exc:
+            raise ToolkitError(f"{sdist.url}: download failed ({exc}; without network, put the file at "
+                               f"{display_path(dest)})") from None
+        actual = sha256_file(partial)
+        if actual != sdist.sha256:
+            raise ToolkitError(f"{sdist.url}: downloaded file has sha256 {actual}, the lock pins {sdist.sha256} "
+                               f"(the index served other bytes: re-lock or check the mirror)")
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
+
+
+def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
+    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH)."""
+    try:
+        with tarfile.open(sdist) as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/")[0] for m in members}
+            if len(tops) != 1:
+                raise ToolkitError(f"{display_path(sdist)}: not an sdist (expected one top directory, found "
+                                   f"{len(tops)}; re-lock)")
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
+    return dest / tops.pop(), int(max(m.mtime for m in members))
+
+
+def resolve_toolchain(spec: EnvSpec, prefix: Path | None) -> BuildToolchain:
+    """Locked: everything from the installed conda prefix. External: the paths the spec names."""
+    if spec.toolchain.kind == "external":
+        cuda_home = Path(spec.toolchain.cuda_home)
+        python = Path(spec.toolchain.python_executable)
+        path_env = os.pathsep.join([str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")])
+        cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
+        return BuildToolchain("external", cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
+                              path_env)
+    root = Path(prefix or ENVS_PREFIX_ROOT / spec.line).absolute()
+    python = root / "bin" / "python"
+    if not python.exists():
+        raise ToolkitError(f"{display_path(root)}: no installed environment for {spec.line} "
+                           f"(run `toolkit install {spec.line}` first, or pass --prefix)")
+    bindir = root / "bin"
+
+    def compiler(name: str) -> Path | None:
+        """conda's gxx/gcc packages install g++/gcc or only the triplet-prefixed name."""
+        return next((p for p in [bindir / name, *sorted(bindir.glob(f"*-conda-linux-gnu-{name}"))] if p.exists()),
+                    None)
+
+    return BuildToolchain("locked", root, python, compiler("g++"), compiler("gcc"),
+                          os.pathsep.join([str(bindir), os.environ.get("PATH", "")]))
+
+
+def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
+    """The spec's archs; `--arch native` the GPUs present; `--arch 80,90` exactly those."""
+    if arch_arg is None:
+        return spec.archs
+    if arch_arg == "native":
+        found = tuple(sorted({gpu.sm for gpu in fp.gpus}, key=int))
+        if not found:
+            raise ToolkitError("nvidia-smi: no GPU visible for --arch native (name the archs instead: --arch 80,90)")
+        return found
+    archs = tuple(a.strip() for a in re.split(r"[,;\s]+", arch_arg) if a.strip())
+    bad = [a for a in archs if not ARCH_ARG.fullmatch(a)]
+    if bad or not archs:
+        raise ToolkitError(f"--arch {arch_arg}: not an arch list (use native or sm numbers like 80,90,90a)")
+    return archs
+
+
+def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, n_archs: int,
+                     jobs: int | None, nvcc_threads: int | None) -> Parallelism:
+    """Jobs x threads from cores and RAM: each nvcc thread compiles one arch and peaks near gb_per_thread.
+
+    The thread budget is min(cores, RAM / gb_per_thread). One nvcc thread per arch (so an object's archs
+    compile side by side and the slowest object finishes sooner), and as many jobs as the budget then
+    allows. Explicit values (spec or command line) win.
+    """
+    budget = max(1, min(cpus, math.floor(mem_gb / gb_per_thread)))
+    threads = nvcc_threads or max(1, min(n_archs, budget))
+    jobs = jobs or max(1, budget // threads)
+    basis = (f"{cpus} cores, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> budget {budget} threads; "
+             f"{jobs} jobs x {threads} nvcc threads (peak about {jobs * threads * gb_per_thread:.0f} GB)")
+    return Parallelism(jobs, threads, cpus, mem_gb, gb_per_thread, basis)
+
+
+def local_version(spec: EnvSpec) -> str:
+    """'+cu130torch2.11': flash-attn's setup.py puts FLASH_ATTN_LOCAL_VERSION into the wheel's version."""
+    return f"cu{spec.cuda.replace('.', '')}torch{minor_of(spec.torch_version)}"
+
+
+def torch_arch_list(archs: tuple[str, ...]) -> str:
+    """'80', '90a' -> '8.0;9.0a' (TORCH_CUDA_ARCH_LIST's spelling), for setup.py paths that use torch's flags."""
+    return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
+
+
+def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
+                      build_dir: Path) -> dict[str, str]:
+    """Every variable the build sees on top of the caller's environment, each set for a reason."""
+    prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
+    env = {
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # else setup.py first downloads a prebuilt wheel it guesses
+        "FLASH_ATTN_CUDA_ARCHS": ";".join(archs),
+        "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs),
+        "MAX_JOBS": str(par.jobs),
+        "NVCC_THREADS": str(par.nvcc_threads),
+        "FLASH_ATTN_LOCAL_VERSION": local,  # into METADATA, not only the file name
+        "CUDA_HOME": str(tc.cuda_home),
+        "CUDA_PATH": str(tc.cuda_home),
+        "PATH": tc.path_env,
+        # reproducibility: fixed timestamps, no build paths or nvcc's pid-named temp files in the objects
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "CFLAGS": prefix_map,
+        "CXXFLAGS": prefix_map,
+        "NVCC_APPEND_FLAGS": f"-Xcompiler {prefix_map}",
+        "LDFLAGS": "-Wl,--discard-all",  # drops local symbols, among them nvcc's tmpxft_<pid> file names
+        "PYTHONHASHSEED": "0",
+        "TZ": "UTC",
+        "LC_ALL": "C",  # English compiler messages, which the failure catalog matches
+        "PYTHONUNBUFFERED": "1",  # live [n/N] lines
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+    }
+    if tc.cc:
+        env["CC"] = str(tc.cc)  # torch passes it to nvcc as -ccbin
+    if tc.cxx:
+        env["CXX"] = str(tc.cxx)
+    return env
+
+
+def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: BuildToolchain, fp: Fingerprint,
+                 archs: tuple[str, ...]) -> dict:
+    """What determines the wheel's bytes, known without reading the lock (so a cache hit stays fast):
+    the lock's sha256 pins the sdist; the environment follows from these, and jobs/threads change only
+    the speed, so neither is part of the key; nor are file paths (the same inputs from another
+    working directory are the same build)."""
+    torch = fp.torch
+    return {
+        "recipe": RECIPE_VERSION,
+        "line": spec.line,
+        "spec_input_hash": spec.input_hash(),
+        "lock_sha256": lock_sha256,
+        "toolchain": {
+            "kind": tc.kind, "cuda_home": str(tc.cuda_home), "nvcc": fp.nvcc_version, "cxx": fp.cxx_path,
+            "gcc": fp.gcc_version, "python": fp.python_path, "python_version": fp.python_version,
+            "torch": torch.version if torch else None, "torch_cuda": torch.cuda if torch else None,
+            "cxx11_abi": torch.cxx11_abi if torch else None, "ninja": fp.ninja_version,
+        },
+        "archs": list(archs),
+        "local_version": local_version(spec),
+    }
+
+
+def read_current_lock(spec: EnvSpec, lock_file: Path) -> LockedEnv:
+    """The verified lock, refused when it no longer matches the spec."""
+    try:
+        locked = read_lock(lock_file)
+    except ImportError as exc:  # the lock reader validates with conda-lock's own models
+        raise ToolkitError(f"{display_path(lock_file)}: reading it needs the Python package {exc.name} "
+                           f"(pip install conda-lock into the toolkit's environment)") from None
+    stale = stale_reason(spec, locked)
+    if stale:
+        raise ToolkitError(f"{display_path(lock_file)}: {stale}")
+    return locked
+
+
+def setup_py_archs(src_dir: Path) -> set[str] | None:
+    """The archs a flash-attn setup.py knows (`if "90" in cuda_archs()`); None when it takes any.
+
+    flash-attn 2.8.3 emits -gencode only for 80, 90, 100 and 120 and skips other requested archs
+    without a word, so asking for 86 would cost a full build before the arch check noticed."""
+    try:
+        text = (src_dir / "setup.py").read_text(errors="replace")
+    except OSError:
+        return None
+    known = set(re.findall(r"""["'](\d+[af]?)["']\s+in\s+cuda_archs\(\)""", text))
+    return known or None
+
+
+# ---------------------------------------------------------------- running pip with progress
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop pip and every compiler it started (they share its process group)."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console) -> int:
+    """Run the build with its full output in log_path and a live [n/N] bar (plain lines when not a TTY)."""
+    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    next_report = 0.0
+    with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("compile", total=None)
+        log.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                                start_new_session=True, umask=0o022)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                step = NINJA_STEP.match(line)
+                if step:
+                    done, total = int(step.group(1)), int(step.group(2))
+                    progress.update(task, completed=done, total=total)
+                    if not console.is_terminal and done / total >= next_report:
+                        console.print(f"[{done}/{total}] {progress.tasks[0].elapsed:.0f} s")
+                        next_report = done / total + 0.1
+            return proc.wait()
+        except BaseException:
+            _stop(proc)
+            raise
+
+
+def ninja_objects(src_dir: Path) -> list[dict]:
+    """Per-object compile times from ninja's .ninja_log (start/end ms since the build started)."""
+    objects = []
+    for log in src_dir.glob("build/**/.ninja_log"):
+        for row in log.read_text().splitlines():
+            fields = row.split("\t")
+            if len(fields) >= 4 and fields[3].endswith(".o"):
+                start, end = int(fields[0]), int(fields[1])
+                objects.append({"name": Path(fields[3]).name, "start_s": start / 1000, "seconds": (end - start) / 1000})
+    return sorted(objects, key=lambda o: o["start_s"])
+
+
+def efficiency(objects: list[dict], jobs: int, build_wall_s: float) -> dict:
+    """How close the compile came to its lower bound max(sum of object times / job slots, longest object)."""
+    if not objects:
+        return {"objects": 0, "build_wall_s": round(build_wall_s, 1)}
+    compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(o["start_s"] for o in objects)
+    total = sum(o["seconds"] for o in objects)
+    longest = max(objects, key=lambda o: o["seconds"])
+    slot_bound = total / jobs
+    return {
+        "objects": len(objects),
+        "build_wall_s": round(build_wall_s, 1),
+        "compile_wall_s": round(compile_wall, 1),
+        "sum_object_s": round(total, 1),
+        "job_slots": jobs,
+        "slot_bound_s": round(slot_bound, 1),
+        "longest_object": longest["name"],
+        "longest_object_s": round(longest["seconds"], 1),
+        "efficiency_vs_slots": round(slot_bound / compile_wall, 3) if compile_wall else None,
+        "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3) if compile_wall else None,
+        "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3) if compile_wall else None,
+    }
+
+
+# ---------------------------------------------------------------- verifying the wheel
+
+
+def wheel_version(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        match = re.search(r"^Version: (\S+)", zf.read(name).decode(), re.M)
+    return match.group(1) if match else ""
+
+
+def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
+    archs: dict[str, list[str]] = {}
+    with zipfile.ZipFile(wheel) as zf:
+        libraries = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+        for name in libraries:
+            path = Path(zf.extract(name, scratch))
+            archs[name] = sorted(compiled_archs(path))
+    modules = [n.split(".")[0] for n in libraries if "/" not in n]
+    return modules, archs
+
+
+def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
+                 log_path: Path) -> tuple[str, list[str], dict[str, list[str]]]:
+    """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
+    version = wheel_version(wheel)
+    if not version.endswith("+" + local):
+        raise ToolkitError(f"{wheel.name}: METADATA says version {version}, without +{local} "
+                           f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)")
+    modules, so_archs = wheel_archs(wheel, scratch)
+    lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
+    if lacking:
+        raise ToolkitError(f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
+                           f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)")
+    return version, modules, so_archs
+
+
+def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], target: Path | None,
+                       log_path: Path) -> None:
+    """Install the wheel into the environment (or --install-target) and import its extension modules."""
+    cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
+    if target:
+        cmd += ["--target", str(target), "--upgrade"]
+    elif tc.kind == "locked":
+        cmd += ["--prefix", str(tc.cuda_home)]  # the conda prefix is the environment, whatever python it runs
+    code = ("import importlib, importlib.util, sys\n"
+            "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
+            "for name in sys.argv[1:]: importlib.import_module(name)\n")
+    env = {**os.environ, "PATH": tc.path_env, "LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if target:
+        env["PYTHONPATH"] = str(target)
+    with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
+        for step, command in (("install", cmd), ("import", [str(tc.python), "-c", code, *modules])):
+            done = subprocess.run(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
+            with open(log_path, "a") as log:
+                log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+            if done.returncode != 0:
+                raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
+                                   f"(full output in {display_path(log_path)})")
+
+
+def explain(text: str) -> str:
+    found = diagnose(text)
+    if found:
+        return found.one_line()
+    first = first_error_line(text)
+    return first[:300] if first else "no error line found"
+
+
+# ---------------------------------------------------------------- the build
+
+
+def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Console) -> BuildResult:
+    """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
+    cache = options.cache or cache_root()
+    line_dir = options.wheelhouse / spec.line
+    tc = resolve_toolchain(spec, options.prefix)
+    build_parent = cache / "build"
+    build_parent.mkdir(parents=True, exist_ok=True)
+    fp = probe(str(tc.cuda_home), str(tc.python), str(tc.cxx) if tc.cxx else None, tc.path_env, work_dir=build_parent)
+    archs = resolve_archs(spec, options.arch, fp)
+    if not lock_file.exists():
+        raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
+    inputs = keyed_inputs(spec, sha256_file(lock_file), tc, fp, archs)
+    key = inputs_key(inputs)
+    if not options.force:
+        hit = find_cached(line_dir, key)
+        if hit:
+            return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
+
+    mem_gb = options.mem_gb or fp.mem_available_gb
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent))
+    locked = read_current_lock(spec, lock_file)
+    sdist = fetch_sdist(locked.sdist, cache)
+    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, len(archs),
+                           options.jobs or spec.build.jobs, options.nvcc_threads or spec.build.nvcc_threads)
+    if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
+        console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
+                      f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
+    (line_dir / "logs").mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+    log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+    build_dir = Path(tempfile.mkdtemp(prefix=f"{spec.line}-", dir=build_parent)).absolute()
+    try:
+        src_dir, epoch = extract_sdist(sdist, build_dir)
+        known = setup_py_archs(src_dir)
+        if known is not None and not set(archs) <= known:
+            skipped = ", sm_".join(a for a in archs if a not in known)
+            raise ToolkitError(f"{display_path(sdist)}: its setup.py compiles only "
+                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
+                               f"silently (drop them from archs / --arch)")
+        env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
+        out_dir = build_dir / "dist"
+        cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
+               "--wheel-dir", str(out_dir), str(src_dir)]
+        console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
+        console.print(f"log: {display_path(log_path)}")
+        t0 = time.monotonic()
+        rc = run_logged(cmd, env, build_dir, log_path, console)
+        wall = time.monotonic() - t0
+        if rc != 0:
+            raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
+                               f"{explain(log_path.read_text(errors='replace'))}")
+        built = next(out_dir.glob("*.whl"), None)
+        if built is None:
+            raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
+        version, modules, so_archs = verify_wheel(built, archs, inputs["local_version"], build_dir / "verify", log_path)
+        if options.install:
+            install_and_import(tc, built, modules, options.install_target, log_path)
+        objects = ninja_objects(src_dir)
+        record = {
+            "schema": RECORD_SCHEMA,
+            "status": "success",
+            "inputs_key": key,
+            "inputs": inputs,
+            "files": {"spec": display_path(spec.path), "lock": display_path(lock_file)},
+            "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
+            "environment": env,
+            "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
+                            "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
+                            "basis": par.basis},
+            "outputs": {
+                "wheel": built.name, "version": version, "wheel_sha256": sha256_file(built),
+                "wheel_size": built.stat().st_size, "modules": modules, "archs_compiled": so_archs,
+                "imported": options.install, "wall_s": round(wall, 1),
+                "efficiency": efficiency(objects, par.jobs, wall), "objects": objects,
+            },
+            "fingerprint": fp.to_dict(),
+            "log": display_path(log_path),
+            "started": started.isoformat(timespec="seconds"),
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        wheel = place(built, line_dir, record)
+        write_index(options.wheelhouse)
+        return BuildResult(wheel, record_path_for(wheel), record, cached=False)
+    finally:
+        if options.keep_build_dir:
+            console.print(f"build directory kept: {display_path(build_dir)}")
+        else:
+            shutil.rmtree(build_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def describe(record: dict) -> list[str]:
+    """The build figures of a record, for the end of a build and `--report`."""
+    out = record["outputs"]
+    eff = out["efficiency"]
+    lines = [f"wheel: {out['wheel']} ({out['wheel_size'] / 1e6:.1f} MB, sha256 {out['wheel_sha256'][:16]}...)",
+             f"archs compiled: {', '.join(sorted({a for v in out['archs_compiled'].values() for a in v}))}; "
+             f"{record['parallelism']['basis']}"]
+    if eff.get("objects"):
+        lines.append(
+            f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "
+            f"bound by slots {eff['slot_bound_s']} s (sum {eff['sum_object_s']} s / {eff['job_slots']} jobs), "
+            f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
+            f"parallel efficiency {eff['parallel_efficiency']:.0%} "
+            f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
+    return lines
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    spec = checked_spec(resolve_spec_arg(args.line, args.envs))
+    if args.report:
+        line_dir = args.wheelhouse / spec.line
+        found = records(line_dir) if line_dir.is_dir() else []
+        if not found:
+            raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
+        path, record = found[0]
+        print(f"{display_path(path)}:")
+        for text in describe(record):
+            print(f"  {text}")
+        return 0
+    options = BuildOptions(wheelhouse=args.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
+                           nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
+                           keep_build_dir=args.keep_build_dir, install=not args.no_install,
+                           install_target=args.install_target)
+    t0 = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        result = build(spec, lock_path(spec.line, args.locks), options, console)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if result.cached:
+        print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, {time.monotonic() - t0:.2f} s; "
+              f"--force rebuilds)")
+    else:
+        print(f"built: {display_path(result.wheel)}")
+        for text in describe(result.record):
+            print(f"  {text}")
+        print(f"  record: {display_path(result.record_path)}; index: "
+              f"{(args.wheelhouse / 'simple').absolute().as_uri()}")
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a killed nox session, a batch scheduler) unwinds like Ctrl-C: pip's group is stopped."""
+    raise KeyboardInterrupt
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "build", help="build the flash-attn wheel of a line from its locked sdist",
+        description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
+                    "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
+                    "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
+    parser.add_argument("line", help="line name (cu126) or spec file")
+    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    parser.add_argument("--locks", type=Path, default=Path("locks"), help="lock directory (default: locks)")
+    parser.add_argument("--wheelhouse", type=Path, default=Path("wheelhouse"), help="output (default: wheelhouse)")
+    parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
+    parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
+                                       "(default: the spec's archs)")
+    parser.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)")
+    parser.add_argument("--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)")
+    parser.add_argument("--mem-gb", type=_positive_float,
+                        help="memory to size jobs against (default: MemAvailable; machines that grow memory "
+                             "on demand show less than they have)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when a cached wheel matches")
+    parser.add_argument("--keep-build-dir", action="store_true", help="keep the unpacked sdist and objects")
+    parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
+    parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
+    parser.add_argument("--report", action="store_true", help="print the newest build record's figures and exit")
+    parser.set_defaults(func=cmd_build)

@@ -1,0 +1,238 @@
+"""Build preflight: what would make a flash-attn compile fail, found in under 2 s before it starts.
+
+A failed flash-attn build costs anywhere from minutes to hours, so every cause we can see up front
+(wrong nvcc, CPU torch, a gcc nvcc refuses, missing headers or ninja, archs the nvcc cannot emit, too
+little RAM or disk) is checked from the toolchain fingerprint first. Each problem is one line naming
+the file or tool and the fix; all of them are reported together.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+from toolkit.fingerprint import Fingerprint
+from toolkit.knowledge import arch_number, load_knowledge, minor_of
+from toolkit.spec import EnvSpec
+
+# Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
+DISK_NEEDED_GB = 8.0
+
+
+@dataclass(frozen=True)
+class PreflightInput:
+    """Everything the checks look at: the spec, the probed toolchain and what the build will ask for."""
+
+    spec: EnvSpec
+    fp: Fingerprint
+    archs: tuple[str, ...]
+    mem_gb: float  # memory the build is sized against (available RAM or --mem-gb)
+    build_dir: Path  # where the sdist is unpacked and compiled (its filesystem's free space counts)
+    nvcc_archs: frozenset[str] | None  # `nvcc --list-gpu-code`, None when it could not run
+    gcc_cap: int | None  # the newest gcc major this nvcc's crt/host_config.h accepts
+
+
+def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
+    """The sm numbers this nvcc can emit (`nvcc --list-gpu-code` -> {'75', '80', ...})."""
+    if not nvcc:
+        return None
+    try:
+        done = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    codes = frozenset(re.findall(r"sm_(\d+)", done.stdout)) if done.returncode == 0 else frozenset()
+    return codes or None
+
+
+def host_gcc_cap(host_config_h: str | None) -> int | None:
+    """`#if __GNUC__ > 15` in nvcc's crt/host_config.h -> 15 (the check behind 'unsupported GNU version')."""
+    if not host_config_h:
+        return None
+    try:
+        match = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+def _cuda_tag(cuda: str) -> str:
+    return "cu" + cuda.replace(".", "")
+
+
+# ---------------------------------------------------------------- the checks (each: problem with fix, or None)
+
+
+def python_present(p: PreflightInput) -> str | None:
+    if p.fp.python_version:
+        return None
+    fix = "check toolchain.python_executable" if p.spec.toolchain.kind == "external" else \
+        f"run `toolkit install {p.spec.line}`"
+    return f"{p.fp.python_path or 'python3'}: the environment's python does not run ({fix})"
+
+
+def python_matches(p: PreflightInput) -> str | None:
+    if not p.fp.python_minor or p.fp.python_minor == p.spec.python:
+        return None
+    return f"{p.fp.python_path}: python {p.fp.python_version}, the spec says {p.spec.python} (use the line's environment)"
+
+
+def nvcc_present(p: PreflightInput) -> str | None:
+    if p.fp.nvcc_version:
+        return None
+    where = f"{p.fp.cuda_home}/bin/nvcc" if p.fp.cuda_home else "nvcc"
+    return (f"{where}: nvcc not found (pip's torch ships no nvcc: install the line's toolkit with "
+            f"`toolkit install {p.spec.line}` or point CUDA_HOME at a CUDA {p.spec.cuda} toolkit)")
+
+
+def nvcc_matches_line(p: PreflightInput) -> str | None:
+    if not p.fp.nvcc_line or p.fp.nvcc_line == p.spec.cuda:
+        return None
+    return (f"{p.fp.nvcc_path}: nvcc {p.fp.nvcc_version} but line {p.spec.line} is CUDA {p.spec.cuda} "
+            f"(use a CUDA {p.spec.cuda} toolkit)")
+
+
+def torch_present(p: PreflightInput) -> str | None:
+    if p.fp.torch or not p.fp.python_version:
+        return None
+    return (f"{p.fp.python_path}: torch is not installed (flash-attn's setup.py imports it: install torch "
+            f"{p.spec.torch_version} from {p.spec.torch_index} into this environment)")
+
+
+def torch_is_cuda_build(p: PreflightInput) -> str | None:
+    if not p.fp.torch or p.fp.torch.cuda:
+        return None
+    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} is a CPU build (torch.version.cuda is None; "
+            f"install the +{_cuda_tag(p.spec.cuda)} build from {p.spec.torch_index})")
+
+
+def torch_cuda_matches_nvcc(p: PreflightInput) -> str | None:
+    if not p.fp.torch or not p.fp.torch.cuda or not p.fp.nvcc_line:
+        return None
+    if minor_of(p.fp.torch.cuda) == p.fp.nvcc_line:
+        return None
+    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} was built for CUDA {p.fp.torch.cuda} "
+            f"but nvcc is {p.fp.nvcc_line} (install torch's {_cuda_tag(p.fp.nvcc_line)} build or use "
+            f"a CUDA {minor_of(p.fp.torch.cuda)} toolkit)")
+
+
+def gcc_present(p: PreflightInput) -> str | None:
+    if p.fp.gcc_version:
+        return None
+    return (f"{p.fp.cxx_path or 'g++'}: host C++ compiler not found (install gxx {p.spec.gcc} "
+            f"into the environment or put g++ on PATH)")
+
+
+def gcc_allowed_by_nvcc(p: PreflightInput) -> str | None:
+    if not p.fp.gcc_major or not p.fp.nvcc_line:
+        return None
+    line = load_knowledge().cuda_lines.get(p.fp.nvcc_line)
+    cap, source = (p.gcc_cap, p.fp.host_config_h) if p.gcc_cap else \
+        (line.max_gcc if line else None, "toolkit/knowledge/cuda_lines.yaml")
+    if cap is None or int(p.fp.gcc_major) <= cap:
+        return None
+    return (f"{p.fp.cxx_path}: gcc {p.fp.gcc_version} is newer than nvcc {p.fp.nvcc_line} accepts "
+            f"(max gcc {cap}, per {source}: use gcc <= {cap})")
+
+
+def cuda_headers_present(p: PreflightInput) -> str | None:
+    if not p.fp.cuda_home or not p.fp.nvcc_version:
+        return None
+    if not p.fp.cuda_h:
+        return (f"{p.fp.cuda_home}/include/cuda.h: missing (CUDA_HOME is a toolkit without headers: "
+                f"install cuda-cudart-dev or point CUDA_HOME at a full toolkit)")
+    if not p.fp.host_config_h:
+        return (f"{p.fp.cuda_home}/include/crt/host_config.h: missing (nvcc's crt headers: install "
+                f"cuda-nvcc's crt headers or point CUDA_HOME at a full toolkit)")
+    return None
+
+
+def ninja_present(p: PreflightInput) -> str | None:
+    if p.fp.ninja_path:
+        return None
+    return ("ninja: not found on PATH (without it torch compiles one file at a time and the build takes "
+            "hours: install ninja into the environment)")
+
+
+def archs_supported(p: PreflightInput) -> str | None:
+    kb = load_knowledge()
+    too_old = [a for a in p.archs if arch_number(a) < kb.fa_min_arch]
+    if too_old:
+        return (f"{p.spec.where('archs')}: archs: sm_{', sm_'.join(too_old)} older than FlashAttention-2 "
+                f"supports (sm_{kb.fa_min_arch} or newer: drop them)")
+    if not p.fp.nvcc_line:
+        return None
+    line = kb.cuda_lines.get(p.fp.nvcc_line)
+    known = set(line.archs) if line else None
+    unsupported = [a for a in p.archs
+                   if (p.nvcc_archs is not None and str(arch_number(a)) not in p.nvcc_archs)
+                   or (known is not None and a not in known)]
+    if not unsupported:
+        return None
+    accepted = sorted(p.nvcc_archs or known or (), key=arch_number)
+    return (f"{p.fp.nvcc_path}: nvcc {p.fp.nvcc_version} cannot compile sm_{', sm_'.join(unsupported)} "
+            f"(it accepts sm_{', sm_'.join(accepted)}: drop the arch or use a newer CUDA line)")
+
+
+def enough_disk(p: PreflightInput) -> str | None:
+    if p.fp.disk_free_gb >= DISK_NEEDED_GB:
+        return None
+    return (f"{p.build_dir}: {p.fp.disk_free_gb:.1f} GB free, a flash-attn build needs about {DISK_NEEDED_GB:.0f} GB "
+            f"(free space, or set TOOLKIT_CACHE to a larger filesystem)")
+
+
+def enough_memory(p: PreflightInput) -> str | None:
+    need = p.spec.build.gb_per_nvcc_thread
+    if p.mem_gb >= need:
+        return None
+    return (f"/proc/meminfo: {p.mem_gb:.1f} GB available, one nvcc thread needs about {need} GB "
+            f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
+
+
+CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
+    python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
+    torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, ninja_present,
+    archs_supported, enough_disk, enough_memory,
+)
+
+
+def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
+    """For an external toolchain: where this machine differs from what spec.toolchain promises."""
+    want = spec.toolchain
+    torch = fp.torch
+    pairs = [
+        ("nvcc", want.nvcc, fp.nvcc_line),
+        ("gcc", want.gcc, fp.gcc_major),
+        ("python", want.python, fp.python_minor),
+        ("torch", want.torch, torch.version if torch else None),
+        ("cxx11_abi", want.cxx11_abi, torch.cxx11_abi if torch else None),
+    ]
+    return [f"{name} {have} (spec: {expected})" for name, expected, have in pairs
+            if expected is not None and have != expected]
+
+
+def problems(p: PreflightInput) -> list[str]:
+    """Every preflight problem, in the order a user should fix them."""
+    found = []
+    mismatches = toolchain_mismatches(p.spec, p.fp) if p.spec.toolchain.kind == "external" else []
+    if mismatches:
+        found.append(f"{p.spec.where('toolchain')}: this machine's toolchain differs from the spec: "
+                     f"{', '.join(mismatches)} (fix the machine, or the spec's toolchain section)")
+    found += [problem for check in CHECKS if (problem := check(p))]
+    return found
+
+
+def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
+                    build_dir: Path) -> PreflightInput:
+    return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
+                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_gcc_cap(fp.host_config_h))
+
+
+def run_preflight(p: PreflightInput) -> None:
+    """Raise one ToolkitError whose lines are the problems (the CLI prints each as `error: ...`)."""
+    found = problems(p)
+    if found:
+        raise ToolkitError("\nerror: ".join(found))

@@ -1,0 +1,88 @@
+"""`toolkit verify LINE`: check the installed flash-attn on a GPU against an fp32 reference attention.
+
+Levels: `smoke` (every API and feature once, under 30 s), `full` (the whole grid plus transformers
+parity, under 5 min on one H200), `parity` (only the transformers check). Reports go to
+reports/<line>/verify.json and verify.xml; the exit status is non-zero on any failure.
+This module stays light (no torch at import): the CLI loads it to register the verb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+LEVELS = ("smoke", "full", "parity")
+WITH_PARITY = ("full", "parity")
+DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from toolkit.verify.machine import add_line_arguments
+
+    parser = subparsers.add_parser(
+        "verify", help="check flash-attn on a GPU against an fp32 reference attention",
+        description="Run the verification suite against the flash-attn installed in the line's environment: "
+                    "every API, fwd+bwd, fp16/bf16, head dims 32-256, masks, GQA, softcap, ALiBi, dropout, "
+                    "deterministic backward; the full level adds transformers parity. Writes "
+                    "reports/LINE/verify.json and verify.xml; exit 1 on any failure or without a GPU.")
+    add_line_arguments(parser)
+    parser.add_argument("--level", choices=LEVELS, default="smoke", help="how much to run (default: smoke)")
+    parser.set_defaults(func=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toolkit.verify import machine, report
+
+    command = f"toolkit verify {args.line} --level {args.level}"
+    code, written = machine.measure_for_line(
+        args, "toolkit.verify", ["--level", args.level, "--command", command],
+        lambda line, report_dir: measure(line, args.level, report_dir, command), "verification", "verify.json")
+    if written:
+        report.show(written, Console())
+    return code
+
+
+def measure(line: str, level: str, report_dir: Path, command: str) -> int:
+    """The GPU side, in the environment's own python: run, write the reports, return the exit status."""
+    from toolkit.verify import machine, report
+    from toolkit.verify.cases import LEVELS as CASES
+
+    machine.require_cuda("verification")
+    from toolkit.verify.parity import run_parity
+    from toolkit.verify.runner import run_suite
+
+    flash_attn, import_error = machine.import_flash_attn()
+    environment = machine.environment_info(flash_attn, command)
+    start = time.perf_counter()
+    results, parity = [], []
+    if flash_attn is not None:
+        cases = CASES[level]() if level in CASES else []
+        with machine.progress(len(cases), f"verify {line} ({level})") as advance:
+            results = run_suite(flash_attn, cases, DEVICE, lambda result: advance(
+                "" if result.status == "passed" else f"{result.status}: {result.name}: {result.message}"))
+        if level in WITH_PARITY:
+            parity = run_parity(DEVICE)
+    data = report.build_report(line, level, environment, results, parity, time.perf_counter() - start, import_error)
+    report.write_reports(data, report_dir)
+    return 0 if report.passed(data) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.verify`: the measurement alone, as re-executed under the line's python."""
+    from toolkit.errors import ToolkitError
+
+    parser = argparse.ArgumentParser(prog="python -m toolkit.verify")
+    parser.add_argument("--line", required=True)
+    parser.add_argument("--level", choices=LEVELS, default="smoke")
+    parser.add_argument("--report-dir", type=Path, required=True)
+    parser.add_argument("--command", default="python -m toolkit.verify")
+    args = parser.parse_args(argv)
+    try:
+        return measure(args.line, args.level, args.report_dir, args.command)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -1,0 +1,3 @@
+from toolkit.verify import main
+
+raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""What verify and bench share about the machine: the GPU gate, which python runs, what gets recorded.
+
+The measuring code runs in the line's own environment, the python that holds torch and the built
+flash-attn wheel. When `toolkit` itself runs under another interpreter, the measurement re-executes
+as `python -m toolkit.verify` / `python -m toolkit.bench` under the environment's python; that child
+needs torch and flash-attn only (no pyyaml or conda tooling), so this module imports only the standard
+library at the top (the spec, for the parent side, is loaded inside measure_for_line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+from toolkit.errors import ToolkitError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the toolkit package
+NO_GPU = "no CUDA GPU visible ({why}): run {what} on a GPU machine"
+
+
+def require_cuda(what: str) -> ModuleType:
+    """torch with a visible CUDA device, or a one-line ToolkitError saying why not."""
+    try:
+        import torch
+    except ImportError:
+        raise ToolkitError(f"{sys.executable}: torch is not importable here (install the line's environment, "
+                           f"or pass --python PATH of one that has torch and flash-attn)") from None
+    if not torch.cuda.is_available():
+        raise ToolkitError(NO_GPU.format(why="torch.cuda.is_available() is False", what=what))
+    return torch
+
+
+def import_flash_attn() -> tuple[ModuleType | None, str]:
+    """(flash_attn module, "") or (None, why it does not import): a broken wheel is a verification finding."""
+    try:
+        import flash_attn
+    except Exception as exc:  # ImportError, or an undefined symbol from a wheel built for another torch
+        return None, f"{type(exc).__name__}: {exc}"[:500]
+    return flash_attn, ""
+
+
+def environment_info(flash_attn: ModuleType | None, command: str) -> dict:
+    """Where and with what a report was produced: enough to tell two runs apart."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    extension = sys.modules.get("flash_attn_2_cuda")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "command": command,
+        "python": sys.executable,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "gpu_capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None,
+        "flash_attn": {
+            "version": getattr(flash_attn, "__version__", None),
+            "path": getattr(flash_attn, "__file__", None),
+            "extension": getattr(extension, "__file__", None),
+        },
+    }
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write through a temporary file in the same folder and rename: readers never see half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
+    """Yields advance(note): one step done; a non-empty note (a failure) is printed above the bar.
+    A rich bar where rich is installed (the line's environment may not have it), else the notes alone."""
+    try:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.text import Text
+    except ImportError:
+        def print_note(note: str = "") -> None:
+            if note:
+                print(note, flush=True)
+
+        yield print_note
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns) as bar:
+        task = bar.add_task(label, total=total)
+
+        def advance(note: str = "") -> None:
+            bar.advance(task)
+            if note:
+                bar.console.print(Text(note, style="red"))
+
+        yield advance
+
+
+# ---------------------------------------------------------------- which python measures
+
+
+def environment_python(spec) -> Path:
+    """The line's python: the external toolchain's interpreter, or the locked env's .envs/<line>/bin/python."""
+    if spec.toolchain.kind == "external":
+        return Path(spec.toolchain.python_executable)
+    return Path(".envs") / spec.line / "bin" / "python"
+
+
+def is_current_interpreter(python: Path) -> bool:
+    """Same environment as this process? A venv's python is a symlink to the base interpreter, so compare
+    the environments (the folder above bin/), not the executables."""
+    return os.path.realpath(Path(python).absolute().parent.parent) == os.path.realpath(sys.prefix)
+
+
+def run_under(python: Path, module: str, args: list[str], spec_path: Path, what: str) -> int:
+    """Re-run `python -m module args` under the environment's interpreter, with this toolkit importable."""
+    if not Path(python).exists():
+        if not glob.glob("/dev/nvidia[0-9]*"):  # say the more basic problem first
+            raise ToolkitError(NO_GPU.format(why="no /dev/nvidia* device", what=what))
+        raise ToolkitError(f"{spec_path}: environment python {python} does not exist "
+                           f"(install the line's environment first, or pass --python PATH)")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([str(python), "-m", module, *args], env=env).returncode
+
+
+
+def add_line_arguments(parser: argparse.ArgumentParser) -> None:
+    """LINE, --python, --report-dir, --envs: what verify and bench need to find the environment."""
+    parser.add_argument("line", metavar="LINE", help="line name (gpu-machine, cu126) or spec file")
+    parser.add_argument("--python", type=Path, help="interpreter holding torch + flash-attn (default: the line's)")
+    parser.add_argument("--report-dir", type=Path, help="where reports go (default: reports/LINE)")
+    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+
+
+def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str],
+                     here: Callable[[str, Path], int], what: str, report_name: str) -> tuple[int, Path | None]:
+    """Run the measurement for the line in this process, or as `python -m module` under the line's python.
+
+    Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
+    """
+    from toolkit.rules import checked_spec
+    from toolkit.spec import resolve_spec_arg
+
+    spec = checked_spec(resolve_spec_arg(args.line, args.envs))
+    report_dir = args.report_dir or Path("reports") / spec.line
+    python = args.python or environment_python(spec)
+    report = report_dir / report_name
+    before = report.stat().st_mtime_ns if report.exists() else None
+    if is_current_interpreter(python):
+        code = here(spec.line, report_dir)
+    else:
+        code = run_under(python, module, ["--line", spec.line, "--report-dir", str(report_dir), *child_args],
+                         spec.path, what)
+    written = report.exists() and report.stat().st_mtime_ns != before
+    return code, report if written else None

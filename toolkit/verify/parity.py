@@ -1,0 +1,127 @@
+"""Integration parity: a tiny, randomly initialised Llama run through transformers' attention backends.
+
+No weights are downloaded: the model is built from a config with a fixed seed. Every implementation
+(flash_attention_2, sdpa, eager) runs the same weights at low precision; the reference is eager
+attention in fp32. An implementation passes when its logits (at real, non-padding tokens) are at most
+2x as far from the reference as eager's own low-precision logits, plus 1% of the logits' scale.
+Batches run without padding and with right and left padding, which sends flash-attn through its
+varlen path inside transformers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+
+IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
+FACTOR = 2.0
+SCALE_FRACTION = 0.01
+BATCH, SEQLEN = 3, 32
+
+
+@dataclass
+class ParityResult:
+    name: str  # "<scenario>/<implementation>"
+    status: str  # "passed" | "failed" | "error"
+    error: float | None
+    bound: float | None
+    duration_s: float
+    message: str = ""
+    traceback: str = ""
+
+
+def tiny_llama_config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4 * SEQLEN)
+
+
+def scenarios(device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """name -> (input_ids, attention_mask); 'padding' has a right-padded and a left-padded row."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 1000, (BATCH, SEQLEN), generator=generator)
+    full = torch.ones(BATCH, SEQLEN, dtype=torch.long)
+    padded = full.clone()
+    padded[1, SEQLEN - 10:] = 0  # right padding
+    padded[2, :7] = 0  # left padding
+    return {"no-padding": (ids.to(device), full.to(device)), "padding": (ids.to(device), padded.to(device))}
+
+
+def _build(config, implementation: str, state: dict | None, device: torch.device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
+    if state is not None:
+        model.load_state_dict(state)
+    used = model.config._attn_implementation
+    if used != implementation:
+        raise RuntimeError(f"transformers picked attn_implementation {used!r} instead of {implementation!r}")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _logits(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits.float()
+
+
+def run_parity(device: torch.device | str, implementations: tuple[str, ...] = IMPLEMENTATIONS,
+               dtype: torch.dtype = torch.bfloat16) -> list[ParityResult]:
+    """One result per (scenario, implementation); a failure to build or run one is its own error."""
+    device = torch.device(device)
+    start = time.perf_counter()
+    try:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach for the hub (GPU hosts are offline)
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        torch.set_float32_matmul_precision("highest")
+        torch.manual_seed(0)
+        config = tiny_llama_config()
+        reference_model = _build(config, "eager", None, device, torch.float32)
+        state = {name: tensor.to("cpu") for name, tensor in reference_model.state_dict().items()}
+        eager_low = _build(config, "eager", state, device, dtype)
+        inputs = scenarios(device)
+        references = {name: _logits(reference_model, *batch) for name, batch in inputs.items()}
+        floors = {name: _max_error(_logits(eager_low, *batch), references[name], batch[1])
+                  for name, batch in inputs.items()}
+    except Exception as exc:  # no transformers, or the reference itself broke: one error, reported
+        return [ParityResult("setup", "error", None, None, time.perf_counter() - start,
+                             f"{type(exc).__name__}: {exc}"[:500], traceback.format_exc()[-4000:])]
+    results = []
+    for implementation in implementations:
+        model_start = time.perf_counter()
+        try:
+            model = _build(config, implementation, state, device, dtype)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"[:500]
+            results += [ParityResult(f"{name}/{implementation}", "error", None, None,
+                                     time.perf_counter() - model_start, message, traceback.format_exc()[-4000:])
+                        for name in inputs]
+            continue
+        for name, (ids, mask) in inputs.items():
+            results.append(_compare(f"{name}/{implementation}", model, ids, mask, references[name], floors[name]))
+    return results
+
+
+def _max_error(logits: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> float:
+    real = mask.bool()
+    return float((logits[real] - reference[real]).abs().max())
+
+
+def _compare(name: str, model, ids, mask, reference: torch.Tensor, floor: float) -> ParityResult:
+    start = time.perf_counter()
+    try:
+        error = _max_error(_logits(model, ids, mask), reference, mask)
+    except Exception as exc:
+        return ParityResult(name, "error", None, None, time.perf_counter() - start,
+                            f"{type(exc).__name__}: {exc}"[:500], traceback.format_exc()[-4000:])
+    scale = float(reference[mask.bool()].abs().max())
+    bound = FACTOR * floor + SCALE_FRACTION * scale
+    passed = error <= bound  # NaN fails
+    message = "" if passed else f"logits differ by {error:.3g} > {bound:.3g} (eager low-precision: {floor:.3g})"
+    return ParityResult(name, "passed" if passed else "failed", error, bound, time.perf_counter() - start, message)
