@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.verify import machine
 
@@ -251,7 +252,7 @@ def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, hea
             "tokens": tokens, "model_width": MODEL_WIDTH, "duration_s": round(time.perf_counter() - started, 1),
             "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd",
             "measurements": [asdict(r) for r in rows]}
-    machine.write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+    write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
     return 0
 
 
@@ -294,8 +295,8 @@ def finish(report_dir: Path, console) -> int:
     for row in data["measurements"]:
         row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
     data["targets"] = evaluate_targets(data, targets)
-    machine.write_atomic(path, json.dumps(data, indent=2) + "\n")
-    machine.write_atomic(report_dir / "bench.png", plot(data))
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(report_dir / "bench.png", plot(data))
     print_table(data, console)
     for target in data["targets"]:
         measured = target["measured_tflops"]
@@ -371,7 +372,7 @@ def plot(data: dict) -> bytes:
         ax.set_xlabel("seqlen", fontsize=8)
     figure.suptitle(f"{data['line']}: attention throughput on {data['gpu']}"
                     + (f" (dashed: bf16 dense peak {peak} TFLOP/s)" if peak else ""))
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.98))  # leave the top strip to the title
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
     plt.close(figure)

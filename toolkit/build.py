@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.diagnose import diagnose, first_error_line
 from toolkit.errors import ToolkitError
+from toolkit.fslock import locked
 from toolkit.fingerprint import Fingerprint, probe
 from toolkit.knowledge import arch_number, minor_of
 from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_reason
@@ -103,8 +104,17 @@ class BuildResult:
 
 
 def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
-    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent."""
+    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent.
+
+    The entry is locked while checked or written: builds of several lines (Slurm array tasks on nodes
+    sharing the cache) never download into, or delete, the same file at once.
+    """
     dest = cache / "sdist" / sdist.sha256 / sdist.filename
+    with locked(dest.parent):
+        return _fetch_sdist_locked(sdist, dest)
+
+
+def _fetch_sdist_locked(sdist: LockedSdist, dest: Path) -> Path:
     if dest.exists():
         actual = sha256_file(dest)
         if actual == sdist.sha256:

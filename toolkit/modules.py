@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from importlib import metadata
@@ -24,6 +23,7 @@ from string import Template
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import load_knowledge, minor_of
 from toolkit.lock import LockedEnv, lock_path, read_lock
@@ -521,15 +521,7 @@ def write_atomically(path: Path, text: str) -> None:
         for directory in reversed(missing):
             directory.mkdir()
             directory.chmod(0o755)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text)
     except OSError as exc:
         raise ToolkitError(f"{path}: cannot write ({exc.strerror or exc}; check --root and its permissions)") from None
 

@@ -16,7 +16,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec, display_path
 from toolkit.wheelhouse import records
@@ -332,29 +332,16 @@ def submit_script_text(plan: MatrixPlan) -> str:
         *verify, ""])
 
 
-def write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write whole or not at all: a reader (or sbatch) never sees half a script."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def write_run_dir(plan: MatrixPlan) -> None:
     """The scripts, plan.json and the empty logs/ and status/ folders the jobs write into."""
     try:
         for folder in (plan.run_dir / "logs", plan.run_dir / "status", plan.workdir / LINE_LOCKS):
             folder.mkdir(parents=True, exist_ok=True)
-        write_file(plan.run_dir / "plan.json", json.dumps(asdict(plan), indent=2, default=str) + "\n")
-        write_file(plan.build_script, build_script_text(plan), 0o755)
+        write_atomic(plan.run_dir / "plan.json", json.dumps(asdict(plan), indent=2, default=str) + "\n")
+        write_atomic(plan.build_script, build_script_text(plan), 0o755)
         for line in plan.lines if plan.verifies else ():
-            write_file(plan.verify_script(line.line), verify_script_text(plan, line), 0o755)
-        write_file(plan.run_dir / "submit.sh", submit_script_text(plan), 0o755)  # for Slurm, even after a local run
+            write_atomic(plan.verify_script(line.line), verify_script_text(plan, line), 0o755)
+        write_atomic(plan.run_dir / "submit.sh", submit_script_text(plan), 0o755)  # for Slurm, even after a local run
     except OSError as exc:
         raise ToolkitError(f"{display_path(plan.run_dir)}: cannot write the run's scripts ({exc.strerror}; "
                            "pass a writable --runs-dir)") from None
@@ -702,7 +689,7 @@ def line_results(plan: MatrixPlan, views: dict[Task, TaskView]) -> list[LineResu
 def write_summary(plan: MatrixPlan, results: list[LineResult]) -> dict:
     summary = {"run_dir": str(plan.run_dir), "executor": plan.executor, "verify": plan.verify_mode,
                "ok": all(r.ok for r in results), "lines": [{**asdict(r), "ok": r.ok} for r in results]}
-    write_file(plan.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(plan.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     return summary
 
 

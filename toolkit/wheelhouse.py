@@ -22,7 +22,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.fslock import locked
 from toolkit.spec import display_path
 
 RECORD_SUFFIX = ".build.json"
@@ -51,15 +53,6 @@ def inputs_key(inputs: dict) -> str:
 
 def record_path_for(wheel: Path) -> Path:
     return wheel.with_name(wheel.name + RECORD_SUFFIX)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def read_record(path: Path) -> dict:
@@ -102,7 +95,7 @@ def place(built_wheel: Path, line_dir: Path, record: dict) -> Path:
         os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
-    write_json_atomic(record_path_for(dest), record)
+    write_atomic(record_path_for(dest), json.dumps(record, indent=2, sort_keys=True) + "\n")
     return dest
 
 
@@ -115,8 +108,13 @@ def write_index(wheelhouse: Path) -> Path:
     """(Re)write wheelhouse/simple/: one page per project, linking every recorded wheel with its sha256.
 
     Only wheels with a record are listed, so `pip install --index-url file://.../simple` never sees a
-    wheel whose build did not finish.
+    wheel whose build did not finish. Builds of several lines finishing together take turns (file lock).
     """
+    with locked(wheelhouse / "simple"):
+        return _write_index_locked(wheelhouse)
+
+
+def _write_index_locked(wheelhouse: Path) -> Path:
     projects: dict[str, list[tuple[str, str]]] = {}
     for record_file in sorted(wheelhouse.glob(f"*/*{RECORD_SUFFIX}")):
         record = read_record(record_file)

@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,19 +69,6 @@ def environment_info(flash_attn: ModuleType | None, command: str) -> dict:
             "extension": getattr(extension, "__file__", None),
         },
     }
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write through a temporary file in the same folder and rename: readers never see half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolkit.verify.machine import write_atomic
+from toolkit.atomic import write_atomic
 
 if TYPE_CHECKING:  # no torch needed to render a report
     from toolkit.verify.parity import ParityResult
