@@ -11,6 +11,9 @@ from pathlib import Path
 
 import nox
 
+from toolkit.errors import ToolkitError
+from toolkit.spec import load_spec
+
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["check"]
 
@@ -26,6 +29,8 @@ PER_LINE = {
     "verify": ("verify",),
     "bench": ("bench",),
 }
+# An external toolchain is the machine's own (a site module, an image): there is nothing to install.
+LOCKED_ONLY = {"env"}
 
 
 def toolkit(session: nox.Session, *args: str) -> None:
@@ -82,6 +87,14 @@ def _register_line_session(prefix: str, verb: tuple[str, ...], line: str) -> Non
     nox.session(name=f"{prefix}-{line}")(session_fn)
 
 
+def _is_external(line: str) -> bool:
+    try:
+        return load_spec(ENVS / f"{line}.yaml").toolchain.kind == "external"
+    except ToolkitError:
+        return False  # a broken spec keeps every session: `nox -s check` says what is wrong
+
+
 for _line in LINES:
     for _prefix, _verb in PER_LINE.items():
-        _register_line_session(_prefix, _verb, _line)
+        if not (_prefix in LOCKED_ONLY and _is_external(_line)):
+            _register_line_session(_prefix, _verb, _line)

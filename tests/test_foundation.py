@@ -408,3 +408,12 @@ def test_console_script_installed():
     done = subprocess.run(["toolkit", "check", "--help"], capture_output=True, text=True,
                           env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
     assert done.returncode == 0 and "compatibility" in done.stdout
+
+
+def test_nox_sessions_come_from_envs():
+    listed = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True).stdout
+    sessions = {line.split()[1] for line in listed.splitlines() if line[:2] in ("* ", "- ")}
+    lines = {p.stem for p in (ROOT / "envs").glob("*.yaml")} - {"base"}
+    for line in lines:
+        assert {f"check-{line}", f"lock-{line}", f"build-{line}", f"verify-{line}", f"bench-{line}"} <= sessions
+    assert "env-cu126" in sessions and "env-gpu-machine" not in sessions  # external: nothing to install

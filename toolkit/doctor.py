@@ -609,7 +609,7 @@ def check_line_archs(f: Facts) -> Row | None:
         if first_line else ""
     return Row("line-archs", "fail", f"archs {' '.join(spec.archs)} leave out GPU "
                                      f"{', '.join(f'{g.index} (sm_{g.sm})' for g in missing)}",
-               f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.where('archs').file)}{needs}")
+               f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.path)}{needs}")
 
 
 def check_lock(f: Facts) -> Row:
