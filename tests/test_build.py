@@ -26,8 +26,8 @@ from fixtures.fa_fixture_project import (make_stub_torch_env, make_torch_double_
 from rich.console import Console
 
 from toolkit.archs import cubin_archs, cuobjdump_archs, fatbin_entries, FatbinEntry
-from toolkit.build import (BuildOptions, build, efficiency, fetch_sdist, resolve_archs, setup_py_archs,
-                           size_parallelism, torch_arch_list)
+from toolkit.build import (BuildOptions, build, efficiency, fetch_sdist, install_ninja_shim, longest_first,
+                           resolve_archs, setup_py_archs, size_parallelism, torch_arch_list)
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
@@ -138,6 +138,7 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert eff["sum_object_s"] == pytest.approx(sum(o["seconds"] for o in outputs["objects"]), abs=0.2)
     assert 0 < eff["parallel_efficiency"] <= 1.0 + 1e-6
     assert (project.root / record["log"]).exists()
+    assert record["schedule"] == {"seeded": False, "from_record": None}  # no earlier build to take times from
 
 
 def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
@@ -219,6 +220,12 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     after = record_of(project)
     assert after["outputs"]["wheel_sha256"] == before
     assert str(other_cache) in after["environment"]["CFLAGS"]  # it really was another directory
+    # the first build's record seeded this one's schedule, and the reordered manifest left the bytes alone
+    (record_file,) = project.line_dir.glob("*.build.json")
+    assert after["schedule"] == {"seeded": True, "from_record": f"wheelhouse/fixture/{record_file.name}"}
+    assert "schedule: longest objects first" in again.stderr
+    objects = len(after["outputs"]["objects"])
+    assert f"{objects} object edges ordered longest first" in (project.root / after["log"]).read_text()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -340,6 +347,59 @@ def test_efficiency_against_slots_and_longest_object():
     figures = efficiency(serial, 2, 45.0)
     assert figures["parallel_efficiency"] == pytest.approx(0.5)
     assert figures["slot_bound_s"] == pytest.approx(20.0) and figures["compile_wall_s"] == pytest.approx(40.0)
+
+
+TORCH_SHAPED_MANIFEST = """ninja_required_version = 1.3
+rule cuda_compile
+  command = $nvcc $cuda_cflags -c $in -o $out $cuda_post_cflags
+
+build /b/temp/csrc/flash_api.o: compile /s/csrc/flash_api.cpp
+build /b/temp/csrc/flash_fwd_hdim64.o: cuda_compile /s/csrc/flash_fwd_hdim64.cu
+build /b/temp/csrc/new$ kernel.o: cuda_compile /s/csrc/new$ kernel.cu
+build /b/temp/csrc/flash_bwd_hdim128.o: cuda_compile /s/csrc/flash_bwd_hdim128.cu
+
+build /b/temp/dlink.o: cuda_devlink /b/temp/csrc/flash_api.o /b/temp/csrc/flash_fwd_hdim64.o"""
+
+
+def test_longest_first_reorders_only_the_timed_object_edges():
+    seconds = {"flash_api.o": 31.0, "flash_fwd_hdim64.o": 120.5, "flash_bwd_hdim128.o": 430.8, "dlink.o": 5.0,
+               "gone.o": 999.0}
+    lines = longest_first(TORCH_SHAPED_MANIFEST, seconds).split("\n")
+    before = TORCH_SHAPED_MANIFEST.split("\n")
+    assert lines[4:8] == [before[7], before[5], before[6], before[4]]  # bwd 430 s, fwd 120 s, (untimed), api 31 s
+    assert lines[:4] == before[:4] and lines[8:] == before[8:]  # rules and the dlink edge keep their places
+    assert longest_first(TORCH_SHAPED_MANIFEST, {}) == TORCH_SHAPED_MANIFEST
+    assert longest_first(TORCH_SHAPED_MANIFEST, {"new kernel.o": 1000.0}).split("\n")[6] == before[6]
+
+
+def test_real_ninja_starts_the_previously_longest_object_first(tmp_path):
+    """The real ninja (-j1) runs build.ninja in manifest order; previous durations in .ninja_log do not
+    change that (ninja 1.12/1.13 weigh every edge 1); the shim's reordered manifest does."""
+    if shutil.which("ninja") is None:
+        pytest.skip("needs ninja on PATH (pip install ninja)")
+    work = tmp_path / "temp"
+    work.mkdir()
+    for name in ("a", "b", "c"):
+        (work / f"{name}.cu").write_text("")
+    (work / "build.ninja").write_text("rule cc\n  command = echo $out >> order.txt && touch $out\n"
+                                      "build fast_a.o: cc a.cu\nbuild mid_b.o: cc b.cu\nbuild slow_c.o: cc c.cu\n")
+    seconds = {"fast_a.o": 1.0, "mid_b.o": 30.0, "slow_c.o": 430.0}
+
+    def run_order(ninja: str) -> list[str]:
+        for stale in ("order.txt", "fast_a.o", "mid_b.o", "slow_c.o"):
+            (work / stale).unlink(missing_ok=True)
+        done = subprocess.run([ninja, "-j1", "-C", str(work)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return (work / "order.txt").read_text().split()
+
+    assert run_order("ninja") == ["fast_a.o", "mid_b.o", "slow_c.o"]
+    (work / ".ninja_log").write_text("# ninja log v7\n" + "".join(
+        f"0\t{int(s * 1000)}\t0\t{name}\t0\n" for name, s in seconds.items()))
+    assert run_order("ninja") == ["fast_a.o", "mid_b.o", "slow_c.o"]  # the log's durations are not the schedule
+    assert install_ninja_shim(tmp_path / "shim", seconds, os.environ["PATH"])
+    assert run_order(str(tmp_path / "shim" / "ninja")) == ["slow_c.o", "mid_b.o", "fast_a.o"]
+    assert not install_ninja_shim(tmp_path / "none", seconds, str(tmp_path / "empty"))  # no real ninja: no shim
+    assert not (tmp_path / "none").exists()
 
 
 def test_arch_selection():

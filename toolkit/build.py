@@ -9,12 +9,15 @@ install + import) -> wheel and record into wheelhouse/<line>/ atomically -> PEP 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -28,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from toolkit.archs import compiled_archs, missing_archs
+from toolkit.atomic import write_atomic
 from toolkit.diagnose import diagnose, first_error_line
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -362,6 +366,77 @@ def ninja_objects(src_dir: Path) -> list[dict]:
     return sorted(objects, key=lambda o: o["start_s"])
 
 
+# ---------------------------------------------------------------- longest objects first
+#
+# ninja 1.12/1.13 do not read durations from .ninja_log for scheduling: EdgeWeightHeuristic (src/build.cc)
+# weighs every non-phony edge 1 (the log feeds only the ETA), and among ready edges of equal critical-path
+# weight the lowest edge id, i.e. the earliest `build` line of build.ninja, starts first (EdgePriorityLess,
+# src/graph.h). So the schedule is the manifest order, and this writes the objects of the previous build
+# of the same sdist into build.ninja longest first, through a `ninja` placed first on the build's PATH.
+# The link line keeps its own object order, so the wheel's bytes do not change.
+
+BUILD_EDGE_OUTPUT = re.compile(r"^build ((?:[^\s:$]|\$.)+):")  # `$ ` and `$:` are escaped space and colon
+
+
+def previous_object_times(line_dir: Path, sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
+    """Per-object compile seconds of the newest recorded build of the same sdist, with its record path."""
+    for path, record in records(line_dir) if line_dir.is_dir() else []:
+        objects = record.get("outputs", {}).get("objects")
+        if record.get("sdist", {}).get("sha256") == sdist_sha256 and objects:
+            return path, {o["name"]: o["seconds"] for o in objects}
+    return None
+
+
+def _edge_object(line: str) -> str | None:
+    match = BUILD_EDGE_OUTPUT.match(line)
+    return Path(re.sub(r"\$(.)", r"\1", match.group(1))).name if match else None
+
+
+def longest_first(manifest: str, seconds: dict[str, float]) -> str:
+    """build.ninja with the edges of objects of known time sorted longest first, within the lines they held."""
+    lines = manifest.split("\n")
+    slots = [i for i, line in enumerate(lines) if _edge_object(line) in seconds]
+    ordered = sorted((lines[i] for i in slots), key=lambda line: -seconds[_edge_object(line)])
+    for i, line in zip(slots, ordered):
+        lines[i] = line
+    return "\n".join(lines)
+
+
+def install_ninja_shim(shim_dir: Path, seconds: dict[str, float], path_env: str) -> bool:
+    """Write shim_dir/ninja: reorders the manifest it is about to build (`-C DIR` or the working
+    directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
+    real = shutil.which("ninja", path=path_env)
+    if real is None:
+        return False
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    times = shim_dir / "object-times.json"
+    times.write_text(json.dumps(seconds, indent=1, sort_keys=True))
+    toolkit_root = str(Path(__file__).resolve().parent.parent)  # importable whatever the build's PYTHONPATH
+    reorder = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
+               "from toolkit.build import reorder_manifest; reorder_manifest(sys.argv[1:])")
+    (shim_dir / "ninja").write_text(
+        "#!/bin/sh\n# toolkit build: the previous build's longest objects first (toolkit/build.py)\n"
+        f'case "$1" in --version) exec {shlex.quote(real)} "$@";; esac\n'
+        f'{shlex.quote(sys.executable)} -c {shlex.quote(reorder)} {shlex.quote(str(times))} "$@" '
+        '|| echo "toolkit: could not reorder build.ninja; building in file order" >&2\n'
+        f'exec {shlex.quote(real)} "$@"\n')
+    (shim_dir / "ninja").chmod(0o755)
+    return True
+
+
+def reorder_manifest(args: list[str]) -> None:
+    """The shim's step: args are the times file, then ninja's own arguments."""
+    times, ninja_args = Path(args[0]), args[1:]
+    directory = ninja_args[ninja_args.index("-C") + 1] if "-C" in ninja_args[:-1] else "."
+    manifest = Path(directory) / "build.ninja"
+    if manifest.exists():
+        seconds = json.loads(times.read_text())
+        text = manifest.read_text()
+        write_atomic(manifest, longest_first(text, seconds))
+        timed = sum(_edge_object(line) in seconds for line in text.split("\n"))
+        print(f"toolkit: {manifest}: {timed} object edges ordered longest first (previous build's times)", flush=True)
+
+
 def efficiency(objects: list[dict], jobs: int, build_wall_s: float) -> dict:
     """How close the compile came to its lower bound max(sum of object times / job slots, longest object)."""
     if not objects:
@@ -497,13 +572,20 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
                                f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
                                f"silently (drop them from archs / --arch)")
         env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
+        previous = previous_object_times(line_dir, locked.sdist.sha256)
+        shim_dir = build_dir / "schedule"
+        seeded = previous is not None and install_ninja_shim(shim_dir, previous[1], env["PATH"])
+        schedule = {"seeded": seeded, "from_record": display_path(previous[0]) if seeded else None}
         out_dir = build_dir / "dist"
         cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
                "--wheel-dir", str(out_dir), str(src_dir)]
         console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
         console.print(f"log: {display_path(log_path)}")
+        if seeded:
+            console.print(f"schedule: longest objects first, by the times in {schedule['from_record']}")
         t0 = time.monotonic()
-        rc = run_logged(cmd, env, build_dir, log_path, console)
+        run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"} if seeded else env
+        rc = run_logged(cmd, run_env, build_dir, log_path, console)
         wall = time.monotonic() - t0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
@@ -526,6 +608,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
                             "basis": par.basis},
+            "schedule": schedule,
             "outputs": {
                 "wheel": built.name, "version": version, "wheel_sha256": sha256_file(built),
                 "wheel_size": built.stat().st_size, "modules": modules, "archs_compiled": so_archs,
