@@ -48,6 +48,27 @@ def slot_rows(objects: list[dict]) -> list[int]:
     return rows
 
 
+def simulated_wall(seconds: list[float], jobs: int) -> float:
+    """List scheduling as ninja does it: each object, in the given order, starts on the first free slot."""
+    free_at = [0.0] * jobs
+    for duration in seconds:
+        slot = min(range(jobs), key=free_at.__getitem__)
+        free_at[slot] += duration
+    return max(free_at)
+
+
+def schedule_estimates(record: dict) -> dict[str, float]:
+    """Compile wall time predicted from this build's own object times, in its order and longest first.
+
+    A model, not a measurement: object times change with what runs beside them. Its file-order figure
+    is printed next to the measured one so the model's error shows.
+    """
+    objects = sorted(record["outputs"]["objects"], key=lambda o: o["start_s"])
+    jobs = record["outputs"]["efficiency"]["job_slots"]
+    times = [o["seconds"] for o in objects]
+    return {"file_order_s": simulated_wall(times, jobs), "longest_first_s": simulated_wall(sorted(times)[::-1], jobs)}
+
+
 def plot(record: dict, png: Path) -> None:
     import matplotlib
     import matplotlib.ticker
@@ -88,6 +109,11 @@ def main() -> int:
     if not eff.get("objects"):
         print("  no per-object times in this record")
         return 1
+    estimate = schedule_estimates(record)
+    bound = max(eff["slot_bound_s"], eff["longest_object_s"])
+    print(f"  model from these object times: file order {estimate['file_order_s']:.1f} s "
+          f"(measured {eff['compile_wall_s']} s), longest first {estimate['longest_first_s']:.1f} s "
+          f"(efficiency {bound / estimate['longest_first_s']:.0%}; what `toolkit build` orders on the next build)")
     png = args.png or path.with_name(path.name.replace(".build.json", ".schedule.png"))
     plot(record, png)
     verdict = "meets" if eff["parallel_efficiency"] >= TARGET else "misses"

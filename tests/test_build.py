@@ -511,3 +511,18 @@ archs: ["80", "90"]
     imported = subprocess.run([str(prefix / "bin" / "python"), "-c", "import fa_fixture; print(fa_fixture.kernels())"],
                               capture_output=True, text=True, cwd="/", env={**os.environ, **env})
     assert imported.returncode == 0 and "scale_kernel" in imported.stdout, imported.stderr
+
+
+def test_schedule_model_orders_longest_first():
+    """bench/build_efficiency.py's list-scheduling model: the order of equal-weight jobs decides the wall time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_efficiency", ROOT / "bench" / "build_efficiency.py")
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    assert model.simulated_wall([1, 1, 4], jobs=2) == 5  # the long object starts last
+    assert model.simulated_wall([4, 1, 1], jobs=2) == 4  # longest first: bounded by the long object
+    record = {"outputs": {"efficiency": {"job_slots": 2}, "objects": [
+        {"name": "a.o", "seconds": 1, "start_s": 0}, {"name": "b.o", "seconds": 1, "start_s": 0.1},
+        {"name": "c.o", "seconds": 4, "start_s": 1}]}}
+    assert model.schedule_estimates(record) == {"file_order_s": 5, "longest_first_s": 4}
