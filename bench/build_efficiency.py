@@ -114,7 +114,7 @@ def main() -> int:
     print(f"  model from these object times: file order {estimate['file_order_s']:.1f} s "
           f"(measured {eff['compile_wall_s']} s), longest first {estimate['longest_first_s']:.1f} s "
           f"(efficiency {bound / estimate['longest_first_s']:.0%}; what `toolkit build` orders on the next build)")
-    png = args.png or path.with_name(path.name.replace(".build.json", ".schedule.png"))
+    png = args.png or path.with_name(path.name.removesuffix(".json").removesuffix(".build") + ".schedule.png")
     plot(record, png)
     verdict = "meets" if eff["parallel_efficiency"] >= TARGET else "misses"
     print(f"  {verdict} the {TARGET:.0%} target; schedule plot: {png}")
