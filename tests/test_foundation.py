@@ -228,6 +228,10 @@ RULE_FAILURES = [
     ("torch-index-serves-line", {"index": "cu124"}, "cu126",
      "envs/cu126.yaml:7: torch.index: index serves cu124 wheels but the line is cu126 "
      "(use https://download.pytorch.org/whl/cu126)"),
+    ("channels-provide-cuda-toolchain", {"cuda": '"11.8"', "torch_version": "2.7.1", "index": "cu118", "gcc": "11",
+                                         "flash_attn": "2.7.3"}, "cu118",
+     "envs/cu118.yaml: channels: CUDA 11.8's nvcc comes from nvidia/label/cuda-11.8.0, which channels lack (use "
+     "channels: [nvidia/label/cuda-11.8.0, conda-forge], or a mirror of them) [set in envs/base.yaml:2]"),
     ("python-has-torch-wheel", {"python": '"3.14"', "torch_version": "2.8.0"}, "cu126",
      "envs/cu126.yaml:3: python: torch 2.8 has no wheel for python 3.14 (torch 2.8 wheels: python 3.9-3.13)"),
     ("gcc-accepted-by-nvcc", {"gcc": "14"}, "cu126",
@@ -257,7 +261,8 @@ def write_line(envs: Path, name: str, values: dict) -> None:
     (envs / f"{name}.yaml").write_text(
         f"extends: base\ncuda: {v['cuda']}\npython: {v['python']}\ngcc: {v['gcc']}\ntorch:\n"
         f"  version: \"{v['torch_version']}\"\n  index: https://download.pytorch.org/whl/{v['index']}\n"
-        f"archs: {v['archs']}\nflash_attn: {{version: \"{v['flash_attn']}\"}}\n")
+        f"archs: {v['archs']}\nflash_attn: {{version: \"{v['flash_attn']}\"}}\n"
+        + (f"channels: {v['channels']}\n" if "channels" in v else ""))
 
 
 def test_every_rule_has_a_failing_example():
@@ -276,7 +281,7 @@ def test_rule_fails_with_its_fix(envs, capsys, rule, values, name, expected):
 
 @pytest.mark.parametrize("name,values", [
     ("cu118", {"cuda": '"11.8"', "torch_version": "2.7.1", "index": "cu118", "gcc": "11", "flash_attn": "2.7.3",
-               "python": '"3.11"'}),
+               "python": '"3.11"', "channels": "[nvidia/label/cuda-11.8.0, conda-forge]"}),
     ("cu121", {"cuda": '"12.1"', "torch_version": "2.5.1", "index": "cu121", "gcc": "12", "python": '"3.11"'}),
     ("cu128", {"cuda": '"12.8"', "torch_version": "2.9.1+cu128", "index": "cu128", "gcc": "14",
                "archs": '["80", "90", "100", "120"]'}),
@@ -381,6 +386,7 @@ def test_matrix_json(monkeypatch, capsys):
     by_line = {r["line"]: r for r in rows}
     assert by_line["cu118"]["driver_floor"] == "520.61.05"
     assert by_line["gpu-machine"]["toolchain"] == "external"
+    assert by_line["cu126"]["torch_experimental"] is False
     assert set(rows[0]) >= {"line", "cuda", "python", "torch", "gcc", "flash_attn", "archs", "driver_floor",
                             "toolchain"}
 
@@ -417,3 +423,10 @@ def test_nox_sessions_come_from_envs():
     for line in lines:
         assert {f"check-{line}", f"lock-{line}", f"build-{line}", f"verify-{line}", f"bench-{line}"} <= sessions
     assert "env-cu126" in sessions and "env-gpu-machine" not in sessions  # external: nothing to install
+
+
+def test_a_mirror_of_the_nvidia_channel_counts(envs, capsys):
+    write_line(envs, "cu118", {"cuda": '"11.8"', "torch_version": "2.7.1", "index": "cu118", "gcc": "11",
+                               "flash_attn": "2.7.3", "python": '"3.11"',
+                               "channels": "[https://conda.example.org/nvidia/label/cuda-11.8.0/, conda-forge]"})
+    assert check(capsys, "cu118")[0] == 0

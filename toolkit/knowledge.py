@@ -65,9 +65,6 @@ class Knowledge:
                 return req
         return None
 
-    def line_for_tag(self, tag: str) -> CudaLine | None:
-        return next((line for line in self.cuda_lines.values() if line.tag == tag), None)
-
 
 def _read(name: str) -> dict:
     return yaml.safe_load((KNOWLEDGE_DIR / name).read_text())

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
-from toolkit.knowledge import load_knowledge
+from toolkit.knowledge import load_knowledge, minor_of
 from toolkit.rules import checked_spec
 from toolkit.scaleout import EXECUTORS, VERIFY_MODES, RunOptions, plan_matrix, run_plan, verification_gres
 from toolkit.spec import EnvSpec, resolve_spec_arg, spec_paths
@@ -25,6 +25,7 @@ class MatrixRow:
     cuda: str
     python: str
     torch: str
+    torch_experimental: bool  # upstream marks this release's wheels for the line experimental
     gcc: str
     flash_attn: str
     archs: list[str]
@@ -34,8 +35,11 @@ class MatrixRow:
 
 
 def matrix_row(spec: EnvSpec) -> MatrixRow:
-    line = load_knowledge().cuda_lines[spec.cuda]
-    return MatrixRow(spec.line, spec.cuda, spec.python, spec.torch_version, spec.gcc, spec.flash_attn_version,
+    kb = load_knowledge()
+    line = kb.cuda_lines[spec.cuda]
+    experimental = spec.cuda in kb.torch_releases[minor_of(spec.torch_version)].experimental
+    return MatrixRow(spec.line, spec.cuda, spec.python, spec.torch_version, experimental, spec.gcc,
+                     spec.flash_attn_version,
                      list(spec.archs), line.min_driver, spec.toolchain.kind, list(spec.platforms))
 
 
@@ -147,7 +151,8 @@ def run_matrix(args: argparse.Namespace) -> int:
     for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "toolchain"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.line, r.cuda, r.python, r.torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
+        torch = r.torch + (" (exp.)" if r.torch_experimental else "")
+        table.add_row(r.line, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
                       r.toolchain)
     Console().print(table)
     return 0

@@ -101,6 +101,19 @@ def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
     return f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
 
 
+def channels_provide_toolchain(spec: EnvSpec, kb: Knowledge) -> str | None:
+    line = kb.cuda_lines.get(spec.cuda)
+    if not line or spec.toolchain.kind != "locked":
+        return None
+    # A mirror (URL or path) counts when it ends with the channel's name: https://mirror/nvidia/label/...
+    missing = [c for c in line.conda_channels if c != "conda-forge"
+               and not any(ch == c or ch.rstrip("/").endswith("/" + c) for ch in spec.channels)]
+    if not missing:
+        return None
+    return (f"CUDA {spec.cuda}'s nvcc comes from {', '.join(missing)}, which channels lack "
+            f"(use channels: [{', '.join(line.conda_channels)}], or a mirror of them)")
+
+
 def python_has_torch_wheel(spec: EnvSpec, kb: Knowledge) -> str | None:
     release = kb.torch_releases.get(minor_of(spec.torch_version))
     if not release or spec.python in release.python:
@@ -216,6 +229,7 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-has-build-for-line", "torch.version", torch_has_build),
     Rule("torch-local-tag-matches-line", "torch.version", torch_local_tag),
     Rule("torch-index-serves-line", "torch.index", torch_index_matches),
+    Rule("channels-provide-cuda-toolchain", "channels", channels_provide_toolchain),
     Rule("python-has-torch-wheel", "python", python_has_torch_wheel),
     Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
     Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
