@@ -32,7 +32,8 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
 from toolkit.rules import checked_spec
-from toolkit.wheelhouse import find_cached, sha256_file
+from toolkit.digest import sha256_file
+from toolkit.wheelhouse import find_cached
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = Path("/usr/local/cuda/bin/nvcc")

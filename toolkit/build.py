@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import write_atomic
 from toolkit.diagnose import diagnose, first_error_line
+from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.fingerprint import Fingerprint, probe
@@ -41,8 +42,7 @@ from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_rea
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
-from toolkit.wheelhouse import (RECORD_SCHEMA, find_cached, inputs_key, place, record_path_for, records,
-                                sha256_file, write_index)
+from toolkit.wheelhouse import RECORD_SCHEMA, find_cached, inputs_key, place, record_path_for, records, write_index
 
 ENVS_PREFIX_ROOT = Path(".envs")
 # Inside compiled objects the temporary build directory is renamed to this, so wheels built in

@@ -13,7 +13,6 @@ the environment counts as finished only once etc/fa-envkit/lock.json, written la
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.lock import (LOCKS_DIR, choose_backend, conda_executable, console, load_lock_document, lock_path,
                           read_lock, run_isolated)
@@ -90,18 +90,10 @@ def locked_packages(document: dict, platform: str) -> list[LockedPackage]:
 # ---------------------------------------------------------------- verified downloads
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress) -> Path:
     """A local copy of the package's archive whose sha256 is the lock's; one-line error naming it if not."""
     target = cache_dir() / package.sha256 / package.filename
-    if target.exists() and sha256_of(target) == package.sha256:
+    if target.exists() and sha256_file(target) == package.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
@@ -118,7 +110,7 @@ def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress
                            f"{package.url} ({getattr(exc, 'reason', exc)}; is the channel reachable?)") from None
     finally:
         progress.remove_task(task)
-    actual = sha256_of(partial)
+    actual = sha256_file(partial)
     if actual != package.sha256:
         partial.unlink()
         raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "

@@ -12,7 +12,6 @@ Reading a lock needs neither network nor py-rattler: heavy libraries are importe
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib
 import json
 import os
@@ -35,6 +34,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
 
@@ -84,8 +84,7 @@ def lock_digest(document: dict) -> str:
     meta = dict(document.get("metadata") or {})
     custom = {k: v for k, v in (meta.get("custom_metadata") or {}).items() if k != KEY_DIGEST}
     meta["custom_metadata"] = custom
-    canonical = json.dumps({**document, "metadata": meta}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return sha256_json({**document, "metadata": meta})
 
 
 def load_lock_document(path: Path) -> dict:

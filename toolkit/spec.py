@@ -9,8 +9,6 @@ Every value remembers the file and line it came from, so errors point at the rig
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 
 ENVS_DIR = Path("envs")
@@ -194,8 +193,7 @@ class EnvSpec:
 
     def input_hash(self) -> str:
         """sha256 of the merged spec: what every later stage keys its caches on."""
-        canonical = json.dumps(self.merged, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return sha256_json(self.merged)
 
 
 # ---------------------------------------------------------------- YAML with line numbers

@@ -13,7 +13,6 @@ an interrupted build never leaves a record that claims a wheel it did not finish
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
 import os
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.atomic import write_atomic
+from toolkit.digest import sha256_file, sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.spec import display_path
@@ -38,17 +38,9 @@ class CachedBuild:
     record: dict
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def inputs_key(inputs: dict) -> str:
     """sha256 of the canonical JSON of a build's inputs: what the cache is keyed on."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return sha256_json(inputs)
 
 
 def record_path_for(wheel: Path) -> Path:
