@@ -47,10 +47,6 @@ def span(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{items[0]}-{items[-1]}"
 
 
-def _vkey(version: str) -> Version:
-    return Version(version)
-
-
 # ---------------------------------------------------------------- the rules
 
 
@@ -176,10 +172,10 @@ def flash_attn_released(spec: EnvSpec, kb: Knowledge) -> str | None:
 
 def flash_attn_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
     req = kb.fa_requirement(spec.flash_attn_version)
-    if not req or spec.cuda not in kb.cuda_lines or _vkey(spec.cuda) >= _vkey(req.min_cuda):
+    if not req or spec.cuda not in kb.cuda_lines or Version(spec.cuda) >= Version(req.min_cuda):
         return None
     fitting = [v for v in kb.fa_released
-               if (r := kb.fa_requirement(v)) and _vkey(r.min_cuda) <= _vkey(spec.cuda)]
+               if (r := kb.fa_requirement(v)) and Version(r.min_cuda) <= Version(spec.cuda)]
     advice = f"use flash-attn <= {fitting[-1]}" if fitting else "no flash-attn release supports it"
     return f"flash-attn {spec.flash_attn_version} needs CUDA >= {req.min_cuda} ({advice} for CUDA {spec.cuda})"
 
