@@ -13,6 +13,9 @@ mkdir -p "$STATE" "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   >/dev/null 2>&1 || echo "warning: could not install carried wheels"
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+# Sized by the toolkit (32 CPUs x threads_per_cpu 1.25 = 40 jobs); --mem-gb because this machine's MemTotal
+# starts near 31 GiB and grows; a fresh machine has no earlier build, so the committed record orders it.
+BUILD_ARGS=${BUILD_ARGS:---mem-gb 240 --order-from docs/results/2026-11-29-h200-gpu-machine/build-record.json}
 
 wait_for_build() {  # poll until the build ends or the command's time is nearly up
   local deadline=$(( $(date +%s) + ${1:-540} ))
@@ -29,8 +32,12 @@ case "${1:-}" in
     python3 -m toolkit doctor --line "$LINE" > "$STATE/doctor-before.txt" 2>&1
     cat "$STATE/doctor-before.txt"
     date -u +%s > "$STATE/build.started"
-    setsid nohup bash -c "python3 -m nox -s build-$LINE -- --jobs ${JOBS:-32} --nvcc-threads 1 --mem-gb ${MEM_GB:-240} \
-      > $STATE/build.log 2>&1; echo \$? > $STATE/build.rc" >/dev/null 2>&1 < /dev/null &
+    # memory in use every 5 s while the build runs (MemTotal grows on this machine: used = total - available)
+    setsid nohup bash -c "while [ ! -f $STATE/build.rc ]; do awk -v t=\$(date +%s) '/MemTotal/{m=\$2} /MemAvailable/{a=\$2} \
+      END{printf \"%d %.1f\\n\", t, (m-a)/1048576}' /proc/meminfo; sleep 5; done > $STATE/memory-gb.txt" \
+      >/dev/null 2>&1 < /dev/null &
+    setsid nohup bash -c "python3 -m nox -s build-$LINE -- $BUILD_ARGS > $STATE/build.log 2>&1; echo \$? > $STATE/build.rc" \
+      >/dev/null 2>&1 < /dev/null &
     sleep 5
     wait_for_build "${WAIT_S:-520}"
     ;;
@@ -39,8 +46,7 @@ case "${1:-}" in
     ;;
   check)
     # A second build with the same inputs must be a cache hit (under 1 s).
-    python3 -m nox -s build-$LINE -- --jobs ${JOBS:-32} --nvcc-threads 1 --mem-gb ${MEM_GB:-240} \
-      > "$STATE/build-cached.txt" 2>&1; echo "cached build rc=$?"; tail -3 "$STATE/build-cached.txt"
+    python3 -m nox -s build-$LINE -- $BUILD_ARGS > "$STATE/build-cached.txt" 2>&1; echo "cached build rc=$?"; tail -3 "$STATE/build-cached.txt"
     python3 bench/build_efficiency.py "$LINE" > "$STATE/build-efficiency.txt" 2>&1; tail -12 "$STATE/build-efficiency.txt"
     python3 -m toolkit verify "$LINE" --level smoke --report-dir "reports/$LINE/smoke" > "$STATE/verify-smoke.txt" 2>&1
     echo "verify smoke rc=$?"; tail -5 "$STATE/verify-smoke.txt"

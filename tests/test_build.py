@@ -138,6 +138,9 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     eff = outputs["efficiency"]
     assert eff["sum_object_s"] == pytest.approx(sum(o["seconds"] for o in outputs["objects"]), abs=0.2)
     assert 0 < eff["parallel_efficiency"] <= 1.0 + 1e-6
+    # the build's processes' CPU time, from the kernel: at least the objects' compile, at most all CPUs busy
+    assert eff["cpu_s"] >= 0.5 * eff["sum_object_s"] and 0 < eff["cpu_utilization"] <= 1.0
+    assert eff["cpus"] == record["parallelism"]["cpus"] == len(os.sched_getaffinity(0))
     assert (project.root / record["log"]).exists()
     assert record["schedule"] == {"seeded": False, "from_record": None}  # no earlier build to take times from
 
@@ -227,6 +230,22 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     assert "schedule: longest objects first" in again.stderr
     objects = len(after["outputs"]["objects"])
     assert f"{objects} object edges ordered longest first" in (project.root / after["log"]).read_text()
+
+
+def test_order_from_takes_only_a_record_of_the_same_sdist(project, tmp_path):
+    missing = toolkit(project.root, "build", "fixture", "--force", "--order-from", str(tmp_path / "none.build.json"))
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"error: {tmp_path / 'none.build.json'}: no such build record (--order-from " \
+                                     "takes a wheelhouse/LINE/*.build.json file)"
+    other = record_of(project)
+    other["sdist"]["sha256"] = "0" * 64  # a record of another sdist: its object names may match, its times do not
+    (tmp_path / "other.build.json").write_text(json.dumps(other))
+    refused = toolkit(project.root, "build", "fixture", "--force", "--order-from", str(tmp_path / "other.build.json"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'other.build.json'}: records no object times of {other['sdist']['filename']}; "
+        "it cannot order this build (drop --order-from)")
+    assert record_of(project)["outputs"]["wheel_sha256"] == other["outputs"]["wheel_sha256"]  # nothing lost
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -319,34 +338,40 @@ def test_fatbin_reader_refuses_a_non_elf_file(tmp_path):
         fatbin_entries(tmp_path / "x.so")
 
 
-def test_parallelism_never_oversubscribes_cores_or_memory():
+def test_parallelism_stays_within_threads_per_cpu_and_memory():
     for cpus in (2, 16, 32, 128):
         for mem in (4.0, 23.0, 31.0, 120.0, 251.0):
             for n_archs in (1, 2, 4):
-                par = size_parallelism(cpus, mem, 4.5, n_archs, None, None)
-                assert par.jobs >= 1 and 1 <= par.nvcc_threads <= n_archs
-                assert par.jobs * par.nvcc_threads <= cpus
-                assert par.jobs * par.nvcc_threads * 4.5 <= max(mem, 4.5)
+                for per_cpu in (1.0, 1.25):
+                    par = size_parallelism(cpus, mem, 4.5, per_cpu, n_archs, None, None)
+                    assert par.jobs >= 1 and 1 <= par.nvcc_threads <= n_archs
+                    assert par.jobs * par.nvcc_threads <= cpus * per_cpu
+                    assert par.jobs * par.nvcc_threads * 4.5 <= max(mem, 4.5)
 
 
 def test_parallelism_for_the_gpu_machine_and_overrides():
     # docs/gpu-machine.md: setup.py's own choice (16 jobs x 4 threads, 4 archs) was OOM-killed at 251 GB
     upstream_peak = 16 * 4 * 4.5
-    par = size_parallelism(32, 251.0, 4.5, 4, None, None)
+    base = checked_spec(ROOT / "envs" / "gpu-machine.yaml").build
+    assert base.threads_per_cpu == 1.25 and base.gb_per_nvcc_thread == 4.5  # envs/base.yaml, inherited
+    par = size_parallelism(32, 251.0, 4.5, 1.25, 4, None, None)
     assert par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread <= 251.0 < upstream_peak
-    one_arch = size_parallelism(32, 240.0, 4.5, 1, None, None)
-    assert (one_arch.jobs, one_arch.nvcc_threads) == (32, 1)
-    forced = size_parallelism(32, 240.0, 4.5, 1, 12, 2)
+    one_arch = size_parallelism(32, 240.0, 4.5, 1.25, 1, None, None)
+    assert (one_arch.jobs, one_arch.nvcc_threads) == (40, 1)  # 32 CPUs x 1.25, 180 GB
+    tight = size_parallelism(32, 100.0, 4.5, 1.25, 1, None, None)
+    assert (tight.jobs, tight.nvcc_threads) == (22, 1)  # memory caps it below the CPUs
+    forced = size_parallelism(32, 240.0, 4.5, 1.25, 1, 12, 2)
     assert (forced.jobs, forced.nvcc_threads) == (12, 2)
     assert "4.5 GB per nvcc thread" in forced.basis
 
 
 def test_efficiency_against_slots_and_longest_object():
     packed = [{"name": f"{i}.o", "start_s": (i // 2) * 10.0, "seconds": 10.0} for i in range(4)]
-    assert efficiency(packed, 2, 25.0)["parallel_efficiency"] == pytest.approx(1.0)
+    assert efficiency(packed, 2, 25.0, 40.0, 2)["parallel_efficiency"] == pytest.approx(1.0)
     serial = [{"name": f"{i}.o", "start_s": i * 10.0, "seconds": 10.0} for i in range(4)]
-    figures = efficiency(serial, 2, 45.0)
+    figures = efficiency(serial, 2, 45.0, 45.0, 2)
     assert figures["parallel_efficiency"] == pytest.approx(0.5)
+    assert figures["cpu_utilization"] == pytest.approx(0.5)  # 45 CPU s over 45 s x 2 CPUs
     assert figures["slot_bound_s"] == pytest.approx(20.0) and figures["compile_wall_s"] == pytest.approx(40.0)
 
 
@@ -515,7 +540,8 @@ archs: ["80", "90"]
 
 
 def test_schedule_model_orders_longest_first():
-    """bench/build_efficiency.py's list-scheduling model: the order of equal-weight jobs decides the wall time."""
+    """bench/build_efficiency.py's list-scheduling model: the order of equal-weight jobs decides the wall time,
+    and more jobs than CPUs (the kernel sharing them) fill the idle tail."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("build_efficiency", ROOT / "bench" / "build_efficiency.py")
@@ -523,7 +549,13 @@ def test_schedule_model_orders_longest_first():
     spec.loader.exec_module(model)
     assert model.simulated_wall([1, 1, 4], jobs=2) == 5  # the long object starts last
     assert model.simulated_wall([4, 1, 1], jobs=2) == 4  # longest first: bounded by the long object
-    record = {"outputs": {"efficiency": {"job_slots": 2}, "objects": [
+    assert model.simulated_wall([3, 3, 2], jobs=2) == 5  # the 2 s object waits; one CPU idles 2 s
+    # three jobs on two CPUs: each runs at 2/3 until the short one ends at 3 s, then 1 s each at full speed
+    assert model.simulated_wall([3, 3, 2], jobs=3, cpus=2) == pytest.approx(4)
+    assert model.simulated_wall([4, 1, 1], jobs=3, cpus=2) == pytest.approx(4.5)  # not always better
+    record = {"parallelism": {"cpus": 2}, "outputs": {"efficiency": {"job_slots": 2}, "objects": [
         {"name": "a.o", "seconds": 1, "start_s": 0}, {"name": "b.o", "seconds": 1, "start_s": 0.1},
         {"name": "c.o", "seconds": 4, "start_s": 1}]}}
-    assert model.schedule_estimates(record) == {"file_order_s": 5, "longest_first_s": 4}
+    estimate = model.schedule_estimates(record)
+    assert (estimate["file_order_s"], estimate["longest_first_s"], estimate["work_s"]) == (5, 4, 6)
+    assert estimate["jobs_sweep_s"] == {2: 4, 3: pytest.approx(4.5), 4: pytest.approx(4.5)}

@@ -145,7 +145,7 @@ BAD_INPUTS = [
      "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, archs, build, toolchain)"),
     ("unknown-nested-key", CU126 + "build:\n  max_jobs: 4\n",
      "envs/cu126.yaml:9: build.max_jobs: unknown field (known fields of build: jobs, nvcc_threads, "
-     "gb_per_nvcc_thread)"),
+     "gb_per_nvcc_thread, threads_per_cpu)"),
     ("float-version", CU126.replace('cuda: "12.6"', "cuda: 12.6"),
      "envs/cu126.yaml:2: cuda: expected a quoted version like \"12.6\", got float 12.6 "
      "(quote it: YAML reads 12.10 as 12.1)"),

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -42,7 +43,8 @@ from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_rea
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
-from toolkit.wheelhouse import RECORD_SCHEMA, find_cached, inputs_key, place, record_path_for, records, write_index
+from toolkit.wheelhouse import (RECORD_SCHEMA, find_cached, inputs_key, place, read_record, record_path_for, records,
+                                write_index)
 
 ENVS_PREFIX_ROOT = Path(".envs")
 # Inside compiled objects the temporary build directory is renamed to this, so wheels built in
@@ -94,6 +96,7 @@ class BuildOptions:
     keep_build_dir: bool = False
     install: bool = True
     install_target: Path | None = None
+    order_from: Path | None = None  # a build record whose object times order this build (default: the newest)
 
 
 @dataclass(frozen=True)
@@ -201,19 +204,22 @@ def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple
     return archs
 
 
-def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, n_archs: int,
+def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, threads_per_cpu: float, n_archs: int,
                      jobs: int | None, nvcc_threads: int | None) -> Parallelism:
     """Jobs x threads from cores and RAM: each nvcc thread compiles one arch and peaks near gb_per_thread.
 
-    The thread budget is min(cores, RAM / gb_per_thread). One nvcc thread per arch (so an object's archs
-    compile side by side and the slowest object finishes sooner), and as many jobs as the budget then
-    allows. Explicit values (spec or command line) win.
+    The thread budget is min(cores x threads_per_cpu, RAM / gb_per_thread). A few more threads than cores
+    keep every core busy while the last, longest objects finish (the kernel shares the cores; see
+    envs/base.yaml). One nvcc thread per arch (so an object's archs compile side by side and the slowest
+    object finishes sooner), and as many jobs as the budget then allows. Explicit values (spec or command
+    line) win.
     """
-    budget = max(1, min(cpus, math.floor(mem_gb / gb_per_thread)))
+    budget = max(1, min(math.floor(cpus * threads_per_cpu), math.floor(mem_gb / gb_per_thread)))
     threads = nvcc_threads or max(1, min(n_archs, budget))
     jobs = jobs or max(1, budget // threads)
-    basis = (f"{cpus} cores, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> budget {budget} threads; "
-             f"{jobs} jobs x {threads} nvcc threads (peak about {jobs * threads * gb_per_thread:.0f} GB)")
+    basis = (f"{cpus} cores x {threads_per_cpu:g}, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> "
+             f"budget {budget} threads; {jobs} jobs x {threads} nvcc threads "
+             f"(peak about {jobs * threads * gb_per_thread:.0f} GB)")
     return Parallelism(jobs, threads, cpus, mem_gb, gb_per_thread, basis)
 
 
@@ -378,13 +384,24 @@ def ninja_objects(src_dir: Path) -> list[dict]:
 BUILD_EDGE_OUTPUT = re.compile(r"^build ((?:[^\s:$]|\$.)+):")  # `$ ` and `$:` are escaped space and colon
 
 
-def previous_object_times(line_dir: Path, sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
-    """Per-object compile seconds of the newest recorded build of the same sdist, with its record path."""
-    for path, record in records(line_dir) if line_dir.is_dir() else []:
+def previous_object_times(candidates: list[tuple[Path, dict]],
+                          sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
+    """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
+    for path, record in candidates:
         objects = record.get("outputs", {}).get("objects")
         if record.get("sdist", {}).get("sha256") == sdist_sha256 and objects:
             return path, {o["name"]: o["seconds"] for o in objects}
     return None
+
+
+def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, dict]]:
+    """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
+    if order_from:
+        if not order_from.is_file():
+            raise ToolkitError(f"{display_path(order_from)}: no such build record (--order-from takes a "
+                               f"wheelhouse/LINE/*.build.json file)")
+        return [(order_from, read_record(order_from))]
+    return records(line_dir) if line_dir.is_dir() else []
 
 
 def _edge_object(line: str) -> str | None:
@@ -437,10 +454,22 @@ def reorder_manifest(args: list[str]) -> None:
         print(f"toolkit: {manifest}: {timed} object edges ordered longest first (previous build's times)", flush=True)
 
 
-def efficiency(objects: list[dict], jobs: int, build_wall_s: float) -> dict:
-    """How close the compile came to its lower bound max(sum of object times / job slots, longest object)."""
+def children_cpu_s() -> float:
+    """CPU seconds of every finished child process of this one (and theirs: each waits for its own)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def efficiency(objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float, cpus: int) -> dict:
+    """How close the compile came to its lower bound max(sum of object times / job slots, longest object),
+    and how busy the build kept the CPUs (its processes' CPU time / (wall x CPUs)).
+
+    The first is the issue's figure; with more jobs than CPUs every object's time stretches and it flatters
+    the build, so the CPU figure is the one that cannot be gamed."""
+    busy = {"cpus": cpus, "cpu_s": round(cpu_s, 1),
+            "cpu_utilization": round(cpu_s / (build_wall_s * cpus), 3) if build_wall_s else None}
     if not objects:
-        return {"objects": 0, "build_wall_s": round(build_wall_s, 1)}
+        return {"objects": 0, "build_wall_s": round(build_wall_s, 1), **busy}
     compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(o["start_s"] for o in objects)
     total = sum(o["seconds"] for o in objects)
     longest = max(objects, key=lambda o: o["seconds"])
@@ -457,6 +486,7 @@ def efficiency(objects: list[dict], jobs: int, build_wall_s: float) -> dict:
         "efficiency_vs_slots": round(slot_bound / compile_wall, 3) if compile_wall else None,
         "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3) if compile_wall else None,
         "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3) if compile_wall else None,
+        **busy,
     }
 
 
@@ -554,7 +584,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent))
     locked = read_current_lock(spec, lock_file)
     sdist = fetch_sdist(locked.sdist, cache)
-    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, len(archs),
+    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, len(archs),
                            options.jobs or spec.build.jobs, options.nvcc_threads or spec.build.nvcc_threads)
     if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
         console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
@@ -572,7 +602,10 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
                                f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
                                f"silently (drop them from archs / --arch)")
         env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
-        previous = previous_object_times(line_dir, locked.sdist.sha256)
+        previous = previous_object_times(schedule_candidates(options.order_from, line_dir), locked.sdist.sha256)
+        if options.order_from and previous is None:
+            raise ToolkitError(f"{display_path(options.order_from)}: records no object times of "
+                               f"{locked.sdist.filename}; it cannot order this build (drop --order-from)")
         shim_dir = build_dir / "schedule"
         seeded = previous is not None and install_ninja_shim(shim_dir, previous[1], env["PATH"])
         schedule = {"seeded": seeded, "from_record": display_path(previous[0]) if seeded else None}
@@ -583,10 +616,10 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         console.print(f"log: {display_path(log_path)}")
         if seeded:
             console.print(f"schedule: longest objects first, by the times in {schedule['from_record']}")
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), children_cpu_s()
         run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"} if seeded else env
         rc = run_logged(cmd, run_env, build_dir, log_path, console)
-        wall = time.monotonic() - t0
+        wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
                                f"{explain(log_path.read_text(errors='replace'))}")
@@ -613,7 +646,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
                 "wheel": built.name, "version": version, "wheel_sha256": sha256_file(built),
                 "wheel_size": built.stat().st_size, "modules": modules, "archs_compiled": so_archs,
                 "imported": options.install, "wall_s": round(wall, 1),
-                "efficiency": efficiency(objects, par.jobs, wall), "objects": objects,
+                "efficiency": efficiency(objects, par.jobs, wall, cpu_s, par.cpus), "objects": objects,
             },
             "fingerprint": fp.to_dict(),
             "log": display_path(log_path),
@@ -647,6 +680,9 @@ def describe(record: dict) -> list[str]:
             f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
             f"parallel efficiency {eff['parallel_efficiency']:.0%} "
             f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
+    if eff.get("cpu_utilization") is not None:
+        lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
+                     f"{eff['cpu_utilization']:.0%} busy")
     return lines
 
 
@@ -666,7 +702,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     options = BuildOptions(wheelhouse=args.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
-                           install_target=args.install_target)
+                           install_target=args.install_target, order_from=args.order_from)
     t0 = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -728,5 +764,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--keep-build-dir", action="store_true", help="keep the unpacked sdist and objects")
     parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
     parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
+    parser.add_argument("--order-from", type=Path, metavar="RECORD",
+                        help="start objects longest first by the times in this build record of the same sdist "
+                             "(default: the newest record in wheelhouse/LINE/)")
     parser.add_argument("--report", action="store_true", help="print the newest build record's figures and exit")
     parser.set_defaults(func=cmd_build)

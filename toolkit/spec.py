@@ -111,7 +111,7 @@ SCHEMA: Struct = {
     "torch": {"version": VERSION, "index": URL_OR_PATH},
     "flash_attn": {"version": VERSION},
     "archs": ListOf(ARCH),
-    "build": {"jobs": JOBS, "nvcc_threads": JOBS, "gb_per_nvcc_thread": POSITIVE},
+    "build": {"jobs": JOBS, "nvcc_threads": JOBS, "gb_per_nvcc_thread": POSITIVE, "threads_per_cpu": POSITIVE},
     "toolchain": {
         "kind": KIND,
         "cuda_home": TEXT,
@@ -138,6 +138,7 @@ class BuildKnobs:
     jobs: int | None  # None: sized from cores and RAM
     nvcc_threads: int | None
     gb_per_nvcc_thread: float
+    threads_per_cpu: float  # nvcc threads per CPU when sized (above 1: the tail keeps every core busy)
 
 
 @dataclass(frozen=True)
@@ -410,6 +411,7 @@ def load_spec(path: Path) -> EnvSpec:
             jobs=None if str(build.get("jobs", "auto")) == "auto" else int(build["jobs"]),
             nvcc_threads=None if str(build.get("nvcc_threads", "auto")) == "auto" else int(build["nvcc_threads"]),
             gb_per_nvcc_thread=float(build.get("gb_per_nvcc_thread", 4.5)),
+            threads_per_cpu=float(build.get("threads_per_cpu", 1.0)),
         ),
         toolchain=Toolchain(
             kind=toolchain["kind"],
