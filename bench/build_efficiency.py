@@ -102,8 +102,10 @@ def plot(record: dict, png: Path) -> None:
     ax.set_xlabel("seconds since the first compile started")
     ax.set_ylabel("job slot")
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_title(f"{record['outputs']['wheel']}: {eff['objects']} objects, {eff['job_slots']} jobs, "
-                 f"compile {eff['compile_wall_s']} s, parallel efficiency {eff['parallel_efficiency']:.0%}")
+    busy = f", CPUs {eff['cpu_utilization']:.0%} busy" if eff.get("cpu_utilization") else ""
+    ax.set_title(f"{record['outputs']['wheel']}\n{eff['objects']} objects, {eff['job_slots']} jobs on "
+                 f"{record['parallelism']['cpus']} CPUs, compile {eff['compile_wall_s']} s, "
+                 f"parallel efficiency {eff['parallel_efficiency']:.0%}{busy}")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(png, dpi=110)

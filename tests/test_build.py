@@ -26,8 +26,8 @@ from fixtures.fa_fixture_project import (make_stub_torch_env, make_torch_double_
 from rich.console import Console
 
 from toolkit.archs import cubin_archs, cuobjdump_archs, fatbin_entries, FatbinEntry
-from toolkit.build import (BuildOptions, build, efficiency, fetch_sdist, install_ninja_shim, longest_first,
-                           resolve_archs, setup_py_archs, size_parallelism, torch_arch_list)
+from toolkit.build import (BuildOptions, ManifestPlan, build, efficiency, fetch_sdist, install_ninja_shim,
+                           prepared_manifest, resolve_archs, setup_py_archs, size_parallelism, torch_arch_list)
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
@@ -150,6 +150,9 @@ def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
     assert f"log: {record['log']}" in project.first.stderr
     log = (project.root / record["log"]).read_text()
     assert "[1/4]" in log and "[4/4]" in log and "nvcc" in log
+    # every nvcc compile (api.cpp goes through nvcc too) got its seed; no earlier record, so file order
+    assert "3 nvcc objects seeded for reproducible device code, 0 object edges ordered longest first" in log
+    assert log.count("-frandom-seed=/fa-envkit-build/") == 3
 
 
 def test_built_wheel_is_installed_and_imports_in_the_environment(project):
@@ -387,15 +390,36 @@ build /b/temp/csrc/flash_bwd_hdim128.o: cuda_compile /s/csrc/flash_bwd_hdim128.c
 build /b/temp/dlink.o: cuda_devlink /b/temp/csrc/flash_api.o /b/temp/csrc/flash_fwd_hdim64.o"""
 
 
-def test_longest_first_reorders_only_the_timed_object_edges():
+def seed_binding(source: str) -> str:
+    return (f"  nvcc = $nvcc -frandom-seed={source} -Xcudafe --orig_src_path_name={source} "
+            f"-Xcicc --orig_src_path_name={source}")
+
+
+def test_prepared_manifest_seeds_every_cuda_object_and_orders_the_timed_edges():
     seconds = {"flash_api.o": 31.0, "flash_fwd_hdim64.o": 120.5, "flash_bwd_hdim128.o": 430.8, "dlink.o": 5.0,
                "gone.o": 999.0}
-    lines = longest_first(TORCH_SHAPED_MANIFEST, seconds).split("\n")
-    before = TORCH_SHAPED_MANIFEST.split("\n")
-    assert lines[4:8] == [before[7], before[5], before[6], before[4]]  # bwd 430 s, fwd 120 s, (untimed), api 31 s
-    assert lines[:4] == before[:4] and lines[8:] == before[8:]  # rules and the dlink edge keep their places
-    assert longest_first(TORCH_SHAPED_MANIFEST, {}) == TORCH_SHAPED_MANIFEST
-    assert longest_first(TORCH_SHAPED_MANIFEST, {"new kernel.o": 1000.0}).split("\n")[6] == before[6]
+    text, seeded, timed = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", seconds))
+    lines, before = text.split("\n"), TORCH_SHAPED_MANIFEST.split("\n")
+    assert (seeded, timed) == (3, 4)  # the $nvcc rule's three objects; four timed edges (one untimed)
+    assert lines[:4] == before[:4] and lines[11:] == before[8:]  # rules and the dlink edge keep their places
+    assert lines[4:11] == [  # bwd 430 s, fwd 120 s, (untimed keeps its line), api 31 s; each seed moves along
+        before[7], seed_binding("/fa-envkit-build/csrc/flash_bwd_hdim128.cu"),
+        before[5], seed_binding("/fa-envkit-build/csrc/flash_fwd_hdim64.cu"),
+        before[6], seed_binding("'/fa-envkit-build/csrc/new kernel.cu'"),
+        before[4]]
+    unordered, seeded, timed = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", {}))
+    assert (seeded, timed) == (3, 0)
+    assert [line for line in unordered.split("\n") if not line.startswith("  nvcc = ")] == before
+    elsewhere, _, _ = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/other", {}))
+    assert seed_binding("/s/csrc/flash_fwd_hdim64.cu") in elsewhere.split("\n")  # not under the build dir: as is
+
+
+def test_prepared_manifest_leaves_edges_with_their_own_bindings_in_place():
+    manifest = ("rule cc\n  command = touch $out\nbuild a.o: cc a.c\n  pool = console\nbuild b.o: cc b.c\n"
+                "build c.o: cc c.c\n")
+    text, seeded, timed = prepared_manifest(manifest, ManifestPlan("/s", {"a.o": 1.0, "b.o": 2.0, "c.o": 3.0}))
+    assert seeded == 0 and timed == 2
+    assert text.split("\n")[2:6] == ["build a.o: cc a.c", "  pool = console", "build c.o: cc c.c", "build b.o: cc b.c"]
 
 
 def test_real_ninja_starts_the_previously_longest_object_first(tmp_path):
@@ -422,9 +446,10 @@ def test_real_ninja_starts_the_previously_longest_object_first(tmp_path):
     (work / ".ninja_log").write_text("# ninja log v7\n" + "".join(
         f"0\t{int(s * 1000)}\t0\t{name}\t0\n" for name, s in seconds.items()))
     assert run_order("ninja") == ["fast_a.o", "mid_b.o", "slow_c.o"]  # the log's durations are not the schedule
-    assert install_ninja_shim(tmp_path / "shim", seconds, os.environ["PATH"])
+    assert install_ninja_shim(tmp_path / "shim", ManifestPlan(str(work), seconds), os.environ["PATH"])
     assert run_order(str(tmp_path / "shim" / "ninja")) == ["slow_c.o", "mid_b.o", "fast_a.o"]
-    assert not install_ninja_shim(tmp_path / "none", seconds, str(tmp_path / "empty"))  # no real ninja: no shim
+    no_ninja = install_ninja_shim(tmp_path / "none", ManifestPlan(str(work), seconds), str(tmp_path / "empty"))
+    assert not no_ninja  # no real ninja: no shim
     assert not (tmp_path / "none").exists()
 
 

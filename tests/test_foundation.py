@@ -130,7 +130,11 @@ def test_three_level_inheritance_and_null_removal(envs):
 def test_input_hash_follows_the_merged_content(envs):
     before = load_spec(envs / "cu126.yaml").input_hash()
     (envs / "base.yaml").write_text(BASE.replace('"90"]', '"90", "89"]'))
-    assert load_spec(envs / "cu126.yaml").input_hash() != before
+    changed = load_spec(envs / "cu126.yaml").input_hash()
+    assert changed != before
+    (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text() + "build:\n  jobs: 7\n  threads_per_cpu: 2\n")
+    assert load_spec(envs / "cu126.yaml").build.jobs == 7
+    assert load_spec(envs / "cu126.yaml").input_hash() == changed  # sizing changes only the speed
 
 
 # ---------------------------------------------------------------- bad input: exact message, exit code

@@ -372,16 +372,35 @@ def ninja_objects(src_dir: Path) -> list[dict]:
     return sorted(objects, key=lambda o: o["start_s"])
 
 
-# ---------------------------------------------------------------- longest objects first
+# ---------------------------------------------------------------- build.ninja: reproducible device code, longest first
 #
-# ninja 1.12/1.13 do not read durations from .ninja_log for scheduling: EdgeWeightHeuristic (src/build.cc)
-# weighs every non-phony edge 1 (the log feeds only the ETA), and among ready edges of equal critical-path
-# weight the lowest edge id, i.e. the earliest `build` line of build.ninja, starts first (EdgePriorityLess,
-# src/graph.h). So the schedule is the manifest order, and this writes the objects of the previous build
-# of the same sdist into build.ninja longest first, through a `ninja` placed first on the build's PATH.
-# The link line keeps its own object order, so the wheel's bytes do not change.
+# torch writes build.ninja and runs `ninja` from PATH; a small `ninja` placed first on the build's PATH
+# rewrites that manifest before running the real one, for two reasons:
+#
+# Reproducible device code. nvcc names internal-linkage device symbols (anonymous namespaces, the
+# cuda::std customisation points every flash-attn kernel pulls in) `_INTERNAL_<hash of the source's
+# absolute path>_..._<random>`, inside the fatbinary where -ffile-prefix-map does not reach: two builds
+# of flash-attn 2.8.3.post2 differed in 1026 bytes of one object. Each CUDA compile edge gets its own
+# `-frandom-seed` (nvcc's documented option; "users are responsible for assigning different seed to
+# different files") and the source path under BUILD_DIR_ALIAS as the name cudafe++ and cicc hash
+# (`--orig_src_path_name`, the value nvcc itself passes them, given again so the later one wins).
+#
+# Longest first. ninja 1.12/1.13 do not read durations from .ninja_log for scheduling:
+# EdgeWeightHeuristic (src/build.cc) weighs every non-phony edge 1 (the log feeds only the ETA), and among
+# ready edges of equal critical-path weight the lowest edge id, i.e. the earliest `build` line, starts
+# first (EdgePriorityLess, src/graph.h). So with an earlier record's object times, the object lines are
+# sorted longest first. The link line keeps its own object order, so the wheel's bytes do not change.
 
-BUILD_EDGE_OUTPUT = re.compile(r"^build ((?:[^\s:$]|\$.)+):")  # `$ ` and `$:` are escaped space and colon
+BUILD_EDGE = re.compile(r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)")  # output, rule, first input
+NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$nvcc\b")
+
+
+@dataclass(frozen=True)
+class ManifestPlan:
+    """What the ninja shim does to build.ninja: the build directory's alias and the objects' times."""
+
+    build_dir: str
+    object_seconds: dict[str, float]  # empty: no earlier record, file order
 
 
 def previous_object_times(candidates: list[tuple[Path, dict]],
@@ -404,54 +423,94 @@ def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[P
     return records(line_dir) if line_dir.is_dir() else []
 
 
+def _unescape(ninja_path: str) -> str:
+    return re.sub(r"\$(.)", r"\1", ninja_path)
+
+
 def _edge_object(line: str) -> str | None:
-    match = BUILD_EDGE_OUTPUT.match(line)
-    return Path(re.sub(r"\$(.)", r"\1", match.group(1))).name if match else None
+    match = BUILD_EDGE.match(line)
+    return Path(_unescape(match.group(1))).name if match else None
 
 
-def longest_first(manifest: str, seconds: dict[str, float]) -> str:
-    """build.ninja with the edges of objects of known time sorted longest first, within the lines they held."""
+def _nvcc_rules(lines: list[str]) -> set[str]:
+    """Rules whose command starts with $nvcc (torch's cuda_compile)."""
+    rules, current = set(), None
+    for line in lines:
+        if line.startswith("rule "):
+            current = line.split()[1]
+        elif current and NVCC_RULE_COMMAND.match(line):
+            rules.add(current)
+        elif line and not line[0].isspace():
+            current = None
+    return rules
+
+
+def seeded_nvcc_binding(source: str, build_dir: str) -> str:
+    """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
+    alias = BUILD_DIR_ALIAS + source[len(build_dir):] if source.startswith(build_dir + "/") else source
+    quoted = shlex.quote(alias).replace("$", "$$")
+    return f"  nvcc = $nvcc -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
+           f"-Xcicc --orig_src_path_name={quoted}"
+
+
+def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int]:
+    """build.ninja with every CUDA compile seeded and the timed object lines longest first, within the
+    lines they held; with the number of each."""
     lines = manifest.split("\n")
-    slots = [i for i, line in enumerate(lines) if _edge_object(line) in seconds]
-    ordered = sorted((lines[i] for i in slots), key=lambda line: -seconds[_edge_object(line)])
-    for i, line in zip(slots, ordered):
-        lines[i] = line
-    return "\n".join(lines)
+    nvcc_rules = _nvcc_rules(lines)
+    edges = []  # (line index, edge text with its seed binding, whether it may move)
+    for i, line in enumerate(lines):
+        match = BUILD_EDGE.match(line)
+        if not match:
+            continue
+        own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
+        if match.group(2) in nvcc_rules and match.group(1).endswith(".o"):
+            line = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
+        edges.append((i, line, not own_bindings))
+    seeded = sum("\n  nvcc = " in text for _, text, _ in edges)
+    timed = [(i, text) for i, text, movable in edges if movable and _edge_object(text) in plan.object_seconds]
+    ordered = sorted((text for _, text in timed), key=lambda text: -plan.object_seconds[_edge_object(text)])
+    for i, text, _ in edges:
+        lines[i] = text
+    for (i, _), text in zip(timed, ordered):
+        lines[i] = text
+    return "\n".join(lines), seeded, len(timed)
 
 
-def install_ninja_shim(shim_dir: Path, seconds: dict[str, float], path_env: str) -> bool:
-    """Write shim_dir/ninja: reorders the manifest it is about to build (`-C DIR` or the working
+def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
+    """Write shim_dir/ninja: prepares the manifest it is about to build (`-C DIR` or the working
     directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
     real = shutil.which("ninja", path=path_env)
     if real is None:
         return False
     shim_dir.mkdir(parents=True, exist_ok=True)
-    times = shim_dir / "object-times.json"
-    times.write_text(json.dumps(seconds, indent=1, sort_keys=True))
+    plan_file = shim_dir / "manifest-plan.json"
+    plan_file.write_text(json.dumps({"build_dir": plan.build_dir, "object_seconds": plan.object_seconds},
+                                    indent=1, sort_keys=True))
     toolkit_root = str(Path(__file__).resolve().parent.parent)  # importable whatever the build's PYTHONPATH
-    reorder = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
-               "from toolkit.build import reorder_manifest; reorder_manifest(sys.argv[1:])")
+    prepare = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
+               "from toolkit.build import prepare_manifest; prepare_manifest(sys.argv[1:])")
     (shim_dir / "ninja").write_text(
-        "#!/bin/sh\n# toolkit build: the previous build's longest objects first (toolkit/build.py)\n"
+        "#!/bin/sh\n# toolkit build: seed nvcc per object, longest objects first (toolkit/build.py)\n"
         f'case "$1" in --version) exec {shlex.quote(real)} "$@";; esac\n'
-        f'{shlex.quote(sys.executable)} -c {shlex.quote(reorder)} {shlex.quote(str(times))} "$@" '
-        '|| echo "toolkit: could not reorder build.ninja; building in file order" >&2\n'
+        f'{shlex.quote(sys.executable)} -c {shlex.quote(prepare)} {shlex.quote(str(plan_file))} "$@" '
+        '|| echo "toolkit: could not prepare build.ninja; building it unchanged" >&2\n'
         f'exec {shlex.quote(real)} "$@"\n')
     (shim_dir / "ninja").chmod(0o755)
     return True
 
 
-def reorder_manifest(args: list[str]) -> None:
-    """The shim's step: args are the times file, then ninja's own arguments."""
-    times, ninja_args = Path(args[0]), args[1:]
+def prepare_manifest(args: list[str]) -> None:
+    """The shim's step: args are the plan file, then ninja's own arguments."""
+    plan_file, ninja_args = Path(args[0]), args[1:]
     directory = ninja_args[ninja_args.index("-C") + 1] if "-C" in ninja_args[:-1] else "."
     manifest = Path(directory) / "build.ninja"
     if manifest.exists():
-        seconds = json.loads(times.read_text())
-        text = manifest.read_text()
-        write_atomic(manifest, longest_first(text, seconds))
-        timed = sum(_edge_object(line) in seconds for line in text.split("\n"))
-        print(f"toolkit: {manifest}: {timed} object edges ordered longest first (previous build's times)", flush=True)
+        plan = ManifestPlan(**json.loads(plan_file.read_text()))
+        text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
+        write_atomic(manifest, text)
+        print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
+              f"{timed} object edges ordered longest first (previous build's times)", flush=True)
 
 
 def children_cpu_s() -> float:
@@ -607,7 +666,11 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             raise ToolkitError(f"{display_path(options.order_from)}: records no object times of "
                                f"{locked.sdist.filename}; it cannot order this build (drop --order-from)")
         shim_dir = build_dir / "schedule"
-        seeded = previous is not None and install_ninja_shim(shim_dir, previous[1], env["PATH"])
+        plan = ManifestPlan(str(build_dir), previous[1] if previous else {})
+        if not install_ninja_shim(shim_dir, plan, env["PATH"]):
+            raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
+                               "(install ninja into the environment)")
+        seeded = previous is not None
         schedule = {"seeded": seeded, "from_record": display_path(previous[0]) if seeded else None}
         out_dir = build_dir / "dist"
         cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
@@ -617,7 +680,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         if seeded:
             console.print(f"schedule: longest objects first, by the times in {schedule['from_record']}")
         t0, cpu0 = time.monotonic(), children_cpu_s()
-        run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"} if seeded else env
+        run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
         rc = run_logged(cmd, run_env, build_dir, log_path, console)
         wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:

@@ -193,8 +193,10 @@ class EnvSpec:
         return reqs
 
     def input_hash(self) -> str:
-        """sha256 of the merged spec: what every later stage keys its caches on."""
-        return sha256_json(self.merged)
+        """sha256 of the merged spec, what every later stage keys its caches on, without the build sizing
+        (`build:` jobs, threads, memory figures change how fast a wheel is built, never what is locked or
+        built, so tuning them must not make a lock stale or miss the wheel cache)."""
+        return sha256_json({key: value for key, value in self.merged.items() if key != "build"})
 
 
 # ---------------------------------------------------------------- YAML with line numbers
