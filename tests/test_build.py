@@ -142,7 +142,8 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert eff["cpu_s"] >= 0.5 * eff["sum_object_s"] and 0 < eff["cpu_utilization"] <= 1.0
     assert eff["cpus"] == record["parallelism"]["cpus"] == len(os.sched_getaffinity(0))
     assert (project.root / record["log"]).exists()
-    assert record["schedule"] == {"seeded": False, "from_record": None}  # no earlier build to take times from
+    # no earlier build to take times from; every nvcc compile seeded
+    assert record["schedule"] == {"from_record": None, "nvcc_objects_seeded": 3, "edges_ordered": 0}
 
 
 def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
@@ -229,7 +230,8 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     assert str(other_cache) in after["environment"]["CFLAGS"]  # it really was another directory
     # the first build's record seeded this one's schedule, and the reordered manifest left the bytes alone
     (record_file,) = project.line_dir.glob("*.build.json")
-    assert after["schedule"] == {"seeded": True, "from_record": f"wheelhouse/fixture/{record_file.name}"}
+    assert after["schedule"] == {"from_record": f"wheelhouse/fixture/{record_file.name}", "nvcc_objects_seeded": 3,
+                                 "edges_ordered": 3}
     assert "schedule: longest objects first" in again.stderr
     objects = len(after["outputs"]["objects"])
     assert f"{objects} object edges ordered longest first" in (project.root / after["log"]).read_text()

@@ -500,6 +500,15 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
     return True
 
 
+MANIFEST_OUTCOME = "manifest-outcome.json"
+
+
+def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
+    """What the shim did to build.ninja, for the record (None: it never ran or could not)."""
+    path = shim_dir / MANIFEST_OUTCOME
+    return json.loads(path.read_text()) if path.exists() else {"nvcc_objects_seeded": None, "edges_ordered": None}
+
+
 def prepare_manifest(args: list[str]) -> None:
     """The shim's step: args are the plan file, then ninja's own arguments."""
     plan_file, ninja_args = Path(args[0]), args[1:]
@@ -509,6 +518,8 @@ def prepare_manifest(args: list[str]) -> None:
         plan = ManifestPlan(**json.loads(plan_file.read_text()))
         text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
         write_atomic(manifest, text)
+        write_atomic(plan_file.with_name(MANIFEST_OUTCOME),
+                     json.dumps({"nvcc_objects_seeded": seeded, "edges_ordered": timed}))
         print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
               f"{timed} object edges ordered longest first (previous build's times)", flush=True)
 
@@ -670,15 +681,14 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         if not install_ninja_shim(shim_dir, plan, env["PATH"]):
             raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
                                "(install ninja into the environment)")
-        seeded = previous is not None
-        schedule = {"seeded": seeded, "from_record": display_path(previous[0]) if seeded else None}
+        from_record = display_path(previous[0]) if previous else None
         out_dir = build_dir / "dist"
         cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
                "--wheel-dir", str(out_dir), str(src_dir)]
         console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
         console.print(f"log: {display_path(log_path)}")
-        if seeded:
-            console.print(f"schedule: longest objects first, by the times in {schedule['from_record']}")
+        if from_record:
+            console.print(f"schedule: longest objects first, by the times in {from_record}")
         t0, cpu0 = time.monotonic(), children_cpu_s()
         run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
         rc = run_logged(cmd, run_env, build_dir, log_path, console)
@@ -704,7 +714,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
                             "basis": par.basis},
-            "schedule": schedule,
+            "schedule": {"from_record": from_record, **manifest_outcome(shim_dir)},
             "outputs": {
                 "wheel": built.name, "version": version, "wheel_sha256": sha256_file(built),
                 "wheel_size": built.stat().st_size, "modules": modules, "archs_compiled": so_archs,
