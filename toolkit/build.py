@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -427,11 +427,6 @@ def _unescape(ninja_path: str) -> str:
     return re.sub(r"\$(.)", r"\1", ninja_path)
 
 
-def _edge_object(line: str) -> str | None:
-    match = BUILD_EDGE.match(line)
-    return Path(_unescape(match.group(1))).name if match else None
-
-
 def _nvcc_rules(lines: list[str]) -> set[str]:
     """Rules whose command starts with $nvcc (torch's cuda_compile)."""
     rules, current = set(), None
@@ -458,21 +453,19 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int]
     lines they held; with the number of each."""
     lines = manifest.split("\n")
     nvcc_rules = _nvcc_rules(lines)
-    edges = []  # (line index, edge text with its seed binding, whether it may move)
+    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of the edges that may move
     for i, line in enumerate(lines):
         match = BUILD_EDGE.match(line)
         if not match:
             continue
         own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
         if match.group(2) in nvcc_rules and match.group(1).endswith(".o"):
-            line = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
-        edges.append((i, line, not own_bindings))
-    seeded = sum("\n  nvcc = " in text for _, text, _ in edges)
-    timed = [(i, text) for i, text, movable in edges if movable and _edge_object(text) in plan.object_seconds]
-    ordered = sorted((text for _, text in timed), key=lambda text: -plan.object_seconds[_edge_object(text)])
-    for i, text, _ in edges:
-        lines[i] = text
-    for (i, _), text in zip(timed, ordered):
+            lines[i] = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
+            seeded += 1
+        seconds = plan.object_seconds.get(Path(_unescape(match.group(1))).name)
+        if seconds is not None and not own_bindings:
+            timed.append((i, lines[i], seconds))
+    for (i, _, _), (_, text, _) in zip(timed, sorted(timed, key=lambda edge: -edge[2])):
         lines[i] = text
     return "\n".join(lines), seeded, len(timed)
 
@@ -485,8 +478,7 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
         return False
     shim_dir.mkdir(parents=True, exist_ok=True)
     plan_file = shim_dir / "manifest-plan.json"
-    plan_file.write_text(json.dumps({"build_dir": plan.build_dir, "object_seconds": plan.object_seconds},
-                                    indent=1, sort_keys=True))
+    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
     toolkit_root = str(Path(__file__).resolve().parent.parent)  # importable whatever the build's PYTHONPATH
     prepare = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
                "from toolkit.build import prepare_manifest; prepare_manifest(sys.argv[1:])")
