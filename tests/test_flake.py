@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.fa_fixture_project import see_running_packages
 from toolkit.spec import EnvSpec, load_spec, spec_paths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,8 +202,8 @@ def test_check_app_installs_the_toolkit_or_says_why(repo: Path, tmp_path: Path):
 
     # A venv that sees this interpreter's packages, stamped with pyproject.toml's hash: used as it is.
     shutil.rmtree(venv)
-    subprocess.run([str(Path(sys.executable).resolve()), "-m", "venv", "--without-pip",
-                    "--system-site-packages", str(venv)], check=True)
+    subprocess.run([str(Path(sys.executable).resolve()), "-m", "venv", "--without-pip", str(venv)], check=True)
+    see_running_packages(venv / "bin" / "python")
     (venv / ".installed").write_text(hashlib.sha256((repo / "pyproject.toml").read_bytes()).hexdigest() + "\n")
     result = flake(repo, stub, "run", f"{repo}#check", "--", "cu126", env=offline)
     assert result.returncode == 0, result.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -483,7 +484,9 @@ def test_verify_re_executes_under_the_environment_python(tmp_path):
     """--python of another environment: the measurement runs as `python -m toolkit.verify` there."""
     env_bin = tmp_path / "env" / "bin"
     env_bin.mkdir(parents=True)
-    (env_bin / "python").symlink_to(sys.executable)
+    # a wrapper, not a symlink: a symlinked venv python no longer finds its pyvenv.cfg (nor its torch)
+    (env_bin / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (env_bin / "python").chmod(0o755)
     done = subprocess.run([sys.executable, "-m", "toolkit", "verify", "gpu-machine", "--python",
                            str(env_bin / "python"), "--report-dir", str(tmp_path / "reports")],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
