@@ -204,6 +204,8 @@ def test_check_app_installs_the_toolkit_or_says_why(repo: Path, tmp_path: Path):
     shutil.rmtree(venv)
     subprocess.run([str(Path(sys.executable).resolve()), "-m", "venv", "--without-pip", str(venv)], check=True)
     see_running_packages(venv / "bin" / "python")
+    (venv / "bin" / "toolkit").write_text(f'#!/bin/sh\nexec "{venv}/bin/python" -m toolkit "$@"\n')
+    (venv / "bin" / "toolkit").chmod(0o755)
     (venv / ".installed").write_text(hashlib.sha256((repo / "pyproject.toml").read_bytes()).hexdigest() + "\n")
     result = flake(repo, stub, "run", f"{repo}#check", "--", "cu126", env=offline)
     assert result.returncode == 0, result.stderr
