@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from module_systems import MISSING, SYSTEMS
 import toolkit.cli
 from toolkit.lock import KEY_DIGEST, lock_digest
 from toolkit.spec import load_spec, spec_paths
-from toolkit.wheelhouse import RECORD_SCHEMA, RECORD_SUFFIX
+from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord, SdistPin
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "modules"
@@ -94,21 +95,26 @@ def seal_lock(path: Path, line: str, kind: str) -> None:
 
 def write_build_record(wheelhouse: Path, line: str, python: str, version: str = CU126_BUILD,
                        **outputs: str) -> Path:
-    """The build stage's record beside its wheel (wheelhouse/<line>/<wheel>.build.json), extra keys and all."""
+    """A build record beside its wheel (wheelhouse/<line>/<wheel>.build.json), made through BuildRecord."""
     tag = "cp" + python.replace(".", "")
     wheel = f"flash_attn-{version}-{tag}-{tag}-linux_x86_64.whl"
-    record = {
-        "schema": RECORD_SCHEMA,
-        "status": "success",
-        "inputs": {"line": line, "spec": {"input_hash": "34" * 32}, "sdist": {"sha256": "ef" * 32},
-                   "archs": ["80", "90"], "toolchain": {"kind": "locked", "nvcc": "12.6", "gcc": "13.3.0",
-                                                        "torch": "2.9.1+cu126", "cxx11_abi": True, "ninja": None}},
-        "outputs": {"wheel": wheel, "version": version, "wheel_sha256": "12" * 32, "wheel_size": 62700000,
-                    "archs_compiled": {"flash_attn_2_cuda": ["80", "90"]}, **outputs},
-        "finished": "2026-11-29T12:00:00+00:00",
-    }
+    record = BuildRecord(
+        inputs_key="56" * 32,
+        inputs={"line": line, "spec_input_hash": "34" * 32, "archs": ["80", "90"],
+                "toolchain": {"kind": "locked", "nvcc": "12.6", "gcc": "13.3.0", "torch": "2.9.1+cu126",
+                              "cxx11_abi": True, "ninja": None}},
+        files={"spec": f"envs/{line}.yaml", "lock": f"locks/{line}.conda-lock.yml"},
+        sdist=SdistPin(filename="flash_attn-2.8.3.post2.tar.gz", sha256="ef" * 32,
+                       url="https://files.pythonhosted.org/packages/flash_attn-2.8.3.post2.tar.gz"),
+        environment={"FLASH_ATTN_CUDA_ARCHS": "80;90"}, parallelism={"jobs": 4, "nvcc_threads": 1},
+        outputs=replace(BuildOutputs(wheel=wheel, version=version, wheel_sha256="12" * 32, wheel_size=62700000,
+                                     modules=["flash_attn_2_cuda"], archs_compiled={"flash_attn_2_cuda": ["80", "90"]},
+                                     imported=True, wall_s=600.0, efficiency={}), **outputs),
+        fingerprint={}, log=f"wheelhouse/{line}/logs/build.log",
+        started="2026-11-29T11:50:00+00:00", finished="2026-11-29T12:00:00+00:00")
     path = wheelhouse / line / (wheel + RECORD_SUFFIX)
-    write_json(path, record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record.text())
     return path
 
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
-from toolkit.spec import display_path
+from toolkit.paths import display_path
 
 
 def lock_file_for(entry: Path) -> Path:

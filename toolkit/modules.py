@@ -29,6 +29,7 @@ from toolkit.knowledge import load_knowledge, minor_of
 from toolkit.lock import LockedEnv, lock_path, read_lock
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg, spec_paths
+from toolkit.build_record import BuildRecord
 from toolkit.wheelhouse import records
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -234,16 +235,16 @@ def read_external(spec: EnvSpec, target: Path | None) -> InstalledEnv:
 
 
 @dataclass(frozen=True)
-class BuildRecord:
-    """What a module's help shows of the build stage's record of the installed wheel (other keys ignored)."""
+class BuildSummary:
+    """What a module's help shows of the build record of the installed wheel, every value checked safe."""
 
     path: Path
     wheel: str
     wheel_sha256: str
-    sdist_sha256: str | None
+    sdist_sha256: str
     archs: tuple[str, ...]
     toolchain: tuple[tuple[str, str], ...]  # the scalar entries of inputs.toolchain, sorted
-    finished: str | None
+    finished: str
 
 
 @dataclass(frozen=True)
@@ -253,15 +254,7 @@ class Provenance:
     lock_file: Path
     lock: LockedEnv | None
     builds_dir: Path
-    build: BuildRecord | None
-
-
-def _lookup(data: object, dotted: str) -> object:
-    for part in dotted.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
+    build: BuildSummary | None
 
 
 def same_version(a: object, b: str) -> bool:
@@ -271,30 +264,30 @@ def same_version(a: object, b: str) -> bool:
         return False
 
 
-def read_build_record(builds_dir: Path, env: InstalledEnv) -> BuildRecord | None:
+def read_build_record(builds_dir: Path, env: InstalledEnv) -> BuildSummary | None:
     """The record of the wheel that is installed (matched by its exact version, local tag included).
 
     None when no recorded build made it: an env may carry a wheel built some other way."""
-    found = next((item for item in (records(builds_dir) if builds_dir.is_dir() else [])
-                  if same_version(_lookup(item[1], "outputs.version"), env.flash_attn)), None)
-    if found is None:
-        return None
-    path, record = found
+    for path, data in records(builds_dir) if builds_dir.is_dir() else []:
+        where = display_path(path)
+        record = BuildRecord.from_json(data, where)
+        if same_version(record.outputs.version, env.flash_attn):
+            return summarize(path, record)
+    return None
+
+
+def summarize(path: Path, record: BuildRecord) -> BuildSummary:
     where = display_path(path)
-    sdist = _lookup(record, "inputs.sdist.sha256")
-    finished = _lookup(record, "finished")
-    toolchain = _lookup(record, "inputs.toolchain")
-    scalars = sorted((k, v) for k, v in (toolchain.items() if isinstance(toolchain, dict) else ())
-                     if isinstance(v, (str, int, float, bool)))
-    return BuildRecord(
+    scalars = sorted((k, v) for k, v in record.toolchain.items() if isinstance(v, (str, int, float, bool)))
+    return BuildSummary(
         path=path,
-        wheel=safe("name", _lookup(record, "outputs.wheel"), where, "outputs.wheel"),
-        wheel_sha256=safe("sha256", _lookup(record, "outputs.wheel_sha256"), where, "outputs.wheel_sha256"),
-        sdist_sha256=None if sdist is None else safe("sha256", sdist, where, "inputs.sdist.sha256"),
-        archs=tuple(safe("arch", a, where, "inputs.archs") for a in _lookup(record, "inputs.archs") or ()),
+        wheel=safe("name", record.outputs.wheel, where, "outputs.wheel"),
+        wheel_sha256=safe("sha256", record.outputs.wheel_sha256, where, "outputs.wheel_sha256"),
+        sdist_sha256=safe("sha256", record.sdist.sha256, where, "sdist.sha256"),
+        archs=tuple(safe("arch", a, where, "inputs.archs") for a in record.archs),
         toolchain=tuple((safe("name", k, where, "inputs.toolchain"),
                          safe("text", str(v), where, f"inputs.toolchain.{k}")) for k, v in scalars),
-        finished=None if finished is None else safe("timestamp", finished, where, "finished"),
+        finished=safe("timestamp", record.finished, where, "finished"),
     )
 
 
@@ -409,11 +402,11 @@ def help_lines(module_full: str, spec: EnvSpec, env: InstalledEnv, provenance: P
         lines += [f"Build:        {safe_path(build.path, '--wheelhouse', 'build record')}",
                   f"              wheel {build.wheel}",
                   f"              wheel sha256 {build.wheel_sha256}"]
-        lines += [f"              sdist sha256 {build.sdist_sha256}"] if build.sdist_sha256 else []
+        lines += [f"              sdist sha256 {build.sdist_sha256}"]
         lines += [f"              archs {' '.join('sm_' + a for a in build.archs)}"] if build.archs else []
         lines += textwrap.wrap(", ".join(f"{k}={v}" for k, v in build.toolchain), width=110,
                                initial_indent=" " * 14 + "toolchain ", subsequent_indent=" " * 24)
-        lines += [f"              finished {build.finished}"] if build.finished else []
+        lines += [f"              finished {build.finished}"]
     else:
         builds_text = safe_path(provenance.builds_dir, "--wheelhouse", "build records")
         lines += [f"Build:        no record in {builds_text} of building {PACKAGE} {env.flash_attn}"]

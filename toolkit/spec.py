@@ -18,6 +18,7 @@ import yaml
 
 from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
+from toolkit.paths import display_path
 
 ENVS_DIR = Path("envs")
 BASE_NAME = "base"
@@ -33,14 +34,6 @@ class Location:
 
     def __str__(self) -> str:
         return f"{display_path(self.file)}:{self.line}" if self.line else display_path(self.file)
-
-
-def display_path(path: Path) -> str:
-    """A path relative to the working directory when it lies below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 # ---------------------------------------------------------------- schema
