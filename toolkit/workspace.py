@@ -1,0 +1,67 @@
+"""The project's folders: one owner for every path the stages share, and the options that move them.
+
+A verb never spells `envs/`, `locks/`, `.envs/`, `wheelhouse/`, `reports/`, `runs/` or the cache itself:
+it builds a `Workspace` from its arguments (`--envs`, `--locks`, `--wheelhouse`, declared here once with
+one help text) and asks it where a line's spec, lock, prefix, wheels or reports are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where each stage reads and writes, relative to the working directory unless given absolute."""
+
+    envs: Path = Path("envs")  # env specs (envs/<line>.yaml)
+    locks: Path = Path("locks")  # locks/<line>.conda-lock.yml
+    wheelhouse: Path = Path("wheelhouse")  # wheelhouse/<line>/<wheel> + record, wheelhouse/simple/ (PEP 503)
+    environments: Path = Path(".envs")  # .envs/<line>: the conda prefix `toolkit install` makes
+    reports: Path = Path("reports")  # reports/<line>/: verify and bench output
+    runs: Path = Path("runs")  # runs/<run id>/: matrix runs (plans, batch scripts, logs)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Workspace:
+        given = {name: getattr(args, name) for name in ("envs", "locks", "wheelhouse") if hasattr(args, name)}
+        return cls(**given)
+
+    def spec_file(self, line: str) -> Path:
+        return self.envs / f"{line}.yaml"
+
+    def lock_file(self, line: str) -> Path:
+        return self.locks / f"{line}.conda-lock.yml"
+
+    def prefix(self, line: str) -> Path:
+        return self.environments / line
+
+    def wheel_dir(self, line: str) -> Path:
+        return self.wheelhouse / line
+
+    def report_dir(self, line: str) -> Path:
+        return self.reports / line
+
+    @property
+    def cache(self) -> Path:
+        """sdists and build directories: $TOOLKIT_CACHE, else .cache in the working directory."""
+        return Path(os.environ.get("TOOLKIT_CACHE", ".cache"))
+
+    @property
+    def conda_package_cache(self) -> Path:
+        """Verified conda archives, shared by every project of the user (named by sha256, re-checked on use)."""
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return base / "fa-envkit" / "conda-pkgs"
+
+
+def add_workspace_options(parser: argparse.ArgumentParser) -> None:
+    """--envs, --locks and --wheelhouse, the same for every verb."""
+    defaults = Workspace()
+    parser.add_argument("--envs", type=Path, default=defaults.envs, metavar="DIR",
+                        help=f"env spec directory (default: {defaults.envs})")
+    parser.add_argument("--locks", type=Path, default=defaults.locks, metavar="DIR",
+                        help=f"lock directory (default: {defaults.locks})")
+    parser.add_argument("--wheelhouse", type=Path, default=defaults.wheelhouse, metavar="DIR",
+                        help=f"built wheels, their records and the PEP 503 index (default: {defaults.wheelhouse})")
