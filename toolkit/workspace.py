@@ -9,8 +9,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from toolkit.errors import ToolkitError
+
+# A line's name becomes a file name in four folders: a plain name, never a path.
+LINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def checked_line(line: str) -> str:
+    """The line name, or a one-line error when it could be read as a path or an option."""
+    if not LINE_NAME.fullmatch(line) or ".." in line:
+        raise ToolkitError(f"{line!r}: not a line name (letters, digits, '.', '_', '-', starting with a letter "
+                           f"or digit, like cu126; a line is named by its envs/<line>.yaml)")
+    return line
 
 
 @dataclass(frozen=True)
@@ -30,19 +44,19 @@ class Workspace:
         return cls(**given)
 
     def spec_file(self, line: str) -> Path:
-        return self.envs / f"{line}.yaml"
+        return self.envs / f"{checked_line(line)}.yaml"
 
     def lock_file(self, line: str) -> Path:
-        return self.locks / f"{line}.conda-lock.yml"
+        return self.locks / f"{checked_line(line)}.conda-lock.yml"
 
     def prefix(self, line: str) -> Path:
-        return self.environments / line
+        return self.environments / checked_line(line)
 
     def wheel_dir(self, line: str) -> Path:
-        return self.wheelhouse / line
+        return self.wheelhouse / checked_line(line)
 
     def report_dir(self, line: str) -> Path:
-        return self.reports / line
+        return self.reports / checked_line(line)
 
     @property
     def cache(self) -> Path:
