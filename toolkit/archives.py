@@ -10,11 +10,11 @@ absolute, climbs out with `..` (a link target too), or carries a NUL or a line b
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from typing import IO
 from pathlib import Path, PurePosixPath
 
 import zstandard
@@ -72,7 +72,7 @@ def _read(archive: Path) -> tuple[list[str], list[str]]:
         return _scan(tar)
 
 
-def _zstd_tar(raw: io.BufferedIOBase) -> tarfile.TarFile:
+def _zstd_tar(raw: IO[bytes]) -> tarfile.TarFile:
     stream = zstandard.ZstdDecompressor().stream_reader(raw)
     return tarfile.open(fileobj=stream, mode="r|")
 

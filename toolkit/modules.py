@@ -135,8 +135,8 @@ def one_distribution(dists: dict[str, list[metadata.Distribution]], name: str,
 
 def project_url(dist: metadata.Distribution, where: Path) -> str:
     """The project's home page as its own metadata gives it, else its PyPI page."""
-    urls = [dist.metadata.get("Home-page")] + [u.split(",", 1)[-1].strip()
-                                               for u in dist.metadata.get_all("Project-URL") or []]
+    urls = [*(dist.metadata.get_all("Home-page") or []),
+            *(u.split(",", 1)[-1].strip() for u in dist.metadata.get_all("Project-URL") or [])]
     url = next((u for u in urls if u and u != "UNKNOWN"), PYPI_PAGE.format(PACKAGE))
     return safe("url", url, where, f"{PACKAGE} metadata Home-page")
 
@@ -361,6 +361,8 @@ def environment_changes(spec: EnvSpec, env: InstalledEnv, options: ModuleOptions
         activation = [("CONDA_PREFIX", env.prefix), ("CONDA_DEFAULT_ENV", env.prefix)]
     else:
         where = spec.where("toolchain.cuda_home")
+        if not spec.toolchain.cuda_home:
+            raise ToolkitError(f"{where}: toolchain.cuda_home: an external line needs one (set it in the spec)")
         cuda_home = safe_path(spec.toolchain.cuda_home, where, "toolchain.cuda_home")
         if options.ld_library_path:
             prepend.append(("LD_LIBRARY_PATH", safe_path(Path(cuda_home) / "lib64", where, "toolchain.cuda_home")))
