@@ -14,6 +14,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from toolkit import patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
@@ -128,6 +129,25 @@ def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
             f"(max gcc {line.max_gcc}: use gcc <= {line.max_gcc}{alternative})")
 
 
+def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """conda-forge's cuda-nvcc-impl constrains gcc_impl more tightly than nvcc does: the lock cannot solve."""
+    packaging = kb.nvcc_packaging.get(spec.cuda)
+    if spec.toolchain.kind != "locked" or not packaging or not packaging.builds:
+        return None
+    gcc = int(spec.gcc)
+    if packaging.allowed_gcc(gcc):
+        return None
+    allowed = [g for g in range(gcc - 1, 0, -1) if packaging.allowed_gcc(g)]
+    newer = [v for v, p in kb.nvcc_packaging.items() if v in kb.cuda_lines and p.allowed_gcc(gcc)]
+    versions = ", ".join(dict.fromkeys(b.version for b in packaging.builds))
+    bounds = " / ".join(dict.fromkeys(b.gcc for b in packaging.builds))
+    fix = f"use gcc {allowed[0]}" if allowed else "no gcc fits"
+    return (f"gcc {spec.gcc} cannot be installed beside {packaging.channel}'s nvcc {spec.cuda}: every "
+            f"cuda-nvcc-impl build ({versions}) has run_constrained gcc_impl {bounds} "
+            f"({fix}{f', or CUDA {newer[0]}+ for gcc {gcc}' if newer else ''}; "
+            f"see toolkit/knowledge/conda_forge_nvcc.yaml)")
+
+
 def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     if not line:
@@ -187,6 +207,20 @@ def flash_attn_torch(spec: EnvSpec, kb: Knowledge) -> str | None:
     return f"flash-attn {spec.flash_attn_version} needs torch >= {req.min_torch} (raise torch.version)"
 
 
+def flash_attn_patch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """A build that needs a fix no patch provides would fail deep in the compile: refuse it here."""
+    unmet = patches.spec_plan(spec).unmet
+    if not unmet:
+        return None
+    need = unmet[0]
+    covered = [v for v in kb.fa_released if not patches.plan("flash-attn", v, spec.torch_version).unmet
+               and Version(v) >= Version(spec.flash_attn_version)]
+    advice = f"use flash-attn {covered[-1]}, which a patch fixes" if covered else "no patched release"
+    return (f"flash-attn {spec.flash_attn_version} with torch {spec.torch_version} cannot build: {need.why}; "
+            f"no patch in toolkit/knowledge/patches.yaml covers {spec.flash_attn_version} "
+            f"({advice}, or torch outside {need.when.torch})")
+
+
 def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
     """An external toolchain must provide exactly what the spec builds for."""
 
@@ -228,12 +262,14 @@ RULES: tuple[Rule, ...] = (
     Rule("channels-provide-cuda-toolchain", "channels", channels_provide_toolchain),
     Rule("python-has-torch-wheel", "python", python_has_torch_wheel),
     Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
+    Rule("gcc-allowed-by-conda-nvcc", "gcc", gcc_allowed_by_conda_nvcc),
     Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
     Rule("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
     Rule("archs-built-by-flash-attn", "archs", archs_built_by_flash_attn),
     Rule("flash-attn-released", "flash_attn.version", flash_attn_released),
     Rule("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
     Rule("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
+    Rule("flash-attn-patch-known", "flash_attn.version", flash_attn_patch_known),
     Rule("locked-toolchain-has-no-external-fields", "toolchain", locked_has_no_external_fields),
     Rule("external-nvcc-is-line", "toolchain.nvcc", _external_equal("cuda", "nvcc")),
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
