@@ -328,10 +328,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_check)
 
 
+def patch_notes(paths: list[Path]) -> list[str]:
+    """One line per spec whose build applies our patches: what the build will change in the sdist, and why."""
+    notes = []
+    for path in paths:
+        try:
+            spec = load_spec(path)
+            selected = patches.spec_plan(spec).patches
+        except (ToolkitError, InvalidVersion):
+            continue  # already reported as a problem
+        notes += [f"{display_path(path)}: patch: flash-attn {spec.flash_attn_version} gets toolkit/patches/"
+                  f"{p.file.name} ({p.fixes}, torch {spec.torch_version}; written after {p.upstream})" for p in selected]
+    return notes
+
+
 def run_check(args: argparse.Namespace) -> int:
     paths = [resolve_spec_arg(s, args.envs) for s in args.specs] if args.specs else spec_paths(args.envs)
     problems = check_paths(paths)
-    for line in problems:
+    for line in problems + patch_notes(paths):
         print(line)
     if not problems:
         print(f"{len(paths)} spec{'s' if len(paths) != 1 else ''} checked: no problems")
