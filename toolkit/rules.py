@@ -123,20 +123,28 @@ def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     if not line or int(spec.gcc) <= line.max_gcc:
         return None
-    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)]
+    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)
+             and (spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc)))]
     alternative = f" or CUDA {newer[0]}+" if newer else ""
     return (f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
             f"(max gcc {line.max_gcc}: use gcc <= {line.max_gcc}{alternative})")
 
 
+def conda_allows(kb: Knowledge, cuda: str, gcc: int) -> bool:
+    """True unless the line's nvcc packages are known and none of their builds admits this gcc."""
+    packaging = kb.nvcc_packaging.get(cuda)
+    return not packaging or not packaging.builds or packaging.allowed_gcc(gcc)
+
+
 def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
-    """conda-forge's cuda-nvcc-impl constrains gcc_impl more tightly than nvcc does: the lock cannot solve."""
-    packaging = kb.nvcc_packaging.get(spec.cuda)
-    if spec.toolchain.kind != "locked" or not packaging or not packaging.builds:
-        return None
+    """conda-forge's cuda-nvcc-impl constrains gcc_impl more tightly than nvcc does: the lock cannot solve.
+    Silent where nvcc itself refuses the gcc (gcc-accepted-by-nvcc says so)."""
+    line = kb.cuda_lines.get(spec.cuda)
     gcc = int(spec.gcc)
-    if packaging.allowed_gcc(gcc):
+    if (spec.toolchain.kind != "locked" or not line or gcc > line.max_gcc
+            or conda_allows(kb, spec.cuda, gcc)):
         return None
+    packaging = kb.nvcc_packaging[spec.cuda]
     allowed = [g for g in range(gcc - 1, 0, -1) if packaging.allowed_gcc(g)]
     newer = [v for v, p in kb.nvcc_packaging.items() if v in kb.cuda_lines and p.allowed_gcc(gcc)]
     versions = ", ".join(dict.fromkeys(b.version for b in packaging.builds))
@@ -218,7 +226,7 @@ def flash_attn_patch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     advice = f"use flash-attn {covered[-1]}, which a patch fixes" if covered else "no patched release"
     return (f"flash-attn {spec.flash_attn_version} with torch {spec.torch_version} cannot build: {need.why}; "
             f"no patch in toolkit/knowledge/patches.yaml covers {spec.flash_attn_version} "
-            f"({advice}, or torch outside {need.when.torch})")
+            f"({advice}, a torch that is not {need.when.torch}, or add a patch for it)")
 
 
 def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
