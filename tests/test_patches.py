@@ -110,8 +110,8 @@ def test_unpatched_setup_py_asks_for_cxx17_even_with_torch_2_14():
 
 def test_patch_applies_to_the_real_setup_py_and_selects_the_standard_from_torch(tmp_path):
     src = sdist_tree(tmp_path)
-    applied = patches.apply(src, spec_for(tmp_path, "2.14.1"))
-    assert [r["file"] for r in applied] == [CXX20]
+    applied = patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
+    assert [(r["file"], r["applied"]) for r in applied] == [(CXX20, True)]
     patched = (src / "setup.py").read_text()
     assert patched != REAL_SETUP.read_text() and not list(src.glob("*.orig")) and not list(src.glob("*.rej"))
     for torch, std in [("2.14.1+cu130", "-std=c++20"), ("2.13.0", "-std=c++20"), ("2.15.0", "-std=c++20"),
@@ -121,9 +121,24 @@ def test_patch_applies_to_the_real_setup_py_and_selects_the_standard_from_torch(
         assert flags["nvcc"][:2] == ["-O3", std] and flags["cxx"] == ["-O3", std]
 
 
+def test_other_bytes_under_the_same_version_are_not_patched_blind(tmp_path):
+    """A test fixture or a rebuilt copy that calls itself 2.8.3.post2: left alone, and the record says why."""
+    src = sdist_tree(tmp_path, "print('not flash-attn')\n")
+    [record] = patches.apply(src, spec_for(tmp_path, "2.14.1"), "0" * 64)
+    assert record["file"] == CXX20 and record["applied"] is False and "0" * 64 in record["why"]
+    assert (src / "setup.py").read_text() == "print('not flash-attn')\n"
+
+
+def test_the_patch_names_the_published_sdists_it_was_checked_against():
+    [patch] = patches.catalog()[1]
+    assert patch.sdists["2.8.3.post2"] == SDIST_SHA256
+    assert set(patch.sdists) == {"2.8.3", "2.8.3.post1", "2.8.3.post2"}
+    assert all(patch.when.versions.contains(v) for v in patch.sdists)
+
+
 def test_lines_below_torch_2_13_leave_the_sdist_untouched(tmp_path):
     src = sdist_tree(tmp_path)
-    assert patches.apply(src, spec_for(tmp_path, "2.9.1")) == []
+    assert patches.apply(src, spec_for(tmp_path, "2.9.1"), SDIST_SHA256) == []
     assert (src / "setup.py").read_text() == REAL_SETUP.read_text()
 
 
@@ -132,7 +147,7 @@ def test_a_patch_that_does_not_fit_fails_in_one_line_and_changes_nothing(tmp_pat
                                               'compiler_c17_flag=["-O2", "-std=c++17"]')
     src = sdist_tree(tmp_path, changed)
     with pytest.raises(ToolkitError) as err:
-        patches.apply(src, spec_for(tmp_path, "2.14.1"))
+        patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
     message = str(err.value)
     assert "\n" not in message and f"{CXX20}: does not apply to flash_attn-2.8.3.post2 (" in message
     assert (src / "setup.py").read_text() == changed  # the dry run stopped it before any hunk landed
@@ -141,24 +156,24 @@ def test_a_patch_that_does_not_fit_fails_in_one_line_and_changes_nothing(tmp_pat
 def test_applying_twice_is_refused_not_reversed(tmp_path):
     src = sdist_tree(tmp_path)
     spec = spec_for(tmp_path, "2.14.1")
-    patches.apply(src, spec)
+    patches.apply(src, spec, SDIST_SHA256)
     once = (src / "setup.py").read_text()
     with pytest.raises(ToolkitError, match="does not apply"):
-        patches.apply(src, spec)
+        patches.apply(src, spec, SDIST_SHA256)
     assert (src / "setup.py").read_text() == once
 
 
 def test_a_line_no_patch_covers_is_refused_before_anything_runs(tmp_path):
     src = sdist_tree(tmp_path)
     with pytest.raises(ToolkitError) as err:
-        patches.apply(src, spec_for(tmp_path, "2.14.1", flash_attn="2.8.2"))
+        patches.apply(src, spec_for(tmp_path, "2.14.1", flash_attn="2.8.2"), SDIST_SHA256)
     assert "cannot build: torch >= 2.13 headers need C++20" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_missing_patch_binary_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
     with pytest.raises(ToolkitError, match="^patch: not found on PATH"):
-        patches.apply(sdist_tree(tmp_path), spec_for(tmp_path, "2.14.1"))
+        patches.apply(sdist_tree(tmp_path), spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
 
 
 @pytest.mark.network
@@ -175,7 +190,7 @@ def test_patch_applies_to_the_whole_pinned_sdist(tmp_path):
     assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256
     src, _ = extract_sdist(sdist, tmp_path / "build")
     assert (src / "setup.py").read_bytes() == REAL_SETUP.read_bytes()
-    patches.apply(src, spec_for(tmp_path, "2.14.1"))
+    patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
     assert std_flags(cuda_flags((src / "setup.py").read_text(), "2.14.1")) == {"-std=c++20"}
     with tarfile.open(sdist) as tar:
         assert len([m for m in tar.getmembers() if m.name.endswith(".cu")]) > 70  # the full kernel tree is there

@@ -659,7 +659,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     build_dir = Path(tempfile.mkdtemp(prefix=f"{spec.line}-", dir=build_parent)).absolute()
     try:
         src_dir, epoch = extract_sdist(sdist, build_dir)
-        patches.apply(src_dir, spec)  # patches hook: toolkit/knowledge/patches.yaml; recorded in inputs["patches"]
+        applied_patches = patches.apply(src_dir, spec, locked.sdist.sha256)  # patches hook (patches.yaml)
         known = setup_py_archs(src_dir)
         if known is not None and not set(archs) <= known:
             skipped = ", sm_".join(a for a in archs if a not in known)
@@ -705,6 +705,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "inputs": inputs,
             "files": {"spec": display_path(spec.path), "lock": display_path(lock_file)},
             "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
+            "patches": applied_patches,  # patches hook: what was applied to the sdist (file, sha256)
             "environment": env,
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,

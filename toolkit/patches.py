@@ -55,6 +55,7 @@ class Patch:
     when: Condition
     strip: int  # patch -p<strip> from the sdist's top directory
     upstream: str  # the upstream change it was written from
+    sdists: dict[str, str]  # version -> sha256 of the published sdist the patch was checked against
 
     def record(self) -> PatchRecord:
         return PatchRecord(self.file.name, sha256_file(self.file), self.fixes, self.upstream)
@@ -86,8 +87,8 @@ def _condition(entry: dict) -> Condition:
 def catalog() -> tuple[tuple[Need, ...], tuple[Patch, ...]]:
     data = yaml.safe_load(PATCHES_YAML.read_text())
     needs = tuple(Need(n["id"], _condition(n), n["why"]) for n in data["needs"])
-    patches = tuple(Patch(PATCH_DIR / p["file"], p["fixes"], _condition(p), int(p["strip"]), p["upstream"])
-                    for p in data["patches"])
+    patches = tuple(Patch(PATCH_DIR / p["file"], p["fixes"], _condition(p), int(p["strip"]), p["upstream"],
+                          dict(p["sdists"])) for p in data["patches"])
     return needs, patches
 
 
@@ -114,23 +115,34 @@ def planned_records(spec: EnvSpec) -> list[dict]:
     return [asdict(p.record()) for p in spec_plan(spec).patches]
 
 
-def apply(src_dir: Path, spec: EnvSpec) -> list[dict]:
-    """Apply the spec's patches to the unpacked sdist; refuse in one line if one does not apply."""
+def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[dict]:
+    """Apply the spec's patches to the unpacked sdist; refuse in one line if one does not apply.
+
+    Only to the published sdist each patch was checked against: other bytes under the same version (a test
+    fixture, a rebuilt copy) are left alone and the record says so ("applied": false, with the reason)."""
     selected = spec_plan(spec)
     if selected.unmet:
         need = selected.unmet[0]
         raise ToolkitError(f"{display_path(spec.path)}: flash_attn.version: flash-attn {spec.flash_attn_version} with "
                            f"torch {spec.torch_version} cannot build: {need.why} (no patch known; run "
                            f"`toolkit check {spec.line}`)")
-    if selected.patches and shutil.which("patch") is None:
-        raise ToolkitError("patch: not found on PATH (install GNU patch: apt install patch / conda install patch)")
+    applied = []
     for patch in selected.patches:
-        _apply_one(src_dir, patch)
-    return [asdict(p.record()) for p in selected.patches]
+        checked = patch.sdists.get(spec.flash_attn_version)
+        if checked == sdist_sha256:
+            _apply_one(src_dir, patch)
+            applied.append({**asdict(patch.record()), "applied": True})
+        else:
+            applied.append({**asdict(patch.record()), "applied": False,
+                            "why": f"sdist sha256 {sdist_sha256} is not the published {spec.flash_attn_version} "
+                                   f"({checked or 'none recorded'}) the patch was checked against"})
+    return applied
 
 
 def _apply_one(src_dir: Path, patch: Patch) -> None:
     """A dry run first, so a patch that does not fit leaves the tree untouched."""
+    if shutil.which("patch") is None:
+        raise ToolkitError("patch: not found on PATH (install GNU patch: apt install patch / conda install patch)")
     base = ["patch", f"-p{patch.strip}", "--forward", "--batch", "--silent", "--no-backup-if-mismatch",
             "--reject-file=-", "-i", str(patch.file)]
     for extra in (["--dry-run"], []):
