@@ -7,35 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from test_foundation import envs  # noqa: F401  (the scratch envs/ fixture: a base and a good cu126)
 from toolkit.cli import main
 from toolkit.knowledge import load_knowledge
 from toolkit.rules import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
-
-BASE = """\
-platforms: [linux-64]
-channels: [conda-forge]
-conda_packages:
-  python: "{python}.*"
-  cuda-version: "{cuda}.*"
-  cuda-nvcc: "*"
-  gxx: "{gcc}.*"
-flash_attn:
-  version: "2.8.3.post2"
-archs: ["80", "90"]
-toolchain:
-  kind: locked
-"""
-
-
-@pytest.fixture
-def envs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "envs"
-    folder.mkdir()
-    (folder / "base.yaml").write_text(BASE)
-    return folder
 
 
 def line(envs: Path, cuda: str, gcc: int, torch: str, python: str = "3.12", flash_attn: str = "2.8.3.post2",

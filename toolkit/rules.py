@@ -93,7 +93,7 @@ def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
 def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     served = re.search(r"/whl/(cu\d+)/?$", spec.torch_index)
-    if not line or not served or served.group(1) == line.tag:
+    if not line or not line.torch_index or not served or served.group(1) == line.tag:  # none: torch-has-build says
         return None
     return f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
 

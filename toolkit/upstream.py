@@ -126,16 +126,21 @@ def _final(version: str) -> Version | None:
     return None if v.is_devrelease else v
 
 
-def torch_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
+def new_minors(releases: list[Release], known: dict) -> list[tuple[str, list[Release]]]:
+    """Final releases whose major.minor is not a key of `known`, grouped by minor, oldest minor first."""
     new: dict[str, list[Release]] = {}
     for r in releases:
         v = _final(r.version)
-        if v and not v.is_prerelease and minor_of(r.version) not in kb.torch_releases:
+        if v and not v.is_prerelease and minor_of(r.version) not in known:
             new.setdefault(minor_of(r.version), []).append(r)
+    return sorted(new.items(), key=lambda kv: Version(kv[0]))
+
+
+def torch_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
     return [Finding("torch", tuple(r.version for r in rs),
                     f"torch {minor} (released {rs[0].uploaded}) is not in toolkit/knowledge/torch_releases.yaml "
                     f"(add it with the CUDA lines and Pythons it ships, and the source)")
-            for minor, rs in sorted(new.items(), key=lambda kv: Version(kv[0]))]
+            for minor, rs in new_minors(releases, kb.torch_releases)]
 
 
 def flash_attn_released(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
@@ -156,16 +161,11 @@ def newest_known(releases: list[Release], kb: Knowledge, entry: dict) -> list[Fi
 
 
 def cuda_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
-    new: dict[str, list[Release]] = {}
-    for r in releases:
-        v = _final(r.version)
-        if v and not v.is_prerelease and minor_of(r.version) not in kb.cuda_lines:
-            new.setdefault(minor_of(r.version), []).append(r)
     return [Finding(entry["package"], tuple(r.version for r in rs),
                     f"CUDA {minor} (first wheel {min(r.uploaded for r in rs)}) is not in "
                     f"toolkit/knowledge/cuda_lines.yaml (add its max gcc, archs, driver; and conda_forge_nvcc.yaml "
                     f"once conda-forge carries it)")
-            for minor, rs in sorted(new.items(), key=lambda kv: Version(kv[0]))]
+            for minor, rs in new_minors(releases, kb.cuda_lines)]
 
 
 COVERAGE: dict[str, Callable[[list[Release], Knowledge, dict], list[Finding]]] = {
