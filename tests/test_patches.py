@@ -111,7 +111,7 @@ def test_unpatched_setup_py_asks_for_cxx17_even_with_torch_2_14():
 def test_patch_applies_to_the_real_setup_py_and_selects_the_standard_from_torch(tmp_path):
     src = sdist_tree(tmp_path)
     applied = patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
-    assert [(r["file"], r["applied"]) for r in applied] == [(CXX20, True)]
+    assert [(r.file, r.applied) for r in applied] == [(CXX20, True)]
     patched = (src / "setup.py").read_text()
     assert patched != REAL_SETUP.read_text() and not list(src.glob("*.orig")) and not list(src.glob("*.rej"))
     for torch, std in [("2.14.1+cu130", "-std=c++20"), ("2.13.0", "-std=c++20"), ("2.15.0", "-std=c++20"),
@@ -125,7 +125,7 @@ def test_other_bytes_under_the_same_version_are_not_patched_blind(tmp_path):
     """A test fixture or a rebuilt copy that calls itself 2.8.3.post2: left alone, and the record says why."""
     src = sdist_tree(tmp_path, "print('not flash-attn')\n")
     [record] = patches.apply(src, spec_for(tmp_path, "2.14.1"), "0" * 64)
-    assert record["file"] == CXX20 and record["applied"] is False and "0" * 64 in record["why"]
+    assert record.file == CXX20 and record.applied is False and "0" * 64 in record.why
     assert (src / "setup.py").read_text() == "print('not flash-attn')\n"
 
 

@@ -705,7 +705,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "inputs": inputs,
             "files": {"spec": display_path(spec.path), "lock": display_path(lock_file)},
             "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
-            "patches": applied_patches,  # patches hook: what was applied to the sdist (file, sha256)
+            "patches": [asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
             "environment": env,
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,

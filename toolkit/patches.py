@@ -72,6 +72,14 @@ class PatchRecord:
 
 
 @dataclass(frozen=True)
+class AppliedPatch(PatchRecord):
+    """What one build did with one selected patch: applied, or left out with the reason."""
+
+    applied: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Plan:
     """The patches one (sdist, torch) pair gets, and the needs nothing covers (then the build cannot work)."""
 
@@ -115,7 +123,7 @@ def planned_records(spec: EnvSpec) -> list[dict]:
     return [asdict(p.record()) for p in spec_plan(spec).patches]
 
 
-def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[dict]:
+def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[AppliedPatch]:
     """Apply the spec's patches to the unpacked sdist; refuse in one line if one does not apply.
 
     Only to the published sdist each patch was checked against: other bytes under the same version (a test
@@ -131,11 +139,12 @@ def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[dict]:
         checked = patch.sdists.get(spec.flash_attn_version)
         if checked == sdist_sha256:
             _apply_one(src_dir, patch)
-            applied.append({**asdict(patch.record()), "applied": True})
+            applied.append(AppliedPatch(**asdict(patch.record()), applied=True))
         else:
-            applied.append({**asdict(patch.record()), "applied": False,
-                            "why": f"sdist sha256 {sdist_sha256} is not the published {spec.flash_attn_version} "
-                                   f"({checked or 'none recorded'}) the patch was checked against"})
+            applied.append(AppliedPatch(**asdict(patch.record()), applied=False,
+                                        why=f"sdist sha256 {sdist_sha256} is not the published "
+                                            f"{spec.flash_attn_version} ({checked or 'none recorded'}) the patch "
+                                            f"was checked against"))
     return applied
 
 
