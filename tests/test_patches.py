@@ -98,6 +98,8 @@ def test_records_carry_file_and_sha256(tmp_path):
     expected = hashlib.sha256((patches.PATCH_DIR / CXX20).read_bytes()).hexdigest()
     assert record["file"] == CXX20 and record["sha256"] == expected and record["fixes"] == "cxx20"
     assert patches.planned_records(spec_for(tmp_path, "2.12.1")) == []
+    assert patches.key_inputs(spec) == {"patches": [record]}
+    assert patches.key_inputs(spec_for(tmp_path, "2.12.1")) == {}  # unpatched lines keep their cache keys
 
 
 # ---------------------------------------------------------------- applying it to the real setup.py

@@ -637,7 +637,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     if not lock_file.exists():
         raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
     inputs = keyed_inputs(spec, sha256_file(lock_file), tc, fp, archs)
-    inputs["patches"] = patches.planned_records(spec)  # patches hook: each applied patch is part of the key
+    inputs.update(patches.key_inputs(spec))  # patches hook: each patch the build applies is part of the key
     key = inputs_key(inputs)
     if not options.force:
         hit = find_cached(line_dir, key)

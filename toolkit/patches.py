@@ -123,6 +123,12 @@ def planned_records(spec: EnvSpec) -> list[dict]:
     return [asdict(p.record()) for p in spec_plan(spec).patches]
 
 
+def key_inputs(spec: EnvSpec) -> dict:
+    """What the patches add to a build's cache key: nothing for an unpatched line (its cached wheels stay valid)."""
+    planned = planned_records(spec)
+    return {"patches": planned} if planned else {}
+
+
 def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[AppliedPatch]:
     """Apply the spec's patches to the unpacked sdist; refuse in one line if one does not apply.
 
