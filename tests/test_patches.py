@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from packaging.version import Version
 
 from toolkit import patches
 from toolkit.errors import ToolkitError
@@ -178,21 +183,72 @@ def test_missing_patch_binary_is_one_line(tmp_path, monkeypatch):
         patches.apply(sdist_tree(tmp_path), spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
 
 
-@pytest.mark.network
-def test_patch_applies_to_the_whole_pinned_sdist(tmp_path):
-    """The real sdist from PyPI (sha256-pinned), unpacked the way the build unpacks it."""
-    from toolkit.build import extract_sdist
-
-    sdist = tmp_path / "flash_attn-2.8.3.post2.tar.gz"
+@pytest.fixture(scope="module")
+def pinned_sdist(tmp_path_factory) -> Path:
+    """The real sdist from PyPI, sha256-checked (downloaded once for this module)."""
+    sdist = tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.post2.tar.gz"
     try:
         with urllib.request.urlopen(SDIST_URL, timeout=120) as response:
             sdist.write_bytes(response.read())
     except OSError as exc:
         pytest.skip(f"PyPI not reachable: {exc}")
     assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256
-    src, _ = extract_sdist(sdist, tmp_path / "build")
+    return sdist
+
+
+@pytest.mark.network
+def test_patch_applies_to_the_whole_pinned_sdist(tmp_path, pinned_sdist):
+    """Unpacked the way the build unpacks it."""
+    from toolkit.build import extract_sdist
+
+    src, _ = extract_sdist(pinned_sdist, tmp_path / "build")
     assert (src / "setup.py").read_bytes() == REAL_SETUP.read_bytes()
     patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
     assert std_flags(cuda_flags((src / "setup.py").read_text(), "2.14.1")) == {"-std=c++20"}
-    with tarfile.open(sdist) as tar:
+    with tarfile.open(pinned_sdist) as tar:
         assert len([m for m in tar.getmembers() if m.name.endswith(".cu")]) > 70  # the full kernel tree is there
+
+
+# The real setup.py run under a real torch (the CPU torch 2.13.0 of this machine's disk is enough: setup.py only
+# reads its version and builds the CUDAExtension list). setuptools.setup is replaced by a recorder, so nothing
+# compiles; CUDA_HOME is pointed at a real nvcc, which setup.py asks for its version.
+DRIVER = """
+import json, runpy, sys, setuptools, torch
+import torch.utils.cpp_extension as cpp_extension
+if sys.argv[1] != "installed":
+    torch.__version__ = sys.argv[1]
+cpp_extension.CUDA_HOME = sys.argv[2]
+captured = {}
+setuptools.setup = lambda **kw: captured.update(kw)
+sys.argv = ["setup.py", "--name"]
+runpy.run_path("setup.py", run_name="__main__")
+print("FLAGS " + json.dumps([e.extra_compile_args for e in captured["ext_modules"]]))
+"""
+
+
+def setup_py_flags(src: Path, torch_version: str, cuda_home: str) -> dict[str, list[str]]:
+    done = subprocess.run([sys.executable, "-c", DRIVER, torch_version, cuda_home], cwd=src, capture_output=True,
+                          text=True, env={**os.environ, "FLASH_ATTN_CUDA_ARCHS": "80"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("FLAGS ")]
+    [flags] = json.loads(line.removeprefix("FLAGS "))
+    return flags
+
+
+@pytest.mark.network
+def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
+    torch = pytest.importorskip("torch")
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("no nvcc on PATH")
+    from toolkit.build import extract_sdist
+
+    cuda_home = str(Path(nvcc).resolve().parent.parent)
+    src, _ = extract_sdist(pinned_sdist, tmp_path / "build")
+    if Version(torch.__version__).release[:2] >= (2, 13):
+        assert std_flags(setup_py_flags(src, "installed", cuda_home)) == {"-std=c++17"}  # the bug, unpatched
+    patches.apply(src, spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
+    assert std_flags(setup_py_flags(src, "installed", cuda_home)) == (
+        {"-std=c++20"} if Version(torch.__version__).release[:2] >= (2, 13) else {"-std=c++17"})
+    assert std_flags(setup_py_flags(src, "2.15.0", cuda_home)) == {"-std=c++20"}
+    assert std_flags(setup_py_flags(src, "2.12.1", cuda_home)) == {"-std=c++17"}
