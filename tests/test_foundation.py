@@ -73,7 +73,8 @@ def test_shipped_specs_pass_check(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     code, out, _ = check(capsys)
     assert code == 0, out
-    assert out == [f"{len(list((ROOT / 'envs').glob('*.yaml'))) - 1} specs checked: no problems"]
+    assert out[-1] == f"{len(list((ROOT / 'envs').glob('*.yaml'))) - 1} specs checked: no problems"
+    assert all(": patch: " in line for line in out[:-1]), out  # the patches lines' builds apply
 
 
 def test_every_cuda_line_has_a_spec(monkeypatch):
@@ -217,11 +218,12 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
 
 RULE_FAILURES = [
     ("cuda-line-known", {"cuda": '"12.5"'}, "cu125",
-     "envs/cu125.yaml:2: cuda: CUDA 12.5 is not a known CUDA line (known: 11.8, 12.1, 12.4, 12.6, 12.8, 12.9, 13.0)"),
+     "envs/cu125.yaml:2: cuda: CUDA 12.5 is not a known CUDA line (known: 11.8, 12.1, 12.4, 12.6, 12.8, 12.9, 13.0, "
+     "13.1, 13.2)"),
     ("line-name-matches-cuda", {"cuda": '"12.8"'}, "cu126",
      "envs/cu126.yaml:2: cuda: file cu126.yaml says CUDA 12.8 (cu128): rename it or fix cuda"),
-    ("torch-known", {"torch_version": "2.15.0"}, "cu126",
-     "envs/cu126.yaml:6: torch.version: torch 2.15 is not in the compatibility data (known: 2.0-2.13); add it with "
+    ("torch-known", {"torch_version": "2.16.0"}, "cu126",
+     "envs/cu126.yaml:6: torch.version: torch 2.16 is not in the compatibility data (known: 2.0-2.15); add it with "
      "its source to toolkit/knowledge/torch_releases.yaml"),
     ("torch-has-build-for-line", {"cuda": '"11.8"', "torch_version": "2.8.0", "index": "cu118", "gcc": "11",
                                   "flash_attn": "2.7.3"}, "cu118",
@@ -238,6 +240,15 @@ RULE_FAILURES = [
      "channels: [nvidia/label/cuda-11.8.0, conda-forge], or a mirror of them) [set in envs/base.yaml:2]"),
     ("python-has-torch-wheel", {"python": '"3.14"', "torch_version": "2.8.0"}, "cu126",
      "envs/cu126.yaml:3: python: torch 2.8 has no wheel for python 3.14 (torch 2.8 wheels: python 3.9-3.13)"),
+    ("gcc-allowed-by-conda-nvcc", {"cuda": '"12.4"', "torch_version": "2.6.0", "index": "cu124"}, "cu124",
+     "envs/cu124.yaml:4: gcc: gcc 13 cannot be installed beside conda-forge's nvcc 12.4: every cuda-nvcc-impl build "
+     "(12.4.99, 12.4.131) has run_constrained gcc_impl >=6,<13 (use gcc 12, or CUDA 12.6+ for gcc 13; see "
+     "toolkit/knowledge/conda_forge_nvcc.yaml)"),
+    ("flash-attn-patch-known", {"cuda": '"13.0"', "torch_version": "2.14.1", "index": "cu130", "gcc": "14",
+                                "flash_attn": "2.8.2"}, "cu130",
+     "envs/cu130.yaml:9: flash_attn.version: flash-attn 2.8.2 with torch 2.14.1 cannot build: torch >= 2.13 headers "
+     "need C++20 and this setup.py passes -std=c++17; no patch in toolkit/knowledge/patches.yaml covers 2.8.2 (use "
+     "flash-attn 2.8.3.post2, which a patch fixes, a torch that is not >=2.13, or add a patch for it)"),
     ("gcc-accepted-by-nvcc", {"gcc": "14"}, "cu126",
      "envs/cu126.yaml:4: gcc: gcc 14 is newer than nvcc 12.6 accepts (max gcc 13: use gcc <= 13 or CUDA 12.8+)"),
     ("archs-targetable-by-nvcc", {"archs": '["90", "100"]'}, "cu126",

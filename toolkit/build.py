@@ -31,6 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from toolkit import patches
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import write_atomic
 from toolkit.diagnose import diagnose, first_error_line
@@ -636,6 +637,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     if not lock_file.exists():
         raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
     inputs = keyed_inputs(spec, sha256_file(lock_file), tc, fp, archs)
+    inputs.update(patches.key_inputs(spec))  # patches hook: each patch the build applies is part of the key
     key = inputs_key(inputs)
     if not options.force:
         hit = find_cached(line_dir, key)
@@ -657,6 +659,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     build_dir = Path(tempfile.mkdtemp(prefix=f"{spec.line}-", dir=build_parent)).absolute()
     try:
         src_dir, epoch = extract_sdist(sdist, build_dir)
+        applied_patches = patches.apply(src_dir, spec, locked.sdist.sha256)  # patches hook (patches.yaml)
         known = setup_py_archs(src_dir)
         if known is not None and not set(archs) <= known:
             skipped = ", sm_".join(a for a in archs if a not in known)
@@ -702,6 +705,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "inputs": inputs,
             "files": {"spec": display_path(spec.path), "lock": display_path(lock_file)},
             "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
+            "patches": [asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
             "environment": env,
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,

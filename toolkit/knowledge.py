@@ -22,7 +22,7 @@ class CudaLine:
     max_gcc: int
     min_driver: str
     archs: tuple[str, ...]
-    torch_index: str
+    torch_index: str | None  # None: PyTorch ships no wheels for the line
     conda_channels: tuple[str, ...]
 
     @property
@@ -48,12 +48,38 @@ class FlashAttnRequirement:
 
 
 @dataclass(frozen=True)
+class NvccBuild:
+    """One published build of conda-forge's cuda-nvcc-impl and the host gcc its run_constrained allows."""
+
+    version: str  # "12.4.131"
+    numbers: tuple[int, ...]  # build numbers sharing this constraint
+    gcc: str  # gcc_impl_<plat> constraint as the recipe writes it, e.g. ">=6,<13"
+    commit: str  # cuda-nvcc-impl-feedstock commit whose recipe made it
+
+    def allows(self, gcc_major: int) -> bool:
+        """gcc N.0 stands for the major: a bound like <13.3a0 still admits gcc 13."""
+        return SpecifierSet(self.gcc).contains(Version(f"{gcc_major}.0"), prereleases=True)
+
+
+@dataclass(frozen=True)
+class NvccPackaging:
+    """What a line's nvcc package lets the conda solver install beside it; builds empty: not known."""
+
+    channel: str
+    builds: tuple[NvccBuild, ...]
+
+    def allowed_gcc(self, gcc_major: int) -> bool:
+        return any(b.allows(gcc_major) for b in self.builds)
+
+
+@dataclass(frozen=True)
 class Knowledge:
     cuda_lines: dict[str, CudaLine]
     torch_releases: dict[str, TorchRelease]
     fa_requirements: tuple[FlashAttnRequirement, ...]
     fa_released: tuple[str, ...]
     fa_min_arch: int
+    nvcc_packaging: dict[str, NvccPackaging]
 
     def torch_lines(self, cuda: str) -> list[str]:
         """Torch minors with a wheel for this CUDA line, oldest first."""
@@ -75,6 +101,7 @@ def load_knowledge() -> Knowledge:
     cuda = _read("cuda_lines.yaml")["lines"]
     torch = _read("torch_releases.yaml")["releases"]
     fa = _read("flash_attn.yaml")
+    nvcc = _read("conda_forge_nvcc.yaml")["lines"]
     return Knowledge(
         cuda_lines={
             version: CudaLine(
@@ -103,6 +130,12 @@ def load_knowledge() -> Knowledge:
         ),
         fa_released=tuple(fa["released"]),
         fa_min_arch=int(fa["min_arch"]),
+        nvcc_packaging={
+            version: NvccPackaging(facts["channel"], tuple(
+                NvccBuild(b["version"], tuple(b["numbers"]), b["gcc"], b["commit"])
+                for b in facts["builds"]))
+            for version, facts in nvcc.items()
+        },
     )
 
 

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
-from toolkit.knowledge import load_knowledge, minor_of
+from toolkit import patches
+from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 from toolkit.rules import checked_spec
 from toolkit.scaleout import EXECUTORS, VERIFY_MODES, RunOptions, plan_matrix, run_plan, verification_gres
 from toolkit.spec import EnvSpec, resolve_spec_arg, spec_paths
@@ -32,15 +33,36 @@ class MatrixRow:
     driver_floor: str
     toolchain: str
     platforms: list[str]
+    patches: list[str]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
+    status: str  # current | old stack
+    status_note: str  # why, from the torch release knowledge
+
+
+def line_status(spec: EnvSpec, kb: Knowledge) -> tuple[str, str]:
+    """Current: the line builds the newest torch that ships its CUDA line, and that torch is one of the two
+    newest releases known (PyTorch keeps shipping both). Otherwise it is kept for an old stack."""
+    minors = list(kb.torch_releases)
+    serving = kb.torch_lines(spec.cuda)
+    tag = kb.cuda_lines[spec.cuda].tag
+    if not serving:
+        return "old stack", f"no torch release ships {tag}"
+    newest = serving[-1]
+    if minor_of(spec.torch_version) != newest:
+        return "old stack", f"torch {newest} ships {tag} (this line keeps torch {minor_of(spec.torch_version)})"
+    if newest not in minors[-2:]:
+        return "old stack", f"torch {newest} is the last with {tag} wheels (newest torch: {minors[-1]})"
+    return "current", f"torch {newest} is the newest with {tag} wheels"
 
 
 def matrix_row(spec: EnvSpec) -> MatrixRow:
     kb = load_knowledge()
     line = kb.cuda_lines[spec.cuda]
     experimental = spec.cuda in kb.torch_releases[minor_of(spec.torch_version)].experimental
+    status, note = line_status(spec, kb)
     return MatrixRow(spec.line, spec.cuda, spec.python, spec.torch_version, experimental, spec.gcc,
                      spec.flash_attn_version,
-                     list(spec.archs), line.min_driver, spec.toolchain.kind, list(spec.platforms))
+                     list(spec.archs), line.min_driver, spec.toolchain.kind, list(spec.platforms),
+                     [p.file.name for p in patches.spec_plan(spec).patches], status, note)
 
 
 def selected_specs(names: list[str], envs_dir: Path) -> list[EnvSpec]:
@@ -58,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "matrix", help="show every line side by side; `matrix run` builds and verifies them all",
         usage="toolkit matrix [run] [LINE ...] [options]",
-        description="One row per CUDA line: CUDA, python, torch, gcc, flash-attn, archs, driver floor, toolchain. "
+        description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
+                    "gcc, flash-attn, the patches its build applies, archs, driver floor, toolchain. "
                     "`toolkit matrix run [LINE...]` runs lock (if stale) -> install -> build -> verify for each "
                     "line as Slurm jobs (or here, with --executor local) and prints a summary.")
     parser.add_argument("lines", nargs="*", metavar="LINE",
@@ -148,13 +171,16 @@ def run_matrix(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="FlashAttention build matrix")
-    for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "toolchain"):
+    for column in ("line", "status", "CUDA", "python", "torch", "gcc", "flash-attn", "patches", "archs", "driver >=",
+                   "toolchain"):
         table.add_column(column)
     for r in rows:
         torch = r.torch + (" (exp.)" if r.torch_experimental else "")
-        table.add_row(r.line, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
-                      r.toolchain)
+        table.add_row(r.line, r.status, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.patches) or "-",
+                      " ".join(r.archs), r.driver_floor, r.toolchain)
     Console().print(table)
+    for r in rows:
+        print(f"{r.line}: {r.status}: {r.status_note}")
     return 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from toolkit import patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
@@ -92,7 +93,7 @@ def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
 def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     served = re.search(r"/whl/(cu\d+)/?$", spec.torch_index)
-    if not line or not served or served.group(1) == line.tag:
+    if not line or not line.torch_index or not served or served.group(1) == line.tag:  # none: torch-has-build says
         return None
     return f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
 
@@ -122,10 +123,37 @@ def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     if not line or int(spec.gcc) <= line.max_gcc:
         return None
-    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)]
+    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)
+             and (spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc)))]
     alternative = f" or CUDA {newer[0]}+" if newer else ""
     return (f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
             f"(max gcc {line.max_gcc}: use gcc <= {line.max_gcc}{alternative})")
+
+
+def conda_allows(kb: Knowledge, cuda: str, gcc: int) -> bool:
+    """True unless the line's nvcc packages are known and none of their builds admits this gcc."""
+    packaging = kb.nvcc_packaging.get(cuda)
+    return not packaging or not packaging.builds or packaging.allowed_gcc(gcc)
+
+
+def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """conda-forge's cuda-nvcc-impl constrains gcc_impl more tightly than nvcc does: the lock cannot solve.
+    Silent where nvcc itself refuses the gcc (gcc-accepted-by-nvcc says so)."""
+    line = kb.cuda_lines.get(spec.cuda)
+    gcc = int(spec.gcc)
+    if (spec.toolchain.kind != "locked" or not line or gcc > line.max_gcc
+            or conda_allows(kb, spec.cuda, gcc)):
+        return None
+    packaging = kb.nvcc_packaging[spec.cuda]
+    allowed = [g for g in range(gcc - 1, 0, -1) if packaging.allowed_gcc(g)]
+    newer = [v for v, p in kb.nvcc_packaging.items() if v in kb.cuda_lines and p.allowed_gcc(gcc)]
+    versions = ", ".join(dict.fromkeys(b.version for b in packaging.builds))
+    bounds = " / ".join(dict.fromkeys(b.gcc for b in packaging.builds))
+    fix = f"use gcc {allowed[0]}" if allowed else "no gcc fits"
+    return (f"gcc {spec.gcc} cannot be installed beside {packaging.channel}'s nvcc {spec.cuda}: every "
+            f"cuda-nvcc-impl build ({versions}) has run_constrained gcc_impl {bounds} "
+            f"({fix}{f', or CUDA {newer[0]}+ for gcc {gcc}' if newer else ''}; "
+            f"see toolkit/knowledge/conda_forge_nvcc.yaml)")
 
 
 def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -187,6 +215,20 @@ def flash_attn_torch(spec: EnvSpec, kb: Knowledge) -> str | None:
     return f"flash-attn {spec.flash_attn_version} needs torch >= {req.min_torch} (raise torch.version)"
 
 
+def flash_attn_patch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """A build that needs a fix no patch provides would fail deep in the compile: refuse it here."""
+    unmet = patches.spec_plan(spec).unmet
+    if not unmet:
+        return None
+    need = unmet[0]
+    covered = [v for v in kb.fa_released if not patches.plan("flash-attn", v, spec.torch_version).unmet
+               and Version(v) >= Version(spec.flash_attn_version)]
+    advice = f"use flash-attn {covered[-1]}, which a patch fixes" if covered else "no patched release"
+    return (f"flash-attn {spec.flash_attn_version} with torch {spec.torch_version} cannot build: {need.why}; "
+            f"no patch in toolkit/knowledge/patches.yaml covers {spec.flash_attn_version} "
+            f"({advice}, a torch that is not {need.when.torch}, or add a patch for it)")
+
+
 def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
     """An external toolchain must provide exactly what the spec builds for."""
 
@@ -228,12 +270,14 @@ RULES: tuple[Rule, ...] = (
     Rule("channels-provide-cuda-toolchain", "channels", channels_provide_toolchain),
     Rule("python-has-torch-wheel", "python", python_has_torch_wheel),
     Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
+    Rule("gcc-allowed-by-conda-nvcc", "gcc", gcc_allowed_by_conda_nvcc),
     Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
     Rule("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
     Rule("archs-built-by-flash-attn", "archs", archs_built_by_flash_attn),
     Rule("flash-attn-released", "flash_attn.version", flash_attn_released),
     Rule("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
     Rule("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
+    Rule("flash-attn-patch-known", "flash_attn.version", flash_attn_patch_known),
     Rule("locked-toolchain-has-no-external-fields", "toolchain", locked_has_no_external_fields),
     Rule("external-nvcc-is-line", "toolchain.nvcc", _external_equal("cuda", "nvcc")),
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
@@ -292,10 +336,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_check)
 
 
+def patch_notes(paths: list[Path]) -> list[str]:
+    """One line per spec whose build applies our patches: what the build will change in the sdist, and why."""
+    notes = []
+    for path in paths:
+        try:
+            spec = load_spec(path)
+            selected = patches.spec_plan(spec).patches
+        except (ToolkitError, InvalidVersion):
+            continue  # already reported as a problem
+        notes += [f"{display_path(path)}: patch: flash-attn {spec.flash_attn_version} gets toolkit/patches/"
+                  f"{p.file.name} ({p.fixes}, torch {spec.torch_version}; written after {p.upstream})" for p in selected]
+    return notes
+
+
 def run_check(args: argparse.Namespace) -> int:
     paths = [resolve_spec_arg(s, args.envs) for s in args.specs] if args.specs else spec_paths(args.envs)
     problems = check_paths(paths)
-    for line in problems:
+    for line in problems + patch_notes(paths):
         print(line)
     if not problems:
         print(f"{len(paths)} spec{'s' if len(paths) != 1 else ''} checked: no problems")
