@@ -142,6 +142,10 @@ def extends_chain(path: Path) -> None:
         (path.parent / f"l{level}.yaml").write_text(f"extends: {'base' if level == 1500 else f'l{level + 1}'}\n")
 
 
+def with_index(url: str) -> str:
+    return spec_with(a="index: https://download.pytorch.org/whl/cu126", b=f"index: {url}")
+
+
 def pip(version: str, name: str = "einops") -> str:
     return f"pip_packages:\n  {name}: {version}\n"
 
@@ -149,6 +153,50 @@ def pip(version: str, name: str = "einops") -> str:
 def conda(version: str, name: str = "ninja") -> str:
     return f"conda_packages:\n  {name}: {version}\n"
 
+
+# str.format ran attribute and index access, conversions and format specs; each must be refused.
+PLACEHOLDERS = {
+    "attribute": conda('"{cuda.real}"'),
+    "index": conda('"{cuda[x]}"'),
+    "positional": conda('"{0}"'),
+    "empty": pip('"=={}"'),
+    "dunder": conda('"{python.__class__.__init__.__globals__}"'),
+    "conversion": conda('"{cuda!r}"'),
+    "format-spec": conda('"{cuda:>30}"'),
+    "escaped-braces": conda('"{{cuda}}"'),
+    "unbalanced": conda('"{cuda"'),
+    "unknown-name": pip('">={torch}"'),
+}
+# Each of these reached requirements.in as written; pip-compile read the options and contacted the index.
+PIP_VERSIONS = {
+    "boolean": pip("true"),
+    "integer": pip("1"),
+    "arabic-indic": pip('">=\u0661.0"'),
+    "newline-index": pip('">=0.8\\n--index-url https://evil.example/simple"'),
+    "extra-index": pip('"--extra-index-url=https://evil.example/simple"'),
+    "marker": pip("'>=0.8; python_version < \"4\"'"),
+    "direct-url": pip('"@ https://evil.example/e.whl"'),
+    "hash-option": pip('"==0.8.1 --hash=sha256:00"'),
+    "bare": pip('"0.8.1"'),
+    "trailing-space": pip('">=0.8 "'),
+    "comment": pip('">=0.8#x"'),
+    "tab": pip('">=0.8\\t"'),
+    "cr": pip('">=0.8\\r--pre"'),
+    "extras": pip('"[cuda]>=1"'),
+}
+
+# Accepted as torch.index before, and passed to pip as its index.
+INDEX_URLS = {
+    "not-a-url": "download.pytorch.org/whl/cu126",
+    "no-host": "https:///whl/cu126",
+    "scheme-ftp": "ftp://download.pytorch.org/whl/cu126",
+    "space": "'https://download.pytorch.org/whl/cu126 --trusted-host x'",
+    "newline-escape": '"https://x.org/simple\\n--index-url https://evil"',
+    "option": "--index-url=https://evil.example/simple",
+    "bad-port": "https://download.pytorch.org:99999/whl/cu126",
+    "file-relative": "file://relative/simple",
+    "javascript": "'javascript:alert(1)'",
+}
 
 PARSER = [
     Case("alias-bomb", "parser", alias_bomb(), "anchors and aliases"),
@@ -178,18 +226,7 @@ PARSER = [
          "flash_attn.version"),
     Case("torch-version-not-pep440", "parser", spec_with(a='version: "2.9.1"', b='version: "2.9.1abc1"'),
          "torch.version"),
-    Case("placeholder-attribute", "parser", spec_with(conda('"{cuda.real}"')),
-         "bad placeholder"),
-    Case("placeholder-index", "parser", spec_with(conda('"{cuda[x]}"')), "bad placeholder"),
-    Case("placeholder-positional", "parser", spec_with(conda('"{0}"')), "bad placeholder"),
-    Case("placeholder-empty", "parser", spec_with(pip('"=={}"')), "bad placeholder"),
-    Case("placeholder-dunder", "parser", spec_with(conda('"{python.__class__.__init__.__globals__}"')),
-         "bad placeholder"),
-    Case("placeholder-conversion", "parser", spec_with(conda('"{cuda!r}"')), "bad placeholder"),
-    Case("placeholder-format-spec", "parser", spec_with(conda('"{cuda:>30}"')), "bad placeholder"),
-    Case("placeholder-escaped-braces", "parser", spec_with(conda('"{{cuda}}"')), "bad placeholder"),
-    Case("placeholder-unbalanced", "parser", spec_with(conda('"{cuda"')), "bad placeholder"),
-    Case("placeholder-unknown-name", "parser", spec_with(pip('">={torch}"')), "bad placeholder"),
+    *[Case(f"placeholder-{k}", "parser", spec_with(v), "bad placeholder") for k, v in PLACEHOLDERS.items()],
     Case("nul-byte", "parser", spec_with("description: a\x00b\n", a="description: CUDA 12.6 line\n", b=""),
          "U+0000"),
     Case("escape-byte", "parser", spec_with("# \x1b[2J\n"), "U+001B"),
@@ -247,8 +284,7 @@ ACCEPTED = [
     Case("conda-name-boolean", "accepted", spec_with(conda('"*"', "true")), "conda_packages"),
     Case("pip-name-integer", "accepted", spec_with(pip('"*"', "123")), "pip_packages"),
     Case("top-key-null", "accepted", spec_with("null: 1\n"), "must be a name"),
-    Case("pip-version-boolean", "accepted", spec_with(pip("true")), "pip_packages.einops"),
-    Case("pip-version-integer", "accepted", spec_with(pip("1")), "pip_packages.einops"),
+    *[Case(f"pip-version-{k}", "accepted", spec_with(v), "pip_packages.einops") for k, v in PIP_VERSIONS.items()],
     Case("cuda-arabic-indic-digits", "accepted", spec_with(a='cuda: "12.6"', b='cuda: "\u0661\u0662.\u0666"'),
          "cuda"),
     Case("python-fullwidth-digits", "accepted", spec_with(a='python: "3.12"', b='python: "\uff13.\uff11\uff12"'),
@@ -259,7 +295,6 @@ ACCEPTED = [
          "torch.version"),
     Case("torch-local-tag-unicode", "accepted", spec_with(a='version: "2.9.1"', b='version: "2.9.1+cu\u0661\u0662"'),
          "torch.version"),
-    Case("pip-version-arabic-indic", "accepted", spec_with(pip('">=\u0661.0"')), "pip_packages.einops"),
     Case("conda-version-arabic-indic", "accepted", spec_with(conda('">=\u0661.0"')), "conda_packages.ninja"),
     Case("jobs-10-to-the-30", "accepted", spec_with("build:\n  jobs: 1" + "0" * 30 + "\n"), "build.jobs"),
     Case("jobs-5000", "accepted", spec_with("build:\n  jobs: 5000\n"), "build.jobs"),
@@ -269,46 +304,12 @@ ACCEPTED = [
          "build.gb_per_nvcc_thread"),
     Case("threads-per-cpu-tiny", "accepted", spec_with("build:\n  threads_per_cpu: 0.000001\n"),
          "build.threads_per_cpu"),
-    Case("index-not-a-url", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                 b="index: download.pytorch.org/whl/cu126"), "torch.index"),
-    Case("index-no-host", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                               b="index: https:///whl/cu126"), "torch.index"),
-    Case("index-scheme-ftp", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                  b="index: ftp://download.pytorch.org/whl/cu126"), "torch.index"),
-    Case("index-space", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                             b="index: 'https://download.pytorch.org/whl/cu126 --trusted-host x'"),
-         "torch.index"),
-    Case("index-newline-escape", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                      b='index: "https://x.org/simple\\n--index-url https://evil"'),
-         "torch.index"),
-    Case("index-option", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                              b="index: --index-url=https://evil.example/simple"), "torch.index"),
-    Case("index-bad-port", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                b="index: https://download.pytorch.org:99999/whl/cu126"),
-         "torch.index"),
-    Case("index-file-relative", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                     b="index: file://relative/simple"), "torch.index"),
-    Case("index-javascript", "accepted", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                                  b="index: 'javascript:alert(1)'"), "torch.index"),
+    *[Case(f"index-{k}", "accepted", with_index(v), "torch.index") for k, v in INDEX_URLS.items()],
     Case("channel-semicolon", "accepted", spec_with("channels: ['conda-forge; touch /tmp/x']\n"), "channels[0]"),
     Case("channel-option", "accepted", spec_with("channels: [--override-channels]\n"), "channels[0]"),
     Case("channel-newline-escape", "accepted", spec_with('channels: ["conda-forge\\n-c evil"]\n'), "channels[0]"),
     Case("channel-dotdot-name", "accepted", spec_with("channels: [nvidia/../evil]\n"), "channels[0]"),
     Case("channel-url-no-host", "accepted", spec_with("channels: ['https://']\n"), "channels[0]"),
-    Case("pip-version-newline-index", "accepted",
-         spec_with(pip('">=0.8\\n--index-url https://evil.example/simple"')), "pip_packages.einops"),
-    Case("pip-version-extra-index", "accepted", spec_with(pip('"--extra-index-url=https://evil.example/simple"')),
-         "pip_packages.einops"),
-    Case("pip-version-marker", "accepted", spec_with(pip("'>=0.8; python_version < \"4\"'")), "pip_packages.einops"),
-    Case("pip-version-direct-url", "accepted", spec_with(pip('"@ https://evil.example/e.whl"')),
-         "pip_packages.einops"),
-    Case("pip-version-hash-option", "accepted", spec_with(pip('"==0.8.1 --hash=sha256:00"')), "pip_packages.einops"),
-    Case("pip-version-bare", "accepted", spec_with(pip('"0.8.1"')), "pip_packages.einops"),
-    Case("pip-version-trailing-space", "accepted", spec_with(pip('">=0.8 "')), "pip_packages.einops"),
-    Case("pip-version-comment", "accepted", spec_with(pip('">=0.8#x"')), "pip_packages.einops"),
-    Case("pip-version-tab", "accepted", spec_with(pip('">=0.8\\t"')), "pip_packages.einops"),
-    Case("pip-version-cr", "accepted", spec_with(pip('">=0.8\\r--pre"')), "pip_packages.einops"),
-    Case("pip-version-extras", "accepted", spec_with(pip('"[cuda]>=1"')), "pip_packages.einops"),
     Case("pip-name-newline", "accepted", spec_with(pip('"*"', '"einops\\n--index-url https://evil.example"')),
          "pip_packages"),
     Case("pip-name-option", "accepted", spec_with(pip('"*"', '"-e"')), "pip_packages"),
@@ -426,12 +427,10 @@ VALID = [
     ("channel-relative-path", spec_with("channels: [../../channel]\n")),
     ("channel-home-path", spec_with("channels: [~/channel]\n")),
     ("channel-http-loopback", spec_with("channels: ['http://127.0.0.1:8000/conda-forge']\n")),
-    ("index-loopback-port", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                      b="index: http://127.0.0.1:41234/simple")),
-    ("index-ipv6", spec_with(a="index: https://download.pytorch.org/whl/cu126", b="index: 'http://[::1]:8080/simple'")),
-    ("index-file", spec_with(a="index: https://download.pytorch.org/whl/cu126", b="index: file:///srv/pypi/simple")),
-    ("index-credentials", spec_with(a="index: https://download.pytorch.org/whl/cu126",
-                                    b="index: https://user:token@mirror.example.org/simple/")),
+    ("index-loopback-port", with_index("http://127.0.0.1:41234/simple")),
+    ("index-ipv6", with_index("'http://[::1]:8080/simple'")),
+    ("index-file", with_index("file:///srv/pypi/simple")),
+    ("index-credentials", with_index("https://user:token@mirror.example.org/simple/")),
     ("description-unicode", spec_with(a="CUDA 12.6 line", b="CUDA 12.6 line \u2014 caf\u00e9")),
     ("bom-at-start", "\ufeff" + spec_with()),
     ("crlf-line-ends", spec_with().replace("\n", "\r\n")),
