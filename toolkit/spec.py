@@ -5,6 +5,12 @@ Merge rules (child over parent, applied down the `extends` chain):
   * scalars and lists in the child replace the parent's value whole;
   * a key set to null in the child removes the parent's key.
 Every value remembers the file and line it came from, so errors point at the right place.
+
+A spec is input from anyone (issue 14), so loading it is bounded and strict: a regular UTF-8 file of at most
+64 KiB without control characters; YAML without anchors, aliases or tags, at most 16 levels deep, with names
+as keys; at most 16 files in an `extends` chain, each named (never a path); every value in the form its
+consumer takes (PEP 440 versions and specifiers, rattler match specs, http(s)/file URLs, module names) in
+ASCII. Whatever is wrong ends in one ToolkitError line "file:line: field: problem (fix)".
 """
 
 from __future__ import annotations
