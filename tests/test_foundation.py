@@ -178,6 +178,28 @@ BAD_INPUTS = [
     ("bad-placeholder", CU126 + "conda_packages:\n  cuda-nvcc: '{cudaa}.*'\n",
      "envs/cu126.yaml:9: conda_packages.cuda-nvcc: bad placeholder in '{cudaa}.*' ('cudaa'; "
      "allowed: {cuda}, {python}, {gcc})"),
+    # issue 14: the forms of the hostile-spec refusals (tests/test_hostile_spec.py has the full set)
+    ("alias", CU126 + "description: &d x\n",
+     "envs/cu126.yaml:8: anchors and aliases (&name, *name) are not allowed in a spec (write the value out; "
+     "specs share values through `extends`)"),
+    ("placeholder-attribute", CU126 + "conda_packages:\n  cuda-nvcc: '{cuda.real}'\n",
+     "envs/cu126.yaml:9: conda_packages.cuda-nvcc: bad placeholder in '{cuda.real}' ('cuda.real'; "
+     "allowed: {cuda}, {python}, {gcc})"),
+    ("empty-archs", CU126 + "archs: []\n",
+     'envs/cu126.yaml:8: archs: empty (list at least one, e.g. archs: ["80", "90"])'),
+    ("duplicate-platform", CU126 + "platforms: [linux-64, linux-64]\n",
+     "envs/cu126.yaml:8: platforms[1]: duplicate of platforms[0] 'linux-64' (keep one)"),
+    ("pip-version-newline", CU126 + "pip_packages:\n  packaging: \">=1\\n--index-url https://evil.example\"\n",
+     "envs/cu126.yaml:9: pip_packages.packaging: '>=1\\n--index-url https://evil.example' is not a pip version "
+     "specifier like \"*\", \">=1.2\" or \"==2.0.*\" (comparisons joined by commas, no spaces, markers or URLs; "
+     "==1.2 for one version)"),
+    ("jobs-out-of-range", CU126 + "build:\n  jobs: 1000000000000000000000000000000\n",
+     "envs/cu126.yaml:9: build.jobs: 1000000000000000000000000000000 is out of range (1 to 4096)"),
+    ("control-byte", CU126 + "# \x1b[2J\n",
+     "envs/cu126.yaml:8: U+001B (a control character) in the file (delete it: a spec is plain text)"),
+    ("extends-path", CU126.replace("extends: base", "extends: ../../etc/passwd"),
+     "envs/cu126.yaml:1: extends: '../../etc/passwd' is not a spec name like base (the name of a spec in the same "
+     "folder, not a path)"),
 ]
 
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
+def printable(text: str) -> str:
+    """Text with every unprintable character escaped, so that it cannot end or colour a one-line message."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def display_path(path: Path) -> str:
-    """A path relative to the working directory when it lies below it."""
+    """A path relative to the working directory when it lies below it, as the user named it (symlinks not
+    followed: a symlink loop must not raise), with unprintable characters in file names escaped."""
+    absolute = Path(os.path.abspath(path))
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError, RuntimeError):  # not below cwd; unresolvable (a symlink loop)
-        return str(path)
+        return printable(str(absolute.relative_to(os.getcwd())))
+    except ValueError:
+        return printable(str(path))
