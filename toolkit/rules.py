@@ -342,7 +342,7 @@ def patch_notes(paths: list[Path]) -> list[str]:
         try:
             spec = load_spec(path)
             selected = patches.spec_plan(spec).patches
-        except (ToolkitError, InvalidVersion):
+        except ToolkitError:
             continue  # already reported as a problem
         notes += [f"{display_path(path)}: patch: flash-attn {spec.flash_attn_version} gets toolkit/patches/"
                   f"{p.file.name} ({p.fixes}, torch {spec.torch_version}; written after {p.upstream})" for p in selected]
