@@ -34,6 +34,7 @@ from packaging.version import Version
 from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.paths import display_path, printable
+from toolkit.workspace import checked_line
 
 ENVS_DIR = Path("envs")
 BASE_NAME = "base"
@@ -682,8 +683,8 @@ def _pip_names_distinct(packages: dict[str, str], locations: dict[str, Location]
 def load_spec(path: Path) -> EnvSpec:
     """Load, merge and type one spec; raises ToolkitError (one line) on any bad input."""
     path = Path(path)
+    line = checked_line(path.stem, display_path(path))
     merged, locations, chain = resolve_chain(path)
-    line = path.stem
     kind = _get(merged, "toolchain.kind")
     required = REQUIRED + (EXTERNAL_REQUIRED if kind == "external" else ())
     missing = [name for name in required if _get(merged, name) is None]
@@ -744,7 +745,7 @@ def resolve_spec_arg(arg: str, envs_dir: Path = ENVS_DIR) -> Path:
     candidate = Path(arg)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
-    path = envs_dir / f"{arg}.yaml"
+    path = envs_dir / f"{checked_line(arg)}.yaml"
     if not path.exists():
         known = ", ".join(p.stem for p in spec_paths(envs_dir)) or "none"
         raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} (known lines: {known})")

@@ -19,11 +19,12 @@ from toolkit.errors import ToolkitError
 LINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def checked_line(line: str) -> str:
-    """The line name, or a one-line error when it could be read as a path or an option."""
+def checked_line(line: str, where: str | None = None) -> str:
+    """The line name, or a one-line error when it could be read as a path, an option or shell."""
     if not LINE_NAME.fullmatch(line) or ".." in line:
-        raise ToolkitError(f"{line!r}: not a line name (letters, digits, '.', '_', '-', starting with a letter "
-                           f"or digit, like cu126; a line is named by its envs/<line>.yaml)")
+        raise ToolkitError(f"{where or ascii(line)}: {ascii(line)} is not a line name (letters, digits, '.', '_', "
+                           f"'-', starting with a letter or digit, like cu126; a line is named by its "
+                           f"envs/<line>.yaml: rename the file)")
     return line
 
 
