@@ -1,0 +1,326 @@
+"""Hostile locks, foreign prefixes, interruptions and concurrent installs (issue 14).
+
+Every install here is a real `python -m toolkit install` (or `install_line`) of a lock made by a real
+py-rattler solve of the fixture channel of tests/conda_channel.py (file://) with its pip layer from the
+loopback fixture index. Interruptions are real signals sent to a real subprocess stopped at a named
+phase by the FA_ENVKIT_PAUSE_AT hook (toolkit/atomic.py: checkpoint); afterwards the filesystem is
+checked: no staging dirs, no partial files, the old environment intact, nothing in the run's TMPDIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conda_channel import channel_dir, file_url, isolated_caches, pip_index, write_project  # noqa: F401
+
+from toolkit.cli import main
+from toolkit.errors import ToolkitError
+from toolkit.lock import lock_line
+from toolkit.lockfile import KEY_DIGEST, KEY_SDIST_FILENAME, KEY_SDIST_SHA256, LockedSdist, lock_digest, read_lock
+from toolkit.rules import checked_spec
+
+TEMP_MARK = ".fa-envkit-tmp"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, channel_dir, pip_index):
+    """envs/ + locks/ of one locked line (file:// channel), copied per test by `fresh_project`."""
+    root = tmp_path_factory.mktemp("hostile-project")
+    envs = write_project(root, file_url(channel_dir), pip_index)
+    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=root / "locks", pypi=pip_index)
+    return root
+
+
+@pytest.fixture
+def fresh(project, tmp_path, isolated_caches):
+    """A private copy of the project (its lock's sources are relative, so the copy stays current)."""
+    root = tmp_path / "project"
+    shutil.copytree(project, root)
+    (tmp_path / "tmp").mkdir()
+    return root
+
+
+def lock_file(root: Path) -> Path:
+    return root / "locks" / "cu126.conda-lock.yml"
+
+
+def resign(path: Path, edit) -> None:
+    """Edit a lock's data and recompute its digest, as anyone can: the digest guards against accidents only."""
+    document = yaml.safe_load(path.read_text())
+    edit(document)
+    document["metadata"]["custom_metadata"][KEY_DIGEST] = lock_digest(document)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def ours_left(*directories: Path) -> list[str]:
+    """Anything the toolkit names as its own temporary, or a partial/old/installing leftover of older names."""
+    found = []
+    for directory in directories:
+        if directory.is_dir():
+            found += [str(p) for p in directory.rglob("*") if TEMP_MARK in p.name or p.name.endswith(".partial")
+                      or ".installing-" in p.name or ".old-" in p.name]
+    return found
+
+
+def one_line_error(err: str) -> str:
+    """The one error line (progress lines before it are fine), last, with no traceback anywhere."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    errors = [line for line in lines if line.startswith("error")]
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    return errors[0]
+
+
+def install_args(root: Path, prefix: Path) -> list[str]:
+    return ["install", "cu126", "--locks", str(root / "locks"), "--prefix", str(prefix), "--backend", "rattler"]
+
+
+def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), **extra}
+
+
+def toolkit(args: list[str], tmp_path: Path, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "toolkit", *args], cwd=tmp_path, env=child_env(tmp_path, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def installed_ok(prefix: Path) -> bool:
+    return (prefix / "bin" / "nvcc").exists() and (prefix / "etc" / "fa-envkit" / "lock.json").is_file()
+
+
+# ---------------------------------------------------------------- data loss: --prefix
+
+
+def test_install_refuses_a_non_empty_foreign_prefix_and_touches_nothing(fresh, tmp_path, capsys):
+    prefix = tmp_path / "thesis"
+    prefix.mkdir()
+    (prefix / "thesis.txt").write_text("four years")
+    (prefix / "notes.txt").write_text("notes")
+    assert main(install_args(fresh, prefix)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert str(prefix) in line and "not an environment" in line and "--prefix" in line
+    assert sorted(p.name for p in prefix.iterdir()) == ["notes.txt", "thesis.txt"]
+    assert (prefix / "thesis.txt").read_text() == "four years"
+    assert ours_left(tmp_path) == []
+
+
+def test_install_refuses_a_file_or_symlink_prefix(fresh, tmp_path, capsys):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert main(install_args(fresh, link)) == 1
+    assert "symlink" in one_line_error(capsys.readouterr().err)
+    afile = tmp_path / "afile"
+    afile.write_text("data")
+    assert main(install_args(fresh, afile)) == 1
+    one_line_error(capsys.readouterr().err)
+    assert afile.read_text() == "data" and (target / "keep").exists() and link.is_symlink()
+
+
+def test_install_into_an_empty_dir_and_reinstall_over_its_own_env(fresh, tmp_path, capsys):
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    assert main(install_args(fresh, prefix)) == 0
+    record = json.loads((prefix / "etc" / "fa-envkit" / "lock.json").read_text())
+    assert record["schema"] == 1 and record["line"] == "cu126" and record["platform"] == "linux-64"
+    assert main(install_args(fresh, prefix)) == 0
+    assert installed_ok(prefix) and ours_left(tmp_path) == []
+
+
+def test_installed_environment_honours_the_umask(fresh, tmp_path):
+    prefix = tmp_path / "env"
+    old = os.umask(0o022)
+    try:
+        assert main(install_args(fresh, prefix)) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(prefix.stat().st_mode) == 0o755
+    assert stat.S_IMODE((prefix / "etc" / "fa-envkit" / "lock.json").stat().st_mode) == 0o644
+
+
+# ---------------------------------------------------------------- hostile locks
+
+
+@pytest.mark.parametrize("key, value, field", [
+    (KEY_SDIST_FILENAME, "../../../victim.txt", KEY_SDIST_FILENAME),
+    (KEY_SDIST_FILENAME, "/tmp/victim.txt", KEY_SDIST_FILENAME),
+    (KEY_SDIST_FILENAME, "..", KEY_SDIST_FILENAME),
+    (KEY_SDIST_SHA256, "../../victim", KEY_SDIST_SHA256),
+    (KEY_SDIST_SHA256, "AB" * 32, KEY_SDIST_SHA256),
+    ("fa-envkit.flash-attn-sdist.url", "ftp://example.org/flash_attn-2.8.3.post2.tar.gz", "url"),
+])
+def test_sdist_values_that_become_paths_are_checked_before_anything_is_touched(fresh, key, value, field):
+    lock = lock_file(fresh)
+    resign(lock, lambda d: d["metadata"]["custom_metadata"].__setitem__(key, value))
+    with pytest.raises(ToolkitError) as caught:
+        read_lock(lock)
+    assert "\n" not in str(caught.value) and field in str(caught.value) and lock.name in str(caught.value)
+
+
+def test_fetch_sdist_never_leaves_its_cache_for_a_hostile_pin(tmp_path):
+    from toolkit.build import fetch_sdist
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    cache = tmp_path / "a" / "b" / "cache"
+    hostile = LockedSdist(url=victim.as_uri(), filename="../../../../victim.txt", sha256="ab" * 32)
+    with pytest.raises(ToolkitError):
+        fetch_sdist(hostile, cache)
+    assert victim.read_text() == "precious"
+
+
+def _package(document: dict, platform: str, name: str) -> dict:
+    return next(p for p in document["package"] if p["platform"] == platform and p["name"] == name)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: _package(d, "linux-64", "ninja")["hash"].__setitem__("sha256", "../../../../victim"), "sha256"),
+    (lambda d: _package(d, "linux-64", "ninja").__setitem__(
+        "url", _package(d, "linux-64", "ninja")["url"].rsplit("/", 1)[0] + "/..%2F..%2Fx.conda"), "url"),
+    (lambda d: _package(d, "linux-64", "ninja").__setitem__("url", "gopher://x/linux-64/ninja-1.conda"), "url"),
+    (lambda d: _package(d, "linux-64", "torch").__setitem__("name", "torch; rm -rf /"), "name"),
+    (lambda d: d["package"].append(dict(_package(d, "linux-64", "ninja"))), "more than once"),
+    (lambda d: d["package"].remove(_package(d, "linux-64", "ninja")), "ninja"),
+    (lambda d: d["package"].remove(_package(d, "linux-64", "libgcc")), "libgcc"),
+    (lambda d: d["package"].remove(_package(d, "linux-64", "torch")), "torch"),
+    (lambda d: d.__setitem__("package", []), "no conda packages"),
+])
+def test_install_refuses_a_resigned_lock_whose_packages_are_not_the_environment(fresh, tmp_path, capsys, edit,
+                                                                                expected):
+    resign(lock_file(fresh), edit)
+    prefix = tmp_path / "env"
+    assert main(install_args(fresh, prefix)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert expected in line and "cu126.conda-lock.yml" in line
+    assert not prefix.exists() and ours_left(tmp_path) == []
+
+
+def test_install_refuses_a_stale_lock(fresh, tmp_path, capsys):
+    spec = fresh / "envs" / "cu126.yaml"
+    spec.write_text(spec.read_text().replace('archs: ["80", "90"]', 'archs: ["90"]'))
+    assert main(install_args(fresh, tmp_path / "env")) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "changed since this lock was made" in line and "toolkit lock cu126" in line
+    assert not (tmp_path / "env").exists()
+
+
+def test_lock_check_reports_missing_locks(fresh, capsys):
+    envs, locks = fresh / "envs", fresh / "locks"
+    lock_file(fresh).unlink()
+    assert main(["lock", "--check", "--envs", str(envs), "--locks", str(locks)]) == 1
+    out = capsys.readouterr().out
+    assert "cu126.conda-lock.yml: missing" in out and "toolkit lock cu126" in out and "every lock is current" not in out
+
+
+# ---------------------------------------------------------------- the user's pip configuration
+
+
+def test_pip_layer_ignores_the_users_pip_configuration(fresh, tmp_path, monkeypatch):
+    for name, value in {"PIP_USER": "1", "PIP_TARGET": str(tmp_path / "t"), "PIP_PREFIX": str(tmp_path / "p"),
+                        "PIP_REQUIRE_VIRTUALENV": "1", "PIP_NO_INDEX": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(install_args(fresh, tmp_path / "env")) == 0
+    assert (tmp_path / "env" / "lib" / "python3.11" / "site-packages" / "torch-2.9.1.dist-info").is_dir()
+    assert not (tmp_path / "t").exists() and not (tmp_path / "p").exists()
+
+
+# ---------------------------------------------------------------- interruptions, real signals
+
+
+def pause_and_signal(args: list[str], tmp_path: Path, phase: str, signum: int) -> tuple[int, str]:
+    """Run the verb until it reports `phase`, send `signum`, wait; its workers must be gone too."""
+    marker = tmp_path / "paused"
+    marker.unlink(missing_ok=True)
+    process = toolkit(args, tmp_path, FA_ENVKIT_PAUSE_AT=phase, FA_ENVKIT_PAUSE_FILE=str(marker))
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            out, err = process.communicate()
+            pytest.fail(f"never reached {phase} (exit {process.returncode}): {err}")
+        time.sleep(0.05)
+    workers = psutil.Process(process.pid).children(recursive=True)
+    os.kill(process.pid, signum)
+    _, err = process.communicate(timeout=30)
+    gone, alive = psutil.wait_procs(workers, timeout=5)  # SIGKILL: the worker dies with its parent
+    assert alive == [], f"orphaned workers still running: {alive}"
+    return process.returncode, err
+
+
+INSTALL_PHASES = ("install:download", "install:worker", "install:pip", "install:replace")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
+@pytest.mark.parametrize("phase", INSTALL_PHASES)
+def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tmp_path, phase, signum):
+    prefix = tmp_path / "envs" / "cu126"
+    assert main(install_args(fresh, prefix)) == 0
+    if phase == "install:download":  # a fresh cache, so the archives are downloaded again
+        shutil.rmtree(tmp_path / "cache")
+    (prefix / "marker-of-the-old-env").write_text("old")
+    rc, err = pause_and_signal(install_args(fresh, prefix), tmp_path, phase, signum)
+    assert installed_ok(prefix) and (prefix / "marker-of-the-old-env").exists()  # the old env is intact
+    if signum == signal.SIGKILL:
+        assert rc == -signal.SIGKILL
+    else:
+        assert rc == (130 if signum == signal.SIGINT else 143)
+        assert "interrupted" in one_line_error(err)
+        assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+    rerun = toolkit(install_args(fresh, prefix), tmp_path)
+    _, err = rerun.communicate(timeout=60)
+    assert rerun.returncode == 0, err
+    assert installed_ok(prefix) and not (prefix / "marker-of-the-old-env").exists()
+    assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
+@pytest.mark.parametrize("phase", ["lock:solve", "lock:write"])
+def test_interrupted_lock_leaves_the_old_lock_and_a_rerun_cleans_up(fresh, tmp_path, pip_index, phase, signum):
+    lock = lock_file(fresh)
+    before = lock.read_bytes()
+    args = ["lock", "cu126", "--force", "--backend", "rattler", "--envs", str(fresh / "envs"), "--locks",
+            str(fresh / "locks"), "--pypi", pip_index]
+    rc, err = pause_and_signal(args, tmp_path, phase, signum)
+    assert lock.read_bytes() == before
+    if signum != signal.SIGKILL:
+        assert rc == (130 if signum == signal.SIGINT else 143)
+        assert "interrupted" in one_line_error(err)
+        assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+    rerun = toolkit(args, tmp_path)
+    _, err = rerun.communicate(timeout=60)
+    assert rerun.returncode == 0, err
+    assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_rerun_never_removes_a_live_runs_temporaries_or_unrecognised_files(tmp_path):
+    from toolkit.atomic import clean_stale, owned_temp
+
+    (tmp_path / ".fa-envkit-tmp-not-ours").mkdir()  # no owner file: not recognised, kept
+    (tmp_path / "user.txt").write_text("x")
+    with owned_temp(tmp_path, "live") as live:
+        live.mkdir()
+        clean_stale(tmp_path)
+        assert live.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fa-envkit-tmp-not-ours", "user.txt"]
+
+
+def test_two_installs_into_one_prefix_both_succeed(fresh, tmp_path):
+    prefix = tmp_path / "envs" / "cu126"
+    first, second = toolkit(install_args(fresh, prefix), tmp_path), toolkit(install_args(fresh, prefix), tmp_path)
+    results = [(p.wait(timeout=120), p.communicate()[1]) for p in (first, second)]
+    for rc, err in results:
+        assert rc == 0 and "Traceback" not in err and "ENOTEMPTY" not in err and "Errno" not in err, err
+    assert installed_ok(prefix) and ours_left(tmp_path) == []
