@@ -324,3 +324,33 @@ def test_two_installs_into_one_prefix_both_succeed(fresh, tmp_path):
     for rc, err in results:
         assert rc == 0 and "Traceback" not in err and "ENOTEMPTY" not in err and "Errno" not in err, err
     assert installed_ok(prefix) and ours_left(tmp_path) == []
+
+
+def test_a_killed_in_place_install_gets_the_old_env_back_on_the_rerun(fresh, tmp_path):
+    """The conda-lock backend builds at the final path with the old env set aside: SIGKILL there leaves no
+    prefix (or micromamba's unfinished one); the rerun puts the old env back before anything else.
+    (`--conda /bin/false`: the run is stopped before micromamba would run; none exists on this machine.)"""
+    prefix = tmp_path / "envs" / "cu126"
+    assert main(install_args(fresh, prefix)) == 0
+    (prefix / "marker-of-the-old-env").write_text("old")
+    in_place = install_args(fresh, prefix)[:-2] + ["--backend", "conda-lock", "--conda", "/bin/false"]
+    rc, _ = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGKILL)
+    assert rc == -signal.SIGKILL and not prefix.exists()
+    (prefix / "conda-meta").mkdir(parents=True)  # what an unfinished micromamba create leaves
+    (prefix / "conda-meta" / "unfinished-1.0-0.json").write_text("{}")
+    rc, err = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGTERM)
+    assert rc == 143 and "interrupted" in one_line_error(err)
+    assert installed_ok(prefix) and (prefix / "marker-of-the-old-env").exists()
+    assert not (prefix / "conda-meta" / "unfinished-1.0-0.json").exists()
+    assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_rerun_keeps_another_prefixs_old_env(fresh, tmp_path):
+    """A killed in-place install of envs/cu126-2 set its old env aside; installing envs/cu126 leaves it."""
+    envs = tmp_path / "envs"
+    aside = envs / ".fa-envkit-tmp-retired-cu126-2-999999-0000abcd"  # as owned_dir names it, owner gone
+    (aside / "cu126-2" / "etc" / "fa-envkit").mkdir(parents=True)
+    (aside / "cu126-2" / "etc" / "fa-envkit" / "lock.json").write_text('{"line": "cu126"}')
+    aside.with_name(aside.name + ".owner").write_text("")
+    assert main(install_args(fresh, envs / "cu126")) == 0
+    assert (aside / "cu126-2" / "etc" / "fa-envkit" / "lock.json").exists()

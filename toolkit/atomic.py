@@ -23,7 +23,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,8 +52,7 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
     The owner file is created and locked before the path can exist and removed after it is gone, so
     every temporary on disk has a locked owner while its run lives."""
     parent = Path(parent)
-    safe_tag = "".join(c if c.isalnum() or c in "._-" else "_" for c in tag)[:60]
-    path = parent / f"{TEMP_PREFIX}{safe_tag}-{os.getpid()}-{secrets.token_hex(4)}"
+    path = parent / f"{temp_name(tag)}{os.getpid()}-{secrets.token_hex(4)}"
     owner = path.with_name(path.name + OWNER_SUFFIX)
     parent.mkdir(parents=True, exist_ok=True)
     handle = open(owner, "x")
@@ -103,8 +102,16 @@ def remove_path(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def clean_stale(parent: Path) -> list[Path]:
-    """Remove the temporaries in `parent` whose owner process is gone; returns what was removed."""
+def temp_name(tag: str) -> str:
+    """The name prefix of `tag`'s temporaries (before -<pid>-<random>)."""
+    return TEMP_PREFIX + "".join(c if c.isalnum() or c in "._-" else "_" for c in tag)[:60] + "-"
+
+
+def clean_stale(parent: Path, recover: Callable[[Path], bool] | None = None) -> list[Path]:
+    """Remove the temporaries in `parent` whose owner process is gone; returns what was removed.
+
+    `recover(entry)`, if given, runs first on each (with the owner lock held) to move back what a
+    killed run had set aside (install's retired environment); it returns whether to remove the entry."""
     removed = []
     parent = Path(parent)
     if not parent.is_dir():
@@ -120,6 +127,8 @@ def clean_stale(parent: Path) -> list[Path]:
             except OSError:
                 continue  # its run is alive
             entry = owner.with_name(owner.name[:-len(OWNER_SUFFIX)])
+            if recover is not None and not recover(entry):
+                continue
             remove_path(entry)
             owner.unlink(missing_ok=True)
             removed.append(entry)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from toolkit.atomic import (checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path, run_temporaries,
-                            write_atomic)
+from toolkit.atomic import (TEMP_PREFIX, checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path,
+                            run_temporaries, temp_name, write_atomic)
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -255,12 +255,12 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = LOCKS_
                            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
     check_current(locked_env, platform)
     prefix = Path(prefix or ENVS_PREFIX_DIR / line).absolute()
-    check_prefix(prefix)
+    check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
     with locked(prefix):
-        clean_stale(prefix.parent)  # what earlier interrupted installs left
+        clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
         conda_exe = conda_exe or conda_executable()
         if choose_backend(backend, conda_exe) == "conda-lock":
@@ -291,9 +291,11 @@ def check_current(locked_env: LockedEnv, platform: str) -> None:
         raise ToolkitError(f"{where}: {problem}")
 
 
-def check_prefix(prefix: Path) -> None:
+def check_prefix(prefix: Path, recovering: bool = False) -> None:
     """The prefix must be absent, an empty folder, or an environment with the toolkit's install record:
-    never delete or replace what the toolkit did not make."""
+    never delete or replace what the toolkit did not make. `recovering`: a killed in-place install set
+    the old environment aside beside it, so a prefix without record may be that install's unfinished one
+    (restore_retired decides, under the prefix lock)."""
     where = display_path(prefix)
     fix = "choose a new or empty --prefix, or move it away yourself"
     if prefix.is_symlink():
@@ -302,7 +304,7 @@ def check_prefix(prefix: Path) -> None:
         return
     if not prefix.is_dir():
         raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
-    if next(prefix.iterdir(), None) is not None and InstallRecord.read(prefix) is None:
+    if next(prefix.iterdir(), None) is not None and InstallRecord.read(prefix) is None and not recovering:
         raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {RECORD_FILE}); "
                            f"nothing was changed ({fix})")
 
@@ -310,6 +312,26 @@ def check_prefix(prefix: Path) -> None:
 def write_record(prefix: Path, record: InstallRecord) -> None:
     """Written last: an environment without it is not a finished one."""
     write_atomic(prefix / RECORD_FILE, record.to_json())
+
+
+def retired_tag(prefix: Path) -> str:
+    return temp_name(f"retired-{prefix.name}")
+
+
+def restore_retired(entry: Path, prefix: Path) -> bool:
+    """A killed in-place install left the old environment at <entry>/<name>: put it back at the prefix,
+    in place of the unfinished one that install was making there (it has no install record).
+    Returns whether the stale `entry` may now be removed: another prefix's old environment stays for
+    that prefix's own rerun."""
+    if not entry.name.startswith(TEMP_PREFIX + "retired-"):
+        return True
+    old = entry / prefix.name
+    if not entry.name.startswith(retired_tag(prefix)) or not old.is_dir():
+        return entry.is_dir() and next(entry.iterdir(), None) is None
+    if InstallRecord.read(old) is not None and InstallRecord.read(prefix) is None:
+        remove_path(prefix)
+        os.replace(old, prefix)
+    return True
 
 
 def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
@@ -321,6 +343,7 @@ def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: s
         if kept:
             os.replace(prefix, retired / prefix.name)
         try:
+            checkpoint("install:in-place")
             install_with_conda_lock(lock_file, prefix, conda_exe)
             write_record(prefix, record)
         except BaseException:
