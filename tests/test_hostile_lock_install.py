@@ -9,6 +9,7 @@ checked: no staging dirs, no partial files, the old environment intact, nothing 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import psutil
 import pytest
@@ -354,3 +356,96 @@ def test_a_rerun_keeps_another_prefixs_old_env(fresh, tmp_path):
     aside.with_name(aside.name + ".owner").write_text("")
     assert main(install_args(fresh, envs / "cu126")) == 0
     assert (aside / "cu126-2" / "etc" / "fa-envkit" / "lock.json").exists()
+
+
+# ---------------------------------------------------------------- property-based: any re-signed edit of a lock
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+HOSTILE_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["../../../victim.txt", "/etc/passwd", "..", ".", "", "a/b", "a\nb", "x\x00y", "ab" * 32,
+                     "AB" * 32, "file:///etc/passwd", "ftp://h/x.conda", "https://h/../../x.conda", "torch; rm -rf /",
+                     "linux-64", "osx-arm64", "conda", "pip", "${HOME}", "$(touch x)", "`id`"]),
+    st.builds(lambda a, b: f"{a}{b}", st.sampled_from(["https://h/linux-64/", "file:///c/noarch/", "http://h/"]),
+              st.text(max_size=20)))
+HOSTILE_VALUE = st.one_of(HOSTILE_TEXT, st.none(), st.booleans(), st.integers(), st.lists(HOSTILE_TEXT, max_size=3),
+                          st.dictionaries(HOSTILE_TEXT, HOSTILE_TEXT, max_size=2))
+CUSTOM_KEYS = ["fa-envkit.line", "fa-envkit.input-hash", "fa-envkit.toolchain-kind", "fa-envkit.flash-attn-sdist.url",
+               KEY_SDIST_FILENAME, KEY_SDIST_SHA256]
+PACKAGE_FIELDS = ["name", "version", "url", "platform", "manager", "hash", "dependencies", "category"]
+
+
+@st.composite
+def lock_edits(draw):
+    """(where, value) edits of a lock: a custom metadata value, a package field, a metadata list, or the
+    package list itself (entries removed or repeated)."""
+    kind = draw(st.sampled_from(["custom", "package", "metadata", "entries"]))
+    if kind == "custom":
+        return kind, draw(st.sampled_from(CUSTOM_KEYS)), draw(HOSTILE_VALUE)
+    if kind == "package":
+        return kind, (draw(st.integers(0, 40)), draw(st.sampled_from(PACKAGE_FIELDS + ["hash.sha256"]))), \
+            draw(HOSTILE_VALUE)
+    if kind == "metadata":
+        return kind, draw(st.sampled_from(["platforms", "sources", "channels"])), draw(HOSTILE_VALUE)
+    return kind, draw(st.lists(st.integers(0, 40), max_size=3)), draw(st.lists(st.integers(0, 40), max_size=3))
+
+
+def apply_edit(document: dict, edit) -> None:
+    kind, where, value = edit
+    packages = document["package"]
+    if kind == "custom":
+        document["metadata"]["custom_metadata"][where] = value
+    elif kind == "metadata":
+        document["metadata"][where] = value
+    elif kind == "package":
+        index, field = where
+        entry = packages[index % len(packages)]
+        if field == "hash.sha256":
+            entry["hash"]["sha256"] = value
+        else:
+            entry[field] = value
+    else:
+        removed, repeated = where, value
+        repeats = [dict(packages[i % len(packages)]) for i in repeated]
+        for i in sorted({i % len(packages) for i in removed}, reverse=True):
+            del packages[i]
+        packages.extend(repeats)
+
+
+def inside(path: Path, root: Path) -> bool:
+    return Path(os.path.normpath(path)).is_relative_to(root)
+
+
+@pytest.fixture(scope="module")
+def pristine_lock(project) -> dict:
+    return yaml.safe_load(lock_file(project).read_text())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edit=lock_edits(), with_conda_lock=st.booleans())
+def test_any_resigned_edit_of_a_lock_reads_safely_or_is_refused_in_one_line(pristine_lock, tmp_path, edit,
+                                                                            with_conda_lock):
+    """Also where conda-lock is not installed (offline build nodes): the reader's own checks must hold."""
+    path = tmp_path / "cu126.conda-lock.yml"
+    document = copy.deepcopy(pristine_lock)
+    apply_edit(document, edit)
+    try:
+        document["metadata"]["custom_metadata"][KEY_DIGEST] = lock_digest(document)
+    except (TypeError, ValueError):
+        pass  # not JSON-able: the digest cannot be recomputed, the reader must still refuse cleanly
+    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    try:
+        with mock.patch.dict(sys.modules, {} if with_conda_lock else {"conda_lock.lockfile": None}):
+            locked = read_lock(path)
+    except ToolkitError as exc:
+        assert "\n" not in str(exc) and path.name in str(exc)
+        return
+    cache = tmp_path / "cache"  # what was accepted can only name paths inside the caches
+    assert inside(locked.sdist.cache_entry(cache), cache)
+    for package in locked.packages:
+        assert inside(cache / package.sha256 / package.filename, cache) or package.manager == "pip"
+        assert package.url.split(":", 1)[0] in ("https", "http", "file") and "\n" not in package.url
+    assert len({(p.platform, p.manager, p.name) for p in locked.packages}) == len(locked.packages)

@@ -150,15 +150,38 @@ def load_lock_document(path: Path) -> dict:
     if not isinstance(document, dict):
         raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
     _parse_with_conda_lock(path, where, relock)
-    custom = (document.get("metadata") or {}).get("custom_metadata") or {}
+    shape = _shape_problem(document)
+    if shape:
+        raise ToolkitError(f"{where}: not a conda-lock file of `toolkit lock` ({shape}; {relock})")
+    custom = document["metadata"]["custom_metadata"]
     missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
     if missing:
         raise ToolkitError(f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
                            f"(not written by `toolkit lock`; {relock})")
-    if lock_digest(document) != custom[KEY_DIGEST]:
+    try:
+        digest = lock_digest(document)
+    except (TypeError, ValueError):  # a date, a set: YAML values that are not plain JSON data
+        raise ToolkitError(f"{where}: holds values that are not plain data ({relock})") from None
+    if digest != custom[KEY_DIGEST]:
         raise ToolkitError(f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
                            f"{relock} instead of editing it)")
     return document
+
+
+def _shape_problem(document: dict) -> str | None:
+    """What is not the shape every reader relies on (conda-lock's parser checks more where installed)."""
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("custom_metadata"), dict):
+        return "metadata.custom_metadata is not a mapping"
+    if not all(isinstance(metadata.get(key, []), list) for key in ("platforms", "sources")):
+        return "metadata.platforms and metadata.sources must be lists"
+    packages = document.get("package", [])
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        return "package is not a list of entries"
+    for index, entry in enumerate(packages):
+        if not isinstance(entry.get("hash", {}), dict) or not isinstance(entry.get("dependencies", {}), dict):
+            return f"package[{index}]: hash and dependencies must be mappings"
+    return None
 
 
 def _parse_with_conda_lock(path: Path, where: str, relock: str) -> None:
@@ -204,8 +227,8 @@ def read_lock(path: Path) -> LockedEnv:
           f"an sdist file name ({' or '.join(SDIST_SUFFIXES)})")
     check(f"{KEY_SDIST_URL} (url)", custom[KEY_SDIST_URL], _url_ok(custom[KEY_SDIST_URL]), "a " + _FORM["url"])
     platforms = document["metadata"].get("platforms") or []
-    check("metadata.platforms", platforms, bool(platforms) and len(set(platforms)) == len(platforms)
-          and set(platforms) <= set(PLATFORMS), f"a list of distinct platforms of {', '.join(PLATFORMS)}")
+    check("metadata.platforms", platforms, bool(platforms) and all(p in PLATFORMS for p in platforms)
+          and len(set(platforms)) == len(platforms), f"a list of distinct platforms of {', '.join(PLATFORMS)}")
     sources = document["metadata"].get("sources") or []
     check("metadata.sources", sources, all(isinstance(s, str) and s.endswith(".yaml") and "\0" not in s
                                            for s in sources), "a list of spec files")
