@@ -449,3 +449,17 @@ def test_any_resigned_edit_of_a_lock_reads_safely_or_is_refused_in_one_line(pris
         assert inside(cache / package.sha256 / package.filename, cache) or package.manager == "pip"
         assert package.url.split(":", 1)[0] in ("https", "http", "file") and "\n" not in package.url
     assert len({(p.platform, p.manager, p.name) for p in locked.packages}) == len(locked.packages)
+
+
+def test_a_yaml_alias_bomb_lock_is_refused_quickly(fresh):
+    """Ten lines of anchors expand to 9**10 items: a reader that walks them (the digest does) never ends.
+    conda-lock's parser refuses the extra keys, so this reads as on a build node without conda-lock."""
+    bomb = ["bomb0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"bomb{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    path = lock_file(fresh)
+    path.write_text(path.read_text() + "\n".join(bomb) + "\n")
+    started = time.monotonic()
+    with pytest.raises(ToolkitError) as caught, mock.patch.dict(sys.modules, {"conda_lock.lockfile": None}):
+        read_lock(path)
+    message = str(caught.value).split(": ", 1)[1]
+    assert time.monotonic() - started < 5 and "alias" in message and "\n" not in message

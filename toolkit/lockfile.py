@@ -49,6 +49,7 @@ URL_SCHEMES = ("https", "http", "file")
 TOOLCHAIN_KINDS = ("locked", "external")
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,11 @@ def load_lock_document(path: Path) -> dict:
     """
     where, relock = display_path(path), relock_hint(path)
     try:
-        document = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)):
+            raise ToolkitError(f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
+                               f"without bound: {relock})")
+        document = yaml.safe_load(text)
     except FileNotFoundError:
         raise ToolkitError(f"{where}: no lock file ({relock})") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
