@@ -93,8 +93,9 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def toolkit(args: list[str], tmp_path: Path, **extra: str) -> subprocess.Popen:
+    """A real `python -m toolkit` in its own session (process group), as a terminal runs a command."""
     return subprocess.Popen([sys.executable, "-m", "toolkit", *args], cwd=tmp_path, env=child_env(tmp_path, **extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def installed_ok(prefix: Path) -> bool:
@@ -242,8 +243,10 @@ def test_pip_layer_ignores_the_users_pip_configuration(fresh, tmp_path, monkeypa
 # ---------------------------------------------------------------- interruptions, real signals
 
 
-def pause_and_signal(args: list[str], tmp_path: Path, phase: str, signum: int) -> tuple[int, str]:
-    """Run the verb until it reports `phase`, send `signum`, wait; its workers must be gone too."""
+def pause_and_signal(args: list[str], tmp_path: Path, phase: str, signum: int,
+                     group: bool = False) -> tuple[int, str]:
+    """Run the verb until it reports `phase`, send `signum` (to its whole process group, as Ctrl-C at a
+    terminal does, if `group`), wait; its workers must be gone too."""
     marker = tmp_path / "paused"
     marker.unlink(missing_ok=True)
     process = toolkit(args, tmp_path, FA_ENVKIT_PAUSE_AT=phase, FA_ENVKIT_PAUSE_FILE=str(marker))
@@ -255,7 +258,10 @@ def pause_and_signal(args: list[str], tmp_path: Path, phase: str, signum: int) -
             pytest.fail(f"never reached {phase} (exit {process.returncode}): {err}")
         time.sleep(0.05)
     workers = psutil.Process(process.pid).children(recursive=True)
-    os.kill(process.pid, signum)
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        os.kill(process.pid, signum)
     _, err = process.communicate(timeout=30)
     gone, alive = psutil.wait_procs(workers, timeout=5)  # SIGKILL: the worker dies with its parent
     assert alive == [], f"orphaned workers still running: {alive}"
@@ -304,6 +310,16 @@ def test_interrupted_lock_leaves_the_old_lock_and_a_rerun_cleans_up(fresh, tmp_p
     rerun = toolkit(args, tmp_path)
     _, err = rerun.communicate(timeout=60)
     assert rerun.returncode == 0, err
+    assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("verb, phase", [("install", "install:worker"), ("lock", "lock:solve")])
+def test_ctrl_c_at_a_terminal_prints_no_worker_traceback(fresh, tmp_path, pip_index, verb, phase):
+    args = install_args(fresh, tmp_path / "env") if verb == "install" else [
+        "lock", "cu126", "--force", "--backend", "rattler", "--envs", str(fresh / "envs"), "--locks",
+        str(fresh / "locks"), "--pypi", pip_index]
+    rc, err = pause_and_signal(args, tmp_path, phase, signal.SIGINT, group=True)
+    assert rc == 130 and "interrupted by Ctrl-C" in one_line_error(err)
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
