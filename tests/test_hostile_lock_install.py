@@ -195,7 +195,7 @@ def _package(document: dict, platform: str, name: str) -> dict:
         "url", _package(d, "linux-64", "ninja")["url"].rsplit("/", 1)[0] + "/..%2F..%2Fx.conda"), "url"),
     (lambda d: _package(d, "linux-64", "ninja").__setitem__("url", "gopher://x/linux-64/ninja-1.conda"), "url"),
     (lambda d: _package(d, "linux-64", "torch").__setitem__("name", "torch; rm -rf /"), "name"),
-    (lambda d: d["package"].append(dict(_package(d, "linux-64", "ninja"))), "more than once"),
+    (lambda d: d["package"].append(copy.deepcopy(_package(d, "linux-64", "ninja"))), "more than once"),
     (lambda d: d["package"].remove(_package(d, "linux-64", "ninja")), "ninja"),
     (lambda d: d["package"].remove(_package(d, "linux-64", "libgcc")), "libgcc"),
     (lambda d: d["package"].remove(_package(d, "linux-64", "torch")), "torch"),
@@ -425,7 +425,7 @@ def apply_edit(document: dict, edit) -> None:
             entry[field] = value
     else:
         removed, repeated = where, value
-        repeats = [dict(packages[i % len(packages)]) for i in repeated]
+        repeats = [copy.deepcopy(packages[i % len(packages)]) for i in repeated]
         for i in sorted({i % len(packages) for i in removed}, reverse=True):
             del packages[i]
         packages.extend(repeats)
@@ -479,3 +479,24 @@ def test_a_yaml_alias_bomb_lock_is_refused_quickly(fresh):
         read_lock(path)
     message = str(caught.value).split(": ", 1)[1]
     assert time.monotonic() - started < 5 and "alias" in message and "\n" not in message
+
+
+def test_without_an_atomic_swap_a_reinstall_still_keeps_the_old_env_until_the_new_one_is_there(fresh, tmp_path,
+                                                                                            monkeypatch):
+    """Where renameat2 cannot swap (NFS), the old env is set aside in a retired folder the rerun restores."""
+    import toolkit.install as install
+
+    prefix = tmp_path / "envs" / "cu126"
+    assert main(install_args(fresh, prefix)) == 0
+    monkeypatch.setattr(install, "exchange", lambda new, old: False)
+    seen = []
+    real_replace = os.replace
+
+    def replace(source, target):  # what lies at the prefix's folder while the new env moves in
+        if Path(target) == prefix:
+            seen.append(sorted(p.name for p in prefix.parent.iterdir() if "retired" in p.name))
+        real_replace(source, target)
+
+    monkeypatch.setattr(install.os, "replace", replace)
+    assert main(install_args(fresh, prefix)) == 0
+    assert seen and all(names for names in seen) and installed_ok(prefix) and ours_left(tmp_path) == []

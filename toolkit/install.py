@@ -25,6 +25,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -334,18 +336,17 @@ def restore_retired(entry: Path, prefix: Path) -> bool:
     return True
 
 
-def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
-    """micromamba/conda write the prefix into files and cannot relocate an environment, so this backend
-    builds at the final path: an older environment there is set aside and restored if the install fails,
-    and the fa-envkit record (what marks it finished) is written last."""
+@contextmanager
+def old_env_aside(prefix: Path) -> Iterator[None]:
+    """For the body, an existing prefix lies in an owned retired-<name> folder beside it: put back if the
+    body fails, removed after it succeeds, and put back by the next install's restore_retired if the
+    process is killed in between."""
     with owned_dir(prefix.parent, f"retired-{prefix.name}") as retired:
         kept = prefix.exists()
         if kept:
             os.replace(prefix, retired / prefix.name)
         try:
-            checkpoint("install:in-place")
-            install_with_conda_lock(lock_file, prefix, conda_exe)
-            write_record(prefix, record)
+            yield
         except BaseException:
             remove_path(prefix)
             if kept:
@@ -353,23 +354,26 @@ def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: s
             raise
 
 
+def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
+    """micromamba/conda write the prefix into files and cannot relocate an environment, so this backend
+    builds at the final path with an older environment set aside, and writes the fa-envkit record (what
+    marks it finished) last."""
+    with old_env_aside(prefix):
+        checkpoint("install:in-place")
+        install_with_conda_lock(lock_file, prefix, conda_exe)
+        write_record(prefix, record)
+
+
 def replace_prefix(staging: Path, prefix: Path) -> None:
     """Move the finished environment into place. An older one is swapped out in one step (renameat2),
     so an interruption at any moment leaves the old or the new environment at `prefix`; the old one
-    then lies at `staging`, inside the owned work folder that is removed afterwards."""
+    then lies at `staging`, inside the owned work folder that is removed afterwards. Where the
+    filesystem cannot swap (NFS), the old one is set aside first (old_env_aside)."""
     checkpoint("install:replace")
     if prefix.exists() and exchange(staging, prefix):
         return
-    if prefix.exists():  # no atomic exchange on this filesystem: two renames, the old one restored on failure
-        aside = staging.with_name("old")
-        os.replace(prefix, aside)
-        try:
-            os.replace(staging, prefix)
-        except BaseException:
-            os.replace(aside, prefix)
-            raise
-        return
-    os.replace(staging, prefix)
+    with old_env_aside(prefix):
+        os.replace(staging, prefix)
 
 
 # ---------------------------------------------------------------- the `install` verb

@@ -20,6 +20,7 @@ import html
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def place(built_wheel: Path, line_dir: Path, record: dict) -> Path:
     with locked(line_dir):
         record_path_for(dest).unlink(missing_ok=True)  # no record may vouch for a wheel being replaced
         with owned_temp(line_dir, built_wheel.name) as partial:
-            partial.write_bytes(built_wheel.read_bytes())  # the build dir may be on another filesystem
+            shutil.copyfile(built_wheel, partial)  # the build dir may be on another filesystem
             os.replace(partial, dest)
         try:
             checkpoint("wheelhouse:record")
