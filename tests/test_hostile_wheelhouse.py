@@ -46,9 +46,9 @@ PLACE = textwrap.dedent("""
     from pathlib import Path
     from toolkit.atomic import terminate_like_interrupt
     from toolkit.wheelhouse import place
-    terminate_like_interrupt()
     try:
-        place(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]))
+        with terminate_like_interrupt():
+            place(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]))
     except KeyboardInterrupt:
         sys.exit(143)
 """)

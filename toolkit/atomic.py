@@ -22,6 +22,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -163,14 +164,22 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so the same cleanup runs (exit 143 instead of 130)."""
 
 
-def terminate_like_interrupt() -> None:
-    """Make SIGTERM (Slurm's scancel, `kill`) unwind the stack like Ctrl-C instead of killing mid-write.
-    A second SIGTERM during the cleanup is ignored so the cleanup finishes."""
+@contextmanager
+def terminate_like_interrupt() -> Iterator[None]:
+    """For the body, SIGTERM (Slurm's scancel, `kill`) unwinds the stack like Ctrl-C instead of killing
+    mid-write. A second SIGTERM during the cleanup is ignored so the cleanup finishes."""
     def handler(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated()
 
-    signal.signal(signal.SIGTERM, handler)
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def die_with_parent(parent_pid: int) -> None:

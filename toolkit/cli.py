@@ -38,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    terminate_like_interrupt()
     try:
-        return args.func(args)
+        with terminate_like_interrupt():
+            return args.func(args)
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
