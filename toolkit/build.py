@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from toolkit.archs import compiled_archs, missing_archs
-from toolkit.atomic import clean_stale, owned_temp, write_atomic
+from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
 from toolkit.diagnose import diagnose, first_error_line
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
@@ -787,7 +787,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     """SIGTERM (a killed nox session, a batch scheduler) unwinds like Ctrl-C: pip's group is stopped."""
-    raise KeyboardInterrupt
+    raise Terminated()
 
 
 def _positive_int(text: str) -> int:

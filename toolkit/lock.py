@@ -4,7 +4,7 @@ The file is conda-lock's unified format, written through conda-lock's own models
 `conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
-the whole file so a hand-edited or tampered lock is refused.
+the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/lockfile.py.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -36,10 +36,10 @@ from rich.console import Console
 
 from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
-from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER,  # noqa: F401 - re-exported
-                              KEY_SDIST_FILENAME, KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LOCK_SUFFIX,
-                              LOCKS_DIR, LockedEnv, LockedSdist, load_lock_document, lock_digest, lock_path,
-                              read_lock, stale_reason)
+from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
+from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
+                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LOCKS_DIR, LockedSdist, lock_digest,
+                              lock_path, read_lock, stale_reason)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
 
 # ---------------------------------------------------------------- what the solvers are asked
