@@ -115,7 +115,7 @@ class LockedEnv:
 
 
 _FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file name (no / or ..)",
-         "name": "package name", "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
+         "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
 
 
 def lock_path(line: str, locks_dir: Path = LOCKS_DIR) -> Path:
