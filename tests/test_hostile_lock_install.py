@@ -500,3 +500,12 @@ def test_without_an_atomic_swap_a_reinstall_still_keeps_the_old_env_until_the_ne
     monkeypatch.setattr(install.os, "replace", replace)
     assert main(install_args(fresh, prefix)) == 0
     assert seen and all(names for names in seen) and installed_ok(prefix) and ours_left(tmp_path) == []
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(fresh, tmp_path, capsys, monkeypatch):
+    not_a_folder = tmp_path / "cache-is-a-file"
+    not_a_folder.write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
+    assert main(install_args(fresh, tmp_path / "env")) == 1
+    assert "cannot write a temporary file" in one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "env").exists() and ours_left(tmp_path) == []

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from toolkit.errors import ToolkitError
+
 TEMP_PREFIX = ".fa-envkit-tmp-"
 OWNER_SUFFIX = ".owner"
 
@@ -55,10 +57,17 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
     parent = Path(parent)
     path = parent / f"{temp_name(tag)}{os.getpid()}-{secrets.token_hex(4)}"
     owner = path.with_name(path.name + OWNER_SUFFIX)
-    parent.mkdir(parents=True, exist_ok=True)
-    handle = open(owner, "x")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        parent.mkdir(parents=True, exist_ok=True)
+        handle = open(owner, "x")
+    except OSError as exc:
+        raise ToolkitError(f"{parent}: cannot write a temporary file here ({exc.strerror}; make it writable "
+                           f"or point the toolkit elsewhere)") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a filesystem without flock: the run works; a rerun then never removes this one
+            pass
         try:
             yield path
         finally:
