@@ -509,3 +509,20 @@ def test_a_cache_that_cannot_be_written_is_one_line(fresh, tmp_path, capsys, mon
     assert main(install_args(fresh, tmp_path / "env")) == 1
     assert "cannot write a temporary file" in one_line_error(capsys.readouterr().err)
     assert not (tmp_path / "env").exists() and ours_left(tmp_path) == []
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(filename=HOSTILE_TEXT, sha256=HOSTILE_TEXT, tag=HOSTILE_TEXT)
+def test_cache_entries_and_temporaries_stay_in_their_folder(tmp_path, filename, sha256, tag):
+    from toolkit.atomic import owned_temp
+
+    cache = tmp_path / "cache"
+    try:
+        entry = LockedSdist("https://h/x.tar.gz", filename, sha256).cache_entry(cache)
+    except ToolkitError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert inside(entry, cache) and entry.parent.parent == cache / "sdist"
+    with owned_temp(tmp_path / "t", tag) as temporary:
+        assert temporary.parent == tmp_path / "t" and "/" not in temporary.name
+    assert list((tmp_path / "t").iterdir()) == []
