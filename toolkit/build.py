@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from toolkit import patches
 from toolkit.archs import compiled_archs, missing_archs
-from toolkit.atomic import write_atomic
+from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
 from toolkit.diagnose import diagnose, first_error_line
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
@@ -115,9 +115,10 @@ def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
     """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent.
 
     The entry is locked while checked or written: builds of several lines (Slurm array tasks on nodes
-    sharing the cache) never download into, or delete, the same file at once.
+    sharing the cache) never download into, or delete, the same file at once. The path is made only
+    from a sha256 and a plain file name (LockedSdist.cache_entry refuses anything else).
     """
-    dest = cache / "sdist" / sdist.sha256 / sdist.filename
+    dest = sdist.cache_entry(cache)
     with locked(dest.parent):
         return _fetch_sdist_locked(sdist, dest)
 
@@ -131,10 +132,10 @@ def _fetch_sdist_locked(sdist: LockedSdist, dest: Path) -> Path:
         raise ToolkitError(f"{display_path(dest)}: sha256 {actual} is not the lock's {sdist.sha256} "
                            f"(removed the file; re-run to download it again)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    try:
+    clean_stale(dest.parent)  # partial downloads of killed builds
+    with owned_temp(dest.parent, dest.name) as partial:
         try:
-            with urllib.request.urlopen(sdist.url, timeout=60) as response, open(partial, "wb") as out:
+            with urllib.request.urlopen(sdist.url, timeout=60) as response, open(partial, "xb") as out:
                 shutil.copyfileobj(response, out)
         except (OSError, ValueError) as exc:
             raise ToolkitError(f"{sdist.url}: download failed ({exc}; without network, put the file at "
@@ -144,8 +145,6 @@ def _fetch_sdist_locked(sdist: LockedSdist, dest: Path) -> Path:
             raise ToolkitError(f"{sdist.url}: downloaded file has sha256 {actual}, the lock pins {sdist.sha256} "
                                f"(the index served other bytes: re-lock or check the mirror)")
         os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
     return dest
 
 
@@ -792,7 +791,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     """SIGTERM (a killed nox session, a batch scheduler) unwinds like Ctrl-C: pip's group is stopped."""
-    raise KeyboardInterrupt
+    raise Terminated()
 
 
 def _positive_int(text: str) -> int:

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from toolkit import __version__
+from toolkit.atomic import Terminated, terminate_like_interrupt
 from toolkit.errors import ToolkitError
 
 # Each stage module exposes register(subparsers); its verbs set `func` to a handler returning an exit code.
@@ -39,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with terminate_like_interrupt():
+            return args.func(args)
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted (nothing was left half-written; re-run the same command)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+        print(f"error: interrupted by {by} (this run's temporary files were removed; re-run the same command)",
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":

@@ -4,10 +4,16 @@ Backends: `conda-lock install` where micromamba/mamba/conda is on PATH, else the
 installer. The embedded path checks every archive's sha256 itself before py-rattler sees it (py-rattler
 does not for file:// channels) and installs only from those verified copies.
 
-The embedded path builds the environment in a temporary prefix beside the target (files patched for the
-final path) and renames it into place at the end, so an interrupted install never leaves something that
-looks complete. micromamba/conda cannot relocate, so `conda-lock install` builds at the final path and
-the environment counts as finished only once etc/fa-envkit/lock.json, written last, is there.
+The embedded path builds the environment in an owned temporary folder beside the target (files patched
+for the final path) and swaps it into place at the end, so an interrupted install never leaves something
+that looks complete, and the old environment stays usable until the new one is there. micromamba/conda
+cannot relocate, so `conda-lock install` builds at the final path and the environment counts as finished
+only once etc/fa-envkit/lock.json, written last, is there.
+
+That install record is also what makes a prefix the toolkit's own: a non-empty folder without it is
+never replaced or deleted. Before anything is written the lock must be current (as `lock --check` sees
+it) and its packages must be its spec's environment. SIGTERM and Ctrl-C remove this run's temporaries;
+a rerun removes those of a killed run (toolkit/atomic.py).
 """
 
 from __future__ import annotations
@@ -15,22 +21,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+from toolkit.atomic import (TEMP_PREFIX, checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path,
+                            run_temporaries, temp_name, write_atomic)
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.lock import (LOCKS_DIR, choose_backend, conda_executable, console, load_lock_document, lock_path,
-                          read_lock, run_isolated)
-from toolkit.spec import display_path
+from toolkit.fslock import locked
+from toolkit.lock import choose_backend, conda_executable, console, locking_environment, run_isolated
+from toolkit.lockfile import (LOCKS_DIR, LockedEnv, LockedPackage, environment_problem, lock_path, read_lock,
+                              stale_reason)
+from toolkit.spec import display_path, load_spec
 
 ENVS_PREFIX_DIR = Path(".envs")
 RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
@@ -38,23 +48,28 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class LockedPackage:
-    """One entry of the lock for the platform being installed."""
+class InstallRecord:
+    """etc/fa-envkit/lock.json in a prefix: which lock made it. Written last (atomically), it is what
+    marks an environment finished and the toolkit's own: only such a prefix is ever replaced."""
 
-    manager: str  # conda | pip
-    name: str
-    version: str
-    url: str
-    sha256: str
+    line: str
+    lock: str
+    platform: str
+    input_hash: str
+    lock_sha256: str
+    schema: int = 1
 
-    @property
-    def filename(self) -> str:
-        return self.url.rsplit("/", 1)[-1].split("#", 1)[0]
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
 
-    @property
-    def channel(self) -> str:
-        """A conda archive's channel: its URL without the subdir and file name."""
-        return self.url.rsplit("/", 2)[0]
+    @classmethod
+    def read(cls, prefix: Path) -> InstallRecord | None:
+        """The prefix's record, or None when it has none (or one this toolkit did not write)."""
+        try:
+            data = json.loads((Path(prefix) / RECORD_FILE).read_text())
+            return cls(**data) if isinstance(data, dict) and data.get("schema", 1) == 1 else None  # 1: also unnamed
+        except (OSError, ValueError, TypeError):
+            return None
 
 
 def running_platform() -> str:
@@ -74,49 +89,38 @@ def cache_dir() -> Path:
     return base / "fa-envkit" / "conda-pkgs"
 
 
-def locked_packages(document: dict, platform: str) -> list[LockedPackage]:
-    packages = []
-    for entry in document.get("package") or []:
-        if entry["platform"] != platform:
-            continue
-        sha256 = (entry.get("hash") or {}).get("sha256")
-        if not sha256:
-            raise ToolkitError(f"{entry['name']} {entry['version']}: the lock has no sha256 for it "
-                               f"(re-lock with `toolkit lock`)")
-        packages.append(LockedPackage(entry["manager"], entry["name"], entry["version"], entry["url"], sha256))
-    return packages
-
-
 # ---------------------------------------------------------------- verified downloads
 
 
 def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress) -> Path:
-    """A local copy of the package's archive whose sha256 is the lock's; one-line error naming it if not."""
+    """A local copy of the package's archive whose sha256 is the lock's; one-line error naming it if not.
+
+    read_lock already checked that sha256 and file name have their strict form, so the cache path
+    stays inside the cache."""
     target = cache_dir() / package.sha256 / package.filename
     if target.exists() and sha256_file(target) == package.sha256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    clean_stale(target.parent)  # a partial download of a killed install
     task = progress.add_task(package.filename, total=None)
-    try:
-        with urllib.request.urlopen(package.url, timeout=60) as response, partial.open("wb") as out:
-            progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                progress.advance(task, len(chunk))
-    except (urllib.error.URLError, OSError) as exc:
-        partial.unlink(missing_ok=True)
-        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: cannot fetch "
-                           f"{package.url} ({getattr(exc, 'reason', exc)}; is the channel reachable?)") from None
-    finally:
-        progress.remove_task(task)
-    actual = sha256_file(partial)
-    if actual != package.sha256:
-        partial.unlink()
-        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "
-                           f"{package.url} (lock {package.sha256[:12]}..., archive {actual[:12]}...): the archive "
-                           f"was changed or the channel serves another file; nothing was installed")
-    os.replace(partial, target)
+    with owned_temp(target.parent, target.name) as partial:
+        try:
+            with urllib.request.urlopen(package.url, timeout=60) as response, partial.open("xb") as out:
+                progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
+                while chunk := response.read(CHUNK):
+                    out.write(chunk)
+                    progress.advance(task, len(chunk))
+                    checkpoint("install:download")
+        except (urllib.error.URLError, OSError) as exc:
+            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: cannot fetch "
+                               f"{package.url} ({getattr(exc, 'reason', exc)}; is the channel reachable?)") from None
+        finally:
+            progress.remove_task(task)
+        actual = sha256_file(partial)
+        if actual != package.sha256:
+            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "
+                               f"{package.url} (lock {package.sha256[:12]}..., archive {actual[:12]}...): the "
+                               f"archive was changed or the channel serves another file; nothing was installed")
+        os.replace(partial, target)
     return target
 
 
@@ -154,6 +158,7 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
                               show_progress=sys.stderr.isatty())
 
     asyncio.run(install())
+    checkpoint("install:worker")
     by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
     for meta in Path(prefix, "conda-meta").glob("*.json"):
         record = json.loads(meta.read_text())
@@ -169,11 +174,12 @@ def records_installed(prefix: Path) -> list[Path]:
 
 def install_conda_with_rattler(packages: list[LockedPackage], lock_file: Path, staging: Path, prefix: Path,
                                platform: str) -> None:
+    """Verified archives into `staging` (patched for `prefix`); py-rattler's unpack cache lives beside it."""
     verified = verify_all(packages, lock_file)
     archives = [(str(path), package.url, package.channel) for package, path in verified]
     with console.status(f"installing {len(archives)} conda packages (py-rattler)"):
         count = run_isolated(rattler_install, archives, str(staging), str(prefix), platform,
-                             str(staging.parent / f"{staging.name}.pkgs"))
+                             str(staging.parent / "pkgs"))
     console.print(f"{count} conda packages installed")
 
 
@@ -198,15 +204,13 @@ def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
-    requirements = staging.parent / f"{staging.name}.pip.txt"
+    requirements = staging.parent / "pip-requirements.txt"
     requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
-    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    env.pop("PIP_FIND_LINKS", None)
+    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
     console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
     result = subprocess.run([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
                              "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
                              "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
-    requirements.unlink()
     if result.returncode != 0:
         lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
         mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in result.stderr
@@ -238,75 +242,138 @@ def relocate_scripts(staging: Path, prefix: Path) -> None:
 
 def install_line(line: str, prefix: Path | None = None, locks_dir: Path = LOCKS_DIR, backend: str = "auto",
                  conda_exe: str | None = None, platform: str | None = None) -> Path:
-    """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix."""
+    """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix.
+
+    Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
+    Installs into one prefix take turns (a file lock beside it)."""
     lock_file = lock_path(line, locks_dir)
-    locked = read_lock(lock_file)
-    if locked.toolchain_kind == "external":
+    locked_env = read_lock(lock_file)
+    if locked_env.toolchain_kind == "external":
         raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
                            f"to install (the machine provides it; `toolkit build {line}` checks it)")
     platform = platform or running_platform()
-    if platform not in locked.platforms:
+    if platform not in locked_env.platforms:
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
-                           f"{', '.join(locked.platforms)}; add it to platforms in the spec and re-lock)")
-    document = load_lock_document(lock_file)
-    packages = locked_packages(document, platform)
+                           f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
+    check_current(locked_env, platform)
     prefix = Path(prefix or ENVS_PREFIX_DIR / line).absolute()
+    check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    conda_exe = conda_exe or conda_executable()
-    record = {"line": line, "lock": str(lock_file.resolve()), "platform": platform, "input_hash": locked.input_hash,
-              "lock_sha256": document["metadata"]["custom_metadata"]["fa-envkit.lock-sha256"]}
-    if choose_backend(backend, conda_exe) == "conda-lock":
-        install_in_place_with_conda_lock(lock_file, prefix, conda_exe, record)
-        return prefix
-    staging = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.installing-", dir=prefix.parent))
-    try:
-        install_conda_with_rattler([p for p in packages if p.manager == "conda"], lock_file, staging, prefix, platform)
-        install_pip_layer([p for p in packages if p.manager == "pip"], staging, prefix)
-        write_record(staging, record)
-        replace_prefix(staging, prefix)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(staging.parent / f"{staging.name}.pkgs", ignore_errors=True)
+    record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
+                           input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
+    with locked(prefix):
+        clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
+        check_prefix(prefix)  # again: another install may have finished while this one waited
+        conda_exe = conda_exe or conda_executable()
+        if choose_backend(backend, conda_exe) == "conda-lock":
+            install_in_place_with_conda_lock(lock_file, prefix, conda_exe, record)
+            return prefix
+        with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
+            staging = work / "env"
+            staging.mkdir()
+            install_conda_with_rattler(locked_env.packages_for(platform, "conda"), lock_file, staging, prefix,
+                                       platform)
+            checkpoint("install:pip")
+            install_pip_layer(locked_env.packages_for(platform, "pip"), staging, prefix)
+            write_record(staging, record)
+            replace_prefix(staging, prefix)
     return prefix
 
 
-def write_record(prefix: Path, record: dict) -> None:
+def check_current(locked_env: LockedEnv, platform: str) -> None:
+    """Refuse a lock that `lock --check` calls stale, or whose packages are not its spec's environment."""
+    where = display_path(locked_env.path)
+    spec_file = locked_env.spec_file
+    if spec_file is None or not spec_file.is_file():
+        raise ToolkitError(f"{where}: its spec {display_path(spec_file) if spec_file else '(none named)'} is "
+                           f"missing: install checks that the lock is current (install from the project's checkout)")
+    spec = load_spec(spec_file)
+    problem = stale_reason(spec, locked_env) or environment_problem(spec, locked_env, platform)
+    if problem:
+        raise ToolkitError(f"{where}: {problem}")
+
+
+def check_prefix(prefix: Path, recovering: bool = False) -> None:
+    """The prefix must be absent, an empty folder, or an environment with the toolkit's install record:
+    never delete or replace what the toolkit did not make. `recovering`: a killed in-place install set
+    the old environment aside beside it, so a prefix without record may be that install's unfinished one
+    (restore_retired decides, under the prefix lock)."""
+    where = display_path(prefix)
+    fix = "choose a new or empty --prefix, or move it away yourself"
+    if prefix.is_symlink():
+        raise ToolkitError(f"{where}: is a symlink; the toolkit does not replace it or what it points to ({fix})")
+    if not prefix.exists():
+        return
+    if not prefix.is_dir():
+        raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
+    if next(prefix.iterdir(), None) is not None and InstallRecord.read(prefix) is None and not recovering:
+        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {RECORD_FILE}); "
+                           f"nothing was changed ({fix})")
+
+
+def write_record(prefix: Path, record: InstallRecord) -> None:
     """Written last: an environment without it is not a finished one."""
-    path = prefix / RECORD_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    write_atomic(prefix / RECORD_FILE, record.to_json())
 
 
-def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: dict) -> None:
+def retired_tag(prefix: Path) -> str:
+    return temp_name(f"retired-{prefix.name}")
+
+
+def restore_retired(entry: Path, prefix: Path) -> bool:
+    """A killed in-place install left the old environment at <entry>/<name>: put it back at the prefix,
+    in place of the unfinished one that install was making there (it has no install record).
+    Returns whether the stale `entry` may now be removed: another prefix's old environment stays for
+    that prefix's own rerun."""
+    if not entry.name.startswith(TEMP_PREFIX + "retired-"):
+        return True
+    old = entry / prefix.name
+    if not entry.name.startswith(retired_tag(prefix)) or not old.is_dir():
+        return entry.is_dir() and next(entry.iterdir(), None) is None
+    if InstallRecord.read(old) is not None and InstallRecord.read(prefix) is None:
+        remove_path(prefix)
+        os.replace(old, prefix)
+    return True
+
+
+@contextmanager
+def old_env_aside(prefix: Path) -> Iterator[None]:
+    """For the body, an existing prefix lies in an owned retired-<name> folder beside it: put back if the
+    body fails, removed after it succeeds, and put back by the next install's restore_retired if the
+    process is killed in between."""
+    with owned_dir(prefix.parent, f"retired-{prefix.name}") as retired:
+        kept = prefix.exists()
+        if kept:
+            os.replace(prefix, retired / prefix.name)
+        try:
+            yield
+        except BaseException:
+            remove_path(prefix)
+            if kept:
+                os.replace(retired / prefix.name, prefix)
+            raise
+
+
+def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
     """micromamba/conda write the prefix into files and cannot relocate an environment, so this backend
-    builds at the final path: an older environment there is set aside and restored if the install fails,
-    and the fa-envkit record (what marks it finished) is written last."""
-    retired = None
-    if prefix.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.old-", dir=prefix.parent))
-        os.replace(prefix, retired / prefix.name)
-    try:
+    builds at the final path with an older environment set aside, and writes the fa-envkit record (what
+    marks it finished) last."""
+    with old_env_aside(prefix):
+        checkpoint("install:in-place")
         install_with_conda_lock(lock_file, prefix, conda_exe)
         write_record(prefix, record)
-    except BaseException:
-        shutil.rmtree(prefix, ignore_errors=True)
-        if retired:
-            os.replace(retired / prefix.name, prefix)
-        raise
-    finally:
-        if retired:
-            shutil.rmtree(retired, ignore_errors=True)
 
 
 def replace_prefix(staging: Path, prefix: Path) -> None:
-    """Move the finished environment into place; an older one there is removed only afterwards."""
-    retired = None
-    if prefix.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.old-", dir=prefix.parent))
-        os.replace(prefix, retired / prefix.name)
-    os.replace(staging, prefix)
-    if retired:
-        shutil.rmtree(retired, ignore_errors=True)
+    """Move the finished environment into place. An older one is swapped out in one step (renameat2),
+    so an interruption at any moment leaves the old or the new environment at `prefix`; the old one
+    then lies at `staging`, inside the owned work folder that is removed afterwards. Where the
+    filesystem cannot swap (NFS), the old one is set aside first (old_env_aside)."""
+    checkpoint("install:replace")
+    if prefix.exists() and exchange(staging, prefix):
+        return
+    with old_env_aside(prefix):
+        os.replace(staging, prefix)
 
 
 # ---------------------------------------------------------------- the `install` verb
@@ -329,6 +396,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
-    prefix = install_line(args.line, args.prefix, args.locks, args.backend, args.conda)
+    with run_temporaries("install"):
+        prefix = install_line(args.line, args.prefix, args.locks, args.backend, args.conda)
     print(f"{display_path(prefix)}: environment of {display_path(lock_path(args.line, args.locks))} installed")
     return 0

@@ -4,7 +4,7 @@ The file is conda-lock's unified format, written through conda-lock's own models
 `conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
-the whole file so a hand-edited or tampered lock is refused.
+the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/lockfile.py.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -34,128 +34,13 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from toolkit.digest import sha256_json
+from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
+from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
+from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
+                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LOCKS_DIR, LockedSdist, lock_digest,
+                              lock_path, read_lock, stale_reason)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
-
-LOCKS_DIR = Path("locks")
-LOCK_SUFFIX = ".conda-lock.yml"
-
-# metadata.custom_metadata keys (conda-lock allows only str -> str there).
-KEY_LINE = "fa-envkit.line"
-KEY_INPUT_HASH = "fa-envkit.input-hash"
-KEY_TOOLCHAIN = "fa-envkit.toolchain-kind"
-KEY_SDIST_URL = "fa-envkit.flash-attn-sdist.url"
-KEY_SDIST_FILENAME = "fa-envkit.flash-attn-sdist.filename"
-KEY_SDIST_SHA256 = "fa-envkit.flash-attn-sdist.sha256"
-KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
-KEY_DIGEST = "fa-envkit.lock-sha256"
-REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
-                 KEY_DIGEST)
-
-
-@dataclass(frozen=True)
-class LockedSdist:
-    """The flash-attn source archive the build stage compiles, pinned by hash."""
-
-    url: str
-    filename: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class LockedEnv:
-    """What later stages need from a lock file, read without network or solver."""
-
-    line: str
-    path: Path
-    input_hash: str
-    toolchain_kind: str
-    platforms: tuple[str, ...]
-    sdist: LockedSdist
-
-
-def lock_path(line: str, locks_dir: Path = LOCKS_DIR) -> Path:
-    return Path(locks_dir) / f"{line}{LOCK_SUFFIX}"
-
-
-def lock_digest(document: dict) -> str:
-    """sha256 of a parsed lock file with the digest entry itself left out."""
-    meta = dict(document.get("metadata") or {})
-    custom = {k: v for k, v in (meta.get("custom_metadata") or {}).items() if k != KEY_DIGEST}
-    meta["custom_metadata"] = custom
-    return sha256_json({**document, "metadata": meta})
-
-
-def load_lock_document(path: Path) -> dict:
-    """The lock as plain data, checked against its digest and, where conda-lock is installed, by its parser.
-
-    Build nodes such as the offline GPU machine may lack conda-lock; the digest alone still refuses any
-    edit, so reading a lock there needs only pyyaml.
-    """
-    where = display_path(path)
-    relock = "re-run `toolkit lock LINE`" if not path.name.endswith(LOCK_SUFFIX) else \
-        f"re-run `toolkit lock {path.name[:-len(LOCK_SUFFIX)]}`"
-    try:
-        document = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ToolkitError(f"{where}: no lock file ({relock})") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ToolkitError(f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})") from None
-    if not isinstance(document, dict):
-        raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
-    try:
-        from conda_lock.lockfile import parse_conda_lock_file  # lazy: keeps `import toolkit.lock` light
-        from pydantic import ValidationError
-    except ImportError:
-        parse_conda_lock_file, ValidationError = None, None
-    try:
-        if parse_conda_lock_file is not None:
-            parse_conda_lock_file(path)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where_in_file = ".".join(str(part) for part in error["loc"])
-        raise ToolkitError(f"{where}: malformed conda-lock file ({where_in_file}: {error['msg']}; {relock})") from None
-    except (ValueError, TypeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
-    custom = (document.get("metadata") or {}).get("custom_metadata") or {}
-    missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
-    if missing:
-        raise ToolkitError(f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
-                           f"(not written by `toolkit lock`; {relock})")
-    if lock_digest(document) != custom[KEY_DIGEST]:
-        raise ToolkitError(f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
-                           f"{relock} instead of editing it)")
-    return document
-
-
-def read_lock(path: Path) -> LockedEnv:
-    """Read and verify a lock; ToolkitError (one line) if it is missing, malformed or tampered."""
-    path = Path(path)
-    document = load_lock_document(path)
-    custom = document["metadata"]["custom_metadata"]
-    return LockedEnv(
-        line=custom[KEY_LINE],
-        path=path,
-        input_hash=custom[KEY_INPUT_HASH],
-        toolchain_kind=custom[KEY_TOOLCHAIN],
-        platforms=tuple(document["metadata"]["platforms"]),
-        sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
-                          sha256=custom[KEY_SDIST_SHA256]),
-    )
-
-
-def stale_reason(spec: EnvSpec, locked: LockedEnv) -> str | None:
-    """Why a lock no longer matches its spec (one sentence with the fix), or None when it does."""
-    relock = f"re-run `toolkit lock {spec.line}`"
-    if locked.line != spec.line:
-        return f"the lock is for line {locked.line}, not {spec.line} ({relock})"
-    if locked.input_hash != spec.input_hash():
-        sources = ", ".join(display_path(p) for p in spec.chain)
-        return f"{sources} changed since this lock was made ({relock})"
-    return None
-
 
 # ---------------------------------------------------------------- what the solvers are asked
 
@@ -249,8 +134,8 @@ def solve_with_rattler(request: CondaRequest) -> CondaLayer:
     from conda_lock.src_parser import make_lock_spec
 
     actions = run_isolated(rattler_fetch_actions, request) if request.specs else {p: [] for p in request.platforms}
-    with tempfile.TemporaryDirectory(prefix="toolkit-lock-") as tmp:
-        environment, virtual = write_conda_lock_inputs(request, Path(tmp))
+    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
+        environment, virtual = write_conda_lock_inputs(request, tmp)
         lock_spec = make_lock_spec(src_files=[environment], mapping_url=DEFAULT_MAPPING_URL)
         content_hash = _content_hashes(lock_spec, virtual)
     packages = []
@@ -363,6 +248,7 @@ def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
             except ToolkitError as exc:
                 raise ToolkitError(f"{request.spec_file}: {exc}") from None
         solved[platform] = [fetch_action(r) for r in records]
+        checkpoint("lock:solve")
         console.print(f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
                       f"in {time.perf_counter() - started:.2f} s")
     return solved
@@ -372,9 +258,9 @@ def solve_with_conda_lock(request: CondaRequest, conda_exe: str) -> CondaLayer:
     """The `conda-lock lock` CLI, driving micromamba/mamba/conda, with the line's virtual packages."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    with tempfile.TemporaryDirectory(prefix="toolkit-lock-") as tmp:
-        environment, virtual = write_conda_lock_inputs(request, Path(tmp))
-        output = Path(tmp) / f"{request.line}.conda-lock.yml"
+    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
+        environment, virtual = write_conda_lock_inputs(request, tmp)
+        output = tmp / f"{request.line}.conda-lock.yml"
         command = [sys.executable, "-m", "conda_lock", "lock", "--conda", conda_exe, "-f", str(environment),
                    "--virtual-package-spec", str(virtual), "--lockfile", str(output), "--log-level", "WARNING"]
         started = time.perf_counter()
@@ -467,8 +353,7 @@ def lock_pip_requirements(requirements: list[str], index_urls: list[str], target
     pip-tools resolves for the interpreter it runs in; for another platform or python the same
     requirements go through uv's resolver (`uv pip compile --python-platform`). Either way pip itself
     then picks the artifact the target installs (`pip install --dry-run --report --platform ...`)."""
-    with tempfile.TemporaryDirectory(prefix="toolkit-pip-") as tmp:
-        workdir = Path(tmp)
+    with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
         started = time.perf_counter()
         with console.status(f"{target.platform}: resolving the pip layer"):
@@ -647,8 +532,8 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
                           sources=sources, custom_metadata=custom))
     path = lock_path(spec.line, locks_dir)
-    with tempfile.TemporaryDirectory(prefix=".lock-", dir=locks_dir) as tmp:
-        draft = Path(tmp) / path.name
+    with owned_dir(locks_dir, "lock") as tmp:
+        draft = tmp / path.name
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
@@ -658,8 +543,9 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         for layer in pip_layers:
             if layer.requirements:
                 target = requirements_path(spec.line, layer.platform, locks_dir)
-                (Path(tmp) / target.name).write_text(layer.requirements)
-                staged.append((Path(tmp) / target.name, target))
+                (tmp / target.name).write_text(layer.requirements)
+                staged.append((tmp / target.name, target))
+        checkpoint("lock:write")
         for source, target in staged:
             os.replace(source, target)
         os.replace(draft, path)  # last: the lock is what says the requirements files are current
@@ -695,12 +581,13 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     return write_lock(spec, conda, pip_layers, sdist, locks_dir), True
 
 
-def check_locks(specs: list[EnvSpec], locks_dir: Path, required: bool) -> list[str]:
-    """One line per lock that does not match its spec; a missing lock counts only when `required`."""
+def check_locks(specs: list[EnvSpec], locks_dir: Path) -> list[str]:
+    """One line per lock that is missing or does not match its spec."""
     problems = []
     for spec in specs:
         path = lock_path(spec.line, locks_dir)
-        if not path.exists() and not required:
+        if not path.exists():
+            problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
             continue
         try:
             reason = stale_reason(spec, read_lock(path))
@@ -722,7 +609,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
-                        help="only say which locks are stale or broken (exit 1 if any); named lines must have one")
+                        help="only say which locks are missing, stale or broken (exit 1 if any)")
     parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
                         help="conda solver (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
     parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
@@ -736,19 +623,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_lock(args: argparse.Namespace) -> int:
-    from toolkit.rules import checked_spec
-
     paths = [resolve_spec_arg(s, args.envs) for s in args.lines] or (spec_paths(args.envs)
                                                                      if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
     if args.check:
-        problems = check_locks([load_spec(p) for p in paths], args.locks, required=bool(args.lines))
+        problems = check_locks([load_spec(p) for p in paths], args.locks)
         for line in problems:
             print(line)
         if not problems:
             print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
         return 1 if problems else 0
+    clean_stale(args.locks)  # what earlier interrupted runs left
+    with run_temporaries("lock"):
+        return lock_paths(paths, args)
+
+
+def lock_paths(paths: list[Path], args: argparse.Namespace) -> int:
+    """Lock each spec; with several, a failing one is reported and the others still locked."""
+    from toolkit.rules import checked_spec
+
     failed = 0
     for path in paths:
         try:
@@ -773,11 +667,12 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
     py-rattler sometimes crashes at interpreter exit after a solve or install (3-10% of runs, see
     docs/conda-offline.md); a worker that skips finalization avoids it, and keeps py-rattler's runtime
     out of the caller's process. ToolkitErrors cross back as ToolkitErrors."""
-    with tempfile.TemporaryDirectory(prefix="toolkit-worker-") as tmp:
-        job, result = Path(tmp) / "job.pickle", Path(tmp) / "result.pickle"
+    with owned_dir(Path(tempfile.gettempdir()), "worker") as tmp:
+        job, result = tmp / "job.pickle", tmp / "result.pickle"
         job.write_bytes(pickle.dumps((function.__module__, function.__qualname__, args)))
         code = "from toolkit.lock import worker_main; worker_main()"
-        process = subprocess.run([sys.executable, "-c", code, str(job), str(result)])
+        # an interruption kills and waits for the worker (subprocess.run does) before tmp is removed
+        process = subprocess.run([sys.executable, "-c", code, str(job), str(result), str(os.getpid())])
         if not result.exists():
             raise ToolkitError(f"{function.__qualname__}: worker process died (exit {process.returncode}; "
                                f"re-run the same command)")
@@ -789,6 +684,7 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
 
 def worker_main() -> None:
     job, result = Path(sys.argv[1]), Path(sys.argv[2])
+    die_with_parent(int(sys.argv[3]))
     module, name, args = pickle.loads(job.read_bytes())
     try:
         outcome = ("ok", getattr(importlib.import_module(module), name)(*args))

@@ -8,7 +8,10 @@ Layout:
 
 A record is what says "this wheel was built successfully from these inputs": it is written after the
 wheel is in place (temp file + os.replace), and removed before a wheel of the same name is replaced, so
-an interrupted build never leaves a record that claims a wheel it did not finish.
+an interrupted build never leaves a record that claims a wheel it did not finish. To a reader the pair
+is atomic: a wheel without its record is no cache hit, is never indexed, and is removed (by the
+interrupted placement itself, or by the next lookup after a SIGKILL). A cache hit (re)writes the index,
+so a build killed between its record and its index still ends with one.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.atomic import write_atomic
+from toolkit.atomic import checkpoint, clean_stale, exchange, owned_dir, owned_temp, write_atomic
 from toolkit.digest import sha256_file, sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -66,28 +69,49 @@ def records(line_dir: Path) -> list[tuple[Path, dict]]:
 
 
 def find_cached(line_dir: Path, key: str) -> CachedBuild | None:
-    """A recorded build with these inputs whose wheel is still there, byte for byte."""
-    for path, record in records(line_dir) if line_dir.is_dir() else []:
+    """A recorded build with these inputs whose wheel is still there, byte for byte.
+
+    What a killed placement left (a wheel without its record, temporaries) is removed first; a hit
+    re-writes the index, which a build killed after its record never wrote."""
+    if not line_dir.is_dir():
+        return None
+    clean_unrecorded(line_dir)
+    for path, record in records(line_dir):
         if record.get("inputs_key") != key:
             continue
         wheel = line_dir / record["outputs"]["wheel"]
         if wheel.exists() and sha256_file(wheel) == record["outputs"]["wheel_sha256"]:
+            write_index(line_dir.parent)
             return CachedBuild(wheel, path, record)
     return None
 
 
+def clean_unrecorded(line_dir: Path) -> None:
+    """Remove wheels without a record beside them (a placement killed between the two) and the
+    temporaries of killed runs; a placement in progress holds the line's lock, so none is touched."""
+    with locked(line_dir):
+        clean_stale(line_dir)
+        for wheel in line_dir.glob("*.whl"):
+            if not record_path_for(wheel).exists():
+                wheel.unlink(missing_ok=True)
+
+
 def place(built_wheel: Path, line_dir: Path, record: dict) -> Path:
-    """Move a finished wheel into the wheelhouse, then write its record: each step atomic."""
+    """Move a finished wheel into the wheelhouse, then write its record: each step atomic, the pair
+    atomic to readers (an interrupted placement removes the wheel it placed without a record)."""
     line_dir.mkdir(parents=True, exist_ok=True)
     dest = line_dir / built_wheel.name
-    record_path_for(dest).unlink(missing_ok=True)  # no record may vouch for a wheel being replaced
-    partial = line_dir / f".{built_wheel.name}.partial-{os.getpid()}"
-    try:
-        shutil.copyfile(built_wheel, partial)  # the build dir may be on another filesystem
-        os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
-    write_atomic(record_path_for(dest), json.dumps(record, indent=2, sort_keys=True) + "\n")
+    with locked(line_dir):
+        record_path_for(dest).unlink(missing_ok=True)  # no record may vouch for a wheel being replaced
+        with owned_temp(line_dir, built_wheel.name) as partial:
+            shutil.copyfile(built_wheel, partial)  # the build dir may be on another filesystem
+            os.replace(partial, dest)
+        try:
+            checkpoint("wheelhouse:record")
+            write_atomic(record_path_for(dest), json.dumps(record, indent=2, sort_keys=True) + "\n")
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
     return dest
 
 
@@ -116,10 +140,8 @@ def _write_index_locked(wheelhouse: Path) -> Path:
         href = f"../../{record_file.parent.name}/{wheel_name}#sha256={record['outputs']['wheel_sha256']}"
         projects.setdefault(normalize(wheel_name.split("-")[0]), []).append((href, wheel_name))
     simple = wheelhouse / "simple"
-    staged = wheelhouse / f".simple.tmp-{os.getpid()}"
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir(parents=True)
-    try:
+    clean_stale(wheelhouse)
+    with owned_dir(wheelhouse, "simple") as staged:
         root_links = []
         for project, links in sorted(projects.items()):
             (staged / project).mkdir()
@@ -128,13 +150,12 @@ def _write_index_locked(wheelhouse: Path) -> Path:
             (staged / project / "index.html").write_text(_page(f"Links for {project}", anchors))
             root_links.append(f'<a href="{project}/">{project}</a><br>')
         (staged / "index.html").write_text(_page("Simple index", "\n".join(root_links)))
-        old = wheelhouse / f".simple.old-{os.getpid()}"
-        if simple.exists():
-            os.replace(simple, old)
-        os.replace(staged, simple)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
+        if simple.exists() and exchange(staged, simple):  # the old index leaves with `staged`
+            return simple
+        with owned_temp(wheelhouse, "simple-old") as old:  # no exchange on this filesystem: two renames
+            if simple.exists():
+                os.replace(simple, old)
+            os.replace(staged, simple)
     return simple
 
 

@@ -1,0 +1,79 @@
+"""The wheelhouse under interruption (issue 14): a wheel and its record appear as a pair or not at all,
+and the PEP 503 index is there whenever a recorded wheel is.
+
+The interrupted placement is a real `python` subprocess running wheelhouse.place on a real wheel file,
+stopped between wheel and record by the FA_ENVKIT_PAUSE_AT hook and sent a real SIGTERM or SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conda_channel import make_wheel
+
+from toolkit.digest import sha256_file
+from toolkit.wheelhouse import RECORD_SCHEMA, find_cached, place, record_path_for
+
+KEY = "ab" * 32
+
+
+def record_for(wheel: Path) -> dict:
+    return {"schema": RECORD_SCHEMA, "status": "success", "inputs_key": KEY, "finished": "2026-12-01T10:00:00+00:00",
+            "outputs": {"wheel": wheel.name, "wheel_sha256": sha256_file(wheel)}}
+
+
+def test_a_cache_hit_writes_the_missing_index(tmp_path):
+    """A build killed between its record and its index left no simple/: the rerun's cache hit writes it."""
+    wheel = make_wheel(tmp_path / "built", "flash_attn", "2.8.3")
+    line_dir = tmp_path / "wheelhouse" / "cu126"
+    placed = place(wheel, line_dir, record_for(wheel))
+    assert not (tmp_path / "wheelhouse" / "simple").exists()  # killed here, before write_index
+    hit = find_cached(line_dir, KEY)
+    assert hit is not None and hit.wheel == placed
+    page = (tmp_path / "wheelhouse" / "simple" / "flash-attn" / "index.html").read_text()
+    assert f"cu126/{placed.name}#sha256={sha256_file(placed)}" in page
+
+
+PLACE = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from toolkit.atomic import terminate_like_interrupt
+    from toolkit.wheelhouse import place
+    try:
+        with terminate_like_interrupt():
+            place(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]))
+    except KeyboardInterrupt:
+        sys.exit(143)
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+def test_placement_interrupted_between_wheel_and_record_leaves_no_unrecorded_wheel(tmp_path, signum):
+    wheel = make_wheel(tmp_path / "built", "flash_attn", "2.8.3")
+    line_dir = tmp_path / "wheelhouse" / "cu126"
+    marker = tmp_path / "paused"
+    env = {**os.environ, "FA_ENVKIT_PAUSE_AT": "wheelhouse:record", "FA_ENVKIT_PAUSE_FILE": str(marker)}
+    process = subprocess.Popen([sys.executable, "-c", PLACE, str(wheel), str(line_dir), json.dumps(record_for(wheel))],
+                               env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    os.kill(process.pid, signum)
+    _, err = process.communicate(timeout=20)
+    assert "Traceback" not in err, err
+    if signum == signal.SIGTERM:
+        assert process.returncode == 143
+        assert sorted(p.name for p in line_dir.iterdir()) == []  # the wheel went with its missing record
+    assert find_cached(line_dir, KEY) is None  # a wheel without its record is no cache hit ...
+    assert [p.name for p in line_dir.iterdir()] == []  # ... and is cleaned, as are the temporaries
+    placed = place(wheel, line_dir, record_for(wheel))  # the rerun places the pair
+    assert record_path_for(placed).is_file() and find_cached(line_dir, KEY).wheel == placed
+
