@@ -10,6 +10,7 @@ checked: no staging dirs, no partial files, the old environment intact, nothing 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -526,3 +527,29 @@ def test_cache_entries_and_temporaries_stay_in_their_folder(tmp_path, filename, 
     with owned_temp(tmp_path / "t", tag) as temporary:
         assert temporary.parent == tmp_path / "t" and "/" not in temporary.name
     assert list((tmp_path / "t").iterdir()) == []
+
+
+# ---------------------------------------------------------------- crafted archives
+
+
+def test_install_refuses_a_locked_archive_that_writes_outside_its_prefix(fresh, tmp_path, capsys):
+    """A re-signed lock pinning a crafted archive by its true sha256: refused before py-rattler sees it (an
+    absolute member path makes py-rattler 0.28 abort the whole process)."""
+    from test_hostile_archives import dot_conda
+
+    from toolkit.digest import sha256_file
+
+    (tmp_path / "evil" / "linux-64").mkdir(parents=True)
+    archive = dot_conda(tmp_path / "evil" / "linux-64", [("/tmp/fa-envkit-escape.txt", b"x")], ["lib/ok.txt"])
+
+    def pin(document: dict) -> None:
+        ninja = _package(document, "linux-64", "ninja")
+        ninja["url"], ninja["hash"]["sha256"] = archive.as_uri(), sha256_file(archive)
+        ninja["hash"]["md5"] = hashlib.md5(archive.read_bytes()).hexdigest()
+
+    resign(lock_file(fresh), pin)
+    prefix = tmp_path / "env"
+    assert main(install_args(fresh, prefix)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "an absolute path" in line and archive.name in line
+    assert not prefix.exists() and ours_left(tmp_path) == [] and not Path("/tmp/fa-envkit-escape.txt").exists()

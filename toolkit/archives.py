@@ -56,8 +56,9 @@ def unsafe_reason(path: str) -> str | None:
 
 
 def _read(archive: Path) -> tuple[list[str], list[str]]:
-    """(tar member names, paths the metadata lists) of a .conda or .tar.bz2 archive."""
-    if archive.name.endswith(".conda"):
+    """(tar member names, paths the metadata lists) of a .conda (a zip) or .tar.bz2 archive, told by content:
+    a download in progress has neither suffix."""
+    if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as outer:
             members: list[str] = []
             listed: list[str] = []

@@ -34,6 +34,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from toolkit.atomic import (TEMP_PREFIX, checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path,
                             run_temporaries, temp_name, write_atomic)
+from toolkit.archives import check_conda_archive
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -120,6 +121,7 @@ def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress
             raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "
                                f"{package.url} (lock {package.sha256[:12]}..., archive {actual[:12]}...): the "
                                f"archive was changed or the channel serves another file; nothing was installed")
+        check_conda_archive(partial)  # the cache holds only archives that write inside their prefix
         os.replace(partial, target)
     return target
 

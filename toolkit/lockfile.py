@@ -23,7 +23,9 @@ import yaml
 
 from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
-from toolkit.spec import PLATFORMS, EnvSpec, display_path
+from toolkit.paths import display_path
+from toolkit.spec import PLATFORMS, EnvSpec
+from toolkit.workspace import checked_line
 
 LOCKS_DIR = Path("locks")
 LOCK_SUFFIX = ".conda-lock.yml"
@@ -119,7 +121,7 @@ _FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file n
 
 
 def lock_path(line: str, locks_dir: Path = LOCKS_DIR) -> Path:
-    return Path(locks_dir) / f"{line}{LOCK_SUFFIX}"
+    return Path(locks_dir) / f"{checked_line(line)}{LOCK_SUFFIX}"
 
 
 def relock_hint(path: Path) -> str:
