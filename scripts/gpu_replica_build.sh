@@ -70,9 +70,11 @@ EOF
 
 start_build() {  # conda-forge's activation (gxx_linux-64 sets CXX/CC; cuda-nvcc adds -ccbin=$CXX), then the toolkit
     export CONDA_PREFIX=$STATE/prefix CXX=$(command -v g++) CC=$(command -v gcc)
+    set +u  # conda-forge's script reads unset CFLAGS/CPPFLAGS/NVCC_* as empty
     # shellcheck disable=SC1090
-    source "$STATE/prefix/etc/conda/activate.d/~cuda-nvcc_activate.sh"
-    env | grep -E '^(NVCC_PREPEND_FLAGS|NVCC_APPEND_FLAGS|CXX|CC|CXXFLAGS)=' > "$OUT/activated-env.txt"
+    source "$STATE/prefix/etc/conda/activate.d/~cuda-nvcc_activate.sh" || echo "activate.sh failed" >> "$OUT/activated-env.txt"
+    set -u
+    env | grep -E '^(NVCC_PREPEND_FLAGS|NVCC_APPEND_FLAGS|CXX|CC|CXXFLAGS)=' >> "$OUT/activated-env.txt"
     date -u +%s > "$STATE/build.started"
     setsid nohup bash -c "'$PYTHON' -m toolkit build $LINE $BUILD_ARGS > $STATE/build.log 2>&1; echo \$? > $STATE/build.rc" \
         >/dev/null 2>&1 < /dev/null &
@@ -81,16 +83,20 @@ start_build() {  # conda-forge's activation (gxx_linux-64 sets CXX/CC; cuda-nvcc
 report() {  # what compiled so far, the exact command lines, timing
     build_dir=$(ls -d "$TOOLKIT_CACHE"/build/$LINE-* 2>/dev/null | tail -1)
     find "${build_dir:-/nonexistent}" -name '*.o' -printf '%TT %s %P\n' 2>/dev/null | sort > "$OUT/objects.txt"
+    ninja_file=$(find "${build_dir:-/nonexistent}" -name build.ninja 2>/dev/null | head -1)
+    [ -n "$ninja_file" ] && cp "$ninja_file" "$OUT/build.ninja"
     tail -c 6000 "$STATE/build.log" > "$OUT/build-log-tail.txt" 2>/dev/null
     {
         echo "date: $(date -u)   build started: $(date -u -d @"$(cat "$STATE/build.started" 2>/dev/null || echo 0)")"
         echo "elapsed since build start: $(( $(date +%s) - $(cat "$STATE/build.started" 2>/dev/null || date +%s) )) s"
         echo "progress: $(grep -aoE '\[[0-9]+/[0-9]+\]' "$STATE/build.log" | tail -1)"
         echo "objects compiled: $(wc -l < "$OUT/objects.txt") (flash_api: $(grep -c flash_api "$OUT/objects.txt"))"
-        echo "--- the g++ command line of flash_api.cpp:"
-        grep -a -m1 -E 'c\+\+|g\+\+' "$STATE/build.log" | grep -a flash_api.cpp | cut -c1-4000
-        echo "--- the nvcc command line of the first kernel:"
-        grep -a -m1 'bin/nvcc' "$STATE/build.log" | cut -c1-4000
+        echo "--- the g++ command line of flash_api.cpp (ninja -v):"
+        grep -a -E '(g|c)\+\+ .*flash_api\.cpp' "$STATE/build.log" | head -1 | cut -c1-6000
+        echo "--- the nvcc command line of the first kernel (ninja -v):"
+        grep -a -E 'bin/nvcc .*\.cu( |$)' "$STATE/build.log" | head -1 | cut -c1-6000
+        echo "--- errors:"
+        grep -a -m5 -E '^error:|fatal error|error:' "$STATE/build.log" | cut -c1-600
         echo "--- build environment (record or log):"
         grep -a -m3 -E 'CPATH|NVCC_PREPEND' "$STATE/build.log" | cut -c1-600
         [ -f "$STATE/build.rc" ] && echo "BUILD FINISHED rc=$(cat "$STATE/build.rc")" || echo "BUILD RUNNING"
@@ -107,8 +113,9 @@ wait_for_build() {  # poll until the build ends or this call's 9 minutes are nea
 }
 
 case "${1:-}" in
-    start) setup; probe; start_build; sleep 5; wait_for_build 500 ;;
-    wait) wait_for_build 520 ;;
+    start) setup; probe; start_build; sleep 5; wait_for_build "${WAIT_S:-500}" ;;
+    wait) wait_for_build "${WAIT_S:-520}" ;;
     probe) setup; probe ;;  # the include-path proof alone (about a minute)
-    *) echo "usage: $0 start|wait|probe"; exit 2 ;;
+    build) start_build; sleep 5; wait_for_build "${WAIT_S:-500}" ;;  # the build alone, on a laid-out prefix
+    *) echo "usage: $0 start|wait|probe|build"; exit 2 ;;
 esac
