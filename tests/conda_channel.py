@@ -203,6 +203,10 @@ def cuda_packages(cuda: str, full: str, max_gcc: int, platforms: Iterable[str]) 
                 files={"bin/nvcc": f"#!/bin/sh\necho 'Cuda compilation tools, release {cuda}, V{full}'\n",
                        "etc/nvcc.profile": f"TOP = {PREFIX_PLACEHOLDER}\n"},
                 prefix_files=("etc/nvcc.profile",)),
+            *(FixturePackage(name, full, "h0_0", platform, depends=(pin,),
+                             files={f"targets/{ARCH[platform]}-linux/include/{header}": f"/* {name} (fixture) */\n"})
+              for name, header in (("libcublas-dev", "cublas_v2.h"), ("libcusparse-dev", "cusparse.h"),
+                                   ("libcusolver-dev", "cusolverDn.h"))),
         ]
     return packages
 

@@ -240,9 +240,10 @@ def torch_arch_list(archs: tuple[str, ...]) -> str:
 
 def include_environment(cuda_home: Path) -> dict[str, str]:
     """CPATH with the toolchain's header directories. conda-forge installs every CUDA header only under
-    $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add. gcc (and so g++, and the host pass nvcc runs) reads it
-    whatever torch's cpp_extension computes (include_paths() of torch 2.0-2.14 adds only $CUDA_HOME/include and
-    $CUDA_INC_PATH), so old and new torch builds see the headers; searched after every -I, like -I. CUDA 13
+    $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add:
+    include_paths() of torch 2.0-2.14 gives g++ $CUDA_HOME/include (and, from about 2.4, one $CUDA_INC_PATH).
+    gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
+    torch release; it is searched after every -I, like -I. CUDA 13
     keeps libcu++/CUB/Thrust in include/cccl, which nvcc.profile adds for nvcc only (cuda_fp16.h includes
     <nv/target>)."""
     dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
@@ -670,7 +671,9 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
 
     mem_gb = options.mem_gb or fp.mem_available_gb
-    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent))
+    compile_env = process_environment(dict(os.environ), {**include_environment(tc.cuda_home), "PATH": tc.path_env,
+                                                         "LC_ALL": "C"})
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
     locked = read_current_lock(spec, lock_file)
     sdist = fetch_sdist(locked.sdist, cache)
     par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, len(archs),
