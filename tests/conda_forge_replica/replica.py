@@ -1,7 +1,7 @@
 """Build the conda-forge CUDA toolchain replica (records.yaml) as a channel of real archives, or lay its
 packages out straight into a prefix (the GPU machine has neither py-rattler nor conda-package-handling).
 
-    python tests/conda_forge_replica/replica.py channel DIR [--nvidia-site SITE]
+    python tests/conda_forge_replica/replica.py channel DIR [--nvidia-site SITE]   # DIR/<channel>/ for each channel
     python tests/conda_forge_replica/replica.py prefix DIR [--nvidia-site SITE] [--packages NAME ...]
 
 Payload is real where the machine has it: the CUDA 13.0 at --cuda-root (default /usr/local/cuda) is made of
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import re
 import shutil
 import string
 import sys
@@ -68,8 +69,8 @@ def _substitute(value, values: dict):
 # ---------------------------------------------------------------- payload
 
 
-def wheel_files(wheel: str, roots: PayloadRoots) -> tuple[Path, list[str]]:
-    """The base directory and the RECORD paths (below nvidia/cu13/) of NVIDIA wheel `wheel`."""
+def wheel_files(wheel: str, roots: PayloadRoots) -> tuple[Path, list[str]] | None:
+    """The base directory and the RECORD paths (below nvidia/cu13/) of NVIDIA wheel `wheel`; None if absent."""
     candidates = [(roots.cuda_root, roots.cuda_root / "dist-info")]
     if roots.nvidia_site:
         candidates.append((roots.nvidia_site / WHEEL_ROOT, roots.nvidia_site))
@@ -78,8 +79,9 @@ def wheel_files(wheel: str, roots: PayloadRoots) -> tuple[Path, list[str]]:
         if found:
             rows = (line.split(",")[0] for line in found[-1].read_text().splitlines())
             return base, [row[len(WHEEL_ROOT):] for row in rows if row.startswith(WHEEL_ROOT)]
-    raise SystemExit(f"replica: no {wheel} wheel under {roots.cuda_root}/dist-info or --nvidia-site "
-                     f"{roots.nvidia_site} (run tests/conda_forge_replica/install_cuda_torch.sh DIR for the library wheels)")
+    if roots.nvidia_site:
+        raise SystemExit(f"replica: no {wheel} wheel under {roots.cuda_root}/dist-info or {roots.nvidia_site}")
+    return None  # without --nvidia-site the library wheels are simply not here: that payload stays absent
 
 
 def patched_profile(original: str, patch: str) -> str:
@@ -93,12 +95,16 @@ def patched_profile(original: str, patch: str) -> str:
     return "\n".join(new).rstrip() + "\n"
 
 
-def payload(record: dict, roots: PayloadRoots) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """(text files, files copied from disk, symlinks) of one record's `payload` entries."""
-    texts, disk, links = {}, {}, {}
+def payload(record: dict, roots: PayloadRoots) -> tuple[dict[str, str], dict[str, str], dict[str, str], list[str]]:
+    """(text files, files copied from disk, symlinks, wheels absent from this machine) of one record's payload."""
+    texts, disk, links, absent = {}, {}, {}, []
     for entry in record.get("payload", []):
         if "wheel" in entry:
-            base, rows = wheel_files(entry["wheel"], roots)
+            found = wheel_files(entry["wheel"], roots)
+            if found is None:
+                absent.append(entry["wheel"])
+                continue
+            base, rows = found
             prefix = entry["from"].rstrip("/") + "/"
             for row in rows:
                 rest = row[len(prefix):]
@@ -116,7 +122,7 @@ def payload(record: dict, roots: PayloadRoots) -> tuple[dict[str, str], dict[str
                                                       (HERE / "files" / "nvcc.profile.patch").read_text())
         elif "wrapper" in entry:
             texts[entry["to"]] = wrapper(entry["wrapper"])
-    return texts, disk, links
+    return texts, disk, links, absent
 
 
 def wrapper(tool: str) -> str:
@@ -129,29 +135,52 @@ def wrapper(tool: str) -> str:
     return f'#!/bin/sh\n# replica: not conda-forge\'s {tool}, this machine\'s\nexec {found} "$@"\n'
 
 
+def build_number(build: str) -> int:
+    """conda's build number from a build string: h7480c83_3 -> 3, h9e4cc4f_0_cpython -> 0, 0 -> 0."""
+    found = re.search(r"(?:^|_)(\d+)(?:_|$)", build)
+    return int(found.group(1)) if found else 0
+
+
 def real_payload(record: dict) -> bool:
     """The CUDA packages whose files are all real (no wrapper; the compilers' links would point at wrappers)."""
     entries = record.get("payload", [])
     return bool(entries) and record["source"] not in ("closure", "recipe-ctng") and not any("wrapper" in e for e in entries)
 
 
-def packages(roots: PayloadRoots, with_payload: bool = True) -> list[FixturePackage]:
-    """Every record as a FixturePackage; payload only where asked (solve-only tests skip the 250 MB)."""
+CONDA_FORGE = "conda-forge"
+
+
+def channels() -> list[str]:
+    """The channels the records belong to (conda-forge, nvidia/label/cuda-11.8.0)."""
+    return list(dict.fromkeys(record.get("channel", CONDA_FORGE) for record in load_records()))
+
+
+def packages(roots: PayloadRoots, with_payload: bool = True, channel: str = CONDA_FORGE) -> list[FixturePackage]:
+    """Every record of one channel as a FixturePackage; payload only where asked (solves need none)."""
     out, seen = [], set()
     for record in load_records():
+        if record.get("channel", CONDA_FORGE) != channel:
+            continue
         key = (record["subdir"], record["name"], str(record["version"]), str(record["build"]))
         if key in seen:  # a family instance repeating a record (cuda-version 12.4 of 12.4.99 and 12.4.131)
             continue
         seen.add(key)
-        texts, disk, links = payload(record, roots) if with_payload else ({}, {}, {})
+        texts, disk, links, absent = payload(record, roots) if with_payload else ({}, {}, {}, [])
+        notes = [f"record from {record['source']}", *([f"payload: {record['payload_note']}"]
+                                                       if record.get("payload_note") else []),
+                 *([f"payload absent: no {', '.join(absent)} wheel on the machine that built it"] if absent else [])]
         out.append(FixturePackage(
             name=record["name"], version=str(record["version"]), build=str(record["build"]), subdir=record["subdir"],
             depends=tuple(record.get("depends", ())), constrains=tuple(record.get("constrains", ())),
             noarch=record.get("noarch"), files=texts, disk_files=disk, links=links,
-            build_number=int(record.get("build_number", str(record["build"]).rsplit("_", 1)[-1]) or 0),
-            about=f"conda-forge replica; record from {record['source']}" + (f"; payload: {record['payload_note']}"
-                                                                             if record.get("payload_note") else "")))
+            build_number=int(record.get("build_number", build_number(str(record["build"])))),
+            about="conda-forge replica; " + "; ".join(notes)))
     return out
+
+
+def channel_folder(channel: str) -> str:
+    """nvidia/label/cuda-11.8.0 -> nvidia-label-cuda-11.8.0 (one local folder per channel)."""
+    return channel.replace("/", "-")
 
 
 def layout_prefix(dest: Path, roots: PayloadRoots, names: set[str] | None = None) -> list[str]:
@@ -163,7 +192,7 @@ def layout_prefix(dest: Path, roots: PayloadRoots, names: set[str] | None = None
     for record in load_records():
         if not real_payload(record) or (names and record["name"] not in names):
             continue
-        texts, disk, links = payload(record, roots)
+        texts, disk, links, _ = payload(record, roots)
         for relative, text in texts.items():
             _write(dest / relative, text.encode(), executable=relative.startswith("bin/"))
         for relative, source in disk.items():
@@ -194,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     roots = PayloadRoots(args.cuda_root.resolve(), args.nvidia_site)
     if args.what == "channel":
-        build_channel(args.dest, packages(roots))
-        print(f"replica channel: {args.dest}")
+        for channel in channels():
+            build_channel(args.dest / channel_folder(channel), packages(roots, channel=channel))
+            print(f"replica channel {channel}: {args.dest / channel_folder(channel)}")
     else:
         laid = layout_prefix(args.dest.absolute(), roots, set(args.packages or ()))
         print(f"replica prefix: {args.dest} ({len(laid)} packages: {', '.join(laid)})")
