@@ -142,8 +142,8 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert eff["cpu_s"] >= 0.5 * eff["sum_object_s"] and 0 < eff["cpu_utilization"] <= 1.0
     assert eff["cpus"] == record["parallelism"]["cpus"] == len(os.sched_getaffinity(0))
     assert (project.root / record["log"]).exists()
-    # no earlier build to take times from; every nvcc compile seeded
-    assert record["schedule"] == {"from_record": None, "nvcc_objects_seeded": 3, "edges_ordered": 0}
+    # no earlier build to take times from; every nvcc compile (the two kernels; api.cpp goes to g++) seeded
+    assert record["schedule"] == {"from_record": None, "nvcc_objects_seeded": 2, "edges_ordered": 0}
 
 
 def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
@@ -151,9 +151,9 @@ def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
     assert f"log: {record['log']}" in project.first.stderr
     log = (project.root / record["log"]).read_text()
     assert "[1/4]" in log and "[4/4]" in log and "nvcc" in log
-    # every nvcc compile (api.cpp goes through nvcc too) got its seed; no earlier record, so file order
-    assert "3 nvcc objects seeded for reproducible device code, 0 object edges ordered longest first" in log
-    assert log.count("-frandom-seed=/fa-envkit-build/") == 3
+    # every nvcc compile (the kernels; api.cpp goes to g++ as torch sends a .cpp) got its seed; file order
+    assert "2 nvcc objects seeded for reproducible device code, 0 object edges ordered longest first" in log
+    assert log.count("-frandom-seed=/fa-envkit-build/") == 2
 
 
 def test_built_wheel_is_installed_and_imports_in_the_environment(project):
@@ -230,7 +230,7 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     assert str(other_cache) in after["environment"]["CFLAGS"]  # it really was another directory
     # the first build's record seeded this one's schedule, and the reordered manifest left the bytes alone
     (record_file,) = project.line_dir.glob("*.build.json")
-    assert after["schedule"] == {"from_record": f"wheelhouse/fixture/{record_file.name}", "nvcc_objects_seeded": 3,
+    assert after["schedule"] == {"from_record": f"wheelhouse/fixture/{record_file.name}", "nvcc_objects_seeded": 2,
                                  "edges_ordered": 3}
     assert "schedule: longest objects first" in again.stderr
     objects = len(after["outputs"]["objects"])
@@ -293,14 +293,15 @@ def test_a_killed_build_leaves_no_wheel_and_no_record(project, tmp_path, sig):
 
 
 def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):
-    """A real nvcc failure (an arch this nvcc cannot emit, injected through nvcc's own NVCC_PREPEND_FLAGS)."""
+    """A real nvcc failure (an arch this nvcc cannot emit, injected through the fixture's FA_FIXTURE_NVCC_FLAGS:
+    the build removes an activated env's NVCC_PREPEND_FLAGS)."""
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
     cache = tmp_path / "cache"
     pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
     failed = toolkit(project.root, "build", "fixture", "--wheelhouse", str(tmp_path / "wh"), cache=cache,
-                     extra_env={"NVCC_PREPEND_FLAGS": "-gencode arch=compute_999,code=sm_999"})
+                     extra_env={"FA_FIXTURE_NVCC_FLAGS": "-gencode arch=compute_999,code=sm_999"})
     assert failed.returncode == 1
     last = failed.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "build failed" in last
@@ -510,7 +511,8 @@ def real_tool_packages() -> list:
     files = {
         "cuda-nvcc": {"bin/nvcc": wrapper(NVCC), "etc/nvcc.profile": f"TOP = {PREFIX_PLACEHOLDER}\n",
                       "include/crt/host_config.h": (NVCC.parent.parent / "include/crt/host_config.h").read_text()},
-        "cuda-cudart-dev": {"include/cuda.h": '#include "/usr/local/cuda/include/cuda.h"\n'},
+        "cuda-cudart-dev": {f"include/{h}": f'#include "/usr/local/cuda/include/{h}"\n'
+                            for h in ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")},
         "gxx": {"bin/g++": wrapper(shutil.which("g++"))},
         "gxx_impl_linux-64": {"bin/x86_64-conda-linux-gnu-g++": wrapper(shutil.which("g++"))},
         "gcc_impl_linux-64": {"bin/x86_64-conda-linux-gnu-gcc": wrapper(shutil.which("gcc"))},

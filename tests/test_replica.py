@@ -277,3 +277,42 @@ def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
     assert without.returncode != 0 and "cuda_runtime.h: No such file or directory" in without.stderr
     with_cpath = subprocess.run(cmd, capture_output=True, text=True, env={**bare, **include_environment(prefix)})
     assert with_cpath.returncode == 0, with_cpath.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- preflight: what the compilers actually see
+
+
+def header_problem(prefix: Path, spec_version: str, compile_env: dict[str, str]) -> str | None:
+    from dataclasses import replace
+
+    from toolkit.fingerprint import probe
+    from toolkit.preflight import headers_visible, preflight_input
+
+    spec = load_spec(ROOT / "envs" / "cu130.yaml")
+    fp = probe(str(prefix), sys.executable, shutil.which("g++"))
+    return headers_visible(preflight_input(replace(spec, flash_attn_version=spec_version), fp, ("90",), 20.0,
+                                           prefix, compile_env))
+
+
+def test_preflight_asks_the_compilers_not_the_filesystem(replica_project):
+    """The prefix has cuda_runtime.h (under targets/, where conda-forge puts it): the old glob passed. g++ given
+    what torch gives it does not find it, and preflight now says where it is and that g++ cannot see it."""
+    _, prefix, _ = replica_project
+    bare = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")}
+    problem = header_problem(prefix, "2.8.3.post2", bare)
+    assert problem and "\n" not in problem
+    assert f"g++ ({shutil.which('g++')}): cuda_runtime.h is at {prefix / TRIPLE_INCLUDE / 'cuda_runtime.h'}" in problem
+    assert "nvcc (" not in problem  # nvcc finds it through conda-forge's nvcc.profile
+    assert header_problem(prefix, "2.8.3.post2", {**bare, **include_environment(prefix)}) is None
+
+
+def test_preflight_wants_the_library_headers_for_flash_attn_that_reaches_them(replica_project):
+    """flash-attn <= 2.7.0.post2 includes ATen/cuda/CUDAContext.h (-> cublas_v2.h, cusparse.h, cusolverDn.h)."""
+    _, prefix, _ = replica_project
+    env = {**os.environ, **include_environment(prefix)}
+    problem = header_problem(prefix, "2.6.3", env)
+    if cuda_torch:  # the replica's -dev packages carry the real headers from NVIDIA's wheels
+        assert problem is None
+    else:  # without the wheels those packages are empty here: preflight names the package to install
+        assert problem and "cublas_v2.h is not installed (add libcublas-dev to conda_packages)" in problem
+    assert header_problem(prefix, "2.8.3.post2", env) is None

@@ -53,9 +53,9 @@ BUILD_DIR_ALIAS = "/fa-envkit-build"
 # Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
 RECIPE_VERSION = 2
 # Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
-# cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin:
-# `nvcc fatal : redefinition of argument 'compiler-bindir'`. The build removes (or overrides) them and the
-# record keeps the values it neutralised.
+# cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin: nvcc 13.0
+# warns "incompatible redefinition for option 'compiler-bindir', the last value of this option was used" (so
+# flag order picks the host compiler). The build removes (or overrides) them; the record keeps what it removed.
 NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
@@ -243,16 +243,16 @@ def include_environment(cuda_home: Path) -> dict[str, str]:
     $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add:
     include_paths() of torch 2.0-2.14 gives g++ $CUDA_HOME/include (and, from about 2.4, one $CUDA_INC_PATH).
     gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
-    torch release; it is searched after every -I, like -I. CUDA 13
-    keeps libcu++/CUB/Thrust in include/cccl, which nvcc.profile adds for nvcc only (cuda_fp16.h includes
-    <nv/target>)."""
+    torch release; it is searched after every -I, like -I. CUDA 13 keeps libcu++/CUB/Thrust in include/cccl,
+    which nvcc.profile adds for nvcc only (cuda_fp16.h includes <nv/target>)."""
     dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
     return {"CPATH": os.pathsep.join(str(d) for d in dirs)} if dirs else {}
 
 
 def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
-    return {name: environ[name] for name in NEUTRALISED_VARIABLES if name in environ and environ[name] != env.get(name)}
+    return {name: environ[name] for name in NEUTRALISED_VARIABLES
+            if name in environ and environ[name] != env.get(name)}
 
 
 def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
@@ -369,8 +369,8 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
     with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("compile", total=None)
         log.write(f"$ {' '.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, cwd=cwd, env=process_environment(dict(os.environ), env), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+        proc = subprocess.Popen(cmd, cwd=cwd, env=process_environment(dict(os.environ), env),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                                 start_new_session=True, umask=0o022)
         try:
             for line in proc.stdout:

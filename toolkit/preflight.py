@@ -206,7 +206,7 @@ def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
 
 def _where_missing(home: str, header: RequiredHeader) -> str:
     """The fix for a header a compiler cannot see: it is in the prefix off the include path, or not installed."""
-    found = sorted(Path(home).glob(f"targets/*/include/{header.name}")) + sorted(Path(home).glob(f"include/{header.name}"))
+    found = [*sorted(Path(home).glob(f"targets/*/include/{header.name}")), *Path(home).glob(f"include/{header.name}")]
     if found:
         return f"{header.name} is at {found[0]} but not on that include path"
     return f"{header.name} is not installed (add {header.package} to conda_packages)"
