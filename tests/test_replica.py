@@ -227,7 +227,12 @@ def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activat
     built = toolkit(project, "build", "cu130", "--force", env={**env, **extra})
     assert built.returncode == 0, built.stderr + built.stdout
     record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
-    assert record["environment"]["CUDA_HOME"] == str(prefix)
+    assert record["inputs"]["toolchain"]["kind"] == "locked"
+    assert record["environment"]["CUDA_HOME"] == str(prefix) and record["environment"]["CXX"] == str(prefix / "bin/g++")
+    assert record["fingerprint"]["nvcc_path"] == str(prefix / "bin" / "nvcc")
+    assert record["outputs"]["wheel"].startswith("fa_fixture-0.1.0+cu130torch2.13-")
+    purelib = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    assert list(purelib.glob("fa_fixture-0.1.0+cu130torch2.13.dist-info"))  # installed into the prefix
     assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
     assert record["neutralised_environment"].get("NVCC_PREPEND_FLAGS") == extra.get("NVCC_PREPEND_FLAGS")
     log = (project / record["log"]).read_text()
