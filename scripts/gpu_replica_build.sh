@@ -97,12 +97,16 @@ report() {  # what compiled so far, the exact command lines, timing
         grep -a -E 'bin/nvcc .*\.cu( |$)' "$STATE/build.log" | head -1 | cut -c1-6000
         echo "--- errors:"
         grep -a -m5 -E '^error:|fatal error|error:' "$STATE/build.log" | cut -c1-600
-        echo "--- build environment (record or log):"
-        grep -a -m3 -E 'CPATH|NVCC_PREPEND' "$STATE/build.log" | cut -c1-600
+        rec=$(ls -t "$STATE"/wheelhouse/$LINE/*.build.json 2>/dev/null | head -1)
+        if [ -n "$rec" ]; then
+            cp "$rec" "$OUT/build-record.json"
+            echo "--- from the build record:"
+            "$PYTHON" -c 'import json, sys; r = json.load(open(sys.argv[1])); o = r["outputs"]
+print("CPATH", r["environment"].get("CPATH")); print("neutralised", r.get("neutralised_environment"))
+print("wheel", o["wheel"], o["wheel_sha256"], "archs", o["archs_compiled"]); print("wall_s", o["wall_s"], "objects", len(o["objects"]))' "$rec"
+        fi
         [ -f "$STATE/build.rc" ] && echo "BUILD FINISHED rc=$(cat "$STATE/build.rc")" || echo "BUILD RUNNING"
     } > "$OUT/summary.txt"
-    rec=$(ls -t "$STATE"/wheelhouse/$LINE/*.build.json 2>/dev/null | head -1)
-    [ -n "$rec" ] && cp "$rec" "$OUT/build-record.json"
     cat "$OUT/summary.txt"
 }
 
