@@ -321,3 +321,27 @@ def test_preflight_wants_the_library_headers_for_flash_attn_that_reaches_them(re
     else:  # without the wheels those packages are empty here: preflight names the package to install
         assert problem and "cublas_v2.h is not installed (add libcublas-dev to conda_packages)" in problem
     assert header_problem(prefix, "2.8.3.post2", env) is None
+
+
+# ---------------------------------------------------------------- the build environment's two fixes, alone
+
+
+def test_include_environment_names_the_target_headers_of_conda_forges_layout(tmp_path):
+    for folder in ("targets/x86_64-linux/include/cccl", "targets/sbsa-linux/include", "bin"):
+        (tmp_path / folder).mkdir(parents=True)
+    cpath = include_environment(tmp_path)["CPATH"].split(os.pathsep)
+    assert cpath == [str(tmp_path / "targets/sbsa-linux/include"), str(tmp_path / "targets/x86_64-linux/include"),
+                     str(tmp_path / "targets/x86_64-linux/include/cccl")]  # no $PREFIX/include: there is none
+    assert include_environment(tmp_path / "bin") == {}
+
+
+def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
+    from toolkit.build import neutralised, process_environment
+
+    caller = {"NVCC_PREPEND_FLAGS": " -ccbin=/env/bin/x86_64-conda-linux-gnu-c++", "NVCC_CCBIN": "/usr/bin/g++-9",
+              "NVCC_APPEND_FLAGS": "-I/env/include", "HOME": "/home/u"}
+    build = {"NVCC_APPEND_FLAGS": "-Xcompiler -ffile-prefix-map=/b=/fa-envkit-build", "CPATH": "/env/targets/x/include"}
+    env = process_environment(caller, build)
+    assert "NVCC_PREPEND_FLAGS" not in env and "NVCC_CCBIN" not in env and env["HOME"] == "/home/u"
+    assert env["NVCC_APPEND_FLAGS"] == build["NVCC_APPEND_FLAGS"]
+    assert neutralised(caller, build) == {k: v for k, v in caller.items() if k.startswith("NVCC_")}
