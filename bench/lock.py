@@ -58,6 +58,8 @@ def toolchain_records(libraries: list[str]) -> list[tuple[str, str, dict]]:
         for build in range(3):
             out.append(("noarch", *record("cuda-version", cuda, f"h{build}_{build}", "noarch", [],
                                           [f"__cuda >={major}", f"cudatoolkit {cuda}|{cuda}.*"], "generic")))
+        out += [(PLATFORM, *record(dev, f"{cuda}.0", "h0_0", PLATFORM, [pin]))  # envs/base.yaml asks for them
+                for dev in ("libcublas-dev", "libcusparse-dev", "libcusolver-dev")]
         for patch in range(20):
             full = f"{cuda}.{patch * 7}"
             out += [(PLATFORM, *record("cuda-cudart", full, f"h{patch}_0", PLATFORM, [pin, "libgcc >=12"])),

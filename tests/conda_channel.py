@@ -19,6 +19,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ FIXED_MTIME = 1_700_000_000  # 2023-11-14, any fixed value makes archives reprod
 ZIP_DATE = (2023, 11, 14, 0, 0, 0)
 PREFIX_PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"  # what conda-build writes into prefix-relocated files
 ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+COMPRESSION_LEVEL = 1  # zstd level of .conda archives: the replica's payload is ~250 MB of real binaries
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class FixturePackage:
     prefix_files: tuple[str, ...] = ()  # files whose PREFIX_PLACEHOLDER the installer replaces
     archive: str = ".conda"  # or ".tar.bz2"
     build_number: int = 0
+    disk_files: dict[str, str] = field(default_factory=dict)  # path in the package -> real file on this machine
+    links: dict[str, str] = field(default_factory=dict)  # path in the package -> relative symlink target
+    about: str = ""  # info/about.json summary (the replica says there where each payload comes from)
 
     @property
     def filename(self) -> str:
@@ -68,7 +73,7 @@ def build_channel(directory: Path, packages: Iterable[FixturePackage]) -> Path:
         relative = _stage(package, staging)
         out = directory / package.subdir / package.filename
         out.unlink(missing_ok=True)
-        api.create(str(staging), relative, str(out))
+        api.create(str(staging), relative, str(out), compression_level=COMPRESSION_LEVEL)
         if package.archive == ".conda":
             _fix_zip_dates(out)
     _remove_tree(directory / ".staging")
@@ -93,18 +98,30 @@ def _stage(package: FixturePackage, staging: Path) -> list[str]:
     info = staging / "info"
     info.mkdir(parents=True)
     paths = []
-    for relative, text in sorted(package.files.items()):
+    contents = {**{r: text.encode() for r, text in package.files.items()},
+                **{r: Path(source) for r, source in package.disk_files.items()}}
+    for relative, data in sorted(contents.items()):
         target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        data = text.encode()
-        target.write_bytes(data)
-        if relative.startswith(("bin/", "python-scripts/")):
+        if isinstance(data, Path):
+            shutil.copyfile(data, target)
+            executable = os.access(data, os.X_OK)
+        else:
+            target.write_bytes(data)
+            executable = relative.startswith(("bin/", "python-scripts/"))
+        if executable:
             target.chmod(0o755)
-        entry = {"_path": relative, "path_type": "hardlink", "sha256": hashlib.sha256(data).hexdigest(),
-                 "size_in_bytes": len(data)}
+        entry = {"_path": relative, "path_type": "hardlink", "sha256": sha256_of(target),
+                 "size_in_bytes": target.stat().st_size}
         if relative in package.prefix_files:
             entry.update(file_mode="text", prefix_placeholder=PREFIX_PLACEHOLDER)
         paths.append(entry)
+    for relative, link_target in sorted(package.links.items()):
+        (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(link_target, staging / relative)
+        paths.append({"_path": relative, "path_type": "softlink",
+                      "sha256": hashlib.sha256(link_target.encode()).hexdigest(), "size_in_bytes": len(link_target)})
+    paths.sort(key=lambda entry: entry["_path"])
     index = {
         "name": package.name, "version": package.version, "build": package.build,
         "build_number": package.build_number, "depends": list(package.depends),
@@ -115,13 +132,21 @@ def _stage(package: FixturePackage, staging: Path) -> list[str]:
     }
     (info / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
     (info / "paths.json").write_text(json.dumps({"paths": paths, "paths_version": 1}, indent=2, sort_keys=True))
-    (info / "about.json").write_text(json.dumps({"summary": f"test fixture of {package.name}"}))
+    (info / "about.json").write_text(json.dumps({"summary": package.about or f"test fixture of {package.name}"}))
     if package.prefix_files:
         (info / "has_prefix").write_text("".join(f"{PREFIX_PLACEHOLDER} text {p}\n" for p in package.prefix_files))
-    members = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+    members = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file() or p.is_symlink())
     for path in [*staging.rglob("*"), staging]:
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
     return members
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _fix_zip_dates(path: Path) -> None:
@@ -178,6 +203,10 @@ def cuda_packages(cuda: str, full: str, max_gcc: int, platforms: Iterable[str]) 
                 files={"bin/nvcc": f"#!/bin/sh\necho 'Cuda compilation tools, release {cuda}, V{full}'\n",
                        "etc/nvcc.profile": f"TOP = {PREFIX_PLACEHOLDER}\n"},
                 prefix_files=("etc/nvcc.profile",)),
+            *(FixturePackage(name, full, "h0_0", platform, depends=(pin,),
+                             files={f"targets/{ARCH[platform]}-linux/include/{header}": f"/* {name} (fixture) */\n"})
+              for name, header in (("libcublas-dev", "cublas_v2.h"), ("libcusparse-dev", "cusparse.h"),
+                                   ("libcusolver-dev", "cusolverDn.h"))),
         ]
     return packages
 

@@ -286,4 +286,4 @@ def test_benchmark_runs_at_a_small_size():
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "lock.py"), "--records", "2000"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "py-rattler (embedded)" in result.stdout and "3,146 records" in result.stdout
+    assert "py-rattler (embedded)" in result.stdout and "3,179 records" in result.stdout

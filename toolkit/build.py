@@ -38,7 +38,7 @@ from toolkit.diagnose import diagnose, first_error_line
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
-from toolkit.fingerprint import Fingerprint, probe
+from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
 from toolkit.knowledge import arch_number, minor_of
 from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_reason
 from toolkit.preflight import preflight_input, run_preflight
@@ -52,7 +52,12 @@ ENVS_PREFIX_ROOT = Path(".envs")
 # different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
 BUILD_DIR_ALIAS = "/fa-envkit-build"
 # Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+# Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
+# cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin: nvcc 13.0
+# warns "incompatible redefinition for option 'compiler-bindir', the last value of this option was used" (so
+# flag order picks the host compiler). The build removes (or overrides) them; the record keeps what it removed.
+NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
 
@@ -233,11 +238,34 @@ def torch_arch_list(archs: tuple[str, ...]) -> str:
     return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
 
 
+def include_environment(cuda_home: Path) -> dict[str, str]:
+    """CPATH with the toolchain's header directories. conda-forge installs every CUDA header only under
+    $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add:
+    include_paths() of torch 2.0-2.14 gives g++ $CUDA_HOME/include (and, from about 2.4, one $CUDA_INC_PATH).
+    gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
+    torch release; it is searched after every -I, like -I. CUDA 13 keeps libcu++/CUB/Thrust in include/cccl,
+    which nvcc.profile adds for nvcc only (cuda_fp16.h includes <nv/target>)."""
+    dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
+    return {"CPATH": os.pathsep.join(str(d) for d in dirs)} if dirs else {}
+
+
+def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
+    return {name: environ[name] for name in NEUTRALISED_VARIABLES
+            if name in environ and environ[name] != env.get(name)}
+
+
+def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """The build process's environment: the caller's without NEUTRALISED_VARIABLES, then the build's own."""
+    return {**{k: v for k, v in environ.items() if k not in NEUTRALISED_VARIABLES}, **env}
+
+
 def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
                       build_dir: Path) -> dict[str, str]:
     """Every variable the build sees on top of the caller's environment, each set for a reason."""
     prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
     env = {
+        **include_environment(tc.cuda_home),
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # else setup.py first downloads a prebuilt wheel it guesses
         "FLASH_ATTN_CUDA_ARCHS": ";".join(archs),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs),
@@ -341,8 +369,8 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
     with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("compile", total=None)
         log.write(f"$ {' '.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+        proc = subprocess.Popen(cmd, cwd=cwd, env=process_environment(dict(os.environ), env),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                                 start_new_session=True, umask=0o022)
         try:
             for line in proc.stdout:
@@ -644,7 +672,9 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
 
     mem_gb = options.mem_gb or fp.mem_available_gb
-    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent))
+    compile_env = process_environment(dict(os.environ), {**include_environment(tc.cuda_home), "PATH": tc.path_env,
+                                                         "LC_ALL": "C"})
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
     locked = read_current_lock(spec, lock_file)
     sdist = fetch_sdist(locked.sdist, cache)
     par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, len(archs),
@@ -706,6 +736,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
             "patches": [asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
             "environment": env,
+            "neutralised_environment": neutralised(dict(os.environ), env),
             "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                             "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
                             "basis": par.basis},

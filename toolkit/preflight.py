@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
-from toolkit.knowledge import arch_number, load_knowledge, minor_of
+from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -34,6 +40,47 @@ class PreflightInput:
     build_dir: Path  # where the sdist is unpacked and compiled (its filesystem's free space counts)
     nvcc_archs: frozenset[str] | None  # `nvcc --list-gpu-code`, None when it could not run
     gcc_cap: int | None  # the newest gcc major this nvcc's crt/host_config.h accepts
+    compile_env: dict[str, str] | None = None  # the environment the compilers run in (None: headers not probed)
+
+
+@dataclass(frozen=True)
+class RequiredHeader:
+    """A header a flash-attn build's compilers must find (toolkit/knowledge/compiler_headers.yaml)."""
+
+    name: str
+    package: str  # the conda package that ships it
+    reached_from: str
+
+
+@cache
+def _compiler_headers() -> dict:
+    return yaml.safe_load((KNOWLEDGE_DIR / "compiler_headers.yaml").read_text())
+
+
+def required_headers(flash_attn_version: str) -> tuple[RequiredHeader, ...]:
+    """The headers this flash-attn version's sources reach, in the data file's order."""
+    data = _compiler_headers()
+    names = [h for entry in data["required"] if Version(flash_attn_version) in SpecifierSet(entry["flash_attn"])
+             for h in entry["headers"]]
+    return tuple(RequiredHeader(name, **data["headers"][name]) for name in dict.fromkeys(names))
+
+
+def unseen_headers(command: list[str], headers: tuple[str, ...], env: dict[str, str],
+                   suffix: str) -> tuple[list[str], str | None]:
+    """Which headers the compiler `command` does not find on its include path (`__has_include` in its own
+    preprocessor, so -I flags, CPATH and nvcc.profile all count), and the compiler's error when it fails."""
+    source = "".join(f"#if !__has_include(<{h}>)\nFA_ENVKIT_MISSING {h}\n#endif\n" for h in headers)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"headers{suffix}"
+        path.write_text(source)
+        try:
+            done = subprocess.run([*command, "-E", str(path)], env=env, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [], f"{command[0]}: did not run ({exc})"
+    if done.returncode != 0:
+        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
+        return [], first
+    return re.findall(r"^FA_ENVKIT_MISSING (\S+)", done.stdout, re.M), None
 
 
 def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
@@ -150,6 +197,42 @@ def cuda_headers_present(p: PreflightInput) -> str | None:
     return None
 
 
+def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
+    """g++ as torch's cpp_extension runs it for a .cpp (-I$CUDA_HOME/include), nvcc as it compiles a kernel."""
+    cxx, nvcc, home = p.fp.cxx_path, p.fp.nvcc_path, p.fp.cuda_home
+    found = [("g++", [cxx, "-x", "c++", f"-I{home}/include"], ".cpp")] if cxx else []
+    return found + ([("nvcc", [nvcc, *(["-ccbin", cxx] if cxx else [])], ".cu")] if nvcc else [])
+
+
+def _where_missing(home: str, header: RequiredHeader) -> str:
+    """The fix for a header a compiler cannot see: it is in the prefix off the include path, or not installed."""
+    found = [*sorted(Path(home).glob(f"targets/*/include/{header.name}")), *Path(home).glob(f"include/{header.name}")]
+    if found:
+        return f"{header.name} is at {found[0]} but not on that include path"
+    return f"{header.name} is not installed (add {header.package} to conda_packages)"
+
+
+def headers_visible(p: PreflightInput) -> str | None:
+    """Each header the sources reach is on the include path g++ and nvcc get, not only somewhere in the prefix."""
+    if p.compile_env is None or not p.fp.cuda_home or not p.fp.nvcc_version:
+        return None
+    headers = required_headers(p.spec.flash_attn_version)
+    names = tuple(h.name for h in headers)
+    lines = []
+    for who, command, suffix in _header_compilers(p):
+        missing, error = unseen_headers(command, names, p.compile_env, suffix)
+        if error:
+            lines.append(f"{who} ({command[0]}): cannot preprocess a probe: {error}")
+        for header in (h for h in headers if h.name in missing):
+            lines.append(f"{who} ({command[0]}): {_where_missing(p.fp.cuda_home, header)} "
+                         f"(needed by {header.reached_from})")
+    if not lines:
+        return None
+    cpath = p.compile_env.get("CPATH", "")
+    return (f"{p.fp.cuda_home}: the compilers cannot see required headers: {'; '.join(lines)} "
+            f"(CPATH={cpath or 'unset'}; install the package named, or point CUDA_HOME at a full toolkit)")
+
+
 def ninja_present(p: PreflightInput) -> str | None:
     if p.fp.ninja_path:
         return None
@@ -194,7 +277,7 @@ def enough_memory(p: PreflightInput) -> str | None:
 
 CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
     python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
-    torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, ninja_present,
+    torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, headers_visible, ninja_present,
     archs_supported, enough_disk, enough_memory,
 )
 
@@ -226,9 +309,10 @@ def problems(p: PreflightInput) -> list[str]:
 
 
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
-                    build_dir: Path) -> PreflightInput:
+                    build_dir: Path, compile_env: dict[str, str] | None = None) -> PreflightInput:
     return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
-                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_gcc_cap(fp.host_config_h))
+                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_gcc_cap(fp.host_config_h),
+                          compile_env=compile_env)
 
 
 def run_preflight(p: PreflightInput) -> None:

@@ -1,0 +1,236 @@
+"""Build the conda-forge CUDA toolchain replica (records.yaml) as a channel of real archives, or lay its
+packages out straight into a prefix (the GPU machine has neither py-rattler nor conda-package-handling).
+
+    python tests/conda_forge_replica/replica.py channel DIR [--nvidia-site SITE]   # DIR/<channel>/ for each channel
+    python tests/conda_forge_replica/replica.py prefix DIR [--nvidia-site SITE] [--packages NAME ...]
+
+Payload is real where the machine has it: the CUDA 13.0 at --cuda-root (default /usr/local/cuda) is made of
+NVIDIA's PyPI wheels, and each package's files are chosen by those wheels' dist-info RECORDs; the cuBLAS /
+cuSPARSE / cuSOLVER headers come from NVIDIA's wheels in --nvidia-site (a site-packages holding
+nvidia/cu13/include, e.g. the one tests/conda_forge_replica/install_cuda_torch.sh fills). Compilers, python and
+ninja are wrappers of this machine's tools, and records.yaml says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import re
+import shutil
+import string
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from conda_channel import FixturePackage, build_channel  # noqa: E402
+
+RECORDS = HERE / "records.yaml"
+WHEEL_ROOT = "nvidia/cu13/"  # where NVIDIA's CUDA 13 wheels put their files inside site-packages
+ACTIVATE_SUBSTITUTIONS = {  # what cuda-nvcc-feedstock's build.sh seds into its activate script, linux-64
+    "@cross_target_platform@": "linux-64", "@arm_variant_target@": "None",
+    "@default_cudaarchs@": "75-real;80-real;86-real;89-real;90-real;100-real;103-real;110-real;120-real;121",
+    "@default_torch_cuda_arch_list@": "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX",
+}
+
+
+@dataclass(frozen=True)
+class PayloadRoots:
+    """Where real payload is read from."""
+
+    cuda_root: Path = Path("/usr/local/cuda")  # a CUDA made of NVIDIA's wheels: <root>/dist-info/*/RECORD
+    nvidia_site: Path | None = None  # a site-packages with NVIDIA's library wheels (cublas, cusparse, cusolver)
+
+
+def load_records(path: Path = RECORDS) -> list[dict]:
+    """records.yaml's records, with every template instance expanded (string.Template $names)."""
+    data = yaml.safe_load(path.read_text())
+    records = list(data["records"])
+    for family in data.get("families", []):
+        for values in family["instances"]:
+            records += [_substitute(record, values) for record in family["records"]]
+    return records
+
+
+def _substitute(value, values: dict):
+    if isinstance(value, str):
+        return string.Template(value).substitute(values)
+    if isinstance(value, list):
+        return [_substitute(item, values) for item in value]
+    if isinstance(value, dict):
+        return {key: _substitute(item, values) for key, item in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- payload
+
+
+def wheel_files(wheel: str, roots: PayloadRoots) -> tuple[Path, list[str]] | None:
+    """The base directory and the RECORD paths (below nvidia/cu13/) of NVIDIA wheel `wheel`; None if absent."""
+    candidates = [(roots.cuda_root, roots.cuda_root / "dist-info")]
+    if roots.nvidia_site:
+        candidates.append((roots.nvidia_site / WHEEL_ROOT, roots.nvidia_site))
+    for base, dist_infos in candidates:
+        found = sorted(dist_infos.glob(f"{wheel}-*.dist-info/RECORD")) if dist_infos.is_dir() else []
+        if found:
+            rows = (line.split(",")[0] for line in found[-1].read_text().splitlines())
+            return base, [row[len(WHEEL_ROOT):] for row in rows if row.startswith(WHEEL_ROOT)]
+    if roots.nvidia_site:
+        raise SystemExit(f"replica: no {wheel} wheel under {roots.cuda_root}/dist-info or {roots.nvidia_site}")
+    return None  # without --nvidia-site the library wheels are simply not here: that payload stays absent
+
+
+def patched_profile(original: str, patch: str) -> str:
+    """conda-forge's nvcc.profile: the wheel's profile with the feedstock's one-hunk patch, checked to apply exactly."""
+    lines = patch.splitlines()
+    hunk = [line or " " for line in lines[next(i for i, line in enumerate(lines) if line.startswith("@@")) + 1:]]
+    old = [line[1:] for line in hunk if line[0] in " -"]
+    new = [line[1:] for line in hunk if line[0] in " +"]
+    if "\n".join(original.splitlines()).rstrip() != "\n".join(old).rstrip():
+        raise SystemExit("replica: nvcc.profile.patch does not apply to this nvcc's bin/nvcc.profile")
+    return "\n".join(new).rstrip() + "\n"
+
+
+def payload(record: dict, roots: PayloadRoots) -> tuple[dict[str, str], dict[str, str], dict[str, str], list[str]]:
+    """(text files, files copied from disk, symlinks, wheels absent from this machine) of one record's payload."""
+    texts, disk, links, absent = {}, {}, {}, []
+    for entry in record.get("payload", []):
+        if "wheel" in entry:
+            found = wheel_files(entry["wheel"], roots)
+            if found is None:
+                absent.append(entry["wheel"])
+                continue
+            base, rows = found
+            prefix = entry["from"].rstrip("/") + "/"
+            for row in rows:
+                rest = row[len(prefix):]
+                if row.startswith(prefix) and any(fnmatch.fnmatch(rest, g) for g in entry.get("only", ["*"])):
+                    disk[f"{entry['to']}/{rest}"] = str(base / row)
+        elif "link" in entry:
+            links[entry["link"]] = entry["target"]
+        elif "file" in entry:
+            text = (HERE / "files" / entry["file"]).read_text()
+            for key, value in ACTIVATE_SUBSTITUTIONS.items():
+                text = text.replace(key, value)
+            texts[entry["to"]] = text
+        elif "profile" in entry:
+            texts[entry["profile"]] = patched_profile((roots.cuda_root / "bin" / "nvcc.profile").read_text(),
+                                                      (HERE / "files" / "nvcc.profile.patch").read_text())
+        elif "wrapper" in entry:
+            texts[entry["to"]] = wrapper(entry["wrapper"])
+    return texts, disk, links, absent
+
+
+def wrapper(tool: str) -> str:
+    """NOT REAL payload: a script running this machine's tool (python: the interpreter $FIXTURE_PYTHON names)."""
+    if tool == "python":
+        return '#!/bin/sh\nexec "${FIXTURE_PYTHON:-python3}" "$@"\n'
+    found = shutil.which(tool) or (str(Path(sys.executable).parent / tool) if tool == "ninja" else None)
+    if not found:
+        raise SystemExit(f"replica: {tool} not found on PATH (the replica's {tool} wraps this machine's)")
+    return f'#!/bin/sh\n# replica: not conda-forge\'s {tool}, this machine\'s\nexec {found} "$@"\n'
+
+
+def build_number(build: str) -> int:
+    """conda's build number from a build string: h7480c83_3 -> 3, h9e4cc4f_0_cpython -> 0, 0 -> 0."""
+    found = re.search(r"(?:^|_)(\d+)(?:_|$)", build)
+    return int(found.group(1)) if found else 0
+
+
+def real_payload(record: dict) -> bool:
+    """The CUDA packages whose files are all real (no wrapper; the compilers' links would point at wrappers)."""
+    entries = record.get("payload", [])
+    return bool(entries) and record["source"] not in ("closure", "recipe-ctng") and not any("wrapper" in e for e in entries)
+
+
+CONDA_FORGE = "conda-forge"
+
+
+def channels() -> list[str]:
+    """The channels the records belong to (conda-forge, nvidia/label/cuda-11.8.0)."""
+    return list(dict.fromkeys(record.get("channel", CONDA_FORGE) for record in load_records()))
+
+
+def packages(roots: PayloadRoots, with_payload: bool = True, channel: str = CONDA_FORGE) -> list[FixturePackage]:
+    """Every record of one channel as a FixturePackage; payload only where asked (solves need none)."""
+    out, seen = [], set()
+    for record in load_records():
+        if record.get("channel", CONDA_FORGE) != channel:
+            continue
+        key = (record["subdir"], record["name"], str(record["version"]), str(record["build"]))
+        if key in seen:  # a family instance repeating a record (cuda-version 12.4 of 12.4.99 and 12.4.131)
+            continue
+        seen.add(key)
+        texts, disk, links, absent = payload(record, roots) if with_payload else ({}, {}, {}, [])
+        notes = [f"record from {record['source']}", *([f"payload: {record['payload_note']}"]
+                                                       if record.get("payload_note") else []),
+                 *([f"payload absent: no {', '.join(absent)} wheel on the machine that built it"] if absent else [])]
+        out.append(FixturePackage(
+            name=record["name"], version=str(record["version"]), build=str(record["build"]), subdir=record["subdir"],
+            depends=tuple(record.get("depends", ())), constrains=tuple(record.get("constrains", ())),
+            noarch=record.get("noarch"), files=texts, disk_files=disk, links=links,
+            build_number=int(record.get("build_number", build_number(str(record["build"])))),
+            about="conda-forge replica; " + "; ".join(notes)))
+    return out
+
+
+def channel_folder(channel: str) -> str:
+    """nvidia/label/cuda-11.8.0 -> nvidia-label-cuda-11.8.0 (one local folder per channel)."""
+    return channel.replace("/", "-")
+
+
+def layout_prefix(dest: Path, roots: PayloadRoots, names: set[str] | None = None) -> list[str]:
+    """Install the real payload of the 13.0 CUDA packages (or those named) straight into dest, as conda would.
+
+    For the GPU machine, which has no conda installer: the layout (paths, symlinks, files) is the channel's,
+    without conda-meta/. Returns the package names laid out."""
+    done = []
+    for record in load_records():
+        if not real_payload(record) or (names and record["name"] not in names):
+            continue
+        texts, disk, links, _ = payload(record, roots)
+        for relative, text in texts.items():
+            _write(dest / relative, text.encode(), executable=relative.startswith("bin/"))
+        for relative, source in disk.items():
+            (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / relative)
+        for relative, target in links.items():
+            (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+            (dest / relative).unlink(missing_ok=True)
+            os.symlink(target, dest / relative)
+        done.append(record["name"])
+    return done
+
+
+def _write(path: Path, data: bytes, executable: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if executable:
+        path.chmod(0o755)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["channel", "prefix"])
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("--cuda-root", type=Path, default=Path("/usr/local/cuda"))
+    parser.add_argument("--nvidia-site", type=Path, help="site-packages holding NVIDIA's cublas/cusparse/cusolver wheels")
+    parser.add_argument("--packages", nargs="*", help="prefix: only these packages")
+    args = parser.parse_args(argv)
+    roots = PayloadRoots(args.cuda_root.resolve(), args.nvidia_site)
+    if args.what == "channel":
+        for channel in channels():
+            build_channel(args.dest / channel_folder(channel), packages(roots, channel=channel))
+            print(f"replica channel {channel}: {args.dest / channel_folder(channel)}")
+    else:
+        laid = layout_prefix(args.dest.absolute(), roots, set(args.packages or ()))
+        print(f"replica prefix: {args.dest} ({len(laid)} packages: {', '.join(laid)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

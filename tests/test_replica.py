@@ -1,0 +1,347 @@
+"""The locked path against a replica of conda-forge's CUDA toolchain (tests/conda_forge_replica).
+
+The replica carries conda-forge's real records (a published pixi.lock) and the feedstock recipes' constraints
+for every line, and for CUDA 13.0 the real file layout with real payload (this machine's CUDA 13.0 is made of
+NVIDIA's wheels): headers only under targets/x86_64-linux/include, conda-forge's nvcc.profile, cuda-nvcc's
+activation script. What these tests caught on the code before issue 13 (kept in the report):
+  - `toolkit build` of the fixture: `fatal error: cuda_runtime_api.h: No such file or directory` (g++, as torch
+    compiles a .cpp), while preflight passed;
+  - inside conda-forge's activation, NVCC_PREPEND_FLAGS="-ccbin=$CXX" reaches nvcc beside the build's own -ccbin:
+    nvcc 13.0 says `nvcc warning : incompatible redefinition for option 'compiler-bindir', the last value of this
+    option was used` (a warning, not the feared fatal error; which compiler wins depends on flag order);
+  - cu124 with gcc 13 does not solve (cuda-nvcc-impl 12.4's gcc_impl_linux-64 >=6,<13), `toolkit check` passes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conda_channel import build_channel, build_simple_index, serve_directory
+from conda_forge_replica.replica import (PayloadRoots, channel_folder, channels, layout_prefix, load_records, packages,
+                                        patched_profile)
+from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
+
+from toolkit.build import include_environment
+from toolkit.errors import ToolkitError
+from toolkit.lock import LockedSdist, conda_request, rattler_solve
+from toolkit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLICA = ROOT / "tests" / "conda_forge_replica"
+CUDA_ROOT = Path("/usr/local/cuda")
+TRIPLE_INCLUDE = "targets/x86_64-linux/include"
+LINES = ("cu118", "cu121", "cu124", "cu126", "cu128", "cu130")
+FA_SDIST = LockedSdist(  # the pinned sdist, sha256 from PyPI's simple index (as locks/gpu-machine.conda-lock.yml)
+    url="https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/"
+        "flash_attn-2.8.3.post2.tar.gz",
+    filename="flash_attn-2.8.3.post2.tar.gz", sha256="d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b")
+needs_cuda = pytest.mark.skipif(not (CUDA_ROOT / "dist-info").is_dir(),
+                                reason="needs /usr/local/cuda made of NVIDIA's wheels (its dist-info/ gives the payload)")
+cuda_torch = os.environ.get("FA_CUDA_TORCH")
+needs_cuda_torch = pytest.mark.skipif(
+    not cuda_torch, reason="set FA_CUDA_TORCH=DIR after tests/conda_forge_replica/install_cuda_torch.sh DIR "
+                           "(the real torch 2.14.1+cu130 with NVIDIA's cuBLAS/cuSPARSE/cuSOLVER wheels)")
+
+
+# ---------------------------------------------------------------- the data
+
+
+def test_every_record_and_file_names_its_source():
+    import yaml
+
+    data = yaml.safe_load((REPLICA / "records.yaml").read_text())
+    records = load_records()
+    assert {r["source"] for r in records} <= set(data["sources"])
+    committed = {e["file"] for r in records for e in r.get("payload", []) if "file" in e}
+    assert committed - {"site-packages-README.txt"} <= set(data["files"])
+    assert all((REPLICA / "files" / name).is_file() for name in [*committed, *data["files"]])
+    published = [r for r in records if r["source"] == "lock-12.6.77"]
+    assert len(published) >= 20 and all(len(r["sha256"]) == 64 for r in published)
+    # every wrapper (not real payload) is said to be one in the record
+    wrappers = [r for r in records if any("wrapper" in e for e in r.get("payload", []))]
+    assert wrappers and all(r.get("payload_note") for r in wrappers)
+
+
+@needs_cuda
+def test_nvcc_profile_is_the_wheels_with_conda_forges_patch():
+    profile = patched_profile((CUDA_ROOT / "bin" / "nvcc.profile").read_text(),
+                              (REPLICA / "files" / "nvcc.profile.patch").read_text())
+    assert "TOP              = $(_HERE_)/../$(_TARGET_DIR_)" in profile
+    assert '"-I$(TOP)/include"' in profile and "$(TOP)/../../bin" in profile
+    with pytest.raises(SystemExit):
+        patched_profile("TOP = elsewhere\n", (REPLICA / "files" / "nvcc.profile.patch").read_text())
+
+
+# ---------------------------------------------------------------- every line's spec against the real constraints
+
+
+@pytest.fixture(scope="module")
+def records_channel(tmp_path_factory) -> Path:
+    """Every record of the replica, without payload (a solve needs only repodata): one folder per channel."""
+    root = tmp_path_factory.mktemp("replica")
+    for channel in channels():
+        build_channel(root / channel_folder(channel), packages(PayloadRoots(), with_payload=False, channel=channel))
+    return root
+
+
+def solve_line(channel: Path, line: str, **overrides: str) -> dict[str, str]:
+    """The line's conda layer (linux-64) solved against the replica: {name: version}. Overrides make a variant
+    line that extends the real one (envs/<line>.yaml unchanged)."""
+    spec_file = ROOT / "envs" / f"{line}.yaml"
+    if overrides:
+        folder = channel.parent / f"envs-{line}-{'-'.join(overrides.values())}"
+        folder.mkdir(exist_ok=True)
+        for name in ("base.yaml", f"{line}.yaml"):
+            shutil.copy(ROOT / "envs" / name, folder / name)
+        spec_file = folder / "variant.yaml"
+        spec_file.write_text(f"extends: {line}\n" + "".join(f"{k}: {v}\n" for k, v in overrides.items()))
+    spec = load_spec(spec_file)
+    request = conda_request(spec)
+    replica = tuple((channel / channel_folder(c)).as_uri() for c in spec.channels)  # the spec's channels, in order
+    records = rattler_solve(replica, request.specs, "linux-64", request.virtual_packages["linux-64"])
+    return {str(r.name.normalized): str(r.version) for r in records}
+
+
+@pytest.mark.parametrize("line", [line for line in LINES if line != "cu124"])
+def test_line_solves_against_conda_forges_constraints(records_channel, line):
+    spec = load_spec(ROOT / "envs" / f"{line}.yaml")
+    solved = solve_line(records_channel, line)
+    assert solved["cuda-version"] == spec.cuda
+    assert solved["gxx"].split(".")[0] == str(spec.gcc)
+    assert {"libcublas-dev", "libcusparse-dev", "libcusolver-dev", "cuda-nvcc", "cuda-cudart-dev"} <= set(solved)
+    if "cuda-nvcc-impl" in solved:  # conda-forge's split packages (12.x, 13.x); 11.8 is nvidia's monolithic one
+        assert solved["cuda-nvcc-impl"].startswith(spec.cuda + ".")
+
+
+def test_cu124_with_gcc_13_cannot_solve(records_channel):
+    """Every cuda-nvcc-impl 12.4 (12.4.99, 12.4.131) says gcc_impl_linux-64 >=6,<13: conda-forge's packaging
+    bound, stricter than nvcc 12.4's host_config.h (gcc 13 was first allowed by 12.5)."""
+    with pytest.raises(ToolkitError) as caught:
+        solve_line(records_channel, "cu124", gcc="13")
+    assert "gcc" in str(caught.value)
+    assert solve_line(records_channel, "cu124", gcc="12")["cuda-nvcc-impl"].startswith("12.4.")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 13 item 3 is the knowledge helper's (conda-forge's gcc bounds as "
+                                       "knowledge + a rule): `toolkit check cu124` says no problems until it lands; "
+                                       "then this passes and the mark goes")
+def test_every_line_solves_or_check_refuses_it(records_channel):
+    """Issue 13 item 3: a line that cannot solve against conda-forge's constraints is refused by `toolkit check`.
+    The rule and the cu124 line are the knowledge helper's (same issue); until they land this test fails."""
+    unsolvable = []
+    for line in LINES:
+        try:
+            solve_line(records_channel, line)
+        except ToolkitError:
+            unsolvable.append(line)
+    checked = {line: subprocess.run([sys.executable, "-m", "toolkit", "check", line], cwd=ROOT, capture_output=True,
+                                    text=True) for line in unsolvable}
+    assert all(done.returncode != 0 for done in checked.values()), {k: v.stdout for k, v in checked.items()}
+
+
+# ---------------------------------------------------------------- the locked path end to end, real nvcc
+
+
+def toolkit(cwd: Path, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolkit", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "TOOLKIT_CACHE": str(cwd / ".cache"), **env})
+
+
+@pytest.fixture(scope="module")
+def replica_project(tmp_path_factory):
+    """`toolkit lock` + `toolkit install` of a CUDA 13.0 line from the replica channel with real payload.
+
+    gcc 12: the replica's compilers wrap this machine's g++ 12 (records.yaml says so), so the line asks for
+    what it gets. The torch of the pip layer is the fixture's test double (the fixture does not link torch)."""
+    if not (CUDA_ROOT / "dist-info").is_dir():
+        pytest.skip("needs /usr/local/cuda made of NVIDIA's wheels")
+    tmp = tmp_path_factory.mktemp("replica-e2e")
+    channel = build_channel(tmp / "channel", packages(PayloadRoots(CUDA_ROOT.resolve(),
+                                                                   Path(cuda_torch) if cuda_torch else None)))
+    files = [make_torch_double_wheel(tmp / "dist", "2.13.0", "13.0"), pack_fixture_sdist(tmp / "dist")]
+    build_simple_index(tmp / "pypi", files)
+    venv_python = make_stub_torch_env(tmp / "venv", None)
+    # the packages of the interpreter running the tests (setuptools, wheel): the stub venv's system site is the
+    # base interpreter's, which lacks them when the tests themselves run in a venv
+    Path(site_packages(venv_python), "test-interpreter.pth").write_text(f"{site_packages(Path(sys.executable))}\n")
+    env = {"FIXTURE_PYTHON": str(venv_python), "XDG_CACHE_HOME": str(tmp / "xdg")}
+    project = tmp / "project"
+    (project / "envs").mkdir(parents=True)
+    (project / "envs" / "base.yaml").write_text((ROOT / "envs" / "base.yaml").read_text())
+    with serve_directory(tmp / "pypi") as url:
+        (project / "envs" / "cu130.yaml").write_text(f"""extends: base
+cuda: "13.0"
+python: "{sys.version_info.major}.{sys.version_info.minor}"
+gcc: 12
+channels: [{channel.as_uri()}]
+pip_packages: null
+torch: {{version: "2.13.0", index: "{url}/simple"}}
+archs: ["90"]
+""")
+        locked = toolkit(project, "lock", "cu130", "--backend", "rattler", "--pypi", f"{url}/simple", env=env)
+        assert locked.returncode == 0, locked.stderr
+        installed = toolkit(project, "install", "cu130", "--backend", "rattler", env=env)
+        assert installed.returncode == 0, installed.stderr
+        prefix = project / ".envs" / "cu130"
+        purelib = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        Path(site_packages(venv_python), "conda-prefix.pth").write_text(f"{purelib}\n")
+        yield project, prefix, env  # the index stays up: the build fetches the locked sdist from it
+
+
+def test_installed_prefix_has_conda_forges_layout(replica_project):
+    _, prefix, _ = replica_project
+    assert not (prefix / "include").exists()  # conda-forge puts no CUDA header at the prefix root
+    assert (prefix / TRIPLE_INCLUDE / "cuda_runtime.h").is_file() and (prefix / TRIPLE_INCLUDE / "crt").is_dir()
+    assert (prefix / "lib" / "libcudart.so").resolve() == (prefix / "targets/x86_64-linux/lib/libcudart.so.13").resolve()
+    assert (prefix / "bin" / "nvcc.profile").read_text().startswith("\nTOP              = $(_HERE_)/../$(_TARGET_DIR_)")
+    assert (prefix / "etc/conda/activate.d/~cuda-nvcc_activate.sh").is_file()
+    conda_meta = {json.loads(p.read_text())["name"] for p in (prefix / "conda-meta").glob("*.json")}
+    if cuda_torch:  # the library wheels' headers (without FA_CUDA_TORCH those -dev packages are empty)
+        assert (prefix / TRIPLE_INCLUDE / "cublas_v2.h").is_file() and (prefix / TRIPLE_INCLUDE / "cusolverDn.h").is_file()
+    assert {"cuda-nvcc-impl", "cuda-nvcc-tools", "cuda-cudart-dev_linux-64", "libcublas-dev"} <= conda_meta
+
+
+def activated_environment(prefix: Path) -> dict[str, str]:
+    """What `conda activate` leaves behind: gxx_linux-64's CXX/CC, then cuda-nvcc's activate.sh (-ccbin=$CXX)."""
+    script = (f'export CONDA_PREFIX={prefix} CXX={prefix}/bin/x86_64-conda-linux-gnu-c++ '
+              f'CC={prefix}/bin/x86_64-conda-linux-gnu-cc; . "{prefix}/etc/conda/activate.d/~cuda-nvcc_activate.sh"; '
+              'env -0')
+    done = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("NVCC_")})
+    pairs = (item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
+    return {k: v for k, v in pairs if k in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CXX", "CC", "CONDA_PREFIX")}
+
+
+@pytest.mark.parametrize("activated", [False, True], ids=["plain", "conda-activated"])
+def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activated):
+    project, prefix, env = replica_project
+    extra = activated_environment(prefix) if activated else {}
+    if activated:
+        assert "-ccbin=" in extra["NVCC_PREPEND_FLAGS"]
+    built = toolkit(project, "build", "cu130", "--force", env={**env, **extra})
+    assert built.returncode == 0, built.stderr + built.stdout
+    record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
+    assert record["inputs"]["toolchain"]["kind"] == "locked"
+    assert record["environment"]["CUDA_HOME"] == str(prefix) and record["environment"]["CXX"] == str(prefix / "bin/g++")
+    assert record["fingerprint"]["nvcc_path"] == str(prefix / "bin" / "nvcc")
+    assert record["outputs"]["wheel"].startswith("fa_fixture-0.1.0+cu130torch2.13-")
+    purelib = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    assert list(purelib.glob("fa_fixture-0.1.0+cu130torch2.13.dist-info"))  # installed into the prefix
+    assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
+    assert record["neutralised_environment"].get("NVCC_PREPEND_FLAGS") == extra.get("NVCC_PREPEND_FLAGS")
+    log = (project / record["log"]).read_text()
+    assert "redefinition for option 'compiler-bindir'" not in log and "redefinition of argument" not in log
+    imported = subprocess.run([str(prefix / "bin" / "python"), "-c",
+                               "import fa_fixture_cuda as m; print(m.kernels(), m.cuda_runtime_version())"],
+                              capture_output=True, text=True, cwd="/", env={**os.environ, **env})
+    assert imported.returncode == 0 and "scale_kernel" in imported.stdout and "130" in imported.stdout, imported.stderr
+
+
+# ---------------------------------------------------------------- flash-attn's flash_api.cpp against the real CUDA torch
+
+
+def _flash_attn_source(tmp: Path) -> Path:
+    from toolkit.build import extract_sdist, fetch_sdist
+
+    sdist = fetch_sdist(FA_SDIST, Path(os.environ.get("FA_SDIST_CACHE", ROOT / ".cache")))
+    return extract_sdist(sdist, tmp)[0]
+
+
+def _torch_include_flags(torch_dir: str, cuda_home: Path) -> list[str]:
+    """What torch's cpp_extension gives g++ for a CUDAExtension's .cpp (include_paths(device_type='cuda'))."""
+    code = ("from torch.utils import cpp_extension as c; import inspect\n"
+            "args = {'device_type': 'cuda'} if 'device_type' in inspect.signature(c.include_paths).parameters "
+            "else {'cuda': True}\nprint('\\n'.join(c.include_paths(**args)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": torch_dir, "CUDA_HOME": str(cuda_home)})
+    return [f"-I{p}" for p in done.stdout.split()]
+
+
+@needs_cuda
+@needs_cuda_torch
+def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
+    """The real flash_api.cpp of the pinned sdist, g++ as torch's cpp_extension runs it, against the real CUDA
+    torch 2.14.1+cu130 and the replica's layout: it fails with torch's include paths alone, and compiles with
+    the build's CPATH (-std=c++20: torch 2.14's ATen requires it; the sdist's setup.py patch is separate)."""
+    import sysconfig
+
+    prefix = tmp_path / "prefix"
+    layout_prefix(prefix, PayloadRoots(CUDA_ROOT.resolve(), Path(cuda_torch)))
+    src = _flash_attn_source(tmp_path / "src")
+    flags = [*_torch_include_flags(cuda_torch, prefix), f"-I{src}/csrc/flash_attn", f"-I{src}/csrc/flash_attn/src",
+             f"-I{src}/csrc/cutlass/include", f"-I{sysconfig.get_paths()['include']}"]
+    cmd = ["g++", "-std=c++20", "-fsyntax-only", "-D_GLIBCXX_USE_CXX11_ABI=1", *flags, f"{src}/csrc/flash_attn/flash_api.cpp"]
+    bare = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")}
+    without = subprocess.run(cmd, capture_output=True, text=True, env=bare)
+    assert without.returncode != 0 and "cuda_runtime.h: No such file or directory" in without.stderr
+    with_cpath = subprocess.run(cmd, capture_output=True, text=True, env={**bare, **include_environment(prefix)})
+    assert with_cpath.returncode == 0, with_cpath.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- preflight: what the compilers actually see
+
+
+def header_problem(prefix: Path, spec_version: str, compile_env: dict[str, str]) -> str | None:
+    from dataclasses import replace
+
+    from toolkit.fingerprint import probe
+    from toolkit.preflight import headers_visible, preflight_input
+
+    spec = load_spec(ROOT / "envs" / "cu130.yaml")
+    fp = probe(str(prefix), sys.executable, shutil.which("g++"))
+    return headers_visible(preflight_input(replace(spec, flash_attn_version=spec_version), fp, ("90",), 20.0,
+                                           prefix, compile_env))
+
+
+def test_preflight_asks_the_compilers_not_the_filesystem(replica_project):
+    """The prefix has cuda_runtime.h (under targets/, where conda-forge puts it): the old glob passed. g++ given
+    what torch gives it does not find it, and preflight now says where it is and that g++ cannot see it."""
+    _, prefix, _ = replica_project
+    bare = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")}
+    problem = header_problem(prefix, "2.8.3.post2", bare)
+    assert problem and "\n" not in problem
+    assert f"g++ ({shutil.which('g++')}): cuda_runtime.h is at {prefix / TRIPLE_INCLUDE / 'cuda_runtime.h'}" in problem
+    assert "nvcc (" not in problem  # nvcc finds it through conda-forge's nvcc.profile
+    assert header_problem(prefix, "2.8.3.post2", {**bare, **include_environment(prefix)}) is None
+
+
+def test_preflight_wants_the_library_headers_for_flash_attn_that_reaches_them(replica_project):
+    """flash-attn <= 2.7.0.post2 includes ATen/cuda/CUDAContext.h (-> cublas_v2.h, cusparse.h, cusolverDn.h)."""
+    _, prefix, _ = replica_project
+    env = {**os.environ, **include_environment(prefix)}
+    problem = header_problem(prefix, "2.6.3", env)
+    if cuda_torch:  # the replica's -dev packages carry the real headers from NVIDIA's wheels
+        assert problem is None
+    else:  # without the wheels those packages are empty here: preflight names the package to install
+        assert problem and "cublas_v2.h is not installed (add libcublas-dev to conda_packages)" in problem
+    assert header_problem(prefix, "2.8.3.post2", env) is None
+
+
+# ---------------------------------------------------------------- the build environment's two fixes, alone
+
+
+def test_include_environment_names_the_target_headers_of_conda_forges_layout(tmp_path):
+    for folder in ("targets/x86_64-linux/include/cccl", "targets/sbsa-linux/include", "bin"):
+        (tmp_path / folder).mkdir(parents=True)
+    cpath = include_environment(tmp_path)["CPATH"].split(os.pathsep)
+    assert cpath == [str(tmp_path / "targets/sbsa-linux/include"), str(tmp_path / "targets/x86_64-linux/include"),
+                     str(tmp_path / "targets/x86_64-linux/include/cccl")]  # no $PREFIX/include: there is none
+    assert include_environment(tmp_path / "bin") == {}
+
+
+def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
+    from toolkit.build import neutralised, process_environment
+
+    caller = {"NVCC_PREPEND_FLAGS": " -ccbin=/env/bin/x86_64-conda-linux-gnu-c++", "NVCC_CCBIN": "/usr/bin/g++-9",
+              "NVCC_APPEND_FLAGS": "-I/env/include", "HOME": "/home/u"}
+    build = {"NVCC_APPEND_FLAGS": "-Xcompiler -ffile-prefix-map=/b=/fa-envkit-build", "CPATH": "/env/targets/x/include"}
+    env = process_environment(caller, build)
+    assert "NVCC_PREPEND_FLAGS" not in env and "NVCC_CCBIN" not in env and env["HOME"] == "/home/u"
+    assert env["NVCC_APPEND_FLAGS"] == build["NVCC_APPEND_FLAGS"]
+    assert neutralised(caller, build) == {k: v for k, v in caller.items() if k.startswith("NVCC_")}
