@@ -21,6 +21,7 @@ STAGE_MODULES = (
     "toolkit.diagnose",
     "toolkit.verify",
     "toolkit.bench",
+    "toolkit.fa4",
 )
 
 
