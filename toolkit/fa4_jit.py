@@ -83,7 +83,8 @@ def training_step(variants: list[Variant]) -> list[Variant]:
 # ---------------------------------------------------------------- the child: one fresh process
 
 
-def call_variants(variants: list[Variant], device: str = "cuda") -> dict:
+def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = CALL_TOKENS,
+                  seqlen: int = CALL_SEQLEN) -> dict:
     """Import FA4, then call each variant twice: first call (compile or cache load + run), second call."""
     started = time.perf_counter()
     import torch
@@ -96,7 +97,7 @@ def call_variants(variants: list[Variant], device: str = "cuda") -> dict:
     step_start = time.perf_counter()
     for variant in variants:
         dtype = getattr(torch, variant.dtype)
-        size = (CALL_TOKENS // CALL_SEQLEN, CALL_SEQLEN, MODEL_WIDTH // variant.head_dim, variant.head_dim)
+        size = (max(1, tokens // seqlen), seqlen, MODEL_WIDTH // variant.head_dim, variant.head_dim)
         q, k, v = (torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
                    for _ in range(3))
 
@@ -121,9 +122,10 @@ def call_variants(variants: list[Variant], device: str = "cuda") -> dict:
 
 
 def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str],
-              timeout: float = 300, device: str = "cuda") -> dict:
-    """One fresh process calling `variants` with the cache at `cache_dir`; its JSON, or an error row."""
-    command = [python, "-m", "toolkit.fa4_jit", "call", "--device", device, *[v.name for v in variants]]
+              timeout: float = 300, call_args: tuple[str, ...] = ()) -> dict:
+    """One fresh process calling `variants` with the cache at `cache_dir`; its JSON, or an error row.
+    `call_args`: the child's --device/--tokens/--seqlen (the CPU tests call small shapes on the CPU)."""
+    command = [python, "-m", "toolkit.fa4_jit", "call", *call_args, *[v.name for v in variants]]
     child_env = {**os.environ, **env, **cache_env(cache_dir)}
     begin = time.perf_counter()
     try:
@@ -166,7 +168,7 @@ def merge_cache(source: Path, dest: Path) -> int:
 
 
 def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str], on_row=lambda row: None,
-         device: str = "cuda") -> dict:
+         call_args: tuple[str, ...] = ()) -> dict:
     """Cold pass (fresh process + empty cache per variant, merged into cache_dir), then warm pass
     (fresh process per variant reading cache_dir), then a training step's set cold and warm."""
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -174,15 +176,15 @@ def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, s
     with tempfile.TemporaryDirectory(prefix="fa4-cold-") as scratch:
         for variant in variants:
             cold_dir = Path(scratch) / variant.name
-            cold = run_child(python, [variant], cold_dir, env, device=device)
+            cold = run_child(python, [variant], cold_dir, env, call_args=call_args)
             added = merge_cache(cold_dir, cache_dir) if cold_dir.is_dir() else 0
-            warm_result = run_child(python, [variant], cache_dir, env, device=device)
+            warm_result = run_child(python, [variant], cache_dir, env, call_args=call_args)
             row = {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
             on_row(row)
             rows.append(row)
         step = training_step(variants)
-        step_cold = run_child(python, step, Path(scratch) / "step-cold", env, device=device) if step else {}
-    step_warm = run_child(python, step, cache_dir, env, device=device) if step else {}
+        step_cold = run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args) if step else {}
+    step_warm = run_child(python, step, cache_dir, env, call_args=call_args) if step else {}
     return {"variants": rows, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
                                                   "warm": step_warm}}
 
@@ -299,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit.fa4_jit")
     parser.add_argument("step", choices=["call"])
     parser.add_argument("--device", default="cuda", help="cuda (the CPU tests use cpu with a test double)")
+    parser.add_argument("--tokens", type=int, default=CALL_TOKENS, help="batch x seqlen of each call")
+    parser.add_argument("--seqlen", type=int, default=CALL_SEQLEN)
     parser.add_argument("variants", nargs="+", type=Variant.parse)
     args = parser.parse_args(argv)
-    print(json.dumps(call_variants(args.variants, args.device)), flush=True)
+    print(json.dumps(call_variants(args.variants, args.device, args.tokens, args.seqlen)), flush=True)
     return 0
 
 
