@@ -168,13 +168,18 @@ def merge_cache(source: Path, dest: Path) -> int:
 
 
 def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str], on_row=lambda row: None,
-         call_args: tuple[str, ...] = ()) -> dict:
+         call_args: tuple[str, ...] = (), budget_s: float | None = None) -> dict:
     """Cold pass (fresh process + empty cache per variant, merged into cache_dir), then warm pass
-    (fresh process per variant reading cache_dir), then a training step's set cold and warm."""
+    (fresh process per variant reading cache_dir), then a training step's set cold and warm.
+    With `budget_s`, no new variant starts once it is spent (they are listed as not reached)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, deadline = [], None if budget_s is None else time.monotonic() + budget_s
     with tempfile.TemporaryDirectory(prefix="fa4-cold-") as scratch:
         for variant in variants:
+            if deadline is not None and time.monotonic() > deadline:
+                rows.append({"variant": variant.name, "cold": {"error": "not reached: time budget spent"},
+                             "warm": {"error": "not reached: time budget spent"}, "cache_entries_added": 0})
+                continue
             cold_dir = Path(scratch) / variant.name
             cold = run_child(python, [variant], cold_dir, env, call_args=call_args)
             added = merge_cache(cold_dir, cache_dir) if cold_dir.is_dir() else 0
@@ -182,7 +187,8 @@ def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, s
             row = {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
             on_row(row)
             rows.append(row)
-        step = training_step(variants)
+        reached = {row["variant"] for row in rows if "error" not in row["cold"]}
+        step = [v for v in training_step(variants) if v.name in reached]
         step_cold = run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args) if step else {}
     step_warm = run_child(python, step, cache_dir, env, call_args=call_args) if step else {}
     return {"variants": rows, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
@@ -217,6 +223,7 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
         with tarfile.open(fileobj=handle, mode="w:gz") as tar:
             for entry in cache_entries(cache_dir):
                 tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
+    os.chmod(handle.name, 0o644)
     os.replace(handle.name, archive)
     record = {"kind": "fa4-kernel-cache", "key": key, "artifact": archive.name,
               "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
@@ -273,18 +280,28 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
     parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
                                                                            "causal x fwd, fwd+bwd")
+    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
     parser.set_defaults(func=_warm_command)
 
 
 def _warm_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import load_record
+    from toolkit.fa4 import import_check, load_record
 
     record = load_record(args.target)
     env = record.env()
     key = cache_key(record.python, env, args.arch)
+    ok, line = import_check(record)
+    if not ok:  # every child would fail the same way: say it once
+        raise ToolkitError(f"{args.target}: `import flash_attn.cute` fails: {line} (fix the install first)")
     variants = args.variants or default_variants()
-    latency = warm(record.python, variants, args.cache_dir, env,
-                   on_row=lambda row: print(summary_lines({"variants": [row]})[0], flush=True))
+    rows: list[dict] = []
+
+    def on_row(row: dict) -> None:  # the report grows row by row: a killed run keeps what it measured
+        rows.append(row)
+        write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
+        print(summary_lines({"variants": [row]})[0], flush=True)
+
+    latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s)
     latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
     archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
     latency.update(artifact=str(archive), record=str(record_path))
