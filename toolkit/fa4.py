@@ -65,11 +65,16 @@ class Release:
     wheels: tuple[WheelPin, ...]
     from_base: tuple[str, ...]
 
+    @property
+    def pinned_cuda_majors(self) -> tuple[str, ...]:
+        """The CUDA majors whose libs flavor is pinned (a wheel limited to that major)."""
+        return tuple(sorted({w.cuda for w in self.wheels if w.cuda and w.replaces}))
+
     def wheels_for(self, cuda_major: str) -> list[WheelPin]:
         """The wheels of this release for one CUDA major, in install order."""
-        if cuda_major not in self.cuda_majors:
+        if cuda_major not in self.pinned_cuda_majors:
             raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {self.version} has no CUDA {cuda_major} "
-                               f"flavor (it has {', '.join(self.cuda_majors)}; use a CUDA line of those majors)")
+                               f"flavor pinned (pinned: {', '.join(self.pinned_cuda_majors)}; use such a CUDA line or pin the flavor)")
         return [w for w in self.wheels if w.cuda in (None, cuda_major)]
 
 
@@ -169,6 +174,19 @@ def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
                            f"damaged: fetch and split again)")
     os.replace(joined.name, out)
     return out
+
+
+def wheel_fits_python(filename: str, python: str) -> bool:
+    """Does a wheel's tag run on CPython `python` ("3.12")? cpXY exactly, py3, or abi3 from cpXY on."""
+    from packaging.utils import parse_wheel_filename
+
+    major, minor = (int(part) for part in python.split(".")[:2])
+    for tag in parse_wheel_filename(filename)[3]:
+        if tag.interpreter in ("py3", f"py{major}", f"cp{major}{minor}"):
+            return True
+        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}") and int(tag.interpreter[3:] or 0) <= minor:
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- requirements

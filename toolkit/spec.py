@@ -110,6 +110,8 @@ SCHEMA: Struct = {
     "pip_packages": MapOf(r"[A-Za-z0-9][A-Za-z0-9_.-]*", PACKAGE_SPEC),
     "torch": {"version": VERSION, "index": URL_OR_PATH},
     "flash_attn": {"version": VERSION},
+    # FlashAttention-4 (issue 16): pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
+    "flash_attn_4": {"version": VERSION, "with_flash_attn_2": BOOL},
     "archs": ListOf(ARCH),
     "build": {"jobs": JOBS, "nvcc_threads": JOBS, "gb_per_nvcc_thread": POSITIVE, "threads_per_cpu": POSITIVE},
     "toolchain": {
@@ -155,6 +157,14 @@ class Toolchain:
 
 
 @dataclass(frozen=True)
+class Fa4Request:
+    """A line's `flash_attn_4:` section: which FA4 release, and whether FA2 is built beside it."""
+
+    version: str
+    with_flash_attn_2: bool = True
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """One CUDA line's environment, fully merged and type-checked (not yet compat-checked)."""
 
@@ -177,6 +187,7 @@ class EnvSpec:
     toolchain: Toolchain
     merged: dict = field(repr=False, compare=False)
     locations: dict[str, Location] = field(repr=False, compare=False)
+    flash_attn_4: Fa4Request | None = None
 
     def where(self, dotted: str) -> Location:
         """Where a field's effective value was written (the defining file and line)."""
@@ -428,7 +439,14 @@ def load_spec(path: Path) -> EnvSpec:
         ),
         merged=merged,
         locations=locations,
+        flash_attn_4=_fa4_request(merged.get("flash_attn_4")),
     )
+
+
+def _fa4_request(section: dict | None) -> Fa4Request | None:
+    if not section or section.get("version") is None:
+        return None
+    return Fa4Request(section["version"], bool(section.get("with_flash_attn_2", True)))
 
 
 def spec_paths(envs_dir: Path = ENVS_DIR) -> list[Path]:
