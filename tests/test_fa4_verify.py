@@ -121,3 +121,25 @@ def test_the_adapter_passes_fa4_conventions():
     with pytest.raises(NotImplementedError, match="no dropout"):
         backend.flash_attn_func(q, q, q, dropout_p=0.1)
     assert verify_fa4.page_size_for(800) == 32 and verify_fa4.page_size_for(1024) == 128
+
+
+def test_measure_writes_the_report_as_it_goes_and_exits_by_the_listed_cases(monkeypatch, tmp_path, capsys):
+    from toolkit.verify import machine
+
+    chosen = [_cpu(c) for c in verify_fa4.fa4_cases("smoke")[:5]]
+    monkeypatch.setattr(machine, "require_cuda", lambda what: torch)
+    monkeypatch.setattr(verify_fa4, "DEVICE", "cpu")
+    monkeypatch.setattr(verify_fa4, "fa4_cases", lambda level: chosen)
+    monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (Fa4Double(), ""))
+    written = []
+    real_write = report.write_reports
+    monkeypatch.setattr(report, "write_reports", lambda data, d: written.append(data["level"]) or real_write(data, d))
+    assert verify_fa4.main(["--report-dir", str(tmp_path), "--arch", "90"]) == 0
+    assert written == [f"fa4-smoke (partial: {i} of 5)" for i in range(1, 6)] + ["fa4-smoke"]
+    data = json.loads((tmp_path / "verify.json").read_text())
+    assert data["arch"] == 90 and data["flash_attn"]["package"] == "flash-attn-4 (flash_attn.cute)"
+    assert data["summary"]["passed"] == 4 and data["summary"]["unsupported"] == 1
+    assert "4 passed, 0 failed, 0 errors, 1 unsupported" in capsys.readouterr().out
+    monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (None, "ModuleNotFoundError: No module named 'cutlass'"))
+    assert verify_fa4.main(["--report-dir", str(tmp_path / "broken"), "--arch", "90"]) == 1
+    assert "No module named 'cutlass'" in json.loads((tmp_path / "broken" / "verify.json").read_text())["summary"]["setup_error"]

@@ -196,16 +196,25 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
                                  "package": "flash-attn-4 (flash_attn.cute)", "extension": None}
     environment["arch"] = arch
     start = time.perf_counter()
-    results = []
+    results: list = []
+
+    def write(label: str) -> dict:
+        data = report.build_report(line, label, environment, results, [], time.perf_counter() - start, import_error)
+        report.write_reports(data, report_dir)
+        return data
+
     if module is not None:
         cases = fa4_cases(level)
+
+        def on_result(result) -> None:  # the report grows case by case: a killed run keeps what it judged
+            results.append(result)
+            write(f"fa4-{level} (partial: {len(results)} of {len(cases)})")
+            advance("" if result.status in ("passed", "unsupported") else
+                    f"{result.status}: {result.name}: {result.message}")
+
         with machine.progress(len(cases), f"verify {line} FA4 ({level})") as advance:
-            results = run_fa4_suite(module, cases, DEVICE, arch, knowledge(), lambda r: advance(
-                "" if r.status in ("passed", "unsupported") else f"{r.status}: {r.name}: {r.message}"))
-    data = report.build_report(line, f"fa4-{level}", environment, results, [], time.perf_counter() - start,
-                               import_error)
-    report.write_reports(data, report_dir)
-    return 0 if report.passed(data) else 1
+            run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result)
+    return 0 if report.passed(write(f"fa4-{level}")) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
