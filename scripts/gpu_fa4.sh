@@ -19,7 +19,7 @@ WHEELS=$STATE/wheels
 TARGET=$STATE/site
 CACHE=$STATE/kernel-cache
 WHEELHOUSE=$STATE/wheelhouse
-LINE=${LINE:-gpu-machine}
+LINE=${LINE:-gpu-machine-fa4}  # envs/gpu-machine-fa4.yaml: the image + FA4 instead of FA2
 PY=$(command -v python3)
 mkdir -p "$OUT" "$RESULTS" "$WHEELS"
 export PYTHONUNBUFFERED=1
