@@ -66,7 +66,8 @@ case "${1:-}" in
   carry2)
     cp -r .whl-fa4/part2 "$WHEELS"/ && echo "part2: $(ls "$WHEELS/part2" | wc -l) files"
     step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS/part1" "$WHEELS/part2"
-    step install 240 "$PY" -m toolkit.fa4 install --wheels "$WHEELS/all" --target "$TARGET" --python "$PY"
+    step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
+      --target "$TARGET" --python "$PY"
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 230
     fa4_env

@@ -200,3 +200,44 @@ def test_gpu_script_is_valid_bash_and_names_its_carries():
     for phase, carry in (("carry1", '[".whl-fa4/part1"]'), ("carry2", '[".whl-fa4/part2"]')):
         assert f'run(command="bash scripts/gpu_fa4.sh {phase}", carry={carry})' in text
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "fetch_fa4_wheels.sh")]).returncode == 0
+
+
+# ---------------------------------------------------------------- the line's FA4 lock
+# Real data: PyPI's PEP 691 JSON for each pinned project, recorded 2026-12-01 and trimmed to the pinned files
+# (tests/fixtures/fa4_pypi/<project>.json).
+PYPI_FIXTURE = Path(__file__).parent / "fixtures" / "fa4_pypi"
+
+
+def recorded_pypi(project: str) -> list[dict]:
+    return json.loads((PYPI_FIXTURE / f"{project}.json").read_text())["files"]
+
+
+def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
+    from toolkit.spec import load_spec
+
+    path = fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
+    data = json.loads(path.read_text())
+    assert path.name == "gpu-machine-fa4.fa4-lock.json" and data["cuda_major"] == "13"
+    assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4.release().wheels_for("13")]
+    assert all(w["url"].startswith("https://files.pythonhosted.org/") and w["url"].endswith(w["file"])
+               for w in data["wheels"])
+    assert fa4.read_lock(path)[0].version == "4.0.0b36"
+    assert path.read_text() == (ROOT / "locks" / path.name).read_text()  # the committed lock is this one
+    data["wheels"][0]["version"] = "4.0.0b37"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ToolkitError, match="edited after it was written"):
+        fa4.read_lock(path)
+
+
+def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
+    from toolkit.spec import load_spec
+
+    def replaced(project):
+        files = recorded_pypi(project)
+        if project == "quack-kernels":
+            files = [{**files[0], "hashes": {"sha256": "0" * 64}}]
+        return files
+
+    with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
+        fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -189,6 +189,80 @@ def wheel_fits_python(filename: str, python: str) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- the line's FA4 lock
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+LOCKS_DIR = Path("locks")
+
+
+def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict]:
+    """A project's files from a PEP 691 JSON simple index (name, url, hashes)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{index.rstrip('/')}/{project}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)["files"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        raise ToolkitError(f"{url}: cannot read the release files ({getattr(exc, 'reason', exc)}; lock where "
+                           f"the index is reachable)") from None
+
+
+def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dict]:
+    """Each pinned wheel with its index URL; the index's sha256 must be the knowledge's pin."""
+    entries = []
+    for pin in rel.wheels_for(cuda_major):
+        found = next((f for f in files_of(pin.name) if f["filename"] == pin.file and not f.get("yanked")), None)
+        if found is None:
+            raise ToolkitError(f"{pin.name}: the index has no (unyanked) {pin.file} (check {KNOWLEDGE_FILE.name})")
+        if found["hashes"].get("sha256") != pin.sha256:
+            raise ToolkitError(f"{pin.file}: the index's sha256 {found['hashes'].get('sha256', '?')[:12]}... is not the "
+                               f"pin {pin.sha256[:12]}... in {KNOWLEDGE_FILE.name} (a replaced file: do not lock it)")
+        entries.append({**asdict(pin), "url": found["url"]})
+    return entries
+
+
+def write_lock(spec, files_of=pypi_files, locks_dir: Path = LOCKS_DIR) -> Path:
+    """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
+    from toolkit.digest import sha256_json
+
+    if spec.flash_attn_4 is None:
+        raise ToolkitError(f"{spec.path}: no flash_attn_4 section (add `flash_attn_4: {{version: ...}}`)")
+    rel = release(spec.flash_attn_4.version)
+    cuda_major = spec.cuda.split(".")[0]
+    unfit = [p.file for p in rel.wheels_for(cuda_major) if not wheel_fits_python(p.file, spec.python)]
+    if unfit:
+        raise ToolkitError(f"{spec.path}: python {spec.python}: {unfit[0]} is pinned for another interpreter")
+    data = {"kind": "fa4-lock", "line": spec.line, "release": rel.version, "cuda_major": cuda_major,
+            "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
+            "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
+    data["digest"] = sha256_json(data)
+    path = Path(locks_dir) / f"{spec.line}.fa4-lock.json"
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def read_lock(path: Path) -> tuple[Release, str]:
+    """(the release, CUDA major) a lock pins, refusing an edited lock or one that disagrees with the knowledge."""
+    from toolkit.digest import sha256_json
+
+    try:
+        data = json.loads(Path(path).read_text())
+        digest = data.pop("digest")
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) (run `toolkit fa4 lock LINE`)") from None
+    if sha256_json(data) != digest:
+        raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
+    rel = release(data["release"])
+    pinned = {p.file: p.sha256 for p in rel.wheels_for(data["cuda_major"])}
+    if {w["file"]: w["sha256"] for w in data["wheels"]} != pinned:
+        raise ToolkitError(f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
+                           f"(lock again)")
+    return rel, data["cuda_major"]
+
+
 # ---------------------------------------------------------------- requirements
 
 
@@ -359,8 +433,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fetch_parser.add_argument("--dest", type=Path, required=True)
     fetch_parser.add_argument("--split-into", type=Path, help="also cut the wheels into two carryable folders")
     fetch_parser.set_defaults(func=_fetch_command)
+    lock_parser = verbs.add_parser("lock", help="write locks/LINE.fa4-lock.json: the line's exact wheels + URLs")
+    lock_parser.add_argument("line", metavar="LINE", help="line name or spec file (with a flash_attn_4 section)")
+    lock_parser.add_argument("--envs", type=Path, default=Path("envs"))
+    lock_parser.add_argument("--locks-dir", type=Path, default=LOCKS_DIR)
+    lock_parser.set_defaults(func=_lock_command)
     install_parser = verbs.add_parser("install", help="install the pinned wheels into a --target folder")
     _release_options(install_parser)
+    install_parser.add_argument("--lock", type=Path, help="a `toolkit fa4 lock` file (sets release and CUDA major)")
     install_parser.add_argument("--wheels", type=Path, required=True, help="folder with the pinned wheels")
     install_parser.add_argument("--target", type=Path, required=True)
     install_parser.add_argument("--python", default=sys.executable, help="interpreter the install is for")
@@ -437,8 +517,18 @@ def _env_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lock_command(args: argparse.Namespace) -> int:
+    from toolkit.rules import checked_spec
+    from toolkit.spec import resolve_spec_arg
+
+    path = write_lock(checked_spec(resolve_spec_arg(args.line, args.envs)), locks_dir=args.locks_dir)
+    print(f"wrote {path}")
+    return 0
+
+
 def _install_command(args: argparse.Namespace) -> int:
-    record = install(release(args.release), args.cuda_major, args.wheels, args.target, args.python)
+    rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
+    record = install(rel, cuda_major, args.wheels, args.target, args.python)
     print(f"installed {', '.join(record.installed)} into {record.target}")
     print(f"from the base python: {', '.join(f'{k}=={v}' for k, v in record.from_base.items())}")
     print(f"PYTHONPATH={os.pathsep.join(record.python_path)}")
