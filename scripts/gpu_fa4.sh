@@ -5,8 +5,8 @@
 # .whl-fa4/part1 and .whl-fa4/part2, each < 60 MiB). Phases, each under 9 minutes, on ONE warm machine:
 #
 #   run(command="bash scripts/gpu_fa4.sh carry1", carry=[".whl-fa4/part1"])   # ~10 s: copy part1 to /tmp
-#   run(command="bash scripts/gpu_fa4.sh carry2", carry=[".whl-fa4/part2"])   # ~6 min: join, install, warm, latency, verify smoke
-#   run(command="bash scripts/gpu_fa4.sh bench")                              # ~5 min: bench + recommend
+#   run(command="bash scripts/gpu_fa4.sh carry2", carry=[".whl-fa4/part2"])   # ~4-6 min: join, install, warm, latency, verify smoke
+#   run(command="bash scripts/gpu_fa4.sh bench")                              # ~4-6 min: bench + recommend
 #   run(command="bash scripts/gpu_fa4.sh verify-full")                        # optional, ~9 min: FA4 full level
 #
 # Every phase writes under $OUT: steps.txt (each step's rc and seconds), the logs, the JSON reports and
@@ -69,7 +69,7 @@ case "${1:-}" in
     step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
       --target "$TARGET" --python "$PY"
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
-      --arch 90 --report "$RESULTS/latency.json" --budget-s 230
+      --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env
     step verify-fa4-smoke 200 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"

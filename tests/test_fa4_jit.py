@@ -49,13 +49,13 @@ def warmed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("warm")
     env = {"PYTHONPATH": f"{DOUBLE}:{ROOT}", "FA4_DOUBLE_COMPILE_S": str(COMPILE_S)}
     variants = [fa4_jit.Variant(64, "bfloat16", False, "fwd"), fa4_jit.Variant(64, "bfloat16", True, "fwd+bwd")]
-    latency = fa4_jit.warm(sys.executable, variants, tmp / "cache", env, call_args=CPU_CALL)
+    latency = fa4_jit.warm(sys.executable, variants, tmp / "cache", env, call_args=CPU_CALL, jobs=2)
     return tmp, env, variants, latency
 
 
 def test_cold_first_calls_compile_and_warm_ones_load_from_the_cache(warmed):
     _, _, variants, latency = warmed
-    assert [row["variant"] for row in latency["variants"]] == [v.name for v in variants]
+    assert [row["variant"] for row in latency["variants"]] == [v.name for v in variants] and latency["jobs"] == 2
     for row in latency["variants"]:
         assert "error" not in row["cold"] and "error" not in row["warm"], row
         cold, warm = row["cold"]["calls"][0], row["warm"]["calls"][0]
@@ -101,3 +101,11 @@ def test_merge_skips_locks_and_half_written_exports(tmp_path):
     assert fa4_jit.merge_cache(tmp_path / "src", tmp_path / "dst") == 1
     assert [p.name for p in (tmp_path / "dst").rglob("*") if p.is_file()] == ["a.o"]
     assert fa4_jit.merge_cache(tmp_path / "src", tmp_path / "dst") == 0
+
+
+def test_a_spent_budget_lists_the_variants_not_reached(tmp_path):
+    variants = fa4_jit.default_variants()[:3]
+    latency = fa4_jit.warm(sys.executable, variants, tmp_path / "cache", {"PYTHONPATH": str(ROOT)},
+                           call_args=CPU_CALL, budget_s=-1)
+    assert [row["cold"]["error"] for row in latency["variants"]] == ["not reached: time budget spent"] * 3
+    assert latency["training_step"]["variants"] == []

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -160,39 +161,48 @@ def merge_cache(source: Path, dest: Path) -> int:
     added = 0
     for entry in cache_entries(source):
         target = dest / entry.relative_to(source)
-        if not target.exists():
+        if not target.exists():  # copied under a temporary name, then renamed: a reader never sees half
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(entry, target)
+            partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            shutil.copy2(entry, partial)
+            os.replace(partial, target)
             added += 1
     return added
 
 
 def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str], on_row=lambda row: None,
-         call_args: tuple[str, ...] = (), budget_s: float | None = None) -> dict:
-    """Cold pass (fresh process + empty cache per variant, merged into cache_dir), then warm pass
-    (fresh process per variant reading cache_dir), then a training step's set cold and warm.
-    With `budget_s`, no new variant starts once it is spent (they are listed as not reached)."""
+         call_args: tuple[str, ...] = (), budget_s: float | None = None, jobs: int = 1) -> dict:
+    """Per variant: a cold run (fresh process, empty cache of its own), its entries merged into cache_dir,
+    then a warm run (fresh process reading cache_dir); `jobs` variants at a time (compiles are CPU-bound
+    and single-threaded, so a few share a 16-core machine without slowing each other much; the report
+    records `jobs`). Then a training step's set, cold and warm, alone. With `budget_s`, no new variant
+    starts once it is spent (those are listed as not reached)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     cache_dir.mkdir(parents=True, exist_ok=True)
-    rows, deadline = [], None if budget_s is None else time.monotonic() + budget_s
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     with tempfile.TemporaryDirectory(prefix="fa4-cold-") as scratch:
-        for variant in variants:
+        def one(variant: Variant) -> dict:
             if deadline is not None and time.monotonic() > deadline:
-                rows.append({"variant": variant.name, "cold": {"error": "not reached: time budget spent"},
-                             "warm": {"error": "not reached: time budget spent"}, "cache_entries_added": 0})
-                continue
+                skipped = {"error": "not reached: time budget spent"}
+                return {"variant": variant.name, "cold": skipped, "warm": skipped, "cache_entries_added": 0}
             cold_dir = Path(scratch) / variant.name
             cold = run_child(python, [variant], cold_dir, env, call_args=call_args)
             added = merge_cache(cold_dir, cache_dir) if cold_dir.is_dir() else 0
             warm_result = run_child(python, [variant], cache_dir, env, call_args=call_args)
-            row = {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
-            on_row(row)
-            rows.append(row)
+            return {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
+
+        rows = []
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for row in pool.map(one, variants):  # in order, as each finishes
+                on_row(row)
+                rows.append(row)
         reached = {row["variant"] for row in rows if "error" not in row["cold"]}
         step = [v for v in training_step(variants) if v.name in reached]
         step_cold = run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args) if step else {}
     step_warm = run_child(python, step, cache_dir, env, call_args=call_args) if step else {}
-    return {"variants": rows, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
-                                                  "warm": step_warm}}
+    return {"variants": rows, "jobs": jobs, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
+                                                             "warm": step_warm}}
 
 
 def cache_key(python: str, env: dict[str, str], arch: str) -> dict:
@@ -281,6 +291,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
                                                                            "causal x fwd, fwd+bwd")
     parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
     parser.set_defaults(func=_warm_command)
 
 
@@ -301,7 +312,8 @@ def _warm_command(args: argparse.Namespace) -> int:
         write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
         print(summary_lines({"variants": [row]})[0], flush=True)
 
-    latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s)
+    latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
+                   jobs=args.jobs)
     latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
     archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
     latency.update(artifact=str(archive), record=str(record_path))
