@@ -77,6 +77,19 @@ def test_if_missing_wheels_are_left_out_when_the_python_has_them():
     assert "flash-attn-4" in planned
 
 
+def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
+    """protobuf is installed only where missing, unless the python's copy is older than libs-base needs."""
+    rel = fa4.release()
+    env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64"}
+    read = lambda pin: fa4.wheel_metadata(joined / pin.file)  # noqa: E731
+    fine = {"torch": "2.11.0", "protobuf": "5.29.0", "typing-extensions": "4.15.0", "einops": "0.8.1",
+            "cuda-bindings": "13.0.3", "cuda-pathfinder": "1.3.3"}
+    assert "protobuf" not in {p.name for p in fa4.plan(rel, "13", fine, env, read)}
+    old = {**fine, "protobuf": "3.20.3", "typing-extensions": "4.9.0"}
+    chosen = {p.name for p in fa4.plan(rel, "13", old, env, read)}
+    assert {"protobuf", "typing-extensions"} <= chosen and "cuda-bindings" not in chosen
+
+
 @needs_wheels
 def test_fetched_wheels_match_the_pins_and_each_carry_fits(joined):
     rel = fa4.release()
@@ -116,8 +129,7 @@ def test_the_meta_package_requires_libs_cu12_and_libs_cu13_replaces_it(joined):
     rel = fa4.release()
     pins = rel.wheels_for("13")
     metadata = [fa4.wheel_metadata(joined / p.file) for p in pins]
-    available = {p.name: p.version for p in pins} | {"torch": "2.11.0", "einops": "0.8.1",
-                                                      "typing-extensions": "4.15.0"}
+    available = {p.name: p.version for p in pins} | {"torch": "2.11.0"}
     env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64",
            "platform_system": "Linux", "implementation_name": "cpython", "os_name": "posix"}
     unmet = fa4.unmet_requirements(metadata, available, {}, env)
@@ -155,8 +167,8 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     import packaging
     import typing_extensions
 
-    for name, version in (("torch", "2.11.0+cu130"), ("einops", "0.8.1"), ("typing_extensions", "4.15.0")):
-        info = site / f"{name}-{version}.dist-info"  # torch, einops: STAND-INS, metadata only, no code
+    for name, version in (("torch", "2.11.0+cu130"), ("typing_extensions", "4.15.0")):
+        info = site / f"{name}-{version}.dist-info"  # torch: a STAND-IN, metadata only, no code
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     shutil.copy(typing_extensions.__file__, site)  # real pure-Python modules cutlass and the probe import

@@ -278,6 +278,11 @@ def unmet_requirements(metadata: list[dict], available: dict[str, str], replaced
                        environment: dict[str, str]) -> list[str]:
     """Every unconditional (marker-true, no extra) requirement that neither the installed set nor a
     replacement satisfies, as "wheel: requirement (why)"."""
+    return [f"{wheel}: {req} ({why})" for wheel, req, why in _unmet(metadata, available, replaced, environment)]
+
+
+def _unmet(metadata: list[dict], available: dict[str, str], replaced: dict[str, str],
+           environment: dict[str, str]) -> list[tuple]:
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -292,9 +297,9 @@ def unmet_requirements(metadata: list[dict], available: dict[str, str], replaced
                 continue
             have = available.get(name)
             if have is None:
-                problems.append(f"{meta['name']}: {line} (not installed and not pinned)")
+                problems.append((meta["name"], line, "not installed and not pinned"))
             elif not req.specifier.contains(have, prereleases=True):
-                problems.append(f"{meta['name']}: {line} (found {have})")
+                problems.append((meta["name"], line, f"found {have}"))
     return problems
 
 
@@ -341,11 +346,26 @@ def python_path(target: Path) -> list[str]:
     return [str(target), str(target / DSL_PACKAGES)]
 
 
-def plan(rel: Release, cuda_major: str, present: dict[str, str]) -> list[WheelPin]:
-    """The wheels to install: all pins of the CUDA major, less `if_missing` ones the python has."""
+def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: dict[str, str] | None = None,
+         metadata_of=None) -> list[WheelPin]:
+    """The wheels to install: all pins of the CUDA major, less `if_missing` ones the python already has
+    at a version every chosen wheel accepts (`metadata_of(pin)` reads a wheel's requirements; without it
+    only absence counts)."""
+    from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    return [w for w in rel.wheels_for(cuda_major) if not (w.if_missing and canonicalize_name(w.name) in present)]
+    pins = rel.wheels_for(cuda_major)
+    chosen = [w for w in pins if not (w.if_missing and canonicalize_name(w.name) in present)]
+    while metadata_of is not None:
+        available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
+        replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
+        wanted = {canonicalize_name(Requirement(line).name) for _, line, _ in
+                  _unmet([metadata_of(p) for p in chosen], available, replaced, environment or {})}
+        extra = [w for w in pins if w not in chosen and canonicalize_name(w.name) in wanted]
+        if not extra:
+            break
+        chosen = [w for w in pins if w in chosen or w in extra]
+    return chosen
 
 
 def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python: str) -> InstallRecord:
@@ -362,9 +382,9 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     if missing_base:
         raise ToolkitError(f"{python}: lacks {', '.join(missing_base)}, which flash-attn-4 takes from the base "
                            f"environment (install the line's torch environment first)")
-    chosen = plan(rel, cuda_major, present)
-    for pin in chosen:
+    for pin in rel.wheels_for(cuda_major):
         check_wheel(wheel_dir / pin.file, pin)
+    chosen = plan(rel, cuda_major, present, probe["env"], lambda pin: wheel_metadata(wheel_dir / pin.file))
     metadata = [wheel_metadata(wheel_dir / pin.file) for pin in chosen]
     available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
     replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
@@ -382,7 +402,7 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
         raise ToolkitError(f"pip install --target {target}: {tail}")
     used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
     used_base.update({p.name: present[canonicalize_name(p.name)] for p in rel.wheels_for(cuda_major)
-                      if p.if_missing and p not in chosen})
+                      if p.if_missing and p not in chosen})  # present and good enough
     record = InstallRecord(rel.version, cuda_major, str(target), python, [f"{p.name}=={p.version}" for p in chosen],
                            used_base, python_path(target))
     if not (target / DSL_PACKAGES / "cutlass").is_dir():
