@@ -75,6 +75,10 @@ case "${1:-}" in
       --report-dir "$RESULTS/verify-fa4-smoke"
     ;;
   bench)
+    # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
+    step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --arch 90 \
+      --record "$(ls "$WHEELHOUSE"/*.build.json | head -1)" --dest "$STATE/cache-from-artifact"
+    [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
     fa4_env
     began=$(date +%s)
     step bench 400 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128

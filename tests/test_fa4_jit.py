@@ -109,3 +109,28 @@ def test_a_spent_budget_lists_the_variants_not_reached(tmp_path):
                            call_args=CPU_CALL, budget_s=-1)
     assert [row["cold"]["error"] for row in latency["variants"]] == ["not reached: time budget spent"] * 3
     assert latency["training_step"]["variants"] == []
+
+
+def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, tmp_path, capsys):
+    """The record's key is read from the install's python; FA4 and cutlass-dsl are dist-info STAND-INS here."""
+    from toolkit import fa4
+    from toolkit.cli import main
+
+    tmp, _, _, latency = warmed
+    site = tmp_path / "site"
+    for name, version in (("flash_attn_4", "4.0.0b36"), ("nvidia_cutlass_dsl", "4.8.1")):
+        (site / f"{name}-{version}.dist-info").mkdir(parents=True)
+        (site / f"{name}-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    record = fa4.InstallRecord("4.0.0b36", "13", str(site), sys.executable, [], {}, [str(site)])
+    (site / fa4.RECORD_NAME).write_text(json.dumps(record.__dict__))
+    key = fa4_jit.cache_key(sys.executable, record.env(), "90")
+    assert (key["flash_attn_4"], key["cutlass_dsl"], key["arch"]) == ("4.0.0b36", "4.8.1", "90")
+    _, record_path = fa4_jit.pack(tmp / "cache", tmp_path / "wheelhouse", key, latency)
+    args = ["fa4", "cache-install", "--target", str(site), "--record", str(record_path), "--dest", str(tmp_path / "c")]
+    assert main([*args, "--arch", "90"]) == 0
+    out = capsys.readouterr().out
+    assert "2 entries" in out and f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={tmp_path / 'c'}" in out
+    assert main([*args, "--arch", "100"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "built for" in err

@@ -293,6 +293,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
     parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
     parser.set_defaults(func=_warm_command)
+    use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
+    use.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
+    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
+    use.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90")
+    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use")
+    use.set_defaults(func=_cache_install_command)
 
 
 def _warm_command(args: argparse.Namespace) -> int:
@@ -323,6 +329,17 @@ def _warm_command(args: argparse.Namespace) -> int:
     print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
     failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
     return 1 if failed else 0
+
+
+def _cache_install_command(args: argparse.Namespace) -> int:
+    from toolkit.fa4 import load_record
+
+    record = load_record(args.target)
+    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
+    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
