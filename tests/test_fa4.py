@@ -253,3 +253,12 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
     with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
         fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_fact_in_the_knowledge_names_a_source_that_exists():
+    data = fa4.knowledge()
+    refs = [data["attn_implementation_source"], *(f["source"] for f in data["features"].values()),
+            *(h["source"] for h in data["head_dims"].values()), *(t["source"] for t in data["targets"]),
+            *(r["source"] for r in data["releases"].values())]
+    assert refs and set(refs) <= set(data["sources"])
+    assert all(len(text) > 40 for text in data["sources"].values())

@@ -24,7 +24,7 @@ from toolkit.errors import ToolkitError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "fa4_double"
-COMPILE_S = 1.0
+COMPILE_S = 3.0  # large against the CPU first-call noise of a loaded machine
 CPU_CALL = ("--device", "cpu", "--tokens", "64", "--seqlen", "64")
 
 
