@@ -71,7 +71,7 @@ case "${1:-}" in
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env
-    step verify-fa4-smoke 200 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
+    step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"
     ;;
   bench)
@@ -81,7 +81,7 @@ case "${1:-}" in
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
     fa4_env
     began=$(date +%s)
-    step bench 400 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
+    step bench 360 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     # the verb checks the line's spec first; if that refused quickly, measure without it (no peak/targets/plot)
     if [ ! -f "$RESULTS/bench/bench.json" ] && [ $(( $(date +%s) - began )) -lt 60 ]; then
       step bench-measure-only 400 "$PY" -m toolkit.bench --line "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128

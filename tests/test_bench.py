@@ -220,3 +220,23 @@ def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
     fa2, fa4, errors = bench.import_packages()
     assert fa2 is None and fa4 is fa4_double
     assert errors == ["flash_attn: flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"]
+
+
+def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):
+    """A run cut short (the GPU machine's 10-minute call) keeps the rows it measured."""
+    from toolkit.verify import fa4 as verify_fa4, machine
+
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "cuda_timer", wall_timer)
+    monkeypatch.setattr(bench, "PARTIAL_EVERY", 5)
+    monkeypatch.setattr(machine, "require_cuda", lambda what: torch)
+    monkeypatch.setattr(machine, "import_flash_attn", lambda: (flash_attn_double, ""))
+    monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (fa4_double, ""))
+    writes = []
+    real = bench.write_atomic
+    monkeypatch.setattr(bench, "write_atomic", lambda path, text: writes.append(json.loads(text)) or real(path, text))
+    assert bench.measure("gpu-machine", tmp_path, "c", 16, (16,), (256,)) == 0
+    total = len(bench.DTYPES) * len(bench.MODES) * 2 * len(bench.IMPLEMENTATIONS)
+    assert [len(w["measurements"]) for w in writes] == [*range(5, total + 1, 5), total][:len(writes)]
+    assert all("partial" in w for w in writes[:-1]) and "partial" not in writes[-1]
+    assert {r["status"] for r in writes[-1]["measurements"] if r["implementation"] == "fa4"} == {"ok"}

@@ -45,6 +45,7 @@ DTYPES = ("bfloat16", "float16")
 MODES = ("fwd", "fwd+bwd")
 MODE_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}
 TOKENS = 16384
+PARTIAL_EVERY = 32  # rows between rewrites of bench.json while the grid runs
 MODEL_WIDTH = 2048
 GPUS_FILE = Path(__file__).parent / "knowledge" / "gpus.yaml"
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
@@ -267,19 +268,30 @@ def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, hea
     shape_list = shapes(tokens, seqlens, head_dims)
     total = len(shape_list) * len(MODES) * 2 * len(IMPLEMENTATIONS)
     started = time.perf_counter()
-    with machine.progress(total, f"bench {line}") as advance:
-        rows = run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, on_row=lambda row: advance(
-            f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: {row.reason}"
-            if row.status == "error" else ""))
     from toolkit.verify.fa4 import fa4_version
 
-    data = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
-            "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
-            "import_errors": import_errors,
-            "tokens": tokens, "model_width": MODEL_WIDTH, "duration_s": round(time.perf_counter() - started, 1),
-            "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd",
-            "measurements": [asdict(r) for r in rows]}
-    write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+    header = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
+              "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
+              "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
+              "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
+    rows: list[Measurement] = []
+
+    def write(partial: bool) -> None:
+        data = {**header, "duration_s": round(time.perf_counter() - started, 1),
+                **({"partial": f"{len(rows)} of {total} rows (the run was still going)"} if partial else {}),
+                "measurements": [asdict(r) for r in rows]}
+        write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+
+    def on_row(row: Measurement) -> None:  # the file grows as it goes: a run cut short keeps what it measured
+        rows.append(row)
+        if len(rows) % PARTIAL_EVERY == 0:
+            write(partial=True)
+        advance(f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: "
+                f"{row.reason}" if row.status == "error" else "")
+
+    with machine.progress(total, f"bench {line}") as advance:
+        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, on_row=on_row)
+    write(partial=False)
     return 0
 
 
