@@ -53,9 +53,11 @@ def test_beside_fa2_is_refused_for_the_file_collision(tmp_path):
 
 
 @pytest.mark.parametrize("text,field,words", [
-    ('flash_attn_4:\n  version: "4.0.0b99"\n  with_flash_attn_2: false\n', "flash_attn_4.version", "no hash-pinned wheels"),
+    ('flash_attn_4:\n  version: "4.0.0b99"\n  with_flash_attn_2: false\n', "flash_attn_4.version",
+     "no hash-pinned wheels"),
     ('flash_attn_4:\n  with_flash_attn_2: false\n', "flash_attn_4", "needs a version"),
-    ('python: "3.11"\nflash_attn_4:\n  version: "4.0.0b36"\n  with_flash_attn_2: false\n', "python", "do not run on Python 3.11"),
+    ('python: "3.11"\nflash_attn_4:\n  version: "4.0.0b36"\n  with_flash_attn_2: false\n', "python",
+     "do not run on Python 3.11"),
 ])
 def test_unknown_release_missing_version_and_unpinned_python(tmp_path, text, field, words):
     path = line(tmp_path, 'extends: cu130\narchs: ["90"]\n' + text)

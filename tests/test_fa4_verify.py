@@ -22,7 +22,7 @@ from flash_attn.cute import Fa4Double  # noqa: E402
 
 from test_verify import small  # noqa: E402
 from toolkit import fa4  # noqa: E402
-from toolkit.verify import cases, report  # noqa: E402
+from toolkit.verify import report  # noqa: E402
 from toolkit.verify import fa4 as verify_fa4  # noqa: E402
 from toolkit.verify.cases import Case  # noqa: E402
 
@@ -34,7 +34,7 @@ def test_features_of_a_case_use_the_knowledge_names():
     assert verify_fa4.case_features(case) == {"varlen", "gqa", "causal", "sliding_window", "softcap", "backward"}
     listed = set(KNOWLEDGE["features"])
     assert {"causal", "sliding_window", "gqa", "softcap", "varlen", "backward", "paged_kv", "fp8"} <= listed
-    assert all("source" in facts and facts["source"] in KNOWLEDGE["sources"] for facts in KNOWLEDGE["features"].values())
+    assert all(facts["source"] in KNOWLEDGE["sources"] for facts in KNOWLEDGE["features"].values())
 
 
 @pytest.mark.parametrize("case,reason", [
@@ -142,4 +142,5 @@ def test_measure_writes_the_report_as_it_goes_and_exits_by_the_listed_cases(monk
     assert "4 passed, 0 failed, 0 errors, 1 unsupported" in capsys.readouterr().out
     monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (None, "ModuleNotFoundError: No module named 'cutlass'"))
     assert verify_fa4.main(["--report-dir", str(tmp_path / "broken"), "--arch", "90"]) == 1
-    assert "No module named 'cutlass'" in json.loads((tmp_path / "broken" / "verify.json").read_text())["summary"]["setup_error"]
+    broken = json.loads((tmp_path / "broken" / "verify.json").read_text())
+    assert "No module named 'cutlass'" in broken["summary"]["setup_error"]

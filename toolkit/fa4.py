@@ -74,7 +74,8 @@ class Release:
         """The wheels of this release for one CUDA major, in install order."""
         if cuda_major not in self.pinned_cuda_majors:
             raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {self.version} has no CUDA {cuda_major} "
-                               f"flavor pinned (pinned: {', '.join(self.pinned_cuda_majors)}; use such a CUDA line or pin the flavor)")
+                               f"flavor pinned (pinned: {', '.join(self.pinned_cuda_majors)}; use such a CUDA line "
+                               f"or pin the flavor)")
         return [w for w in self.wheels if w.cuda in (None, cuda_major)]
 
 
@@ -218,7 +219,8 @@ def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dic
         if found is None:
             raise ToolkitError(f"{pin.name}: the index has no (unyanked) {pin.file} (check {KNOWLEDGE_FILE.name})")
         if found["hashes"].get("sha256") != pin.sha256:
-            raise ToolkitError(f"{pin.file}: the index's sha256 {found['hashes'].get('sha256', '?')[:12]}... is not the "
+            got = found["hashes"].get("sha256", "?")
+            raise ToolkitError(f"{pin.file}: the index's sha256 {got[:12]}... is not the "
                                f"pin {pin.sha256[:12]}... in {KNOWLEDGE_FILE.name} (a replaced file: do not lock it)")
         entries.append({**asdict(pin), "url": found["url"]})
     return entries
@@ -252,7 +254,8 @@ def read_lock(path: Path) -> tuple[Release, str]:
         data = json.loads(Path(path).read_text())
         digest = data.pop("digest")
     except (OSError, ValueError, KeyError, AttributeError) as exc:
-        raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) (run `toolkit fa4 lock LINE`)") from None
+        raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) "
+                           f"(run `toolkit fa4 lock LINE`)") from None
     if sha256_json(data) != digest:
         raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
     rel = release(data["release"])
@@ -431,7 +434,8 @@ def load_record(target: Path) -> InstallRecord:
 
 def import_check(record: InstallRecord, env: dict[str, str] | None = None) -> tuple[bool, str]:
     """Does `import flash_attn.cute` work in a fresh process of the recorded python? (ok, last line)"""
-    done = subprocess.run([record.python, "-c", "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"],
+    probe = "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"
+    done = subprocess.run([record.python, "-c", probe],
                           capture_output=True, text=True, env={**os.environ, **record.env(), **(env or {})})
     text = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["no output"]
     return done.returncode == 0, text[-1]

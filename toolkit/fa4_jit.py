@@ -21,12 +21,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.atomic import write_atomic
@@ -117,7 +116,8 @@ def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = C
             begin = time.perf_counter()
             once()
             times.append(time.perf_counter() - begin)
-        results.append({"variant": variant.name, "first_call_s": round(times[0], 4), "second_call_s": round(times[1], 4)})
+        results.append({"variant": variant.name, "first_call_s": round(times[0], 4),
+                        "second_call_s": round(times[1], 4)})
     return {"import_torch_s": round(import_torch_s, 3), "import_s": round(import_s, 3),
             "step_s": round(time.perf_counter() - step_start, 4), "calls": results}
 

@@ -184,7 +184,8 @@ def _recommend_command(args: argparse.Namespace) -> int:
     write_atomic(args.out, json.dumps(data, indent=2) + "\n")
     for rule in data["rules"]:
         upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
-        print(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {'causal' if rule['causal'] else '      '} "
+        causal = "causal" if rule["causal"] else ""
+        print(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
               f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
     for target in data["targets"]:
         ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
