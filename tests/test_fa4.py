@@ -262,3 +262,13 @@ def test_every_fact_in_the_knowledge_names_a_source_that_exists():
             *(r["source"] for r in data["releases"].values())]
     assert refs and set(refs) <= set(data["sources"])
     assert all(len(text) > 40 for text in data["sources"].values())
+
+
+@pytest.mark.parametrize("manifest", [{"file": "../escape.whl", "parts": ["a"]},
+                                      {"file": "x.whl", "parts": ["/etc/passwd"]}, {"file": "x.whl"}, "not json"])
+def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, manifest):
+    path = tmp_path / "x.whl.parts.json"
+    path.write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    with pytest.raises(ToolkitError, match="parts manifest|plain file names"):
+        fa4.join_parts(path, [tmp_path], tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape.whl").exists()

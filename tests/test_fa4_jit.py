@@ -134,3 +134,14 @@ def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, t
     assert main([*args, "--arch", "100"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "built for" in err
+
+
+def test_a_record_pointing_outside_its_folder_is_refused(tmp_path):
+    record = tmp_path / "r.build.json"
+    record.write_text(json.dumps({"key": {}, "artifact": "../../elsewhere.tar.gz", "sha256": "0"}))
+    with pytest.raises(ToolkitError, match="artifact must be a file name"):
+        fa4_jit.unpack(record, {}, tmp_path / "dest")
+    record.write_text("{")
+    with pytest.raises(ToolkitError, match="not a readable cache record"):
+        fa4_jit.unpack(record, {}, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()

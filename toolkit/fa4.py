@@ -157,7 +157,14 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
 
 def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
     """Reassemble a split file from parts found in any of `search`; the whole file's sha256 must match."""
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        names = [manifest["file"], *manifest["parts"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ToolkitError(f"{manifest_path}: not a readable parts manifest ({type(exc).__name__}) "
+                           f"(split again with scripts/fetch_fa4_wheels.sh)") from None
+    if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..") for n in names):
+        raise ToolkitError(f"{manifest_path}: file and part names must be plain file names (split again)")
     out = dest / manifest["file"]
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=dest, delete=False) as joined:

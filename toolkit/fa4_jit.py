@@ -247,11 +247,17 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
 
 def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it."""
-    record = json.loads(record_path.read_text())
+    try:
+        record = json.loads(record_path.read_text())
+        artifact = record["artifact"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ToolkitError(f"{record_path}: not a readable cache record ({type(exc).__name__}) (warm again)") from None
+    if not isinstance(artifact, str) or artifact != Path(artifact).name:
+        raise ToolkitError(f"{record_path}: artifact must be a file name beside the record (warm again)")
     if record.get("key") != key:
         raise ToolkitError(f"{record_path}: built for {record.get('key')}, this env is {key} "
                            f"(run `toolkit fa4 warm` for this env)")
-    archive = record_path.parent / record["artifact"]
+    archive = record_path.parent / artifact
     if hashlib.sha256(archive.read_bytes()).hexdigest() != record["sha256"]:
         raise ToolkitError(f"{archive}: sha256 differs from {record_path.name} (warm again)")
     with tarfile.open(archive) as tar:
