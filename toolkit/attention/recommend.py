@@ -180,7 +180,11 @@ def _recommend_command(args: argparse.Namespace) -> int:
         if not sep:
             raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
         reports[backend] = _read_json(Path(path))
-    data = build(_read_json(args.bench), reports, knowledge())
+    try:
+        data = build(_read_json(args.bench), reports, knowledge())
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ToolkitError(f"{args.bench}: not a `toolkit bench` report, or a --verify file is not a verify "
+                           f"report ({type(exc).__name__}: {exc})") from None
     write_atomic(args.out, json.dumps(data, indent=2) + "\n")
     for rule in data["rules"]:
         upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
