@@ -473,7 +473,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _release_options(install_parser)
     install_parser.add_argument("--lock", type=Path, help="a `toolkit fa4 lock` file (sets release and CUDA major)")
     install_parser.add_argument("--wheels", type=Path, required=True, help="folder with the pinned wheels")
-    install_parser.add_argument("--target", type=Path, required=True)
+    add_target_option(install_parser)
     install_parser.add_argument("--python", default=sys.executable, help="interpreter the install is for")
     install_parser.set_defaults(func=_install_command)
     join_parser = verbs.add_parser("join", help="reassemble split wheels (folders of parts) into one folder")
@@ -481,11 +481,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     join_parser.add_argument("parts", type=Path, nargs="+", help="folders holding parts and manifests")
     join_parser.set_defaults(func=_join_command)
     env_parser = verbs.add_parser("env", help="print NAME=VALUE lines an install (and its kernel cache) needs")
-    env_parser.add_argument("--target", type=Path, required=True)
+    add_target_option(env_parser)
     env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
     env_parser.set_defaults(func=_env_command)
     fa4_jit.register(verbs)
     recommend.register(verbs)
+
+
+def add_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
 
 
 def _release_options(parser: argparse.ArgumentParser) -> None:

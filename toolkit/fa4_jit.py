@@ -289,10 +289,9 @@ def _s(value) -> str:
 def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser("warm", help="compile FA4's kernel variants into a persistent cache and time "
                                            "first calls cold vs warm, each in a fresh process")
-    parser.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
+    _target_and_arch(parser)
     parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
     parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
-    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the record's key)")
     parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
     parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
                                                                            "causal x fwd, fwd+bwd")
@@ -300,9 +299,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
     parser.set_defaults(func=_warm_command)
     use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
-    use.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
+    _target_and_arch(use)
     use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
-    use.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90")
     use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use")
     use.set_defaults(func=_cache_install_command)
 
@@ -335,6 +333,13 @@ def _warm_command(args: argparse.Namespace) -> int:
     print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
     failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
     return 1 if failed else 0
+
+
+def _target_and_arch(parser: argparse.ArgumentParser) -> None:
+    from toolkit.fa4 import add_target_option
+
+    add_target_option(parser)
+    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
 
 
 def _cache_install_command(args: argparse.Namespace) -> int:
