@@ -76,8 +76,9 @@ case "${1:-}" in
     ;;
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
-    step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --arch 90 \
-      --record "$(ls "$WHEELHOUSE"/*.build.json | head -1)" --dest "$STATE/cache-from-artifact"
+    record=$(ls "$WHEELHOUSE"/*.build.json 2>/dev/null | head -n 1)
+    [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --arch 90 \
+      --record "$record" --dest "$STATE/cache-from-artifact"
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
     fa4_env
     began=$(date +%s)
