@@ -5,7 +5,7 @@
 # .whl-fa4/part1 and .whl-fa4/part2, each < 60 MiB). Phases, each under 9 minutes, on ONE warm machine:
 #
 #   run(command="bash scripts/gpu_fa4.sh carry1", carry=[".whl-fa4/part1"])   # ~10 s: copy part1 to /tmp
-#   run(command="bash scripts/gpu_fa4.sh carry2", carry=[".whl-fa4/part2"])   # ~4-6 min: join, install, warm, latency, verify smoke
+#   run(command="bash scripts/gpu_fa4.sh carry2", carry=[".whl-fa4/part2"])   # ~5-8 min: join, install, warm, latency, verify smoke, parity
 #   run(command="bash scripts/gpu_fa4.sh bench")                              # ~4-6 min: bench + recommend
 #   run(command="bash scripts/gpu_fa4.sh verify-full")                        # optional, ~9 min: FA4 full level
 #
@@ -73,6 +73,7 @@ case "${1:-}" in
     fa4_env
     step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"
+    step parity-fa4 90 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level parity --report-dir "$RESULTS/parity-fa4"
     ;;
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key

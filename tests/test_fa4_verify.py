@@ -144,3 +144,15 @@ def test_measure_writes_the_report_as_it_goes_and_exits_by_the_listed_cases(monk
     assert verify_fa4.main(["--report-dir", str(tmp_path / "broken"), "--arch", "90"]) == 1
     broken = json.loads((tmp_path / "broken" / "verify.json").read_text())
     assert "No module named 'cutlass'" in broken["summary"]["setup_error"]
+
+
+def test_parity_without_transformers_is_an_error_and_fa4_rows_say_unsupported():
+    """This machine has no transformers: the parity harness reports its setup error, and the FA4 rows say why
+    they did not run (on the GPU machine the image's transformers decides)."""
+    pytest.importorskip("torch")
+    if verify_fa4.transformers_names_fa4() == "":
+        pytest.skip("this transformers registers flash_attention_4: the rows would run")
+    rows = verify_fa4.run_fa4_parity("cpu")
+    statuses = {r.name: r.status for r in rows}
+    assert statuses["no-padding/flash_attention_4"] == statuses["padding/flash_attention_4"] == "unsupported"
+    assert all(r.message for r in rows if r.status == "unsupported")

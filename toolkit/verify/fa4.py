@@ -8,7 +8,9 @@ runs, and its failure is a failure; any other case is recorded as "unsupported" 
 never silently skipped.
 
 `python -m toolkit.verify.fa4 --level smoke --report-dir DIR` runs it in the env's own python (torch +
-flash_attn.cute; pyyaml only to read the knowledge file).
+flash_attn.cute; pyyaml only to read the knowledge file). `--level parity` runs transformers' tiny-Llama
+parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
+integration problem never marks the kernels unverified).
 """
 
 from __future__ import annotations
@@ -184,6 +186,36 @@ def fa4_version() -> str | None:
         return None
 
 
+PARITY_IMPLEMENTATIONS = ("flash_attention_4", "sdpa", "eager")
+
+
+def transformers_names_fa4() -> str:
+    """"" when the installed transformers registers attn_implementation "flash_attention_4", else why not."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except Exception as exc:  # no transformers, or one too old to have the attention registry
+        return f"transformers has no attention registry here ({type(exc).__name__}: {exc})"[:300]
+    if "flash_attention_4" not in ALL_ATTENTION_FUNCTIONS:
+        return "this transformers does not register attn_implementation 'flash_attention_4'"
+    return ""
+
+
+def run_fa4_parity(device) -> list:
+    """transformers' tiny-Llama parity (toolkit/verify/parity.py) with flash_attention_4 beside sdpa and eager;
+    every FA4 row is "unsupported" where this transformers has no such attn_implementation."""
+    import torch
+
+    from toolkit.verify.parity import ParityResult, run_parity, scenarios
+
+    why = transformers_names_fa4()
+    chosen = tuple(i for i in PARITY_IMPLEMENTATIONS if not (why and i == "flash_attention_4"))
+    rows = run_parity(device, chosen)
+    if why:
+        rows += [ParityResult(f"{name}/flash_attention_4", "unsupported", None, None, 0.0, why)
+                 for name in scenarios(torch.device("cpu"))]
+    return rows
+
+
 def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
     from toolkit.fa4 import knowledge
     from toolkit.verify import machine, report
@@ -203,6 +235,12 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
         report.write_reports(data, report_dir)
         return data
 
+    if module is not None and level == "parity":
+        parity = run_fa4_parity(DEVICE)
+        data = report.build_report(line, "fa4-parity", environment, [], parity, time.perf_counter() - start,
+                                   import_error)
+        report.write_reports(data, report_dir)
+        return 0 if report.passed(data) else 1
     if module is not None:
         cases = fa4_cases(level)
 
@@ -225,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")
     parser.add_argument("--line", default="gpu-machine")
-    parser.add_argument("--level", choices=("smoke", "full"), default="smoke")
+    parser.add_argument("--level", choices=("smoke", "full", "parity"), default="smoke",
+                        help="parity: transformers' tiny-Llama logits with flash_attention_4 vs eager fp32")
     parser.add_argument("--report-dir", type=Path, required=True)
     parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
     args = parser.parse_args(argv)
