@@ -194,3 +194,53 @@ def test_cuda_timer_measures_flash_attn_on_a_gpu():
     shapes = bench.shapes(tokens=8192, seqlens=(2048,), head_dims=(128,), dtypes=("bfloat16",))
     rows = bench.run_bench(flash_attn, shapes, "cuda", bench.cuda_timer, implementations=("flash-attn",))
     assert all(r.status == "ok" and r.tflops > 10 for r in rows)
+
+
+# TEST DOUBLE for flash_attn.cute (FA4 needs an sm_90+ GPU): FA4's flash_attn_func returns (out, lse).
+def _double_fa4_func(q, k, v, causal=False):
+    return _double_flash_attn_func(q, k, v, causal), None
+
+
+fa4_double = types.SimpleNamespace(flash_attn_func=_double_fa4_func)
+
+
+def test_fa4_is_benchmarked_beside_fa2_and_a_missing_one_is_a_skipped_row():
+    grid = bench.shapes(tokens=64, seqlens=(32,), head_dims=(64,), dtypes=("float32",))
+    rows = bench.run_bench(flash_attn_double, grid, "cpu", wall_timer, implementations=("flash-attn", "fa4"),
+                           fa4=fa4_double)
+    assert {(r.implementation, r.status) for r in rows} == {("flash-attn", "ok"), ("fa4", "ok")}
+    rows = bench.run_bench(None, grid, "cpu", wall_timer, implementations=("flash-attn", "fa4", "eager"))
+    assert {(r.implementation, r.status) for r in rows} == {("flash-attn", "skipped"), ("fa4", "skipped"),
+                                                            ("eager", "ok")}
+    assert all("is not installed in this environment" in r.reason for r in rows if r.status == "skipped")
+
+
+def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
+    from toolkit.verify import fa4 as verify_fa4, machine
+
+    namespace = types.SimpleNamespace(__path__=["/site/flash_attn"])  # what `import flash_attn` gives with FA4 only
+    monkeypatch.setattr(machine, "import_flash_attn", lambda: (namespace, ""))
+    monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (fa4_double, ""))
+    fa2, fa4, errors = bench.import_packages()
+    assert fa2 is None and fa4 is fa4_double
+    assert errors == ["flash_attn: flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"]
+
+
+def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):
+    """A run cut short (the GPU machine's 10-minute call) keeps the rows it measured."""
+    from toolkit.verify import fa4 as verify_fa4, machine
+
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "cuda_timer", wall_timer)
+    monkeypatch.setattr(bench, "PARTIAL_EVERY", 5)
+    monkeypatch.setattr(machine, "require_cuda", lambda what: torch)
+    monkeypatch.setattr(machine, "import_flash_attn", lambda: (flash_attn_double, ""))
+    monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (fa4_double, ""))
+    writes = []
+    real = bench.write_atomic
+    monkeypatch.setattr(bench, "write_atomic", lambda path, text: writes.append(json.loads(text)) or real(path, text))
+    assert bench.measure("gpu-machine", tmp_path, "c", 16, (16,), (256,)) == 0
+    total = len(bench.DTYPES) * len(bench.MODES) * 2 * len(bench.IMPLEMENTATIONS)
+    assert [len(w["measurements"]) for w in writes] == [*range(5, total + 1, 5), total][:len(writes)]
+    assert all("partial" in w for w in writes[:-1]) and "partial" not in writes[-1]
+    assert {r["status"] for r in writes[-1]["measurements"] if r["implementation"] == "fa4"} == {"ok"}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit import fa4_rules
 from toolkit.cli import main
 from toolkit.knowledge import load_knowledge
 from toolkit.rules import RULES, violations
@@ -147,7 +148,7 @@ BAD_INPUTS = [
      "envs/cu126.yaml:3: malformed YAML: tab character in indentation (indent with spaces)"),
     ("unknown-key", CU126 + "cuda_version: '12.6'\n",
      "envs/cu126.yaml:8: cuda_version: unknown field (known fields: extends, description, cuda, python, "
-     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, archs, build, toolchain)"),
+     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, archs, build, toolchain)"),
     ("unknown-nested-key", CU126 + "build:\n  max_jobs: 4\n",
      "envs/cu126.yaml:9: build.max_jobs: unknown field (known fields of build: jobs, nvcc_threads, "
      "gb_per_nvcc_thread, threads_per_cpu)"),
@@ -233,7 +234,7 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
     code, out, _ = check(capsys)
     assert code == 1
     assert out == ["envs/base.yaml:18: bogus: unknown field (known fields: extends, description, cuda, python, gcc, "
-                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, archs, build, toolchain)"]
+                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, archs, build, toolchain)"]
 
 
 # ---------------------------------------------------------------- every rule: a failing example (one line, exact)
@@ -305,7 +306,8 @@ def write_line(envs: Path, name: str, values: dict) -> None:
 def test_every_rule_has_a_failing_example():
     assert {r[0] for r in RULE_FAILURES} | {"locked-toolchain-has-no-external-fields", "external-nvcc-is-line",
                                             "external-gcc-is-spec-gcc", "external-python-is-spec-python",
-                                            "external-torch-is-spec-torch"} == {r.name for r in RULES}
+                                            "external-torch-is-spec-torch"} \
+        | {name for name, _, _ in fa4_rules.CHECKS} == {r.name for r in RULES}  # FA4's: tests/test_fa4_rules.py
 
 
 @pytest.mark.parametrize("rule,values,name,expected", RULE_FAILURES, ids=[r[0] for r in RULE_FAILURES])

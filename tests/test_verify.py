@@ -410,8 +410,8 @@ def test_reports_json_and_junit_read_back(tmp_path):
     data = report.build_report("cu126", "smoke", _environment(), results, [], 12.5)
     json_path, xml_path = report.write_reports(data, tmp_path)
     saved = json.loads(json_path.read_text())
-    assert saved["summary"] == {"passed": 0, "failed": 1, "error": 4, "total": 5, "duration_s": 12.5,
-                                "setup_error": ""}
+    assert saved["summary"] == {"passed": 0, "failed": 1, "error": 4, "unsupported": 0, "total": 5,
+                                "duration_s": 12.5, "setup_error": ""}
     assert saved["hostname"] == "test-host" and saved["flash_attn"]["version"] == "0.0-test-double"
     assert not report.passed(saved)
     suite = ET.parse(xml_path).getroot().find("testsuite")

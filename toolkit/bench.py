@@ -30,9 +30,11 @@ from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.verify import machine
 
-IMPLEMENTATIONS = ("flash-attn", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
+IMPLEMENTATIONS = ("flash-attn", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
+# Implementations that come from an installed package rather than torch: the module each one calls.
+PACKAGED = {"flash-attn": "flash_attn (flash-attn 2.x)", "fa4": "flash_attn.cute (flash-attn-4)"}
 # torch's words when the requested SDPA backend cannot take the inputs (CUDA, CPU)
 NO_KERNEL_MARKERS = ("No available kernel", "No viable backend")
 QUADRATIC = ("sdpa-math", "eager")
@@ -43,6 +45,7 @@ DTYPES = ("bfloat16", "float16")
 MODES = ("fwd", "fwd+bwd")
 MODE_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}
 TOKENS = 16384
+PARTIAL_EVERY = 32  # rows between rewrites of bench.json while the grid runs
 MODEL_WIDTH = 2048
 GPUS_FILE = Path(__file__).parent / "knowledge" / "gpus.yaml"
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
@@ -88,14 +91,17 @@ def shapes(tokens: int = TOKENS, seqlens=SEQLENS, head_dims=HEAD_DIMS, dtypes=DT
 # ---------------------------------------------------------------- implementations
 
 
-def _attention_fn(implementation: str, flash_attn: Any, causal: bool, seqlen: int, device) -> tuple[bool, Callable]:
+def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device
+                  ) -> tuple[bool, Callable]:
     """(wants heads-first layout, fn(q, k, v) -> out) for one implementation."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if implementation == "flash-attn":
-        return False, lambda q, k, v: flash_attn.flash_attn_func(q, k, v, causal=causal)
+        return False, lambda q, k, v: modules["flash-attn"].flash_attn_func(q, k, v, causal=causal)
+    if implementation == "fa4":  # flash_attn.cute returns (out, lse)
+        return False, lambda q, k, v: modules["fa4"].flash_attn_func(q, k, v, causal=causal)[0]
     if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
         future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
 
@@ -115,11 +121,11 @@ def _attention_fn(implementation: str, flash_attn: Any, causal: bool, seqlen: in
     return True, sdpa
 
 
-def _timed_call(implementation: str, flash_attn: Any, shape: Shape, causal: bool, mode: str,
+def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
                 inputs: dict, device) -> Callable[[], Any]:
     import torch
 
-    heads_first, attend = _attention_fn(implementation, flash_attn, causal, shape.seqlen, device)
+    heads_first, attend = _attention_fn(implementation, modules, causal, shape.seqlen, device)
     q, k, v = inputs["bhsd" if heads_first else "bshd"]
     if mode == "fwd":
         def forward():
@@ -141,25 +147,27 @@ def _row(implementation: str, shape: Shape, causal: bool, mode: str, status: str
                        shape.nheads, status, reason=reason)
 
 
-def _skip_reason(implementation: str, shape: Shape) -> str:
+def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> str:
+    if implementation in PACKAGED and modules.get(implementation) is None:
+        return f"{PACKAGED[implementation]} is not installed in this environment"
     if implementation in QUADRATIC and shape.seqlen > QUADRATIC_MAX_SEQLEN:
         return f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
     return ""
 
 
-def measure_one(implementation: str, flash_attn: Any, shape: Shape, causal: bool, mode: str, inputs: dict,
+def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str, inputs: dict,
                 device, timer: Timer) -> Measurement:
     import torch
 
     row = _row(implementation, shape, causal, mode, "ok")
-    row.reason = _skip_reason(implementation, shape)
+    row.reason = _skip_reason(implementation, shape, modules)
     if row.reason:
         row.status = "skipped"
         return row
     try:
         with warnings.catch_warnings(record=True) as caught:  # torch says why a backend refuses, as warnings
             warnings.simplefilter("always")
-            row.ms = timer(_timed_call(implementation, flash_attn, shape, causal, mode, inputs, device))
+            row.ms = timer(_timed_call(implementation, modules, shape, causal, mode, inputs, device))
         row.tflops = attention_flops(shape, causal, mode) / (row.ms * 1e-3) / 1e12
     except torch.cuda.OutOfMemoryError:
         row.status, row.reason = "skipped", "out of memory"
@@ -177,12 +185,14 @@ def measure_one(implementation: str, flash_attn: Any, shape: Shape, causal: bool
 
 
 def run_bench(flash_attn: Any, shape_list: list[Shape], device, timer: Timer,
-              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None
-              ) -> list[Measurement]:
-    """Every implementation x mode x causal on every shape; inputs are made once per shape."""
+              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None,
+              fa4: Any = None) -> list[Measurement]:
+    """Every implementation x mode x causal on every shape; inputs are made once per shape.
+    `flash_attn` / `fa4`: the flash-attn 2.x module and flash_attn.cute, None where not installed."""
     import torch
 
     device = torch.device(device)
+    modules = {"flash-attn": flash_attn, "fa4": fa4}
     rows = []
     for shape in shape_list:
         torch.manual_seed(0)
@@ -196,7 +206,7 @@ def run_bench(flash_attn: Any, shape_list: list[Shape], device, timer: Timer,
         for mode in MODES:
             for causal in (False, True):
                 for implementation in implementations:
-                    row = measure_one(implementation, flash_attn, shape, causal, mode, inputs, device, timer) \
+                    row = measure_one(implementation, modules, shape, causal, mode, inputs, device, timer) \
                         if inputs else _row(implementation, shape, causal, mode, "error", failure)
                     on_row(row)
                     rows.append(row)
@@ -235,24 +245,53 @@ def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 4
 # ---------------------------------------------------------------- measuring side (line's python)
 
 
+def import_packages() -> tuple[Any, Any, list[str]]:
+    """(flash-attn 2.x module or None, flash_attn.cute or None, why each missing one does not import).
+    With only FA4 installed `import flash_attn` gives FA4's namespace package, which is not FA2."""
+    from toolkit.verify.fa4 import import_fa4
+
+    flash_attn, fa2_error = machine.import_flash_attn()
+    if flash_attn is not None and not hasattr(flash_attn, "flash_attn_func"):
+        flash_attn, fa2_error = None, "flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"
+    fa4, fa4_error = import_fa4()
+    errors = [f"flash_attn: {fa2_error}"] if flash_attn is None else []
+    return flash_attn, fa4, errors + ([f"flash_attn.cute: {fa4_error}"] if fa4 is None else [])
+
+
 def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, head_dims) -> int:
     machine.require_cuda("the benchmark")
-    flash_attn, import_error = machine.import_flash_attn()
-    if flash_attn is None:
-        raise ToolkitError(f"flash_attn does not import under {sys.executable}: {import_error} "
-                           f"(build and install the line's wheel, or run `toolkit verify {line}` for details)")
+    flash_attn, fa4, import_errors = import_packages()
+    if flash_attn is None and fa4 is None:
+        raise ToolkitError(f"neither flash-attn nor flash-attn-4 imports under {sys.executable}: "
+                           f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
+                           f"`toolkit verify {line}` for details)")
     shape_list = shapes(tokens, seqlens, head_dims)
     total = len(shape_list) * len(MODES) * 2 * len(IMPLEMENTATIONS)
     started = time.perf_counter()
+    from toolkit.verify.fa4 import fa4_version
+
+    header = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
+              "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
+              "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
+              "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
+    rows: list[Measurement] = []
+
+    def write(partial: bool) -> None:
+        data = {**header, "duration_s": round(time.perf_counter() - started, 1),
+                **({"partial": f"{len(rows)} of {total} rows (the run was still going)"} if partial else {}),
+                "measurements": [asdict(r) for r in rows]}
+        write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+
+    def on_row(row: Measurement) -> None:  # the file grows as it goes: a run cut short keeps what it measured
+        rows.append(row)
+        if len(rows) % PARTIAL_EVERY == 0:
+            write(partial=True)
+        advance(f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: "
+                f"{row.reason}" if row.status == "error" else "")
+
     with machine.progress(total, f"bench {line}") as advance:
-        rows = run_bench(flash_attn, shape_list, DEVICE, cuda_timer, on_row=lambda row: advance(
-            f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: {row.reason}"
-            if row.status == "error" else ""))
-    data = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
-            "tokens": tokens, "model_width": MODEL_WIDTH, "duration_s": round(time.perf_counter() - started, 1),
-            "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd",
-            "measurements": [asdict(r) for r in rows]}
-    write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, on_row=on_row)
+    write(partial=False)
     return 0
 
 
@@ -315,8 +354,9 @@ def print_table(data: dict, console) -> None:
     from rich.table import Table
 
     peak = data["peak"]["bf16_dense_tflops"]
+    fa4 = data.get("flash_attn_4", {}).get("version")
     table = Table(title=f"attention TFLOP/s on {data['gpu']} (flash-attn {data['flash_attn']['version']}, "
-                        f"torch {data['torch']})")
+                        f"{f'flash-attn-4 {fa4}, ' if fa4 else ''}torch {data['torch']})")
     for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, "flash-attn % peak"):
         table.add_column(column, justify="right")
     grouped: dict[tuple, dict[str, dict]] = {}

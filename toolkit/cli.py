@@ -23,6 +23,7 @@ STAGE_MODULES = (
     "toolkit.verify",
     "toolkit.bench",
     "toolkit.upstream",
+    "toolkit.fa4",
 )
 
 

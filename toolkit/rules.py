@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from toolkit import patches
+from toolkit import fa4_rules, patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
@@ -283,6 +283,8 @@ RULES: tuple[Rule, ...] = (
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
     Rule("external-python-is-spec-python", "toolchain.python", _external_equal("python", "python")),
     Rule("external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")),
+    # FlashAttention-4 (issue 16): toolkit/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
+    *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
 )
 
 

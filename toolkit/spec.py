@@ -241,6 +241,8 @@ SCHEMA: Struct = {
                           "a PEP 508 name: letters, digits and _.- inside", PACKAGE_SPEC, PIP_SPEC),
     "torch": {"version": VERSION, "index": INDEX_URL},
     "flash_attn": {"version": VERSION},
+    # FlashAttention-4 (issue 16): pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
+    "flash_attn_4": {"version": VERSION, "with_flash_attn_2": BOOL},
     "archs": ListOf(ARCH, example='["80", "90"]'),
     "build": {"jobs": JOBS, "nvcc_threads": NVCC_THREADS, "gb_per_nvcc_thread": GB_PER_THREAD,
               "threads_per_cpu": THREADS_PER_CPU},
@@ -287,6 +289,14 @@ class Toolchain:
 
 
 @dataclass(frozen=True)
+class Fa4Request:
+    """A line's `flash_attn_4:` section: which FA4 release, and whether FA2 is built beside it."""
+
+    version: str
+    with_flash_attn_2: bool = True
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """One CUDA line's environment, fully merged and type-checked (not yet compat-checked)."""
 
@@ -309,6 +319,7 @@ class EnvSpec:
     toolchain: Toolchain
     merged: dict = field(repr=False, compare=False)
     locations: dict[str, Location] = field(repr=False, compare=False)
+    flash_attn_4: Fa4Request | None = None
 
     def where(self, dotted: str) -> Location:
         """Where a field's effective value was written (the defining file and line)."""
@@ -730,7 +741,14 @@ def load_spec(path: Path) -> EnvSpec:
         ),
         merged=merged,
         locations=locations,
+        flash_attn_4=_fa4_request(merged.get("flash_attn_4")),
     )
+
+
+def _fa4_request(section: dict | None) -> Fa4Request | None:
+    if not section or section.get("version") is None:
+        return None
+    return Fa4Request(section["version"], bool(section.get("with_flash_attn_2", True)))
 
 
 def spec_paths(envs_dir: Path = ENVS_DIR) -> list[Path]:

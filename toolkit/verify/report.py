@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # no torch needed to render a report
     from toolkit.verify.parity import ParityResult
     from toolkit.verify.runner import CaseResult
 
-STATUSES = ("passed", "failed", "error")
+STATUSES = ("passed", "failed", "error", "unsupported")  # unsupported: not listed for the GPU (FA4)
 
 
 def build_report(line: str, level: str, environment: dict, results: list[CaseResult],
@@ -52,7 +52,8 @@ def write_reports(report: dict, report_dir: Path) -> tuple[Path, Path]:
 def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classname) -> None:
     suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(rows)),
                           failures=str(sum(r["status"] == "failed" for r in rows)),
-                          errors=str(sum(r["status"] == "error" for r in rows)), skipped="0",
+                          errors=str(sum(r["status"] == "error" for r in rows)),
+                          skipped=str(sum(r["status"] == "unsupported" for r in rows)),
                           time=f"{sum(r['duration_s'] for r in rows):.3f}", timestamp=report["date"],
                           hostname=report["hostname"])
     properties = ET.SubElement(suite, "properties")
@@ -68,6 +69,8 @@ def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classn
         elif row["status"] == "error":
             error = ET.SubElement(case, "error", message=row["message"], type=row["message"].split(":")[0])
             error.text = row["traceback"]
+        elif row["status"] == "unsupported":
+            ET.SubElement(case, "skipped", message=row["message"])
 
 
 def junit_xml(report: dict) -> str:
@@ -98,7 +101,8 @@ def summary_line(report: dict, report_dir: Path) -> str:
     head = f"verify {report['line']} ({report['level']}): "
     if s["setup_error"]:
         return head + f"flash-attn did not import: {s['setup_error']}; reports in {report_dir}/"
-    return head + (f"{s['passed']} passed, {s['failed']} failed, {s['error']} errors in {s['duration_s']:.1f} s "
+    unsupported = f", {s['unsupported']} unsupported (not listed for the GPU)" if s.get("unsupported") else ""
+    return head + (f"{s['passed']} passed, {s['failed']} failed, {s['error']} errors{unsupported} in {s['duration_s']:.1f} s "
                    f"on {report['gpu'] or 'no GPU'}; reports in {report_dir}/ (verify.json, verify.xml)")
 
 
@@ -108,7 +112,7 @@ def print_tables(report: dict, console) -> None:
 
     if report["cases"]:
         print_case_summary(report, console)
-    problems = [row for row in report["cases"] + report["parity"] if row["status"] != "passed"]
+    problems = [row for row in report["cases"] + report["parity"] if row["status"] in ("failed", "error")]
     if problems:
         failures = Table(title="failures", show_lines=False)
         for column in ("case", "status", "why"):
@@ -133,7 +137,7 @@ def print_case_summary(report: dict, console) -> None:
     for case in report["cases"]:
         groups[(case["api"], case["params"]["dtype"])].append(case)
     table = Table(title=f"flash-attn {report['flash_attn']['version']} vs fp32 reference on {report['gpu']}")
-    for column in ("api", "dtype", "cases", "passed", "failed", "errors", "worst error/bound"):
+    for column in ("api", "dtype", "cases", "passed", "failed", "errors", "unsupported", "worst error/bound"):
         table.add_column(column, justify="left" if column in ("api", "dtype") else "right")
     for (api, dtype), cases in groups.items():
         counts = [sum(c["status"] == status for c in cases) for status in STATUSES]

@@ -1,0 +1,274 @@
+"""FlashAttention-4 (issue 16): the pinned wheels, their fetch/split/join, the install and its two traps.
+
+Real data: the wheels of toolkit/knowledge/flash_attn_4.yaml as downloaded from PyPI by
+scripts/fetch_fa4_wheels.sh into .whl-fa4/ (tests that need them skip where that folder is absent),
+and a real Python 3.12 (the pinned wheels are cp312) where this machine has one. NOT real: the base
+environment's torch, which the install test represents by its dist-info alone (name and version, all
+the install reads); `import flash_attn.cute` itself needs torch + CUDA and is checked on the GPU machine
+(scripts/gpu_fa4.sh); here `import cutlass`, the import that the .pth trap breaks, is run for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit import fa4
+from toolkit.cli import main
+from toolkit.errors import ToolkitError
+
+ROOT = Path(__file__).resolve().parent.parent
+FETCHED = ROOT / ".whl-fa4"
+needs_wheels = pytest.mark.skipif(not (FETCHED / "part1").is_dir(), reason="run scripts/fetch_fa4_wheels.sh first")
+
+
+def _python312() -> str | None:
+    """A Python 3.12 that runs (a pyenv shim may name one that is not active)."""
+    candidates = [*map(str, Path("/root/.pyenv/versions").glob("3.12*/bin/python")), shutil.which("python3.12")]
+    return next((c for c in candidates if c and subprocess.run([c, "-c", "pass"], capture_output=True).returncode == 0),
+                None)
+
+
+PY312 = _python312()
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory) -> Path:
+    """The carried part folders joined back into one wheel folder, as gpu_fa4.sh carry2 does."""
+    if not (FETCHED / "part2").is_dir():
+        pytest.skip("run scripts/fetch_fa4_wheels.sh first")
+    dest = tmp_path_factory.mktemp("wheels")
+    assert main(["fa4", "join", "--dest", str(dest), str(FETCHED / "part1"), str(FETCHED / "part2")]) == 0
+    return dest
+
+
+def test_every_pin_is_exact_and_hash_pinned():
+    rel = fa4.release()
+    assert rel.version == "4.0.0b36"
+    for pin in rel.wheels:
+        assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0 and pin.size > 0
+        assert pin.file.startswith(pin.name.replace("-", "_") + "-" + pin.version + "-")
+    assert {p.name: p.version for p in rel.wheels}["nvidia-cutlass-dsl"] == "4.8.1"
+
+
+def test_the_cuda_major_picks_the_libs_flavor():
+    rel = fa4.release()
+    names = {p.name for p in rel.wheels_for("13")}
+    assert "nvidia-cutlass-dsl-libs-cu13" in names and "nvidia-cutlass-dsl-libs-cu12" not in names
+    with pytest.raises(ToolkitError, match="no CUDA 11 flavor"):
+        rel.wheels_for("11")
+
+
+def test_an_unknown_release_is_one_line():
+    with pytest.raises(ToolkitError, match=r"flash-attn-4 9\.9 is not in the knowledge \(known: 4\.0\.0b36"):
+        fa4.release("9.9")
+
+
+def test_if_missing_wheels_are_left_out_when_the_python_has_them():
+    rel = fa4.release()
+    planned = {p.name for p in fa4.plan(rel, "13", {"cuda-bindings": "13.0.3", "protobuf": "6.31.0"})}
+    assert "cuda-bindings" not in planned and "protobuf" not in planned and "cuda-pathfinder" in planned
+    assert "flash-attn-4" in planned
+
+
+def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
+    """protobuf is installed only where missing, unless the python's copy is older than libs-base needs."""
+    rel = fa4.release()
+    env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64"}
+    read = lambda pin: fa4.wheel_metadata(joined / pin.file)  # noqa: E731
+    fine = {"torch": "2.11.0", "protobuf": "5.29.0", "typing-extensions": "4.15.0", "einops": "0.8.1",
+            "cuda-bindings": "13.0.3", "cuda-pathfinder": "1.3.3"}
+    assert "protobuf" not in {p.name for p in fa4.plan(rel, "13", fine, env, read)}
+    old = {**fine, "protobuf": "3.20.3", "typing-extensions": "4.9.0"}
+    chosen = {p.name for p in fa4.plan(rel, "13", old, env, read)}
+    assert {"protobuf", "typing-extensions"} <= chosen and "cuda-bindings" not in chosen
+
+
+@needs_wheels
+def test_fetched_wheels_match_the_pins_and_each_carry_fits(joined):
+    rel = fa4.release()
+    for pin in rel.wheels_for("13"):
+        fa4.check_wheel(joined / pin.file, pin)
+    for part in ("part1", "part2"):
+        size = sum(f.stat().st_size for f in (FETCHED / part).iterdir())
+        assert size < 60 * 2 ** 20, part
+
+
+def test_a_tampered_wheel_is_refused(tmp_path):
+    pin = fa4.release().wheels[1]
+    (tmp_path / pin.file).write_bytes(b"x" * pin.size)
+    with pytest.raises(ToolkitError, match="does not match the pin"):
+        fa4.check_wheel(tmp_path / pin.file, pin)
+
+
+def test_split_and_join_round_trip_and_a_damaged_part_is_caught(tmp_path):
+    data = os.urandom(3 * 1000 + 7)
+    (tmp_path / "big.whl").write_bytes(data)
+    parts = fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    assert [p.name for p in parts] == [f"big.whl.part00{i}" for i in range(4)]
+    manifest = tmp_path / "parts" / "big.whl.parts.json"
+    assert fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "out").read_bytes() == data
+    parts[2].write_bytes(b"0" * 1000)
+    with pytest.raises(ToolkitError, match="sha256 differs"):
+        fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
+    assert not (tmp_path / "again" / "big.whl").exists()
+    parts[1].unlink()
+    with pytest.raises(ToolkitError, match="part big.whl.part001 is in none of"):
+        fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
+
+
+@needs_wheels
+def test_the_meta_package_requires_libs_cu12_and_libs_cu13_replaces_it(joined):
+    """The trap from the H200: nvidia-cutlass-dsl's METADATA wants libs-cu12 even for CUDA 13."""
+    rel = fa4.release()
+    pins = rel.wheels_for("13")
+    metadata = [fa4.wheel_metadata(joined / p.file) for p in pins]
+    available = {p.name: p.version for p in pins} | {"torch": "2.11.0"}
+    env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64",
+           "platform_system": "Linux", "implementation_name": "cpython", "os_name": "posix"}
+    unmet = fa4.unmet_requirements(metadata, available, {}, env)
+    assert unmet == ["nvidia-cutlass-dsl: nvidia-cutlass-dsl-libs-cu12==4.8.1 (not installed and not pinned)"]
+    assert fa4.unmet_requirements(metadata, available, {"nvidia-cutlass-dsl-libs-cu12": "libs-cu13"}, env) == []
+    old_torch_dlpack = available | {"apache-tvm-ffi": "0.2.0"}
+    assert any("apache-tvm-ffi<0.2" in line for line in
+               fa4.unmet_requirements(metadata, old_torch_dlpack, {"nvidia-cutlass-dsl-libs-cu12": "x"}, env))
+
+
+def test_fa2_in_the_same_target_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "flash_attn").mkdir()
+    (tmp_path / "flash_attn" / "__init__.py").write_text("__version__ = '2.8.3'\n")
+    with pytest.raises(ToolkitError, match="holds flash-attn 2.x"):
+        fa4.refuse_collision(tmp_path)
+
+
+def test_a_python_without_torch_is_refused_in_one_line(tmp_path, capsys, joined):
+    python = tmp_path / "bare" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    code = main(["fa4", "install", "--wheels", str(joined), "--target", str(tmp_path / "t"), "--python", str(python)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and err.startswith("error: ")
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
+def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp_path, joined):
+    """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
+    venv = tmp_path / "py312"
+    subprocess.run([PY312, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    import packaging
+    import typing_extensions
+
+    for name, version in (("torch", "2.11.0+cu130"), ("typing_extensions", "4.15.0")):
+        info = site / f"{name}-{version}.dist-info"  # torch: a STAND-IN, metadata only, no code
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    shutil.copy(typing_extensions.__file__, site)  # real pure-Python modules cutlass and the probe import
+    shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    target = tmp_path / "fa4"
+    record = fa4.install(fa4.release(), "13", joined, target, str(python))
+    assert "nvidia-cutlass-dsl-libs-cu13==4.8.1" in record.installed
+    assert not any("libs-cu12" in name for name in record.installed)
+    assert json.loads((target / fa4.RECORD_NAME).read_text())["python_path"] == record.python_path
+    assert (target / "nvidia_cutlass_dsl_packages.pth").is_file()  # pip copies it; nothing processes it
+    probe = [str(python), "-c", "import cutlass; print(cutlass.__version__)"]
+    plain = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)})
+    assert plain.returncode != 0 and "No module named 'cutlass'" in plain.stderr  # the trap, reproduced
+    fixed = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, **record.env()})
+    assert fixed.returncode == 0, fixed.stderr[-500:]
+    assert fixed.stdout.strip() == "4.8.1"
+    with pytest.raises(ToolkitError, match="holds flash-attn 2.x"):
+        (target / "flash_attn" / "__init__.py").write_text("")
+        fa4.install(fa4.release(), "13", joined, target, str(python))
+
+
+def test_env_verb_prints_data_lines(tmp_path, capsys):
+    record = fa4.InstallRecord("4.0.0b36", "13", str(tmp_path), sys.executable, [], {}, fa4.python_path(tmp_path))
+    (tmp_path / fa4.RECORD_NAME).write_text(json.dumps(record.__dict__))
+    assert main(["fa4", "env", "--target", str(tmp_path), "--cache-dir", str(tmp_path / "c")]) == 0
+    lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["PYTHONPATH"] == f"{tmp_path}:{tmp_path / 'nvidia_cutlass_dsl' / 'dsl_packages'}"
+    assert lines["FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"] == "1"
+    assert lines["FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"] == str(tmp_path / "c")
+
+
+def test_env_without_an_install_is_one_line(tmp_path, capsys):
+    assert main(["fa4", "env", "--target", str(tmp_path)]) == 1
+    assert "no readable install record" in capsys.readouterr().err
+
+
+def test_gpu_script_is_valid_bash_and_names_its_carries():
+    script = ROOT / "scripts" / "gpu_fa4.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    for phase, carry in (("carry1", '[".whl-fa4/part1"]'), ("carry2", '[".whl-fa4/part2"]')):
+        assert f'run(command="bash scripts/gpu_fa4.sh {phase}", carry={carry})' in text
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "fetch_fa4_wheels.sh")]).returncode == 0
+
+
+# ---------------------------------------------------------------- the line's FA4 lock
+# Real data: PyPI's PEP 691 JSON for each pinned project, recorded 2026-12-01 and trimmed to the pinned files
+# (tests/fixtures/fa4_pypi/<project>.json).
+PYPI_FIXTURE = Path(__file__).parent / "fixtures" / "fa4_pypi"
+
+
+def recorded_pypi(project: str) -> list[dict]:
+    return json.loads((PYPI_FIXTURE / f"{project}.json").read_text())["files"]
+
+
+def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
+    from toolkit.spec import load_spec
+
+    path = fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
+    data = json.loads(path.read_text())
+    assert path.name == "gpu-machine-fa4.fa4-lock.json" and data["cuda_major"] == "13"
+    assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4.release().wheels_for("13")]
+    assert all(w["url"].startswith("https://files.pythonhosted.org/") and w["url"].endswith(w["file"])
+               for w in data["wheels"])
+    assert fa4.read_lock(path)[0].version == "4.0.0b36"
+    assert path.read_text() == (ROOT / "locks" / path.name).read_text()  # the committed lock is this one
+    data["wheels"][0]["version"] = "4.0.0b37"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ToolkitError, match="edited after it was written"):
+        fa4.read_lock(path)
+
+
+def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
+    from toolkit.spec import load_spec
+
+    def replaced(project):
+        files = recorded_pypi(project)
+        if project == "quack-kernels":
+            files = [{**files[0], "hashes": {"sha256": "0" * 64}}]
+        return files
+
+    with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
+        fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_fact_in_the_knowledge_names_a_source_that_exists():
+    data = fa4.knowledge()
+    refs = [data["attn_implementation_source"], *(f["source"] for f in data["features"].values()),
+            *(h["source"] for h in data["head_dims"].values()), *(t["source"] for t in data["targets"]),
+            *(r["source"] for r in data["releases"].values())]
+    assert refs and set(refs) <= set(data["sources"])
+    assert all(len(text) > 40 for text in data["sources"].values())
+
+
+@pytest.mark.parametrize("manifest", [{"file": "../escape.whl", "parts": ["a"]},
+                                      {"file": "x.whl", "parts": ["/etc/passwd"]}, {"file": "x.whl"}, "not json"])
+def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, manifest):
+    path = tmp_path / "x.whl.parts.json"
+    path.write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    with pytest.raises(ToolkitError, match="parts manifest|plain file names"):
+        fa4.join_parts(path, [tmp_path], tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape.whl").exists()

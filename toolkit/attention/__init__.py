@@ -1,0 +1,1 @@
+"""Attention backends side by side: which verified one is fastest where (recommend)."""

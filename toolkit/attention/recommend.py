@@ -1,0 +1,202 @@
+"""Which verified attention backend is fastest, per GPU and shape, from one measured bench grid.
+
+Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (FA2's
+`toolkit verify`, FA4's `python -m toolkit.verify.fa4`). A packaged backend counts only if its report
+passed on the same GPU; torch's own SDPA backends and eager count as verified (torch is the yardstick
+the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
+fwd+bwd) the measured seqlens become bands [s_i, s_i+1), and each band names the fastest verified
+backend there, with transformers' attn_implementation for it. The JSON this writes is what the
+toolkit reads back (`lookup`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from toolkit.atomic import write_atomic
+from toolkit.errors import ToolkitError
+
+TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
+GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
+
+
+@dataclass(frozen=True)
+class Rule:
+    dtype: str
+    head_dim: int
+    causal: bool
+    mode: str
+    seqlen_min: int
+    seqlen_max: int | None  # None: and above
+    backend: str
+    attn_implementation: dict
+    tflops: float
+    best_tflops: float  # the fastest of ALL measured backends at seqlen_min (verified or not)
+    best_backend: str
+
+    @property
+    def ratio(self) -> float:
+        return self.tflops / self.best_tflops if self.best_tflops else 0.0
+
+
+def verified_backends(reports: dict[str, dict], gpu: str | None) -> dict[str, str]:
+    """backend -> why it counts as verified; a packaged backend needs a passed report from this GPU."""
+    verified = {name: "torch's own kernel (the verification yardstick)" for name in TORCH_BACKENDS}
+    for backend, report in reports.items():
+        summary = report.get("summary", {})
+        ok = (not summary.get("setup_error") and summary.get("failed") == 0 and summary.get("error") == 0
+              and summary.get("passed", 0) > 0)
+        if ok and report.get("gpu") == gpu:
+            verified[backend] = (f"{report.get('level')} verification passed: {summary['passed']} passed, "
+                                 f"{summary.get('unsupported', 0)} unsupported, on {gpu}, {report.get('date')}")
+    return verified
+
+
+def recommend(bench: dict, verified: dict[str, str], names: dict[str, dict]) -> list[Rule]:
+    """One rule per band: the fastest verified backend; adjacent bands with the same backend merge."""
+    groups: dict[tuple, dict[int, list[dict]]] = {}
+    for row in bench["measurements"]:
+        if row["status"] == "ok" and row["tflops"]:
+            key = tuple(row[k] for k in GROUP_KEYS)
+            groups.setdefault(key, {}).setdefault(row["seqlen"], []).append(row)
+    rules = []
+    for key, by_seqlen in sorted(groups.items(), key=lambda item: str(item[0])):
+        seqlens = sorted(by_seqlen)
+        for index, seqlen in enumerate(seqlens):
+            rows = by_seqlen[seqlen]
+            best = max(rows, key=lambda r: r["tflops"])
+            candidates = [r for r in rows if r["implementation"] in verified]
+            if not candidates:
+                continue
+            pick = max(candidates, key=lambda r: r["tflops"])
+            upper = seqlens[index + 1] - 1 if index + 1 < len(seqlens) else None
+            rule = Rule(*key, 0 if index == 0 else seqlen, upper, pick["implementation"],
+                        names.get(pick["implementation"], {}), pick["tflops"], best["tflops"], best["implementation"])
+            previous = rules[-1] if rules else None
+            if previous and (previous.dtype, previous.head_dim, previous.causal, previous.mode, previous.backend) \
+                    == (*key, rule.backend) and previous.seqlen_max == rule.seqlen_min - 1:
+                rules[-1] = replace(previous, seqlen_max=upper)  # TFLOP/s stay those of the band's first seqlen
+                continue
+            rules.append(rule)
+    return rules
+
+
+def shape_ratios(bench: dict, rules: list[Rule]) -> list[dict]:
+    """For every measured shape: the recommended backend's TFLOP/s over the best measured one."""
+    out = []
+    for row_key, rows in _by_shape(bench).items():
+        dtype, head_dim, causal, mode, seqlen = row_key
+        rule = lookup_rules(rules, dtype, head_dim, causal, mode, seqlen)
+        best = max(rows.values())
+        chosen = rows.get(rule.backend) if rule else None
+        out.append({"dtype": dtype, "head_dim": head_dim, "causal": causal, "mode": mode, "seqlen": seqlen,
+                    "recommended": rule.backend if rule else None, "ratio": (chosen or 0.0) / best if best else None})
+    return out
+
+
+def _by_shape(bench: dict) -> dict[tuple, dict[str, float]]:
+    shapes: dict[tuple, dict[str, float]] = {}
+    for row in bench["measurements"]:
+        if row["status"] == "ok" and row["tflops"]:
+            key = (row["dtype"], row["head_dim"], row["causal"], row["mode"], row["seqlen"])
+            shapes.setdefault(key, {})[row["implementation"]] = row["tflops"]
+    return shapes
+
+
+def lookup_rules(rules: list[Rule], dtype: str, head_dim: int, causal: bool, mode: str, seqlen: int) -> Rule | None:
+    return next((r for r in rules if (r.dtype, r.head_dim, r.causal, r.mode) == (dtype, head_dim, causal, mode)
+                 and r.seqlen_min <= seqlen and (r.seqlen_max is None or seqlen <= r.seqlen_max)), None)
+
+
+def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: str, seqlen: int) -> Rule | None:
+    """What the toolkit reads back: the rule for a shape on a GPU from a recommendation file."""
+    data = json.loads(Path(path).read_text())
+    if data.get("gpu") != gpu:
+        return None
+    return lookup_rules([Rule(**r) for r in data["rules"]], dtype, head_dim, causal, mode, seqlen)
+
+
+def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
+    """Issue 16's ratio targets: FA4 over each named backend on one shape (FA2's committed number
+    where this run has no flash-attn row, said so in `fa2_source`)."""
+    shapes = _by_shape(bench)
+    results = []
+    for target in targets:
+        if not bench.get("gpu") or target["gpu"] not in bench["gpu"]:
+            continue
+        rows = shapes.get((target["dtype"], target["head_dim"], target["causal"], target["mode"], target["seqlen"]), {})
+        fa4 = rows.get("fa4")
+        for other, minimum in target["min_vs"].items():
+            base, source = rows.get(other), "this run"
+            if base is None and other == "flash-attn" and target.get("fa2_tflops"):
+                base, source = float(target["fa2_tflops"]), "committed FA2 measurement (not this run)"
+            ratio = fa4 / base if fa4 and base else None
+            results.append({**{k: target[k] for k in ("mode", "dtype", "head_dim", "seqlen", "causal")},
+                            "versus": other, "fa4_tflops": fa4, "versus_tflops": base, "versus_source": source,
+                            "ratio": ratio, "min_ratio": minimum, "met": ratio is not None and ratio >= minimum})
+    return results
+
+
+def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
+    verified = verified_backends(reports, bench.get("gpu"))
+    rules = recommend(bench, verified, knowledge.get("attn_implementation", {}))
+    ratios = shape_ratios(bench, rules)
+    minimum = knowledge.get("recommended_min_ratio", 0.98)
+    worst = min((r["ratio"] for r in ratios if r["ratio"] is not None), default=None)
+    return {"kind": "attention-recommendation", "gpu": bench.get("gpu"), "gpu_capability": bench.get("gpu_capability"),
+            "date": bench.get("date"), "bench_command": bench.get("command"), "torch": bench.get("torch"),
+            "versions": {"flash-attn": bench.get("flash_attn", {}).get("version"),
+                         "flash-attn-4": bench.get("flash_attn_4", {}).get("version")},
+            "verified": verified, "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
+            "worst_ratio": worst, "recommended_min_ratio": minimum,
+            "targets": check_targets(bench, knowledge.get("targets", []))}
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser("recommend", help="per GPU and shape, the fastest verified attention backend")
+    parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
+    parser.add_argument("--verify", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
+                        help="a packaged backend's verification report (fa4=..., flash-attn=...)")
+    parser.add_argument("--out", type=Path, required=True, help="recommendation JSON to write")
+    parser.set_defaults(func=_recommend_command)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ToolkitError(f"{path}: not a readable JSON report ({type(exc).__name__})") from None
+
+
+def _recommend_command(args: argparse.Namespace) -> int:
+    from toolkit.fa4 import knowledge
+
+    reports = {}
+    for item in args.verify:
+        backend, sep, path = item.partition("=")
+        if not sep:
+            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
+        reports[backend] = _read_json(Path(path))
+    try:
+        data = build(_read_json(args.bench), reports, knowledge())
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ToolkitError(f"{args.bench}: not a `toolkit bench` report, or a --verify file is not a verify "
+                           f"report ({type(exc).__name__}: {exc})") from None
+    write_atomic(args.out, json.dumps(data, indent=2) + "\n")
+    for rule in data["rules"]:
+        upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
+        causal = "causal" if rule["causal"] else ""
+        print(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
+              f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
+    for target in data["targets"]:
+        ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
+        print(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
+              f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
+              f"{target['min_ratio']}; {target['versus_source']})")
+    worst = data["worst_ratio"]
+    print(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
+          f"(needs >= {data['recommended_min_ratio']}); {args.out}")
+    return 0

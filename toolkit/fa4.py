@@ -1,0 +1,588 @@
+"""FlashAttention-4 (`flash-attn-4`, flash_attn.cute): its pinned wheels, their fetch and install.
+
+FA4 is pure Python on NVIDIA's CuTe DSL and compiles its kernels at run time, so "building" it means
+installing exact wheels and warming its kernel cache (toolkit/fa4_jit.py). The facts (which wheels,
+their hashes, which CUDA flavor, which features on which sm) live in knowledge/flash_attn_4.yaml.
+
+Two traps this module exists for (both seen on the H200, 2026-12-01):
+- nvidia-cutlass-dsl requires libs-cu12 unconditionally, also on CUDA 13: the toolkit installs the
+  exact list with --no-deps and checks every Requires-Dist itself, with libs-cu13 standing in.
+- the `cutlass` package is found only through nvidia_cutlass_dsl_packages.pth, which `--target` +
+  PYTHONPATH never runs: the toolkit puts nvidia_cutlass_dsl/dsl_packages on the path explicitly
+  (`python_path`), so every way of installing (prefix, --target, external python) imports alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass
+from email.parser import HeaderParser
+from functools import cache
+from pathlib import Path
+
+from toolkit.atomic import write_atomic
+from toolkit.errors import ToolkitError
+
+KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
+DEFAULT_RELEASE = "4.0.0b36"
+DSL_PACKAGES = Path("nvidia_cutlass_dsl") / "dsl_packages"  # where `cutlass` lives (knowledge: pth)
+RECORD_NAME = "fa4-install.json"
+# The pinned wheels are built for one interpreter; pip download asks PyPI for exactly these tags.
+DOWNLOAD_TAGS = ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3",
+                 "--abi", "none", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
+                 "--platform", "manylinux2014_x86_64", "--platform", "any")
+PART_BYTES = 34 * 2 ** 20  # chunks of the one wheel too large to carry: 3 of them, 1 + 2 per carry
+
+
+@dataclass(frozen=True)
+class WheelPin:
+    name: str
+    version: str
+    file: str
+    sha256: str
+    size: int
+    cuda: str | None = None  # only for this CUDA major
+    if_missing: bool = False  # only when the target python lacks the distribution
+    replaces: str | None = None  # the requirement this wheel satisfies instead (libs-cu12 -> libs-cu13)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    python: str
+    min_arch: int
+    archs: tuple[str, ...]
+    cuda_majors: tuple[str, ...]
+    torch: str
+    wheels: tuple[WheelPin, ...]
+    from_base: tuple[str, ...]
+
+    @property
+    def pinned_cuda_majors(self) -> tuple[str, ...]:
+        """The CUDA majors whose libs flavor is pinned (a wheel limited to that major)."""
+        return tuple(sorted({w.cuda for w in self.wheels if w.cuda and w.replaces}))
+
+    def wheels_for(self, cuda_major: str) -> list[WheelPin]:
+        """The wheels of this release for one CUDA major, in install order."""
+        if cuda_major not in self.pinned_cuda_majors:
+            raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {self.version} has no CUDA {cuda_major} "
+                               f"flavor pinned (pinned: {', '.join(self.pinned_cuda_majors)}; use such a CUDA line "
+                               f"or pin the flavor)")
+        return [w for w in self.wheels if w.cuda in (None, cuda_major)]
+
+
+@cache
+def knowledge(path: Path = KNOWLEDGE_FILE) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Release:
+    entry = knowledge(path)["releases"].get(version)
+    if entry is None:
+        known = ", ".join(knowledge(path)["releases"])
+        raise ToolkitError(f"{path.name}: flash-attn-4 {version} is not in the knowledge (known: {known}; "
+                           f"add it with its wheels' sha256)")
+    wheels = tuple(WheelPin(**{k: str(v) if k in ("version", "cuda") else v for k, v in w.items()})
+                   for w in entry["wheels"])
+    return Release(version, entry["python"], int(entry["min_arch"]), tuple(entry["archs"]),
+                   tuple(entry["cuda_majors"]), entry["torch"], wheels, tuple(entry["from_base"]))
+
+
+# ---------------------------------------------------------------- wheels on disk
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_wheel(path: Path, pin: WheelPin) -> None:
+    """The file is the pinned one (size, then sha256), or a one-line error naming it."""
+    if not path.is_file():
+        raise ToolkitError(f"{path}: missing (run scripts/fetch_fa4_wheels.sh, or carry the folder)")
+    if path.stat().st_size != pin.size or sha256_of(path) != pin.sha256:
+        raise ToolkitError(f"{path}: does not match the pin in {KNOWLEDGE_FILE.name} (size {pin.size}, "
+                           f"sha256 {pin.sha256[:12]}...): delete it and fetch again")
+
+
+def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = None) -> list[Path]:
+    """Download each pinned wheel from PyPI (exact version, --no-deps, binary only) and check its hash."""
+    pip = pip or [sys.executable, "-m", "pip"]
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for pin in rel.wheels_for(cuda_major):
+        path = dest / pin.file
+        if not (path.is_file() and path.stat().st_size == pin.size and sha256_of(path) == pin.sha256):
+            with tempfile.TemporaryDirectory(dir=dest) as scratch:
+                done = subprocess.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                                       *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
+                                      capture_output=True, text=True)
+                got = Path(scratch) / pin.file
+                if done.returncode != 0 or not got.is_file():
+                    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                    raise ToolkitError(f"pip download {pin.name}=={pin.version}: {tail} (is PyPI reachable?)")
+                check_wheel(got, pin)
+                os.replace(got, path)
+        paths.append(path)
+    return paths
+
+
+def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Path]:
+    """Cut a file too large to carry into numbered parts beside a manifest holding the whole file's hash."""
+    dest.mkdir(parents=True, exist_ok=True)
+    parts = []
+    with open(path, "rb") as handle:
+        for index, block in enumerate(iter(lambda: handle.read(part_bytes), b"")):
+            part = dest / f"{path.name}.part{index:03d}"
+            write_atomic(part, block)
+            parts.append(part)
+    manifest = {"file": path.name, "size": path.stat().st_size, "sha256": sha256_of(path),
+                "parts": [p.name for p in parts]}
+    write_atomic(dest / f"{path.name}.parts.json", json.dumps(manifest, indent=2) + "\n")
+    return parts
+
+
+def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
+    """Reassemble a split file from parts found in any of `search`; the whole file's sha256 must match."""
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        names = [manifest["file"], *manifest["parts"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ToolkitError(f"{manifest_path}: not a readable parts manifest ({type(exc).__name__}) "
+                           f"(split again with scripts/fetch_fa4_wheels.sh)") from None
+    if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..") for n in names):
+        raise ToolkitError(f"{manifest_path}: file and part names must be plain file names (split again)")
+    out = dest / manifest["file"]
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=dest, delete=False) as joined:
+        for name in manifest["parts"]:
+            found = next((d / name for d in search if (d / name).is_file()), None)
+            if found is None:
+                Path(joined.name).unlink()
+                raise ToolkitError(f"{manifest_path}: part {name} is in none of {', '.join(map(str, search))} "
+                                   f"(carry the other part folder too)")
+            with open(found, "rb") as part:
+                shutil.copyfileobj(part, joined)
+    if sha256_of(Path(joined.name)) != manifest["sha256"]:
+        Path(joined.name).unlink()
+        raise ToolkitError(f"{manifest_path}: the joined file's sha256 differs from the manifest (a part is "
+                           f"damaged: fetch and split again)")
+    os.replace(joined.name, out)
+    return out
+
+
+def wheel_fits_python(filename: str, python: str) -> bool:
+    """Does a wheel's tag run on CPython `python` ("3.12")? cpXY exactly, py3, or abi3 from cpXY on."""
+    from packaging.utils import parse_wheel_filename
+
+    major, minor = (int(part) for part in python.split(".")[:2])
+    for tag in parse_wheel_filename(filename)[3]:
+        if tag.interpreter in ("py3", f"py{major}", f"cp{major}{minor}"):
+            return True
+        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}") and int(tag.interpreter[3:] or 0) <= minor:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the line's FA4 lock
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+LOCKS_DIR = Path("locks")
+
+
+def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict]:
+    """A project's files from a PEP 691 JSON simple index (name, url, hashes)."""
+    import urllib.error
+    import urllib.request
+
+    url = f"{index.rstrip('/')}/{project}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)["files"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        raise ToolkitError(f"{url}: cannot read the release files ({getattr(exc, 'reason', exc)}; lock where "
+                           f"the index is reachable)") from None
+
+
+def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dict]:
+    """Each pinned wheel with its index URL; the index's sha256 must be the knowledge's pin."""
+    entries = []
+    for pin in rel.wheels_for(cuda_major):
+        found = next((f for f in files_of(pin.name) if f["filename"] == pin.file and not f.get("yanked")), None)
+        if found is None:
+            raise ToolkitError(f"{pin.name}: the index has no (unyanked) {pin.file} (check {KNOWLEDGE_FILE.name})")
+        if found["hashes"].get("sha256") != pin.sha256:
+            got = found["hashes"].get("sha256", "?")
+            raise ToolkitError(f"{pin.file}: the index's sha256 {got[:12]}... is not the "
+                               f"pin {pin.sha256[:12]}... in {KNOWLEDGE_FILE.name} (a replaced file: do not lock it)")
+        entries.append({**asdict(pin), "url": found["url"]})
+    return entries
+
+
+def write_lock(spec, files_of=pypi_files, locks_dir: Path = LOCKS_DIR) -> Path:
+    """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
+    from toolkit.digest import sha256_json
+
+    if spec.flash_attn_4 is None:
+        raise ToolkitError(f"{spec.path}: no flash_attn_4 section (add `flash_attn_4: {{version: ...}}`)")
+    rel = release(spec.flash_attn_4.version)
+    cuda_major = spec.cuda.split(".")[0]
+    unfit = [p.file for p in rel.wheels_for(cuda_major) if not wheel_fits_python(p.file, spec.python)]
+    if unfit:
+        raise ToolkitError(f"{spec.path}: python {spec.python}: {unfit[0]} is pinned for another interpreter")
+    data = {"kind": "fa4-lock", "line": spec.line, "release": rel.version, "cuda_major": cuda_major,
+            "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
+            "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
+    data["digest"] = sha256_json(data)
+    path = Path(locks_dir) / f"{spec.line}.fa4-lock.json"
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def read_lock(path: Path) -> tuple[Release, str]:
+    """(the release, CUDA major) a lock pins, refusing an edited lock or one that disagrees with the knowledge."""
+    from toolkit.digest import sha256_json
+
+    try:
+        data = json.loads(Path(path).read_text())
+        digest = data.pop("digest")
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) "
+                           f"(run `toolkit fa4 lock LINE`)") from None
+    if sha256_json(data) != digest:
+        raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
+    rel = release(data["release"])
+    pinned = {p.file: p.sha256 for p in rel.wheels_for(data["cuda_major"])}
+    if {w["file"]: w["sha256"] for w in data["wheels"]} != pinned:
+        raise ToolkitError(f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
+                           f"(lock again)")
+    return rel, data["cuda_major"]
+
+
+# ---------------------------------------------------------------- requirements
+
+
+def wheel_metadata(path: Path) -> dict:
+    """Name, version and Requires-Dist lines of a wheel, read from its METADATA (no code run)."""
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        headers = HeaderParser().parsestr(archive.read(name).decode())
+    return {"name": headers["Name"], "version": headers["Version"], "requires": headers.get_all("Requires-Dist") or []}
+
+
+def unmet_requirements(metadata: list[dict], available: dict[str, str], replaced: dict[str, str],
+                       environment: dict[str, str]) -> list[str]:
+    """Every unconditional (marker-true, no extra) requirement that neither the installed set nor a
+    replacement satisfies, as "wheel: requirement (why)"."""
+    return [f"{wheel}: {req} ({why})" for wheel, req, why in _unmet(metadata, available, replaced, environment)]
+
+
+def _unmet(metadata: list[dict], available: dict[str, str], replaced: dict[str, str],
+           environment: dict[str, str]) -> list[tuple]:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    problems = []
+    for meta in metadata:
+        for line in meta["requires"]:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({**environment, "extra": ""}):
+                continue
+            name = canonicalize_name(req.name)
+            if name in replaced:
+                continue
+            have = available.get(name)
+            if have is None:
+                problems.append((meta["name"], line, "not installed and not pinned"))
+            elif not req.specifier.contains(have, prereleases=True):
+                problems.append((meta["name"], line, f"found {have}"))
+    return problems
+
+
+# ---------------------------------------------------------------- install
+
+
+@dataclass
+class InstallRecord:
+    release: str
+    cuda_major: str
+    target: str
+    python: str
+    installed: list[str]  # name==version
+    from_base: dict[str, str]  # distributions the target python already had and that were used
+    python_path: list[str]  # what PYTHONPATH must hold for `import flash_attn.cute`
+
+    def env(self) -> dict[str, str]:
+        return {"PYTHONPATH": os.pathsep.join(self.python_path)}
+
+
+_PROBE = ("import importlib.metadata as m, json, platform, sys\n"
+          "from packaging.markers import default_environment\n"
+          "print(json.dumps({'dists': {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']},"
+          " 'env': default_environment(), 'py': '%d.%d' % sys.version_info[:2]}))")
+
+
+def probe_python(python: str, extra_path: list[str] | None = None) -> dict:
+    """What the target interpreter has: distributions, marker environment, python minor."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(extra_path or [])}
+    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"{python}: cannot be inspected ({tail}) (pass --python of an interpreter with "
+                           f"torch and packaging)")
+    data = json.loads(done.stdout)
+    from packaging.utils import canonicalize_name
+
+    data["dists"] = {canonicalize_name(k): v for k, v in data["dists"].items()}
+    return data
+
+
+def python_path(target: Path) -> list[str]:
+    """The entries that make `import flash_attn.cute` work from a --target folder (see module doc)."""
+    return [str(target), str(target / DSL_PACKAGES)]
+
+
+def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: dict[str, str] | None = None,
+         metadata_of=None) -> list[WheelPin]:
+    """The wheels to install: all pins of the CUDA major, less `if_missing` ones the python already has
+    at a version every chosen wheel accepts (`metadata_of(pin)` reads a wheel's requirements; without it
+    only absence counts)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = rel.wheels_for(cuda_major)
+    chosen = [w for w in pins if not (w.if_missing and canonicalize_name(w.name) in present)]
+    while metadata_of is not None:
+        available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
+        replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
+        wanted = {canonicalize_name(Requirement(line).name) for _, line, _ in
+                  _unmet([metadata_of(p) for p in chosen], available, replaced, environment or {})}
+        extra = [w for w in pins if w not in chosen and canonicalize_name(w.name) in wanted]
+        if not extra:
+            break
+        chosen = [w for w in pins if w in chosen or w in extra]
+    return chosen
+
+
+def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python: str) -> InstallRecord:
+    """Install the pinned wheels into `target` for `python`, check every requirement, record it."""
+    from packaging.utils import canonicalize_name
+
+    probe = probe_python(python)
+    from packaging.specifiers import SpecifierSet
+
+    if not SpecifierSet(rel.python).contains(probe["py"]):
+        raise ToolkitError(f"{python}: Python {probe['py']} but flash-attn-4 {rel.version} needs {rel.python}")
+    present = probe["dists"]
+    missing_base = [name for name in rel.from_base if canonicalize_name(name) not in present]
+    if missing_base:
+        raise ToolkitError(f"{python}: lacks {', '.join(missing_base)}, which flash-attn-4 takes from the base "
+                           f"environment (install the line's torch environment first)")
+    for pin in rel.wheels_for(cuda_major):
+        check_wheel(wheel_dir / pin.file, pin)
+    chosen = plan(rel, cuda_major, present, probe["env"], lambda pin: wheel_metadata(wheel_dir / pin.file))
+    metadata = [wheel_metadata(wheel_dir / pin.file) for pin in chosen]
+    available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
+    replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
+    problems = unmet_requirements(metadata, available, replaced, probe["env"])
+    if problems:
+        raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {rel.version} pins leave requirements unmet: "
+                           f"{'; '.join(problems)} (add the wheel to the release's pins)")
+    refuse_collision(target)
+    target.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                           "--no-cache-dir", "--upgrade", "--target", str(target),
+                           *[str(wheel_dir / p.file) for p in chosen]], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"pip install --target {target}: {tail}")
+    used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
+    used_base.update({p.name: present[canonicalize_name(p.name)] for p in rel.wheels_for(cuda_major)
+                      if p.if_missing and p not in chosen})  # present and good enough
+    record = InstallRecord(rel.version, cuda_major, str(target), python, [f"{p.name}=={p.version}" for p in chosen],
+                           used_base, python_path(target))
+    if not (target / DSL_PACKAGES / "cutlass").is_dir():
+        raise ToolkitError(f"{target}: no {DSL_PACKAGES}/cutlass after the install (the nvidia-cutlass-dsl "
+                           f"layout changed: update {KNOWLEDGE_FILE.name})")
+    write_atomic(target / RECORD_NAME, json.dumps(asdict(record), indent=2) + "\n")
+    return record
+
+
+def refuse_collision(target: Path) -> None:
+    """flash-attn 2.x in the same folder owns flash_attn/__init__.py and its own flash_attn/cute (knowledge:
+    collision): installing FA4 there would overwrite FA2's files, so refuse."""
+    if (target / "flash_attn" / "__init__.py").is_file():
+        raise ToolkitError(f"{target}: holds flash-attn 2.x (flash_attn/__init__.py); flash-attn-4 writes "
+                           f"flash_attn/cute into the same package (install FA4 into its own --target folder)")
+
+
+def load_record(target: Path) -> InstallRecord:
+    path = target / RECORD_NAME
+    try:
+        return InstallRecord(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise ToolkitError(f"{path}: no readable install record ({type(exc).__name__}) "
+                           f"(run `toolkit fa4 install` first)") from None
+
+
+def import_check(record: InstallRecord, env: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Does `import flash_attn.cute` work in a fresh process of the recorded python? (ok, last line)"""
+    probe = "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"
+    done = subprocess.run([record.python, "-c", probe],
+                          capture_output=True, text=True, env={**os.environ, **record.env(), **(env or {})})
+    text = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["no output"]
+    return done.returncode == 0, text[-1]
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from toolkit import fa4_jit
+    from toolkit.attention import recommend
+
+    parser = subparsers.add_parser("fa4", help="FlashAttention-4: fetch, install, warm its kernel cache",
+                                   description="FlashAttention-4 (flash-attn-4) from the pinned wheels of "
+                                               "knowledge/flash_attn_4.yaml.")
+    verbs = parser.add_subparsers(dest="fa4_verb", metavar="STEP", required=True)
+    fetch_parser = verbs.add_parser("fetch", help="download the pinned wheels from PyPI and check their hashes")
+    _release_options(fetch_parser)
+    fetch_parser.add_argument("--dest", type=Path, required=True)
+    fetch_parser.add_argument("--split-into", type=Path, help="also cut the wheels into two carryable folders")
+    fetch_parser.set_defaults(func=_fetch_command)
+    lock_parser = verbs.add_parser("lock", help="write locks/LINE.fa4-lock.json: the line's exact wheels + URLs")
+    lock_parser.add_argument("line", metavar="LINE", help="line name or spec file (with a flash_attn_4 section)")
+    lock_parser.add_argument("--envs", type=Path, default=Path("envs"))
+    lock_parser.add_argument("--locks-dir", type=Path, default=LOCKS_DIR)
+    lock_parser.set_defaults(func=_lock_command)
+    install_parser = verbs.add_parser("install", help="install the pinned wheels into a --target folder")
+    _release_options(install_parser)
+    install_parser.add_argument("--lock", type=Path, help="a `toolkit fa4 lock` file (sets release and CUDA major)")
+    install_parser.add_argument("--wheels", type=Path, required=True, help="folder with the pinned wheels")
+    add_target_option(install_parser)
+    install_parser.add_argument("--python", default=sys.executable, help="interpreter the install is for")
+    install_parser.set_defaults(func=_install_command)
+    join_parser = verbs.add_parser("join", help="reassemble split wheels (folders of parts) into one folder")
+    join_parser.add_argument("--dest", type=Path, required=True)
+    join_parser.add_argument("parts", type=Path, nargs="+", help="folders holding parts and manifests")
+    join_parser.set_defaults(func=_join_command)
+    env_parser = verbs.add_parser("env", help="print NAME=VALUE lines an install (and its kernel cache) needs")
+    add_target_option(env_parser)
+    env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
+    env_parser.set_defaults(func=_env_command)
+    fa4_jit.register(verbs)
+    recommend.register(verbs)
+
+
+def add_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
+
+
+def _release_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--release", default=DEFAULT_RELEASE, help=f"flash-attn-4 version (default {DEFAULT_RELEASE})")
+    parser.add_argument("--cuda-major", default="13", help="CUDA major of the line (picks the libs-cuN flavor)")
+
+
+def _fetch_command(args: argparse.Namespace) -> int:
+    rel = release(args.release)
+    paths = fetch(rel, args.cuda_major, args.dest)
+    for path in paths:
+        print(f"ok {path.name} sha256 {sha256_of(path)[:16]}")
+    if args.split_into:
+        carry_split(paths, args.split_into)
+    return 0
+
+
+def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tuple[Path, Path]:
+    """Two folders, each under `limit` bytes: part1 = the small wheels + the first chunk of the big one,
+    part2 = the other chunks (one carry is at most 64 MiB; docs gpu-machine.md)."""
+    part1, part2 = dest / "part1", dest / "part2"
+    for folder in (part1, part2):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    big = [p for p in paths if p.stat().st_size > PART_BYTES]
+    for path in paths:
+        if path not in big:
+            shutil.copy2(path, part1 / path.name)
+    for path in big:
+        chunks = split_file(path, part2)
+        os.replace(chunks[0], part1 / chunks[0].name)
+        shutil.copy2(part2 / f"{path.name}.parts.json", part1 / f"{path.name}.parts.json")
+    for folder in (part1, part2):
+        size = sum(f.stat().st_size for f in folder.iterdir())
+        if size >= limit:
+            raise ToolkitError(f"{folder}: {size / 2 ** 20:.1f} MiB, over the {limit / 2 ** 20:.0f} MiB of one carry "
+                               f"(lower PART_BYTES)")
+        print(f"{folder}: {size / 2 ** 20:.1f} MiB")
+    return part1, part2
+
+
+def _join_command(args: argparse.Namespace) -> int:
+    args.dest.mkdir(parents=True, exist_ok=True)
+    manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
+    for wheel in (w for folder in args.parts for w in folder.glob("*.whl")):
+        shutil.copy2(wheel, args.dest / wheel.name)
+    for manifest in manifests.values():
+        print(f"joined {join_parts(manifest, list(args.parts), args.dest)}")
+    return 0
+
+
+def _env_command(args: argparse.Namespace) -> int:
+    """For a shell to read as data (`while IFS== read -r name value`), never to eval."""
+    from toolkit.fa4_jit import cache_env
+
+    env = load_record(args.target).env()
+    env.update(cache_env(args.cache_dir.absolute()) if args.cache_dir else {})
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def _lock_command(args: argparse.Namespace) -> int:
+    from toolkit.rules import checked_spec
+    from toolkit.spec import resolve_spec_arg
+
+    path = write_lock(checked_spec(resolve_spec_arg(args.line, args.envs)), locks_dir=args.locks_dir)
+    print(f"wrote {path}")
+    return 0
+
+
+def _install_command(args: argparse.Namespace) -> int:
+    rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
+    record = install(rel, cuda_major, args.wheels, args.target, args.python)
+    print(f"installed {', '.join(record.installed)} into {record.target}")
+    print(f"from the base python: {', '.join(f'{k}=={v}' for k, v in record.from_base.items())}")
+    print(f"PYTHONPATH={os.pathsep.join(record.python_path)}")
+    ok, line = import_check(record)
+    print(f"import flash_attn.cute: {'ok' if ok else 'FAILED'}: {line}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.fa4 STEP ...`: the fa4 verbs without loading every other stage."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit.fa4")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["fa4", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return args.func(args)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

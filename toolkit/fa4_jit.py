@@ -1,0 +1,370 @@
+"""The build step of a JIT kernel: warm FlashAttention-4's on-disk kernel cache and prove it works.
+
+FA4 compiles each kernel variant on its first call in every process (1-2 s forward, 4.5-5 s
+forward+backward on an H200) unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 points it at a cache
+folder (knowledge: cache; off by default, Dao-AILab/flash-attention#2635). `warm` compiles the
+variants users run, each in a FRESH process with its own empty cache (that first call is the cold
+latency), merges them into one cache folder, then calls each variant again in a fresh process using
+that cache (the warm latency). The cache is packed as a wheelhouse artifact beside a build record keyed
+by (FA4 version, cutlass-dsl version, arch, torch, python): FA4 itself namespaces entries under a
+fingerprint of its sources and the cutlass/tvm_ffi versions, so a mismatched cache is never loaded,
+only missed.
+
+`python -m toolkit.fa4_jit call ...` is the child: it needs torch and flash_attn.cute only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.atomic import write_atomic
+from toolkit.errors import ToolkitError
+
+CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
+CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
+# The CuTe DSL's own file cache (cutlass/base_dsl/env_manager.py: CUTE_DSL_CACHE_DIR, default a folder in
+# /tmp): pointed inside the same cache folder, so a cold run starts from nothing and the artifact holds it.
+DSL_CACHE_DIR_ENV = "CUTE_DSL_CACHE_DIR"
+DSL_SUBDIR = "cute-dsl"
+MODES = ("fwd", "fwd+bwd")
+DTYPES = ("bfloat16", "float16")
+HEAD_DIMS = (64, 128)
+MODEL_WIDTH = 2048  # heads = width / head_dim, as toolkit/bench.py
+CALL_TOKENS = 8192  # batch x seqlen of the call that triggers the compile (the compile key has no seqlen)
+CALL_SEQLEN = 2048
+
+
+@dataclass(frozen=True)
+class Variant:
+    head_dim: int
+    dtype: str
+    causal: bool
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}-{self.dtype}-d{self.head_dim}{'-causal' if self.causal else ''}"
+
+    @classmethod
+    def parse(cls, text: str) -> Variant:
+        """fwd-bfloat16-d128[-causal] -> Variant (the form `name` writes); argparse shows the error."""
+        parts = text.split("-")
+        causal = parts[-1] == "causal"
+        if len(parts) != 3 + causal or parts[0] not in MODES or parts[1] not in DTYPES \
+                or not parts[2].removeprefix("d").isdigit() or not parts[2].startswith("d"):
+            raise argparse.ArgumentTypeError(f"variant {text!r}: expected MODE-DTYPE-dHEADDIM[-causal] with MODE in "
+                                             f"{MODES}, DTYPE in {DTYPES}, e.g. fwd+bwd-bfloat16-d128-causal")
+        return cls(int(parts[2][1:]), parts[1], causal, parts[0])
+
+
+def default_variants(head_dims=HEAD_DIMS, dtypes=DTYPES) -> list[Variant]:
+    """What users run: head dims 64/128, bf16/fp16, causal or not, forward and forward+backward."""
+    return [Variant(d, dtype, causal, mode) for mode in MODES for dtype in dtypes for d in head_dims
+            for causal in (False, True)]
+
+
+def training_step(variants: list[Variant]) -> list[Variant]:
+    """A training step's set: every forward+backward variant (a model's layers share one head dim and
+    dtype, but a run mixes causal training with non-causal evaluation, and models mix head dims)."""
+    return [v for v in variants if v.mode == "fwd+bwd"]
+
+
+# ---------------------------------------------------------------- the child: one fresh process
+
+
+def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = CALL_TOKENS,
+                  seqlen: int = CALL_SEQLEN) -> dict:
+    """Import FA4, then call each variant twice: first call (compile or cache load + run), second call."""
+    started = time.perf_counter()
+    import torch
+
+    import_torch_s = time.perf_counter() - started
+    from flash_attn.cute import flash_attn_func
+
+    import_s = time.perf_counter() - started
+    results = []
+    step_start = time.perf_counter()
+    for variant in variants:
+        dtype = getattr(torch, variant.dtype)
+        size = (max(1, tokens // seqlen), seqlen, MODEL_WIDTH // variant.head_dim, variant.head_dim)
+        q, k, v = (torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
+                   for _ in range(3))
+
+        def once():
+            if variant.mode == "fwd":
+                with torch.no_grad():
+                    flash_attn_func(q, k, v, causal=variant.causal)
+            else:
+                out = flash_attn_func(q, k, v, causal=variant.causal)[0]
+                out.backward(torch.ones_like(out))
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        times = []
+        for _ in range(2):
+            begin = time.perf_counter()
+            once()
+            times.append(time.perf_counter() - begin)
+        results.append({"variant": variant.name, "first_call_s": round(times[0], 4),
+                        "second_call_s": round(times[1], 4)})
+    return {"import_torch_s": round(import_torch_s, 3), "import_s": round(import_s, 3),
+            "step_s": round(time.perf_counter() - step_start, 4), "calls": results}
+
+
+def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str],
+              timeout: float = 300, call_args: tuple[str, ...] = ()) -> dict:
+    """One fresh process calling `variants` with the cache at `cache_dir`; its JSON, or an error row.
+    `call_args`: the child's --device/--tokens/--seqlen (the CPU tests call small shapes on the CPU)."""
+    command = [python, "-m", "toolkit.fa4_jit", "call", *call_args, *[v.name for v in variants]]
+    child_env = {**os.environ, **env, **cache_env(cache_dir)}
+    begin = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=child_env, timeout=timeout,
+                              cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s", "wall_s": round(time.perf_counter() - begin, 2)}
+    wall = round(time.perf_counter() - begin, 2)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": tail[:400], "wall_s": wall}
+    return {**json.loads(lines[-1]), "wall_s": wall}
+
+
+# ---------------------------------------------------------------- the parent: warm, measure, pack
+
+
+def cache_env(cache_dir: Path) -> dict[str, str]:
+    """What makes FA4 (and the CuTe DSL under it) read and write the cache at cache_dir."""
+    return {**CACHE_ENV, CACHE_DIR_ENV: str(cache_dir), DSL_CACHE_DIR_ENV: str(cache_dir / DSL_SUBDIR)}
+
+
+def cache_entries(cache_dir: Path) -> list[Path]:
+    """The files worth keeping: not locks, not half-written exports (FA4 writes .HASH.PID.tmp.o, renames)."""
+    return sorted(p for p in cache_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
+                  and not p.name.endswith((".lock", ".tmp")))
+
+
+def merge_cache(source: Path, dest: Path) -> int:
+    """Copy every cache entry from one cache folder into another; returns how many were new."""
+    added = 0
+    for entry in cache_entries(source):
+        target = dest / entry.relative_to(source)
+        if not target.exists():  # copied under a temporary name, then renamed: a reader never sees half
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            shutil.copy2(entry, partial)
+            os.replace(partial, target)
+            added += 1
+    return added
+
+
+def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str], on_row=lambda row: None,
+         call_args: tuple[str, ...] = (), budget_s: float | None = None, jobs: int = 1) -> dict:
+    """Per variant: a cold run (fresh process, empty cache of its own), its entries merged into cache_dir,
+    then a warm run (fresh process reading cache_dir); `jobs` variants at a time (compiles are CPU-bound
+    and single-threaded, so a few share a 16-core machine without slowing each other much; the report
+    records `jobs`). Then a training step's set, cold and warm, alone. With `budget_s`, no new variant
+    starts once it is spent (those are listed as not reached)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    with tempfile.TemporaryDirectory(prefix="fa4-cold-") as scratch:
+        def one(variant: Variant) -> dict:
+            if deadline is not None and time.monotonic() > deadline:
+                skipped = {"error": "not reached: time budget spent"}
+                return {"variant": variant.name, "cold": skipped, "warm": skipped, "cache_entries_added": 0}
+            cold_dir = Path(scratch) / variant.name
+            cold = run_child(python, [variant], cold_dir, env, call_args=call_args)
+            added = merge_cache(cold_dir, cache_dir) if cold_dir.is_dir() else 0
+            warm_result = run_child(python, [variant], cache_dir, env, call_args=call_args)
+            return {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
+
+        rows = []
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for row in pool.map(one, variants):  # in order, as each finishes
+                on_row(row)
+                rows.append(row)
+        reached = {row["variant"] for row in rows if "error" not in row["cold"]}
+        step = [v for v in training_step(variants) if v.name in reached]
+        step_cold = run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args) if step else {}
+    step_warm = run_child(python, step, cache_dir, env, call_args=call_args) if step else {}
+    return {"variants": rows, "jobs": jobs, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
+                                                             "warm": step_warm}}
+
+
+def cache_key(python: str, env: dict[str, str], arch: str) -> dict:
+    """(FA4 version, cutlass-dsl version, arch, torch, python) of the interpreter that fills the cache."""
+    probe = ("import importlib.metadata as m, json, sys\n"
+             "v = lambda n: m.version(n)\n"
+             "print(json.dumps({'flash_attn_4': v('flash-attn-4'), 'cutlass_dsl': v('nvidia-cutlass-dsl'),"
+             " 'torch': v('torch'), 'python': '%d.%d' % sys.version_info[:2]}))")
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"{python}: flash-attn-4 is not installed where this python sees it ({tail}) "
+                           f"(run `toolkit fa4 install` and pass its PYTHONPATH)")
+    return {**json.loads(done.stdout), "arch": arch}
+
+
+def key_id(key: dict) -> str:
+    text = "fa4-{flash_attn_4}-cutlass{cutlass_dsl}-sm{arch}-torch{torch}-py{python}".format(**key)
+    return text.replace("+", "_")
+
+
+def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[Path, Path]:
+    """The cache as wheelhouse/<key>.tar.gz plus <key>.build.json (the record the env is matched by)."""
+    name = key_id(key)
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    archive = wheelhouse / f"{name}.tar.gz"
+    with tempfile.NamedTemporaryFile(dir=wheelhouse, suffix=".tmp", delete=False) as handle:
+        with tarfile.open(fileobj=handle, mode="w:gz") as tar:
+            for entry in cache_entries(cache_dir):
+                tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
+    os.chmod(handle.name, 0o644)
+    os.replace(handle.name, archive)
+    record = {"kind": "fa4-kernel-cache", "key": key, "artifact": archive.name,
+              "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+              "entries": len(cache_entries(cache_dir)),
+              "variants": [row["variant"] for row in latency["variants"]],
+              "env": sorted(cache_env(Path("DIR")))}
+    record_path = wheelhouse / f"{name}.build.json"
+    write_atomic(record_path, json.dumps(record, indent=2) + "\n")
+    return archive, record_path
+
+
+def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
+    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it."""
+    try:
+        record = json.loads(record_path.read_text())
+        artifact = record["artifact"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ToolkitError(f"{record_path}: not a readable cache record ({type(exc).__name__}) (warm again)") from None
+    if not isinstance(artifact, str) or artifact != Path(artifact).name:
+        raise ToolkitError(f"{record_path}: artifact must be a file name beside the record (warm again)")
+    if record.get("key") != key:
+        raise ToolkitError(f"{record_path}: built for {record.get('key')}, this env is {key} "
+                           f"(run `toolkit fa4 warm` for this env)")
+    archive = record_path.parent / artifact
+    if hashlib.sha256(archive.read_bytes()).hexdigest() != record["sha256"]:
+        raise ToolkitError(f"{archive}: sha256 differs from {record_path.name} (warm again)")
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    return cache_env(dest)
+
+
+def summary_lines(latency: dict) -> list[str]:
+    lines = []
+    for row in latency["variants"]:
+        cold, warm_ = (row[k].get("calls", [{}])[0].get("first_call_s") if "calls" in row[k] else None
+                       for k in ("cold", "warm"))
+        errors = "; ".join(f"{k}: {row[k]['error']}" for k in ("cold", "warm") if "error" in row[k])
+        lines.append(f"{row['variant']:32s} cold {_s(cold)}  warm {_s(warm_)}  {errors}")
+    step = latency.get("training_step", {})
+    if step.get("variants"):
+        lines.append(f"training step ({len(step['variants'])} fwd+bwd variants): cold {_s(step['cold'].get('step_s'))}"
+                     f"  warm {_s(step['warm'].get('step_s'))}")
+    return lines
+
+
+def _s(value) -> str:
+    return f"{value:7.3f} s" if isinstance(value, (int, float)) else "      - "
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    parser = verbs.add_parser("warm", help="compile FA4's kernel variants into a persistent cache and time "
+                                           "first calls cold vs warm, each in a fresh process")
+    _target_and_arch(parser)
+    parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
+    parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
+    parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
+    parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
+                                                                           "causal x fwd, fwd+bwd")
+    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
+    parser.set_defaults(func=_warm_command)
+    use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
+    _target_and_arch(use)
+    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
+    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use")
+    use.set_defaults(func=_cache_install_command)
+
+
+def _warm_command(args: argparse.Namespace) -> int:
+    from toolkit.fa4 import import_check, load_record
+
+    record = load_record(args.target)
+    env = record.env()
+    key = cache_key(record.python, env, args.arch)
+    ok, line = import_check(record)
+    if not ok:  # every child would fail the same way: say it once
+        raise ToolkitError(f"{args.target}: `import flash_attn.cute` fails: {line} (fix the install first)")
+    variants = args.variants or default_variants()
+    rows: list[dict] = []
+
+    def on_row(row: dict) -> None:  # the report grows row by row: a killed run keeps what it measured
+        rows.append(row)
+        write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
+        print(summary_lines({"variants": [row]})[0], flush=True)
+
+    latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
+                   jobs=args.jobs)
+    latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
+    archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
+    latency.update(artifact=str(archive), record=str(record_path))
+    write_atomic(args.report, json.dumps(latency, indent=2) + "\n")
+    for line in summary_lines(latency)[-1:]:
+        print(line)
+    print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
+    failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
+    return 1 if failed else 0
+
+
+def _target_and_arch(parser: argparse.ArgumentParser) -> None:
+    from toolkit.fa4 import add_target_option
+
+    add_target_option(parser)
+    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
+
+
+def _cache_install_command(args: argparse.Namespace) -> int:
+    from toolkit.fa4 import load_record
+
+    record = load_record(args.target)
+    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
+    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.fa4_jit call VARIANT...`: the child; prints one JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit.fa4_jit")
+    parser.add_argument("step", choices=["call"])
+    parser.add_argument("--device", default="cuda", help="cuda (the CPU tests use cpu with a test double)")
+    parser.add_argument("--tokens", type=int, default=CALL_TOKENS, help="batch x seqlen of each call")
+    parser.add_argument("--seqlen", type=int, default=CALL_SEQLEN)
+    parser.add_argument("variants", nargs="+", type=Variant.parse)
+    args = parser.parse_args(argv)
+    print(json.dumps(call_variants(args.variants, args.device, args.tokens, args.seqlen)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

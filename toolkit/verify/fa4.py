@@ -1,0 +1,282 @@
+"""Verify FlashAttention-4 (flash_attn.cute) with the same cases, fp32 reference and criterion as FA2.
+
+FA4's API differs from FA2's (window sides are None instead of -1, varlen takes keywords, functions
+return (out, lse), paged KV goes through flash_attn_varlen_func's page_table), so `Fa4Backend` wraps
+it in FA2's signatures and the unchanged runner judges it. Which cases apply comes from
+knowledge/flash_attn_4.yaml: a case whose features and head dim the knowledge lists for the GPU's sm
+runs, and its failure is a failure; any other case is recorded as "unsupported" with the reason,
+never silently skipped.
+
+`python -m toolkit.verify.fa4 --level smoke --report-dir DIR` runs it in the env's own python (torch +
+flash_attn.cute; pyyaml only to read the knowledge file). `--level parity` runs transformers' tiny-Llama
+parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
+integration problem never marks the kernels unverified).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from toolkit.verify.cases import Case
+
+PACKED_APIS = ("qkvpacked", "kvpacked")
+DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
+
+
+def case_features(case: Case) -> set[str]:
+    """The knowledge's feature names a case exercises (flash_attn_4.yaml `features`, plus ones FA4 lacks)."""
+    flags = {
+        "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
+        "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
+        "paged_kv": case.api == "kvcache", "kv_append": case.new_tokens > 0, "alibi": case.alibi,
+        "dropout": case.dropout_p > 0, "deterministic": case.deterministic, "packed_api": case.api in PACKED_APIS,
+    }
+    return {name for name, on in flags.items() if on}
+
+
+def listed_features(knowledge: dict, arch: int) -> dict[str, set[str]]:
+    """feature -> {"fwd", "bwd"} for the sm family of `arch` (90 -> sm90, 100/103 -> sm100)."""
+    family = f"sm{arch // 10 * 10}"
+    return {name: set(facts[family]) for name, facts in knowledge["features"].items() if family in facts}
+
+
+def unsupported_reason(case: Case, knowledge: dict, arch: int) -> str:
+    """Why the knowledge does not list this case for the GPU, or "" when it does."""
+    family = f"sm{arch // 10 * 10}"
+    listed = listed_features(knowledge, arch)
+    passes = {"fwd", "bwd"} if case.backward else {"fwd"}  # a feature must work in every pass the case runs
+    missing = sorted(f for f in case_features(case)
+                     if not ({"bwd"} if f == "backward" else passes) <= listed.get(f, set()))
+    dims = knowledge["head_dims"].get(family)
+    if dims is None:
+        return f"flash_attn_4.yaml lists no head dims for {family}"
+    if not (dims["min"] <= case.head_dim <= dims["max"] and case.head_dim % dims["multiple_of"] == 0):
+        return (f"head dim {case.head_dim} not listed for {family} ({dims['min']}..{dims['max']}, multiple of "
+                f"{dims['multiple_of']}; flash_attn_4.yaml head_dims)")
+    if missing:
+        return f"not listed for {family} in flash_attn_4.yaml: {', '.join(missing)}"
+    return ""
+
+
+def _window(window: tuple[int, int]) -> tuple[int | None, int | None]:
+    """FA2's -1 (unbounded side) is FA4's None."""
+    return tuple(None if side < 0 else side for side in window)
+
+
+def _unsupported_options(dropout_p: float, alibi_slopes: Any, return_attn_probs: bool) -> None:
+    if dropout_p > 0 or alibi_slopes is not None or return_attn_probs:
+        raise NotImplementedError("flash_attn.cute has no dropout, ALiBi or returned probabilities")
+
+
+def page_size_for(seqlen_k: int) -> int:
+    """The largest page (of FA4's tested sizes) that divides the cache length."""
+    return next((size for size in (128, 64, 32, 16) if seqlen_k % size == 0), 0)
+
+
+class Fa4Backend:
+    """flash_attn.cute behind FA2's function signatures (the runner's contract)."""
+
+    def __init__(self, module: Any):
+        self.module = module
+        self.__version__ = getattr(module, "__version__", None)
+
+    def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+        _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
+        return self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                                           window_size=_window(window_size), softcap=softcap,
+                                           deterministic=deterministic)[0]
+
+    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
+        _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
+        return self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                                  softmax_scale=softmax_scale, causal=causal,
+                                                  window_size=_window(window_size), softcap=softcap,
+                                                  deterministic=deterministic)[0]
+
+    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
+                                window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+        """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k)."""
+        import torch
+
+        _unsupported_options(0.0, alibi_slopes, False)
+        if k is not None or v is not None:
+            raise NotImplementedError("flash_attn.cute has no in-place KV-cache append")
+        batch, seqlen_k, heads_k, head_dim = k_cache.shape
+        page = page_size_for(seqlen_k)
+        if not page:
+            raise NotImplementedError(f"cache length {seqlen_k} is not a multiple of a page size")
+        per_seq = seqlen_k // page
+        order = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seqlen_k))
+        pages = [c.reshape(batch * per_seq, page, heads_k, head_dim) for c in (k_cache, v_cache)]
+        pools = [torch.empty_like(p) for p in pages]
+        for pool, source in zip(pools, pages):
+            pool[order.to(pool.device)] = source
+        page_table = order.view(batch, per_seq).to(device=q.device, dtype=torch.int32)
+        return self.module.flash_attn_varlen_func(q, pools[0], pools[1], seqused_k=cache_seqlens.to(torch.int32),
+                                                  page_table=page_table, causal=causal,
+                                                  window_size=_window(window_size), softcap=softcap)[0]
+
+
+def extra_cases() -> list[Case]:
+    """FA4's listed features the shared smoke level reaches only combined with an unlisted one:
+    GQA without the deterministic backward, paged KV without the cache append, a window with causal."""
+    return [
+        Case("func", "bfloat16", 128, 256, 512, nheads_k=2),
+        Case("func", "float16", 64, 512, 512, nheads_k=1, causal=True),
+        Case("kvcache", "bfloat16", 128, 1, 512, nheads_k=2, causal=True),
+        Case("kvcache", "float16", 64, 64, 1024, causal=False),
+        Case("func", "bfloat16", 128, 512, 512, window=(128, 0), causal=True),
+        Case("varlen", "bfloat16", 64, 300, 300, nheads_k=2, softcap=30.0),
+    ]
+
+
+def fa4_cases(level: str) -> list[Case]:
+    from toolkit.verify.cases import LEVELS
+
+    seen, cases = set(), []
+    for case in LEVELS[level]() + extra_cases():
+        if case.name not in seen:
+            seen.add(case.name)
+            cases.append(case)
+    return cases
+
+
+def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: dict, on_result=lambda r: None):
+    """Listed cases through the runner (judged as for FA2); unlisted ones recorded as "unsupported"."""
+    from toolkit.verify.runner import CaseResult, run_case
+
+    import torch
+
+    device = torch.device(device)
+    torch.set_float32_matmul_precision("highest")
+    backend = Fa4Backend(module)
+    results = []
+    for case in cases:
+        reason = unsupported_reason(case, knowledge, arch)
+        result = CaseResult(case.name, case.api, case.params(), "unsupported", 0.0, message=reason) if reason \
+            else run_case(backend, case, device)
+        on_result(result)
+        results.append(result)
+    return results
+
+
+def import_fa4() -> tuple[ModuleType | None, str]:
+    try:
+        import flash_attn.cute as module
+    except Exception as exc:  # a missing `cutlass` (the .pth trap), a driver mismatch: a finding, one line
+        return None, f"{type(exc).__name__}: {exc}"[:500]
+    return module, ""
+
+
+def fa4_version() -> str | None:
+    """flash_attn.cute.__version__ reads the distribution "fa4" and says 0.0.0; the wheel's name is flash-attn-4."""
+    try:
+        return importlib.metadata.version("flash-attn-4")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+PARITY_IMPLEMENTATIONS = ("flash_attention_4", "sdpa", "eager")
+
+
+def transformers_names_fa4() -> str:
+    """"" when the installed transformers registers attn_implementation "flash_attention_4", else why not."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except Exception as exc:  # no transformers, or one too old to have the attention registry
+        return f"transformers has no attention registry here ({type(exc).__name__}: {exc})"[:300]
+    if "flash_attention_4" not in ALL_ATTENTION_FUNCTIONS:
+        return "this transformers does not register attn_implementation 'flash_attention_4'"
+    return ""
+
+
+def run_fa4_parity(device) -> list:
+    """transformers' tiny-Llama parity (toolkit/verify/parity.py) with flash_attention_4 beside sdpa and eager;
+    every FA4 row is "unsupported" where this transformers has no such attn_implementation."""
+    import torch
+
+    from toolkit.verify.parity import ParityResult, run_parity, scenarios
+
+    why = transformers_names_fa4()
+    chosen = tuple(i for i in PARITY_IMPLEMENTATIONS if not (why and i == "flash_attention_4"))
+    rows = run_parity(device, chosen)
+    if why:
+        rows += [ParityResult(f"{name}/flash_attention_4", "unsupported", None, None, 0.0, why)
+                 for name in scenarios(torch.device("cpu"))]
+    return rows
+
+
+def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
+    from toolkit.fa4 import knowledge
+    from toolkit.verify import machine, report
+
+    torch = machine.require_cuda("verification")
+    arch = arch or (lambda major, minor: major * 10 + minor)(*torch.cuda.get_device_capability())
+    module, import_error = import_fa4()
+    environment = machine.environment_info(None, command)
+    environment["flash_attn"] = {"version": fa4_version(), "path": getattr(module, "__file__", None),
+                                 "package": "flash-attn-4 (flash_attn.cute)", "extension": None}
+    environment["arch"] = arch
+    start = time.perf_counter()
+    results: list = []
+
+    def write(label: str) -> dict:
+        data = report.build_report(line, label, environment, results, [], time.perf_counter() - start, import_error)
+        report.write_reports(data, report_dir)
+        return data
+
+    if module is not None and level == "parity":
+        parity = run_fa4_parity(DEVICE)
+        data = report.build_report(line, "fa4-parity", environment, [], parity, time.perf_counter() - start,
+                                   import_error)
+        report.write_reports(data, report_dir)
+        return 0 if report.passed(data) else 1
+    if module is not None:
+        cases = fa4_cases(level)
+
+        def on_result(result) -> None:  # the report grows case by case: a killed run keeps what it judged
+            results.append(result)
+            write(f"fa4-{level} (partial: {len(results)} of {len(cases)})")
+            advance("" if result.status in ("passed", "unsupported") else
+                    f"{result.status}: {result.name}: {result.message}")
+
+        with machine.progress(len(cases), f"verify {line} FA4 ({level})") as advance:
+            run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result)
+    return 0 if report.passed(write(f"fa4-{level}")) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from toolkit.errors import ToolkitError
+    from toolkit.verify import report
+
+    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")
+    parser.add_argument("--line", default="gpu-machine")
+    parser.add_argument("--level", choices=("smoke", "full", "parity"), default="smoke",
+                        help="parity: transformers' tiny-Llama logits with flash_attention_4 vs eager fp32")
+    parser.add_argument("--report-dir", type=Path, required=True)
+    parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
+    args = parser.parse_args(argv)
+    command = f"python -m toolkit.verify.fa4 --level {args.level}"
+    try:
+        code = measure(args.line, args.level, args.report_dir, command, args.arch)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    report.show(args.report_dir / "verify.json", Console())
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
