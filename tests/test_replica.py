@@ -128,9 +128,6 @@ def test_cu124_with_gcc_13_cannot_solve(records_channel):
     assert solve_line(records_channel, "cu124", gcc="12")["cuda-nvcc-impl"].startswith("12.4.")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13 item 3 is the knowledge helper's (conda-forge's gcc bounds as "
-                                       "knowledge + a rule): `toolkit check cu124` says no problems until it lands; "
-                                       "then this passes and the mark goes")
 def test_every_line_solves_or_check_refuses_it(records_channel):
     """Issue 13 item 3: a line that cannot solve against conda-forge's constraints is refused by `toolkit check`.
     The rule and the cu124 line are the knowledge helper's (same issue); until they land this test fails."""
