@@ -1,0 +1,172 @@
+"""Hostile inputs for the operations side: `matrix run` scripts, `toolkit explain` logs, `doctor` probes.
+
+Injection: every value `toolkit matrix run` writes into a batch script is either refused in one line
+(site options: --account, --partition, --time, --gres, --sbatch, ...) or arrives as one shell word
+(paths: the spec file, the interpreter). The scripts run here with the local executor, i.e. real bash
+(what sbatch runs on a node is the same file), so an injected command would really run and leave its
+marker file. Slurm itself is not needed: `#SBATCH` lines are bash comments, which is exactly why a
+newline in one of them becomes a command.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.errors import ToolkitError
+from toolkit.rules import checked_spec
+from toolkit.scaleout import RunOptions, plan_matrix, write_run_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / "tests" / "fixtures" / "matrix_stage.py"
+FIXTURE_LINE = "extends: cu126\nbuild:\n  jobs: 1\n  nvcc_threads: 1\n  gb_per_nvcc_thread: 0.5\n"
+MARKER = "INJECTED"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project with the repo's envs/ plus fixture line fx1 and a one-stage build (the fixture stage)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "envs", tmp_path / "envs")
+    (tmp_path / "envs" / "fx1.yaml").write_text(FIXTURE_LINE)
+    (tmp_path / "stages.yaml").write_text(f'build:\n  build: "{sys.executable} {STAGE} build {{line}}"\n')
+    return tmp_path
+
+
+def hostile_values(marker: Path) -> dict[str, str]:
+    """Ways a value could turn into shell code or extra shell words in a batch script."""
+    return {
+        "newline": f"ml\ntouch {marker}",
+        "carriage-return-newline": f"ml\r\ntouch {marker}",
+        "command-substitution": f"$(touch {marker})",
+        "backticks": f"`touch {marker}`",
+        "semicolon": f"ml;touch {marker}",
+        "single-quote": "ml'x",
+        "double-quote": 'ml"x',
+        "space": "ml x",
+        "empty-after-newline": "ml\n",
+    }
+
+
+SITE_FLAGS = ("account", "partition", "verify-partition", "time", "verify-time", "gres")
+HOSTILE_KINDS = tuple(hostile_values(Path("m")))
+
+
+def run_matrix(*args: str) -> int:
+    return main(["matrix", "run", "fx1", "--executor", "local", "--verify", "never", "--stages", "stages.yaml",
+                 *args])
+
+
+def assert_refused_in_one_line(project: Path, capsys, code: int, flag: str) -> None:
+    err = capsys.readouterr().err
+    assert code == 1, f"accepted: {err}"
+    assert err.count("\n") == 1 and flag in err and "Traceback" not in err, err
+    assert not (project / MARKER).exists(), "the injected command ran"
+    assert not (project / "runs").exists(), "a refused run left a run directory behind"
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+@pytest.mark.parametrize("flag", SITE_FLAGS)
+def test_hostile_site_option_is_refused_before_any_script(project, capsys, flag, kind):
+    value = hostile_values(project / MARKER)[kind]
+    code = run_matrix(f"--{flag}={value}")
+    assert_refused_in_one_line(project, capsys, code, f"--{flag}")
+
+
+@pytest.mark.parametrize("option", [
+    f"--qos=long\ntouch {MARKER}", f"--qos=$(touch {MARKER})", f"--qos=`touch {MARKER}`", f"--qos=a;touch {MARKER}",
+    "--qos='long'", '--qos="long"', "--qos=a b", "qos=long", "-q long", "-qlong", "--", "--=x", "--QOS=long",
+    "--wrap=touch INJECTED", "--array=0-9", "--chdir=/", "--output=/tmp/x", "--dependency=afterok:1",
+    "--partition=gpu", "--qos=long\\",
+])
+def test_hostile_sbatch_option_is_refused(project, capsys, option):
+    code = run_matrix(f"--sbatch={option}")
+    assert_refused_in_one_line(project, capsys, code, "--sbatch")
+
+
+def test_real_site_options_are_written_as_sbatch_lines(project):
+    """What sites really pass is accepted, one `#SBATCH` line each, and the scripts parse."""
+    options = RunOptions(stages=project / "stages.yaml", partition="cpu,cpu-long", verify_partition="gpu_a100",
+                         account="proj-ml.2026", time="1-02:00:00", verify_time="90", gres="gpu:a100:2",
+                         sbatch=("--qos=long", "--exclusive", "--constraint=a100|h100", "--mail-type=END,FAIL",
+                                 "--mail-user=ops@example.org", "--export=ALL,OMP_NUM_THREADS=1"))
+    plan = plan_matrix([checked_spec(project / "envs" / "fx1.yaml")], options, "gpu:a100:2", "toolkit matrix run fx1")
+    write_run_dir(plan)
+    build, verify = plan.build_script.read_text(), plan.verify_script("fx1").read_text()
+    for option in ("--partition=cpu,cpu-long", "--account=proj-ml.2026", "--time=1-02:00:00", "--qos=long",
+                   "--exclusive", "--constraint=a100|h100", "--export=ALL,OMP_NUM_THREADS=1"):
+        assert f"#SBATCH {option}\n" in build
+    for option in ("--partition=gpu_a100", "--time=90", "--gres=gpu:a100:2", "--mail-type=END,FAIL"):
+        assert f"#SBATCH {option}\n" in verify
+    for script in (plan.build_script, plan.verify_script("fx1"), plan.run_dir / "submit.sh"):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+@pytest.mark.parametrize("value", ["2:00:00", "30", "30:00", "1-0", "1-02", "1-02:30", "UNLIMITED", "infinite"])
+def test_slurm_time_formats_are_accepted(value):
+    assert RunOptions(time=value).time == value
+
+
+@pytest.mark.parametrize("value", ["2h", "-1", "1:2:3:4", "1--2", ":30", "now"])
+def test_non_slurm_time_formats_are_refused(value):
+    with pytest.raises(ToolkitError, match="--time"):
+        RunOptions(time=value)
+
+
+def odd_dir_name() -> str:
+    """A legal directory name that is hostile as shell text: spaces, $( ), backticks, ;, both quotes
+    (the marker is relative: the stages run in the project directory)."""
+    return f"my envs $(touch {MARKER}) `touch {MARKER}` ; it's \"quoted\""
+
+
+def test_odd_envs_path_reaches_the_stage_command_as_one_word(project, capsys):
+    """--envs with spaces, $(...), backticks, ; and quotes: the run works, {spec} is that file, nothing ran."""
+    odd = project / odd_dir_name()
+    shutil.copytree(project / "envs", odd)
+    (project / "stages.yaml").write_text(
+        f'build:\n  build: "{sys.executable} {STAGE} build {{line}}"\n  spec: "cp {{spec}} seen-spec.yaml"\n')
+    code = run_matrix(f"--envs={odd}", "--json")
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["ok"], summary
+    assert (project / "seen-spec.yaml").read_text() == FIXTURE_LINE
+    assert not (project / MARKER).exists(), "a path became shell code"
+    run_dir = Path(summary["run_dir"])
+    for script in (run_dir / "build.sbatch", run_dir / "submit.sh"):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_default_stages_take_an_odd_spec_path_as_one_word(project, capsys):
+    """The shipped stage commands, run by bash: `lock --check` of a current lock under an odd envs path."""
+    odd = project / odd_dir_name()
+    odd.mkdir()
+    for name in ("base", "cu130", "gpu-machine"):  # gpu-machine: the line whose lock is committed
+        shutil.copy(ROOT / "envs" / f"{name}.yaml", odd / f"{name}.yaml")
+    shutil.copytree(ROOT / "locks", project / "locks")
+    plan = plan_matrix([checked_spec(odd / "gpu-machine.yaml")], RunOptions(), None, "toolkit matrix run")
+    (lock_stage,) = [s for s in plan.lines[0].build_stages if s.name == "lock"]
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", lock_stage.command], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "current" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert not (project / MARKER).exists()
+
+
+@pytest.mark.parametrize("where", ["envs", "stages"])
+def test_a_newline_in_a_path_is_refused_not_written_into_a_comment(project, capsys, where):
+    """The scripts' `# Written by:` comment carries the command line: a newline there would be a command."""
+    odd = project / f"x\ntouch {MARKER}\n"
+    if where == "envs":
+        shutil.copytree(project / "envs", odd)
+        code = run_matrix(f"--envs={odd}")
+    else:
+        odd.mkdir()
+        shutil.copy(project / "stages.yaml", odd / "stages.yaml")
+        code = run_matrix(f"--stages={odd / 'stages.yaml'}")
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "control character" in err, err
+    assert not (project / MARKER).exists() and not (project / "runs").exists()
