@@ -6,14 +6,21 @@ Injection: every value `toolkit matrix run` writes into a batch script is either
 (what sbatch runs on a node is the same file), so an injected command would really run and leave its
 marker file. Slurm itself is not needed: `#SBATCH` lines are bash comments, which is exactly why a
 newline in one of them becomes a command.
+
+Logs: `toolkit explain` (and a failed build, which runs the same code) must finish in time linear in
+the log and bounded in memory, whatever the log is: one 80 KB line, a 50 MB line, a sparse multi-GB
+file, binary bytes with NULs and invalid UTF-8, a FIFO, a directory. Each ends in one line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +177,98 @@ def test_a_newline_in_a_path_is_refused_not_written_into_a_comment(project, caps
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1 and "control character" in err, err
     assert not (project / MARKER).exists() and not (project / "runs").exists()
+
+
+# ---------------------------------------------------------------- logs for `toolkit explain`
+
+OOM_LINE = b"nvcc error   : 'cicc' died due to signal 9 (Kill signal)"
+
+
+def explain(log: Path, *args: str) -> subprocess.CompletedProcess:
+    """`toolkit explain LOG` in its own process, with a generous limit (a hang fails, not blocks)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), *args], capture_output=True,
+                          text=True, timeout=60)
+    size = log.stat().st_size if log.is_file() else 0
+    print(f"toolkit explain {log.name} ({size / 1e6:.1f} MB): {time.monotonic() - started:.2f} s")
+    return done
+
+
+def assert_one_line(done: subprocess.CompletedProcess) -> str:
+    out = done.stdout if done.returncode == 0 else done.stderr
+    assert "Traceback" not in done.stderr and len(out.splitlines()) == 1 and out.endswith("\n"), out[:500]
+    return out
+
+
+@pytest.mark.parametrize("size", [80_000, 50_000_000])
+@pytest.mark.parametrize("filler", [b"a", b" ", b"/", b"'"])
+def test_one_huge_line_is_explained_in_bounded_time(tmp_path, size, filler):
+    """One line of word characters made the first-error regex quadratic (19 s for 80 KB); the others probe
+    the catalog patterns' own repeats. The cause at the line's end is still found."""
+    log = tmp_path / "one-line.log"
+    log.write_bytes(filler * size + b" " + OOM_LINE)
+    done = explain(log)
+    assert done.returncode == 0 and "killed for memory" in assert_one_line(done)
+    log.write_bytes(filler * size + b" make: Error 1")
+    done = explain(log)
+    assert done.returncode == 1 and "no known failure matched" in assert_one_line(done)
+
+
+def test_a_sparse_multi_gigabyte_log_reads_only_its_end(tmp_path):
+    log = tmp_path / "huge.log"
+    with open(log, "wb") as f:
+        f.truncate(3 * 2**30)  # 3 GiB of NUL bytes, no newline, without using the disk
+        f.seek(0, os.SEEK_END)
+        f.write(b"\n" + OOM_LINE + b"\n")
+    done = explain(log)
+    assert done.returncode == 0 and "killed for memory" in assert_one_line(done)
+
+
+def binary_noise(n: int, seed: int) -> bytes:
+    """Random bytes: NULs, invalid UTF-8, lone surrogates' encodings, \\r, form feeds, newlines."""
+    return random.Random(seed).randbytes(n)
+
+
+def test_binary_log_with_a_cause_gives_the_cause_and_its_line(tmp_path):
+    head, tail = binary_noise(3_000_000, 1), binary_noise(1_000_000, 2)
+    log = tmp_path / "binary.log"
+    log.write_bytes(head + b"\n" + OOM_LINE + b"\n" + tail)
+    done = explain(log)
+    out = assert_one_line(done)
+    assert done.returncode == 0 and "killed for memory" in out
+    line = head.count(b"\n") + 2
+    assert f"log line {line}" in out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_binary_log_without_a_cause_is_one_line(tmp_path, seed):
+    log = tmp_path / "binary.log"
+    log.write_bytes(binary_noise(2_000_000, seed) + b"\x00\xff error: \x1b[31m\x0b\x0c\r\xe2\x80\xa8 bad\n")
+    done = explain(log)
+    assert done.returncode == 1 and "no known failure matched" in assert_one_line(done)
+
+
+def test_a_cause_deep_in_a_long_log_keeps_its_line_number(tmp_path):
+    noise = b"[1/2] compiling something that works\n" * 600_000  # 22 MB before the cause
+    log = tmp_path / "long.log"
+    log.write_bytes(noise + OOM_LINE + b"\n" + b"ninja: build stopped\n")
+    done = explain(log)
+    assert done.returncode == 0 and "log line 600001" in assert_one_line(done)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "missing", "unreadable"])
+def test_not_a_log_file_is_one_line(tmp_path, kind):
+    path = tmp_path / "x.log"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes: reading it would wait forever
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")  # endless
+    elif kind == "unreadable":
+        path.write_text("error\n")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reading")
+    done = explain(path)
+    assert done.returncode == 1 and str(path.name) in assert_one_line(done)
