@@ -272,3 +272,118 @@ def test_not_a_log_file_is_one_line(tmp_path, kind):
             pytest.skip("running as root: permissions do not stop reading")
     done = explain(path)
     assert done.returncode == 1 and str(path.name) in assert_one_line(done)
+
+
+# ---------------------------------------------------------------- doctor and build: what tools print
+
+GARBAGE_VERSIONS = {
+    "garbage": "garbage",
+    "empty": "",
+    "banner-only": "ccache wrapper v2 (c) 2026",
+    "suffix": "13.3.0 (Ubuntu)",
+    "nul-bytes": "\\0\\377\\376",
+    "dots": "...",
+    "negative": "-13.3.0",
+}
+
+
+def fake_tool(folder: Path, name: str, output: str) -> Path:
+    """An executable that prints `output` for any arguments, as a compiler wrapper or a broken tool does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / name
+    tool.write_text(f"#!/bin/sh\nprintf '%b\\n' '{output}'\n")
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.mark.parametrize("kind", GARBAGE_VERSIONS)
+def test_gxx_printing_no_version_is_a_doctor_row(tmp_path, kind):
+    fake_tool(tmp_path / "bin", "g++", GARBAGE_VERSIONS[kind])
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CUDA_HOME": "/usr/local/cuda"}
+    done = subprocess.run([sys.executable, "-m", "toolkit", "doctor", "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-2000:]
+    (gcc,) = [r for r in json.loads(done.stdout)["rows"] if r["check"] == "gcc"]
+    assert gcc["status"] == "fail" and "prints no version" in gcc["value"] and gcc["fix"], gcc
+
+
+@pytest.mark.parametrize("kind", GARBAGE_VERSIONS)
+def test_gxx_printing_no_version_stops_the_build_in_one_line(tmp_path, kind):
+    """What `toolkit build` does before compiling: fingerprint, then preflight (ValueError here before)."""
+    from toolkit.fingerprint import probe
+    from toolkit.preflight import preflight_input, run_preflight
+
+    gxx = fake_tool(tmp_path / "bin", "g++", GARBAGE_VERSIONS[kind])
+    spec = checked_spec(ROOT / "envs" / "cu130.yaml")
+    fp = probe("/usr/local/cuda", sys.executable, cxx=str(gxx))
+    assert fp.gcc_version is None
+    with pytest.raises(ToolkitError) as caught:
+        run_preflight(preflight_input(spec, fp, spec.archs, 64.0, tmp_path))
+    assert str(gxx) in str(caught.value)
+
+
+@pytest.mark.parametrize("output", ["garbage", "0, NVIDIA H200", "x, NVIDIA H200, 9.0, 580.65.06",
+                                    "0, NVIDIA H200, garbage, 580.65.06", "0, NVIDIA H200, 9.0, garbage",
+                                    "0, NVIDIA H200, 9.0, 580.65.06, extra", ", , , "])
+def test_nvidia_smi_printing_garbage_is_no_gpu_not_a_crash(tmp_path, output):
+    from toolkit.fingerprint import probe
+
+    fake_tool(tmp_path / "bin", "nvidia-smi", output)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CUDA_HOME": "/usr/local/cuda"}
+    done = subprocess.run([sys.executable, "-m", "toolkit", "doctor", "--json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert all(gpu["compute_capability"].replace(".", "").isdigit() for gpu in report["fingerprint"]["gpus"])
+
+
+def torch_version_py(folder: Path, version: str, cuda: str) -> Path:
+    """A python whose torch/version.py says what a damaged or hand-edited install might."""
+    site = folder / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    (site / "torch" / "version.py").write_text(f"__version__ = {version!r}\ncuda = {cuda!r}\n")
+    python = folder / "bin" / "python3"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.parametrize("version, cuda", [("garbage", "13.0"), ("2.13.0+cu130", "garbage"), ("2.13.0", "13"),
+                                           ("", ""), ("2.13.0+cu130", "13.0.x")])
+def test_a_damaged_torch_version_file_is_rows_not_a_crash(tmp_path, capsys, version, cuda):
+    """doctor's rows and the build's preflight over a torch whose version.py holds no real version."""
+    from toolkit.fingerprint import probe
+    from toolkit.preflight import preflight_input, problems
+
+    python = torch_version_py(tmp_path, version, cuda)
+    fp = probe("/usr/local/cuda", str(python))
+    assert fp.torch is not None
+    spec = checked_spec(ROOT / "envs" / "cu130.yaml")
+    problems(preflight_input(spec, fp, spec.archs, 64.0, tmp_path))  # no exception
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"fingerprint": fp.to_dict(), "probe": {"cuda_home_from": "CUDA_HOME"},
+                                  "line": "cu130"}))
+    code = main(["doctor", "--fingerprint", str(report), "--envs", str(ROOT / "envs"), "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1) and "Traceback" not in err and json.loads(out)["rows"]
+
+
+@pytest.mark.parametrize("edit", [{"gcc_version": "garbage"}, {"driver_version": "x.y"}, {"torch": "x"},
+                                  {"torch": {"version": 5, "cuda": ["13.0"], "cxx11_abi": True, "path": "/t"}},
+                                  {"gpus": [{"index": 0, "name": "x", "compute_capability": "garbage"}]},
+                                  {"nvcc_version": {"a": 1}}])
+def test_a_hand_edited_build_record_is_a_row_not_a_crash(tmp_path, monkeypatch, capsys, edit):
+    recorded = ROOT / "tests" / "fingerprints" / "healthy-h200.json"
+    monkeypatch.chdir(tmp_path)
+    fingerprint = {**json.loads(recorded.read_text())["fingerprint"], **edit}
+    wheel = "flash_attn-2.8.3.post2+cu130torch2.11-cp312-cp312-linux_x86_64.whl"
+    record = {"schema": 1, "status": "success", "finished": "2026-11-30T10:00:00+00:00",
+              "outputs": {"wheel": wheel, "version": "2.8.3.post2+cu130torch2.11"}, "fingerprint": fingerprint}
+    (tmp_path / "wheelhouse" / "gpu-machine").mkdir(parents=True)
+    (tmp_path / "wheelhouse" / "gpu-machine" / f"{wheel}.build.json").write_text(json.dumps(record))
+    code = main(["doctor", "--fingerprint", str(recorded), "--envs", str(ROOT / "envs"), "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 1) and "Traceback" not in err
+    assert [r for r in json.loads(out)["rows"] if r["check"] == "record-toolchain"]
