@@ -262,3 +262,17 @@ def test_nvcc_13_ccbin_warning_is_not_a_failure(kernel):
                           text=True)
     assert done.returncode == 0 and "compiler-bindir" in done.stderr
     assert diagnose(done.stderr) is None
+
+
+def test_explain_prefix_names_the_environment_the_log_does_not_show(tmp_path, conda_prefix):
+    """A log without the compile command: `--prefix` says which environment to look in."""
+    (conda_prefix / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").write_text("/* installed */\n")
+    (tmp_path / "api.cpp").write_text("#include <cuda_runtime.h>\n")
+    log = tmp_path / "build.log"
+    log.write_text(output_of(["g++", "-c", str(tmp_path / "api.cpp"), "-o", str(tmp_path / "api.o")]))
+    plain = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log)], capture_output=True, text=True)
+    assert plain.returncode == 0 and "[cuda-h-missing" in plain.stdout
+    told = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), "--prefix", str(conda_prefix)],
+                          capture_output=True, text=True)
+    assert told.returncode == 0 and "[cuda-header-under-targets" in told.stdout
+    assert f"-isystem {conda_prefix}/targets/x86_64-linux/include" in told.stdout

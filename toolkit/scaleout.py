@@ -64,9 +64,9 @@ SITE_OPTIONS = {"partition": "partition", "verify_partition": "partition", "acco
 SBATCH_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(=[A-Za-z0-9_.,:/@%+=&|!*^~-]+)?")
 # sbatch options the scripts set themselves (the machinery depends on them) or that have their own flag.
 OWN_SBATCH_OPTIONS = {"array": None, "chdir": None, "output": None, "error": None, "wrap": None, "dependency": None,
-                      "parsable": None, "kill-on-invalid-dep": None, "job-name": None, "cpus-per-task": "--cpus",
-                      "mem": "--verify-mem-gb", "partition": "--partition", "account": "--account",
-                      "time": "--time", "gres": "--gres"}
+                      "parsable": None, "kill-on-invalid-dep": None, "job-name": None, "cpus-per-task": None,
+                      "mem": None, "partition": "--partition", "account": "--account", "time": "--time",
+                      "gres": "--gres"}
 
 
 # ---------------------------------------------------------------- plan
@@ -123,8 +123,9 @@ def check_sbatch_option(option: str) -> None:
     if match.group(1) in OWN_SBATCH_OPTIONS:
         own = OWN_SBATCH_OPTIONS[match.group(1)]
         raise ToolkitError(f"toolkit matrix run: --sbatch: {option!r}: "
-                           + (f"use toolkit's {own} instead" if own else
-                              "the batch scripts set this option themselves (leave it out)"))
+                           + (f"use `toolkit matrix run {own}` instead" if own else
+                              "the batch scripts set this option themselves (from the build sizing and --cpus, "
+                              "--verify-cpus, --verify-mem-gb; leave it out)"))
 
 
 @dataclass(frozen=True)
