@@ -256,6 +256,14 @@ def test_a_cause_deep_in_a_long_log_keeps_its_line_number(tmp_path):
     assert done.returncode == 0 and "log line 600001" in assert_one_line(done)
 
 
+@pytest.mark.parametrize("name", ["build\nlog.txt", "build\x1b[2J.log", "build\rlog"])
+def test_a_log_whose_name_has_control_characters_is_reported_in_one_line(tmp_path, name):
+    log = tmp_path / name
+    log.write_bytes(OOM_LINE + b"\n")
+    done = explain(log)
+    assert done.returncode == 0 and "killed for memory" in assert_one_line(done) and "\x1b" not in done.stdout
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device", "missing", "unreadable"])
 def test_not_a_log_file_is_one_line(tmp_path, kind):
     path = tmp_path / "x.log"

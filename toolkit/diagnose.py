@@ -193,7 +193,7 @@ def count_newlines(f, size: int) -> int:
 
 def read_tail(path: Path) -> LogTail:
     """The end of a regular file (never a FIFO or a device, which could block or never end)."""
-    where = display_path(Path(path))
+    where = printable(display_path(Path(path)))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO must not wait for a writer
         with os.fdopen(fd, "rb") as f:
@@ -289,13 +289,14 @@ def explain_file(path: Path, prefixes: tuple[Path, ...] = ()) -> str:
 def explain_log(path: Path, prefixes: tuple[Path, ...] = ()) -> str:
     """One line: the diagnosis of a log file, or its first error line when the failure is not catalogued."""
     tail = read_tail(path)
+    where = printable(display_path(Path(path)))
     found = diagnose_tail(tail, prefixes=prefixes)
     if found:
-        return f"{display_path(Path(path))}: {found.one_line()}"
+        return f"{where}: {found.one_line()}"
     first = first_error_line(tail)
     hint = f"; first error line: {first[:300]}" if first else ""
     partial = f"; only its last {TAIL_BYTES >> 20} MB were read" if tail.skipped else ""
-    raise ToolkitError(f"{display_path(Path(path))}: no known failure matched "
+    raise ToolkitError(f"{where}: no known failure matched "
                        f"(add it to toolkit/knowledge/build_failures.yaml{hint}{partial})")
 
 
