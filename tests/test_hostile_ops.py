@@ -304,6 +304,18 @@ def fake_tool(folder: Path, name: str, output: str) -> Path:
     return tool
 
 
+@pytest.mark.parametrize("output, form, version", [
+    ("13.3.0\n", "DOTTED", "13.3.0"), ("ccache wrapper v2\n13.3.0\n", "DOTTED", "13.3.0"),
+    ("1.13.2.git.kitware.jobserver-pipe-1\n", "TOOL", "1.13.2.git.kitware.jobserver-pipe-1"),
+    ("3.14.0rc1\n", "PYTHON", "3.14.0rc1"), ("3.13.0a1+\n", "PYTHON", "3.13.0a1+"), ("3.12.3", "PYTHON", "3.12.3"),
+    ("13abc\n", "DOTTED", None), ("13.3.0 (Ubuntu)", "DOTTED", None), ("3", "PYTHON", None), (None, "TOOL", None),
+])
+def test_real_version_outputs_are_kept_and_others_are_none(output, form, version):
+    from toolkit import fingerprint
+
+    assert fingerprint.parse_version_output(output, getattr(fingerprint, form)) == version
+
+
 @pytest.mark.parametrize("kind", GARBAGE_VERSIONS)
 def test_gxx_printing_no_version_is_a_doctor_row(tmp_path, kind):
     fake_tool(tmp_path / "bin", "g++", GARBAGE_VERSIONS[kind])

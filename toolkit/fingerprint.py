@@ -92,8 +92,10 @@ def _run(cmd: list[str], env: dict | None = None) -> str | None:
 
 # What a version field may hold: a tool printing anything else (a wrapper's banner, garbage) is recorded
 # as having no version, so every comparison downstream (int(), packaging's Version, minor_of) is safe.
-DOTTED = re.compile(r"\d+(\.\d+)*")
-MAJOR_MINOR = re.compile(r"\d+\.\d+(\.\d+)*")
+DOTTED = re.compile(r"\d+(\.\d+)*")  # g++ -dumpfullversion (13.3.0: its major goes through int()), drivers
+MAJOR_MINOR = re.compile(r"\d+\.\d+(\.\d+)*")  # torch.version.cuda
+PYTHON = re.compile(r"\d+\.\d+(\.\d+)?[a-z0-9+]*")  # platform.python_version(): 3.12.3, 3.14.0rc1, 3.13.0a1+
+TOOL = re.compile(r"\d+(\.\d+)*[\w.+~-]*")  # ninja --version: 1.13.2.git.kitware.jobserver-pipe-1
 
 
 def parse_version_output(text: object, form: re.Pattern = DOTTED) -> str | None:
@@ -206,7 +208,7 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
     ninja = shutil.which("ninja", path=search_path)
     python_path = python or shutil.which("python3", path=search_path)
     python_version = parse_version_output(
-        _run([python_path, "-c", "import platform; print(platform.python_version())"])) if python_path else None
+        _run([python_path, "-c", "import platform; print(platform.python_version())"]), PYTHON) if python_path else None
     driver, gpus = _gpus()
     return Fingerprint(
         machine=platform.machine(),
@@ -221,7 +223,7 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
         cxx_path=cxx_path,
         gcc_version=gcc_version,
         ninja_path=ninja,
-        ninja_version=parse_version_output(_run([ninja, "--version"])) if ninja else None,
+        ninja_version=parse_version_output(_run([ninja, "--version"]), TOOL) if ninja else None,
         python_path=python_path,
         python_version=python_version,
         torch=_torch_info(python_path, import_torch) if python_version else None,
@@ -236,13 +238,14 @@ def checked_torch(data: dict) -> TorchInfo:
                         "cuda": parse_version_output(data.get("cuda"), MAJOR_MINOR)})
 
 
-VERSION_FIELDS = ("nvcc_version", "gcc_version", "ninja_version", "python_version", "driver_version")
+VERSION_FIELDS = {"nvcc_version": DOTTED, "gcc_version": DOTTED, "ninja_version": TOOL, "python_version": PYTHON,
+                  "driver_version": DOTTED}
 
 
 def from_dict(data: dict) -> Fingerprint:
     """A recorded fingerprint (JSON) back into a Fingerprint: doctor and tests replay situations with it.
     Versions a hand-edited record gives in no version form are read as unknown (None), as probe() would."""
-    data = {**data, **{name: parse_version_output(data.get(name)) for name in VERSION_FIELDS}}
+    data = {**data, **{name: parse_version_output(data.get(name), form) for name, form in VERSION_FIELDS.items()}}
     data["torch"] = checked_torch(data["torch"]) if data.get("torch") else None
     data["gpus"] = tuple(Gpu(**g) for g in data.get("gpus") or ()
                          if MAJOR_MINOR.fullmatch(str(g.get("compute_capability"))))
