@@ -150,3 +150,129 @@ def test_explain_cli_prints_cause_and_fix_or_the_first_error(tmp_path):
                              capture_output=True, text=True)
     assert missing.returncode == 1 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
 
+
+
+# ---------------------------------------------------------------- advice from knowledge, not a fixed string
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch, direction, lines", [
+    ("compute_70", "older CUDA line (<= 12.9)", "11.8 to 12.9"),  # nvcc 13 dropped sm_50..72
+    ("sm_70", "older CUDA line (<= 12.9)", "11.8 to 12.9"),
+    ("compute_101", "CUDA 12.8 to 12.9", "12.8 to 12.9"),  # 13.0 calls Thor sm_110
+    ("compute_999", "newer CUDA line", "no CUDA line"),
+])
+def test_arch_advice_comes_from_each_lines_arch_range(kernel, arch, direction, lines):
+    flag = ["-arch", arch] if arch.startswith("sm_") else ["-gencode", f"arch={arch},code=sm_{arch.split('_')[1]}"]
+    text = output_of([str(NVCC), *flag, "-c", str(kernel)])
+    found = diagnose(text)
+    assert found.failure.id == "unsupported-gpu-architecture", text
+    assert direction in found.fix and lines in found.cause + found.fix, found.one_line()
+    if direction.startswith("older"):
+        assert "newer" not in found.fix
+
+
+def test_arch_advice_follows_the_knowledge_files_arch_lists():
+    """Every arch some line compiles: the advice names exactly the lines whose `archs` hold it."""
+    from toolkit.knowledge import load_knowledge
+
+    kb = load_knowledge()
+    for arch in sorted({a for line in kb.cuda_lines.values() for a in line.archs}):
+        having = [v for v, line in kb.cuda_lines.items() if arch in line.archs]
+        found = diagnose(f"nvcc fatal   : Unsupported gpu architecture 'compute_{arch}'\n")
+        named = f"CUDA {having[0]}" + (f" to {having[-1]}" if len(having) > 1 else "")
+        assert named in found.cause, (arch, found.cause)
+
+
+# ---------------------------------------------------------------- the conda-forge toolchain's failures
+
+
+def gxx_log(tmp_path: Path, source: str, *flags: str) -> str:
+    """What a failed ninja step of torch's cpp_extension shows: the command, then g++'s own stderr."""
+    (tmp_path / "api.cpp").write_text(source)
+    cmd = ["g++", "-c", str(tmp_path / "api.cpp"), "-o", str(tmp_path / "api.o"), *flags]
+    return f"FAILED: {tmp_path}/api.o\n{' '.join(cmd)}\n" + output_of(cmd)
+
+
+@pytest.fixture
+def conda_prefix(tmp_path: Path) -> Path:
+    """A prefix laid out as conda-forge's cuda-cudart-dev installs it: headers only under
+    targets/x86_64-linux/include (recipe: `files: targets/{{ target_name }}/include`), nothing in include/.
+    The header is this machine's real CUDA 13.0 cuda_runtime.h (NVIDIA's PyPI wheel)."""
+    prefix = tmp_path / "env"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "targets" / "x86_64-linux" / "include").mkdir(parents=True)
+    return prefix
+
+
+@pytest.mark.parametrize("header", ["cuda_runtime.h", "cublas_v2.h"])
+def test_header_under_targets_says_add_isystem_not_install(tmp_path, conda_prefix, header):
+    targets = conda_prefix / "targets" / "x86_64-linux" / "include"
+    (targets / header).write_text("/* the installed header */\n")
+    text = gxx_log(tmp_path, f"#include <{header}>\n", f"-I{conda_prefix}/include")
+    found = diagnose(text)
+    assert found.failure.id == "cuda-header-under-targets", found.one_line()
+    assert f"-isystem {targets}" in found.fix and "install" not in found.fix.split("(")[0]
+
+
+def test_header_missing_everywhere_still_says_install(tmp_path, conda_prefix):
+    text = gxx_log(tmp_path, "#include <cuda_runtime.h>\n", f"-I{conda_prefix}/include")
+    found = diagnose(text)
+    assert found.failure.id == "cuda-h-missing" and "cuda-cudart-dev" in found.fix
+
+
+@pytest.mark.parametrize("header, package", [
+    ("cublas_v2.h", "libcublas-dev"), ("cublasLt.h", "libcublas-dev"), ("cusparse.h", "libcusparse-dev"),
+    ("cusolverDn.h", "libcusolver-dev"), ("cusolver_common.h", "libcusolver-dev"),
+])
+def test_missing_math_library_header_names_its_dev_package(tmp_path, header, package):
+    found = diagnose(gxx_log(tmp_path, f"#include <{header}>\n"))
+    assert found.failure.id == "cuda-library-header-missing" and f"install {package}" in found.fix
+
+
+TORCH_214 = Path("/opt/pypi-more/files/torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl")
+
+
+@pytest.mark.skipif(not TORCH_214.exists(), reason=f"needs the real torch 2.14.1 wheel at {TORCH_214}")
+def test_aten_cxx20_error_from_the_real_torch_header(tmp_path):
+    """torch 2.14.1's own ATen/ATen.h (read from its wheel), compiled as flash-attn <= 2.8.3.post2 does: -std=c++17."""
+    import zipfile
+
+    include = tmp_path / "include"
+    with zipfile.ZipFile(TORCH_214) as wheel:
+        wheel.extract("torch/include/ATen/ATen.h", tmp_path)
+    (tmp_path / "torch" / "include").rename(include)
+    found = diagnose(gxx_log(tmp_path, "#include <ATen/ATen.h>\n", "-std=c++17", f"-I{include}"))
+    assert found.failure.id == "aten-needs-cxx20", found.one_line()
+    assert "-std=c++17" in found.fix and "2.8.3.post2" in found.fix
+
+
+def test_ccbin_twice_from_an_activated_conda_env():
+    """The message older nvcc stop with (quoted in conda-forge/nvcc-feedstock#34); nvcc 13.0 only warns."""
+    log = ("/env/bin/nvcc -ccbin /env/bin/x86_64-conda-linux-gnu-c++ -c flash_fwd.cu\n"
+           "nvcc fatal   : redefinition of argument 'compiler-bindir'\n")
+    found = diagnose(log)
+    assert found.failure.id == "nvcc-ccbin-twice" and "NVCC_PREPEND_FLAGS" in found.fix
+
+
+@needs_nvcc
+def test_nvcc_13_ccbin_warning_is_not_a_failure(kernel):
+    done = subprocess.run([str(NVCC), "-ccbin", "/usr/bin/g++", "-c", str(kernel), "-o", os.devnull],
+                          env={**os.environ, "NVCC_PREPEND_FLAGS": "-ccbin=/usr/bin/gcc"}, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "compiler-bindir" in done.stderr
+    assert diagnose(done.stderr) is None
+
+
+def test_explain_prefix_names_the_environment_the_log_does_not_show(tmp_path, conda_prefix):
+    """A log without the compile command: `--prefix` says which environment to look in."""
+    (conda_prefix / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").write_text("/* installed */\n")
+    (tmp_path / "api.cpp").write_text("#include <cuda_runtime.h>\n")
+    log = tmp_path / "build.log"
+    log.write_text(output_of(["g++", "-c", str(tmp_path / "api.cpp"), "-o", str(tmp_path / "api.o")]))
+    plain = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log)], capture_output=True, text=True)
+    assert plain.returncode == 0 and "[cuda-h-missing" in plain.stdout
+    told = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), "--prefix", str(conda_prefix)],
+                          capture_output=True, text=True)
+    assert told.returncode == 0 and "[cuda-header-under-targets" in told.stdout
+    assert f"-isystem {conda_prefix}/targets/x86_64-linux/include" in told.stdout

@@ -576,3 +576,29 @@ def test_prefix_is_probed_as_a_conda_env(workdir, capsys):
 def test_nox_has_a_doctor_session():
     listed = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True).stdout
     assert any(line.startswith("- doctor ") or line.startswith("* doctor ") for line in listed.splitlines())
+
+
+def test_a_locked_line_without_its_environment_says_how_to_make_it(workdir, capsys):
+    """Nothing installed for cu126: the shell's own nvcc, gcc and python are not what the line builds with,
+    so they are neither probed nor compared with the spec; one row says the environment is missing."""
+    code = main(["doctor", "--line", "cu126", "--envs", str(ENVS), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert_well_formed(report, code)
+    env = row(report, "env")
+    assert code == 1 and env["status"] == "fail" and ".envs/cu126" in env["value"]
+    assert "toolkit lock cu126 && toolkit install cu126" in env["fix"] and "nox -s lock-cu126 env-cu126" in env["fix"]
+    checks = {r["check"] for r in report["rows"]}
+    judged = {"cuda-home", "nvcc", "cuda-headers", "gcc", "python", "torch", "torch-cuda", "line-cuda",
+              "line-python", "line-gcc", "line-torch", "lock-pip", "lock-conda", "record"}
+    assert not checks & judged, checks & judged
+    assert {"driver", "gpus", "line", "lock"} <= checks
+    fingerprint = report["fingerprint"]
+    assert fingerprint["nvcc_path"] is None and fingerprint["python_path"] is None and fingerprint["cxx_path"] is None
+
+
+def test_a_locked_line_with_a_lock_but_no_environment_only_needs_install(workdir, capsys):
+    (workdir / "locks").mkdir()
+    (workdir / "locks" / "cu126.conda-lock.yml").write_text("not: a real lock\n")
+    main(["doctor", "--line", "cu126", "--envs", str(ENVS), "--json"])
+    env = row(json.loads(capsys.readouterr().out), "env")
+    assert env["fix"].startswith("toolkit install cu126") and "nox -s env-cu126" in env["fix"]

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit import patches
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
-from toolkit.diagnose import diagnose, first_error_line
+from toolkit.diagnose import explain, explain_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -641,14 +641,6 @@ def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], targ
                                    f"(full output in {display_path(log_path)})")
 
 
-def explain(text: str) -> str:
-    found = diagnose(text)
-    if found:
-        return found.one_line()
-    first = first_error_line(text)
-    return first[:300] if first else "no error line found"
-
-
 # ---------------------------------------------------------------- the build
 
 
@@ -719,7 +711,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
-                               f"{explain(log_path.read_text(errors='replace'))}")
+                               f"{explain_file(log_path, (tc.cuda_home,))}")
         built = next(out_dir.glob("*.whl"), None)
         if built is None:
             raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")

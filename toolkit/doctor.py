@@ -103,6 +103,7 @@ class Probe:
     nvcc_max_gcc: int | None = None  # from nvcc's crt/host_config.h
     conda_packages: dict[str, str] | None = None  # name -> "version=build" of the conda prefix, if any
     error: str | None = None  # the probe itself failed (timeout, broken python)
+    env_missing: str | None = None  # the locked line's prefix, not installed: its toolchain was not probed
 
     @staticmethod
     def from_dict(data: dict) -> Probe:
@@ -327,8 +328,12 @@ def check_cuda_headers(f: Facts) -> Row | None:
 
 def check_gcc(f: Facts) -> Row:
     fp = f.fingerprint
+    if fp.cxx_path and not fp.gcc_version:
+        return Row("gcc", "fail", f"{fp.cxx_path}: does not run or prints no version for -dumpfullversion",
+                   "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
+                   "or reinstall it")
     if not fp.gcc_version:
-        return Row("gcc", "fail", f"no host C++ compiler ({fp.cxx_path or 'g++ on PATH'})",
+        return Row("gcc", "fail", "no host C++ compiler (g++ on PATH)",
                    "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
     line = f.kb.cuda_lines.get(fp.nvcc_line or "")
     cap = f.probe.nvcc_max_gcc or (line.max_gcc if line else None)
@@ -362,6 +367,9 @@ def check_torch(f: Facts) -> Row | None:
     if torch is None:
         return Row("torch", "fail", f"not installed in {fp.python_path}",
                    f"flash-attn builds and runs against torch: {torch_install_hint(f)}")
+    if _version(torch.version) is None:
+        return Row("torch", "fail", f"{torch.path}/version.py holds no version torch could have",
+                   f"reinstall torch: {torch_install_hint(f)}")
     return Row("torch", "ok", f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
                               f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
 
@@ -422,8 +430,8 @@ def check_flash_attn_build(f: Facts) -> Row | None:
     """The wheel's local tag (+cu126torch2.9, upstream's +cu12torch2.8cxx11abiTRUE) against the torch here."""
     local = (_version(f.probe.python_packages.get("flash-attn")) or Version("0")).local
     torch = f.fingerprint.torch
-    if f.probe.flash_attn is None or torch is None:
-        return None
+    if f.probe.flash_attn is None or torch is None or _version(torch.version) is None:
+        return None  # nothing installed to compare, or a torch whose version is unknown (its row says so)
     if not local:
         return Row("flash-attn-build", "info", "no local version tag (torch/CUDA it was built for not recorded)")
     built_cuda = re.search(r"cu\d+", local)
@@ -565,7 +573,7 @@ LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Call
     ("line-python", "python", lambda s, f: s.python, lambda fp: fp.python_minor, "fail"),
     ("line-gcc", "gcc", lambda s, f: s.gcc, lambda fp: fp.gcc_major, "warn"),
     ("line-torch", "torch", lambda s, f: Version(s.torch_version).public,
-     lambda fp: Version(fp.torch.version).public if fp.torch else None, "fail"),
+     lambda fp: version.public if fp.torch and (version := _version(fp.torch.version)) else None, "fail"),
     ("line-torch-cuda", "torch build", lambda s, f: f.kb.cuda_lines[s.cuda].tag if s.cuda in f.kb.cuda_lines else None,
      lambda fp: (f"cu{fp.torch.cuda.replace('.', '')}" if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
     ("line-cxx11-abi", "torch C++11 ABI", lambda s, f: s.toolchain.cxx11_abi,
@@ -695,7 +703,11 @@ def check_record_toolchain(f: Facts) -> Row | None:
     recorded = (f.line.record or {}).get("fingerprint")
     if not isinstance(recorded, dict):
         return None
-    built_with = from_dict(recorded)
+    try:
+        built_with = from_dict(recorded)
+    except (TypeError, ValueError, AttributeError):  # a hand-edited record
+        return Row("record-toolchain", "warn", "the build record's fingerprint is not one `toolkit build` writes",
+                   f"rebuild: toolkit build {f.line.name} --force")
     diffs = [(status, f"{what} {have} (built with {want})") for what, value_of, status in RECORD_FIELDS
              if (want := value_of(built_with)) is not None and (have := value_of(f.fingerprint)) is not None
              and str(want) != str(have)]
@@ -706,19 +718,38 @@ def check_record_toolchain(f: Facts) -> Row | None:
                f"rebuild here (toolkit build {f.line.name}) or use the toolchain the record names")
 
 
+def check_env(f: Facts) -> Row | None:
+    """A locked line whose environment is not installed: say so and how to make it, instead of judging
+    this shell's nvcc, gcc and python, which the line's build never uses."""
+    missing = f.probe.env_missing
+    if missing is None:
+        return None
+    line = f.line.name
+    where = "" if Path(missing) == ENV_PREFIXES / line else f" --prefix {missing}"
+    if f.line.lock_file.exists():
+        fix = f"toolkit install {line}{where} (or nox -s env-{line})"
+    else:
+        fix = f"toolkit lock {line} && toolkit install {line}{where} (or nox -s lock-{line} env-{line})"
+    return Row("env", "fail", f"{missing}: {line}'s environment is not installed (the toolchain checks need it; "
+                              "this shell's own tools are not what the line builds with)", fix)
+
+
 LINE_CHECKS: tuple[Callable[[Facts], Row | list[Row] | None], ...] = (
-    line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
+    check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
     check_record, check_record_toolchain,
 )
+# What can be judged while a locked line's environment is missing: the machine and the line's own files.
+WITHOUT_ENV = frozenset({check_driver, check_gpus, check_env, check_line_driver, check_line_archs, check_lock})
 
 
 def evaluate(f: Facts) -> list[Row]:
     """Every row, failing rows first (stable within a status)."""
-    rows = [row for check in MACHINE_CHECKS if (row := check(f))]
+    applies = (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
+    rows = [row for check in MACHINE_CHECKS if applies(check) and (row := check(f))]
     if f.line:
         rows.append(check_line(f))
         if f.line.spec:
-            for check in LINE_CHECKS:
+            for check in filter(applies, LINE_CHECKS):
                 found = check(f)
                 rows += found if isinstance(found, list) else [found] if found else []
     return sorted(rows, key=lambda row: STATUS_ORDER[row.status])
@@ -735,6 +766,7 @@ class ToolchainChoice:
     path_env: str | None
     cuda_home_from: str
     env_prefix: Path | None  # the conda prefix whose conda-meta is compared with the lock
+    env_missing: Path | None = None  # a locked line's prefix that is not installed (nothing is probed)
 
 
 def choose_toolchain(prefix: Path | None, spec: EnvSpec | None) -> ToolchainChoice:
@@ -747,8 +779,9 @@ def choose_toolchain(prefix: Path | None, spec: EnvSpec | None) -> ToolchainChoi
     if spec is not None:
         try:
             tc = resolve_toolchain(spec, prefix)
-        except ToolkitError:
-            pass  # a locked line not installed yet: look at this shell's toolchain (the lock-conda row says so)
+        except ToolkitError:  # a locked line not installed yet: no toolchain of its own to probe
+            missing = Path(display_path((prefix or ENV_PREFIXES / spec.line).absolute()))
+            return ToolchainChoice(None, None, None, "", "nothing: the line's environment is missing", None, missing)
         else:
             locked = tc.kind == "locked"
             source = f"prefix {display_path(tc.cuda_home)}" if locked else f"{display_path(spec.path)} toolchain"
@@ -797,7 +830,8 @@ def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[
     from toolkit.preflight import host_gcc_cap  # the same reading of host_config.h the build gate uses
 
     facts = {"cuda_home_from": choice.cuda_home_from, "nvcc_max_gcc": host_gcc_cap(fp.host_config_h),
-             "conda_packages": _conda_packages(choice.env_prefix)}
+             "conda_packages": _conda_packages(choice.env_prefix),
+             "env_missing": str(choice.env_missing) if choice.env_missing else None}
     if not fp.python_version:
         return Probe(**facts)
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)

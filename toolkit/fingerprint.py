@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 PROBE_TIMEOUT_S = 20
 
 
@@ -82,10 +84,34 @@ class Fingerprint:
 def _run(cmd: list[str], env: dict | None = None) -> str | None:
     """stdout of a probe command, or None when it is missing or fails."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+# What a version field may hold: a tool printing anything else (a wrapper's banner, garbage) is recorded
+# as having no version, so every comparison downstream (int(), packaging's Version, minor_of) is safe.
+DOTTED = re.compile(r"\d+(\.\d+)*")  # g++ -dumpfullversion (13.3.0: its major goes through int()), drivers
+MAJOR_MINOR = re.compile(r"\d+\.\d+(\.\d+)*")  # torch.version.cuda
+PYTHON = re.compile(r"\d+\.\d+(\.\d+)?[a-z0-9+]*")  # platform.python_version(): 3.12.3, 3.14.0rc1, 3.13.0a1+
+TOOL = re.compile(r"\d+(\.\d+)*[\w.+~-]*")  # ninja --version: 1.13.2.git.kitware.jobserver-pipe-1
+
+
+def parse_version_output(text: object, form: re.Pattern = DOTTED) -> str | None:
+    """The last line of a tool's output that is exactly a version ('13.3.0'), else None: `g++
+    -dumpfullversion` behind a wrapper may print a banner first, and a broken tool anything at all."""
+    lines = [line.strip() for line in text.splitlines()] if isinstance(text, str) else []
+    return next((line for line in reversed(lines) if form.fullmatch(line)), None)
+
+
+def pep440_or_unknown(text: object) -> str:
+    """torch's __version__ as written, when it is a version packaging can compare; else 'unknown'."""
+    try:
+        Version(text if isinstance(text, str) else "")
+    except InvalidVersion:
+        return "unknown"
+    return text
 
 
 def parse_nvcc_version(text: str) -> str | None:
@@ -110,7 +136,11 @@ def _torch_info(python: str, import_torch: bool) -> TorchInfo | None:
                 "'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), 'path': torch.__path__[0],"
                 "'cuda_available': torch.cuda.is_available()}))")
         out = _run([python, "-c", code])
-        return TorchInfo(**json.loads(out.strip().splitlines()[-1])) if out else None
+        try:
+            found = json.loads(out.strip().splitlines()[-1]) if out and out.strip() else None
+        except ValueError:
+            return None  # something else printed last: no torch we can describe
+        return checked_torch(found) if found else None
     out = _run([python, "-c", "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s else '')"])
     if not out or not out.strip():
         return None
@@ -118,12 +148,12 @@ def _torch_info(python: str, import_torch: bool) -> TorchInfo | None:
     version_py = torch_dir / "version.py"
     if not version_py.exists():
         return None
-    text = version_py.read_text()
+    text = version_py.read_text(errors="replace")
     version = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", text)
     cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
     return TorchInfo(
-        version=version.group(1) if version else "unknown",
-        cuda=cuda.group(1) if cuda else None,
+        version=pep440_or_unknown(version.group(1) if version else None),
+        cuda=parse_version_output(cuda.group(1), MAJOR_MINOR) if cuda else None,
         cxx11_abi=_torch_cxx11_abi(torch_dir),
         path=str(torch_dir),
     )
@@ -142,13 +172,15 @@ def _torch_cxx11_abi(torch_dir: Path) -> bool | None:
     return True if hard_coded else None
 
 
+GPU_ROW = re.compile(r"\s*(\d+)\s*,\s*([^,]*?)\s*,\s*(\d+\.\d+)\s*,\s*(\d+(?:\.\d+)*)\s*(?:,.*)?")
+
+
 def _gpus() -> tuple[str | None, tuple[Gpu, ...]]:
+    """(driver, GPUs) from nvidia-smi; rows not in the queried form (index, name, x.y, driver) are left out."""
     out = _run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"])
-    if not out:
-        return None, ()
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
-    gpus = tuple(Gpu(int(r[0]), r[1], r[2]) for r in rows)
-    return (rows[0][3] if rows else None), gpus
+    rows = [match for line in (out or "").splitlines() if (match := GPU_ROW.fullmatch(line))]
+    gpus = tuple(Gpu(int(r.group(1)), r.group(2), r.group(3)) for r in rows)
+    return (rows[0].group(4) if rows else None), gpus
 
 
 def _mem_available_gb() -> float:
@@ -172,11 +204,11 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
         home = Path(nvcc).resolve().parent.parent
     include_dirs = cuda_include_dirs(home) if home else []
     cxx_path = cxx or shutil.which("g++", path=search_path)
-    gcc_version = (_run([cxx_path, "-dumpfullversion"]) or "").strip() or None if cxx_path else None
+    gcc_version = parse_version_output(_run([cxx_path, "-dumpfullversion"])) if cxx_path else None
     ninja = shutil.which("ninja", path=search_path)
     python_path = python or shutil.which("python3", path=search_path)
-    python_version = (_run([python_path, "-c", "import platform; print(platform.python_version())"]) or "").strip() \
-        if python_path else ""
+    python_version = parse_version_output(
+        _run([python_path, "-c", "import platform; print(platform.python_version())"]), PYTHON) if python_path else None
     driver, gpus = _gpus()
     return Fingerprint(
         machine=platform.machine(),
@@ -191,18 +223,30 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
         cxx_path=cxx_path,
         gcc_version=gcc_version,
         ninja_path=ninja,
-        ninja_version=(_run([ninja, "--version"]) or "").strip() or None if ninja else None,
+        ninja_version=parse_version_output(_run([ninja, "--version"]), TOOL) if ninja else None,
         python_path=python_path,
-        python_version=python_version or None,
+        python_version=python_version,
         torch=_torch_info(python_path, import_torch) if python_version else None,
         driver_version=driver,
         gpus=gpus,
     )
 
 
+def checked_torch(data: dict) -> TorchInfo:
+    """TorchInfo from JSON (a probe's or a recorded one), its versions held to the forms probe() writes."""
+    return TorchInfo(**{**data, "version": pep440_or_unknown(data.get("version")),
+                        "cuda": parse_version_output(data.get("cuda"), MAJOR_MINOR)})
+
+
+VERSION_FIELDS = {"nvcc_version": DOTTED, "gcc_version": DOTTED, "ninja_version": TOOL, "python_version": PYTHON,
+                  "driver_version": DOTTED}
+
+
 def from_dict(data: dict) -> Fingerprint:
-    """A recorded fingerprint (JSON) back into a Fingerprint: doctor and tests replay situations with it."""
-    data = dict(data)
-    data["torch"] = TorchInfo(**data["torch"]) if data.get("torch") else None
-    data["gpus"] = tuple(Gpu(**g) for g in data.get("gpus") or ())
+    """A recorded fingerprint (JSON) back into a Fingerprint: doctor and tests replay situations with it.
+    Versions a hand-edited record gives in no version form are read as unknown (None), as probe() would."""
+    data = {**data, **{name: parse_version_output(data.get(name), form) for name, form in VERSION_FIELDS.items()}}
+    data["torch"] = checked_torch(data["torch"]) if data.get("torch") else None
+    data["gpus"] = tuple(Gpu(**g) for g in data.get("gpus") or ()
+                         if MAJOR_MINOR.fullmatch(str(g.get("compute_capability"))))
     return Fingerprint(**data)

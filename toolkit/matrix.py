@@ -127,7 +127,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     option("--time", metavar="LIMIT", help="time limit of every job, e.g. 2:00:00")
     option("--verify-time", metavar="LIMIT", help="time limit of a verification job (default: --time)")
     option("--sbatch", action="append", metavar="OPTION",
-           help="one more sbatch option for every job, written as --sbatch=--qos=long (repeatable)")
+           help="one more sbatch option for every job, written as --sbatch=--qos=long or --sbatch=--exclusive "
+           "(repeatable; a plain value: letters, digits and _.,:/@%%+=&|!*^~-)")
     option("--max-parallel", type=int, metavar="N",
            help=f"--executor local: lines built at the same time (default: {d.max_parallel})")
     option("--poll", type=float, metavar="SECONDS",

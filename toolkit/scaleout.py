@@ -47,6 +47,27 @@ PLACEHOLDERS = ("python", "line", "spec", "jobs", "nvcc_threads")
 FINAL_STATES = ("done", "failed", "skipped", "not run")
 KINDS = (None, "locked", "external")  # a stage's `toolchain:` condition (None: every line)
 
+# What may reach an `#SBATCH` line. To bash (which runs the same script locally and on the node) those
+# lines are comments, so a newline in a value would start a command; none of these admits a newline,
+# space, quote, backslash, $ or backtick (as toolkit.modules.SAFE does for modulefiles). Forms: sbatch(1).
+SLURM_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*"
+SLURM_GRES = r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*"
+SITE_VALUES = {
+    "partition": (rf"{SLURM_NAME}(,{SLURM_NAME})*", "partition names (letters, digits, ._+-; comma-separated)"),
+    "account": (SLURM_NAME, "an account name (letters, digits, ._+-)"),
+    "time": (r"(\d+-)?\d+(:\d+){0,2}|(?i:unlimited|infinite)",
+             "a Slurm time limit (MINUTES, HH:MM:SS, D-HH[:MM[:SS]] or UNLIMITED)"),
+    "gres": (rf"({SLURM_GRES}(,{SLURM_GRES})*)?", "a gres list like gpu:1 or gpu:a100:2"),
+}
+SITE_OPTIONS = {"partition": "partition", "verify_partition": "partition", "account": "account", "time": "time",
+                "verify_time": "time", "gres": "gres"}
+SBATCH_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(=[A-Za-z0-9_.,:/@%+=&|!*^~-]+)?")
+# sbatch options the scripts set themselves (the machinery depends on them) or that have their own flag.
+OWN_SBATCH_OPTIONS = {"array": None, "chdir": None, "output": None, "error": None, "wrap": None, "dependency": None,
+                      "parsable": None, "kill-on-invalid-dep": None, "job-name": None, "cpus-per-task": None,
+                      "mem": None, "partition": "--partition", "account": "--account", "time": "--time",
+                      "gres": "--gres"}
+
 
 # ---------------------------------------------------------------- plan
 
@@ -78,6 +99,33 @@ class RunOptions:
             if not getattr(self, name) > 0:
                 raise ToolkitError(f"toolkit matrix run: --{name.replace('_', '-')} must be positive, "
                                    f"got {getattr(self, name)}")
+        for name, kind in SITE_OPTIONS.items():
+            check_site_value(name, getattr(self, name), kind)
+        for option in self.sbatch:
+            check_sbatch_option(option)
+
+
+def check_site_value(name: str, value: str | None, kind: str) -> None:
+    """A site option (--account, --time, ...) that is safe on an `#SBATCH` line, or a one-line refusal."""
+    pattern, what = SITE_VALUES[kind]
+    if value is not None and not re.fullmatch(pattern, value):
+        raise ToolkitError(f"toolkit matrix run: --{name.replace('_', '-')}: {value!r} is not {what} "
+                           "(it is written into the batch scripts; fix the value)")
+
+
+def check_sbatch_option(option: str) -> None:
+    """--sbatch takes `--name` or `--name=value` with a plain value; not an option the scripts set themselves."""
+    match = SBATCH_OPTION.fullmatch(option) if isinstance(option, str) else None  # argparse makes `--sbatch=--` []
+    if not match:
+        raise ToolkitError(f"toolkit matrix run: --sbatch: {option!r} is not one sbatch option written --name or "
+                           "--name=value (value of letters, digits and _.,:/@%+=&|!*^~-; no spaces, quotes, $ "
+                           "or newlines: it is written into the batch scripts), e.g. --sbatch=--qos=long")
+    if match.group(1) in OWN_SBATCH_OPTIONS:
+        own = OWN_SBATCH_OPTIONS[match.group(1)]
+        raise ToolkitError(f"toolkit matrix run: --sbatch: {option!r}: "
+                           + (f"use `toolkit matrix run {own}` instead" if own else
+                              "the batch scripts set this option themselves (from the build sizing and --cpus, "
+                              "--verify-cpus, --verify-mem-gb; leave it out)"))
 
 
 @dataclass(frozen=True)
@@ -209,15 +257,16 @@ def build_sizing(spec: EnvSpec, options: RunOptions) -> tuple[int, int, Resource
 
 def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTemplates) -> LinePlan:
     jobs, threads, resources = build_sizing(spec, options)
-    values = {"python": sys.executable, "line": spec.line, "spec": display_path(spec.path),
-              "jobs": str(jobs), "nvcc_threads": str(threads)}
+    words = {"python": sys.executable, "line": spec.line, "spec": display_path(spec.path),
+             "jobs": str(jobs), "nvcc_threads": str(threads)}
+    values = {name: shlex.quote(word) for name, word in words.items()}  # each one shell word, whatever the path
 
     def filled(phase: str, templates: dict[str, StageTemplate]) -> tuple[Stage, ...]:
         where = f"{display_path(stages.path)}: {phase}"
         return tuple(Stage(name, fill_placeholders(t.command, values, f"{where}.{name}"))
                      for name, t in templates.items() if t.toolchain in (None, spec.toolchain.kind))
 
-    return LinePlan(spec.line, task, values["spec"], jobs, threads, resources,
+    return LinePlan(spec.line, task, words["spec"], jobs, threads, resources,
                     filled("build", stages.build), filled("verify", stages.verify))
 
 
@@ -229,6 +278,11 @@ def plan_matrix(specs: list[EnvSpec], options: RunOptions, verify_gres: str | No
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", spec.line):
             raise ToolkitError(f"{display_path(spec.path)}: line name {spec.line!r} has characters a batch script "
                                "cannot carry (rename the file to letters, digits, '.', '-', '_')")
+    for path, what in [(s.path, "spec file") for s in specs] + [(options.stages, "--stages file"),
+                                                                (Path(sys.executable), "toolkit's interpreter")]:
+        if re.search(r"[\x00-\x1f\x7f]", str(path)):  # quoted, a newline is harmless, but not in `# Written by:`
+            raise ToolkitError(f"{str(path)!r}: the {what}'s path has a control character (a newline?), which a "
+                               "batch script's comment line cannot carry (rename it)")
     for folder in (Path.cwd(), Path(options.runs_dir).resolve()):
         if re.search(r"[\s'\"$`\\]", str(folder)):
             raise ToolkitError(f"{folder}: the path has spaces or quotes, which #SBATCH lines cannot carry "
