@@ -6,7 +6,9 @@
 # environment conda-forge's activation makes (NVCC_PREPEND_FLAGS="-ccbin=$CXX"), archs 90.
 #
 # Exact invocation (the `run` tool, from the repo root; .cache/sdist/ holds the sdist, git-ignored):
-#   run(kind="nvidia-h200", carry=[".cache/sdist"], command="bash scripts/gpu_replica_build.sh start")
+#   run(kind="nvidia-h200", carry=[".cache/sdist", ".gpu-carry"], command="bash scripts/gpu_replica_build.sh start")
+# .gpu-carry/ (git-ignored): cp -r /usr/local/cuda/dist-info .gpu-carry/cuda-dist-info; cp /usr/local/cuda/bin/nvcc.profile
+#   .gpu-carry/ (on the CPU machine, whose CUDA 13.0 is NVIDIA's wheels; the GPU machine's came from the installer)
 #   run(command="bash scripts/gpu_replica_build.sh wait")     # again while it prints BUILD RUNNING (no carry)
 # Get the sdist here first (sha256 from PyPI's simple index page, as the lock pins it):
 #   mkdir -p .cache/sdist/d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b && curl -sfLo \
@@ -32,6 +34,22 @@ T0=$(date +%s)
 mkdir -p "$STATE" "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOOLKIT_CACHE=$STATE/cache
 
+cuda_root() {  # a CUDA laid out as NVIDIA's wheels lay it (what the replica reads its payload by)
+    if [ -d "${CUDA_INSTALL:-/usr/local/cuda}/dist-info" ]; then echo "${CUDA_INSTALL:-/usr/local/cuda}"; return; fi
+    # This machine's CUDA 13.0 came from NVIDIA's installer (targets/x86_64-linux/{include,lib}), not the
+    # wheels: a view of it in the wheels' layout, with the wheels' RECORDs and bin/nvcc.profile carried from
+    # the project's CPU machine (the same nvcc build, cuda_13.0.r13.0/compiler.36424714_0) in .gpu-carry/.
+    local view=$STATE/cuda-view cuda=${CUDA_INSTALL:-/usr/local/cuda}
+    rm -rf "$view" && mkdir -p "$view/bin"
+    cp -r .gpu-carry/cuda-dist-info "$view/dist-info"
+    for f in "$cuda"/bin/*; do ln -s "$f" "$view/bin/"; done
+    cp --remove-destination .gpu-carry/nvcc.profile "$view/bin/nvcc.profile"
+    ln -s "$cuda/targets/x86_64-linux/include" "$view/include"
+    ln -s "$cuda/targets/x86_64-linux/lib" "$view/lib"
+    ln -s "$cuda/nvvm" "$view/nvvm"
+    echo "$view"
+}
+
 setup() {  # the replica prefix and the sdist in /tmp (a later call replaces carried folders)
     { date -u; hostname; nproc; free -g | head -2; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
       /usr/local/cuda/bin/nvcc --version | tail -2; g++ --version | head -1
@@ -42,7 +60,8 @@ setup() {  # the replica prefix and the sdist in /tmp (a later call replaces car
     echo "$SHA  $TOOLKIT_CACHE/sdist/$SHA/$SDIST" | sha256sum -c - || { echo "no sdist: carry .cache/sdist"; exit 2; }
     site=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
     rm -rf "$STATE/prefix"
-    "$PYTHON" tests/conda_forge_replica/replica.py prefix "$STATE/prefix" --nvidia-site "$site" | tee "$OUT/replica.txt"
+    "$PYTHON" tests/conda_forge_replica/replica.py prefix "$STATE/prefix" --cuda-root "$(cuda_root)" --nvidia-site "$site" \
+        | tee "$OUT/replica.txt"
     ls "$STATE/prefix" "$STATE/prefix/targets/x86_64-linux/include" | head -20 >> "$OUT/replica.txt"
 }
 

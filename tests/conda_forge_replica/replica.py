@@ -79,9 +79,7 @@ def wheel_files(wheel: str, roots: PayloadRoots) -> tuple[Path, list[str]] | Non
         if found:
             rows = (line.split(",")[0] for line in found[-1].read_text().splitlines())
             return base, [row[len(WHEEL_ROOT):] for row in rows if row.startswith(WHEEL_ROOT)]
-    if roots.nvidia_site:
-        raise SystemExit(f"replica: no {wheel} wheel under {roots.cuda_root}/dist-info or {roots.nvidia_site}")
-    return None  # without --nvidia-site the library wheels are simply not here: that payload stays absent
+    return None  # not on this machine (no --nvidia-site, or a torch without that wheel): that payload stays absent
 
 
 def patched_profile(original: str, patch: str) -> str:
@@ -192,16 +190,21 @@ def layout_prefix(dest: Path, roots: PayloadRoots, names: set[str] | None = None
     for record in load_records():
         if not real_payload(record) or (names and record["name"] not in names):
             continue
-        texts, disk, links, _ = payload(record, roots)
+        texts, disk, links, absent = payload(record, roots)
         for relative, text in texts.items():
             _write(dest / relative, text.encode(), executable=relative.startswith("bin/"))
+        missing = [relative for relative, source in disk.items() if not Path(source).exists()]
         for relative, source in disk.items():
-            (dest / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / relative)
+            if relative not in missing:
+                (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, dest / relative)
         for relative, target in links.items():
             (dest / relative).parent.mkdir(parents=True, exist_ok=True)
             (dest / relative).unlink(missing_ok=True)
             os.symlink(target, dest / relative)
+        if absent or missing:  # a CUDA installed otherwise than from the wheels may lack a few of their files
+            print(f"replica: {record['name']}: absent here: wheels {absent or '-'}, {len(missing)} files "
+                  f"{missing[:3]}{' ...' if len(missing) > 3 else ''}")
         done.append(record["name"])
     return done
 
