@@ -44,8 +44,8 @@ REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDI
 
 # The strict forms of values that become paths, URLs or command lines.
 SHA256 = re.compile(r"[0-9a-f]{64}")
-FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")  # a plain file name: no separator, never "." or ".."
-NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a conda or PEP 508 project name
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")  # a plain file name: no separator, never "." or ".."
+NAME = re.compile(r"_?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a conda (_libgcc_mutex) or PEP 508 project name
 URL = re.compile(r"[!-~]+")  # printable ASCII, no space or control character (pip reads URLs line by line)
 URL_SCHEMES = ("https", "http", "file")
 TOOLCHAIN_KINDS = ("locked", "external")
