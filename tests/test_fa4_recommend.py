@@ -8,6 +8,7 @@ built here (a passed and a failed FA4 report): what matters to the recommendatio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from toolkit import fa4
 from toolkit.attention import recommend
 from toolkit.cli import main
 
+ROOT = Path(__file__).resolve().parent.parent
 GPU = "NVIDIA H200"
 # (seqlen, head_dim, causal) -> {implementation: fwd TFLOP/s}, issue 16's table
 ISSUE_TABLE = {
@@ -43,9 +45,17 @@ def _bench() -> dict:
             "measurements": rows}
 
 
+def _case(status: str, head_dim: int, causal: bool, dtype: str = "bfloat16") -> dict:
+    return {"name": f"func-d{head_dim}", "status": status,
+            "params": {"api": "func", "dtype": dtype, "head_dim": head_dim, "causal": causal}}
+
+
 def _verify(failed: int = 0, gpu: str = GPU) -> dict:
-    return {"gpu": gpu, "level": "fa4-smoke", "date": "2026-12-01",
-            "summary": {"passed": 14, "failed": failed, "error": 0, "unsupported": 6, "setup_error": ""}}
+    """A verification report whose passed cases cover the bench grid's shapes; `failed` breaks them all."""
+    cases = [_case("passed", d, c) for d in (64, 128) for c in (False, True)]
+    cases += [_case("failed", d, c) for d in (64, 128) for c in (False, True)][:4 * failed]
+    return {"gpu": gpu, "level": "fa4-smoke", "date": "2026-12-01", "cases": cases,
+            "summary": {"passed": 4, "failed": 4 * failed, "error": 0, "unsupported": 6, "setup_error": ""}}
 
 
 def test_cudnn_wins_short_sequences_and_fa4_long_ones_when_fa4_is_verified():
@@ -113,3 +123,33 @@ def test_a_json_that_is_not_a_bench_report_is_one_line(tmp_path, capsys):
     assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a `toolkit bench` report" in err and not (tmp_path / "r.json").exists()
+
+
+def test_a_backend_counts_only_for_the_shapes_its_report_proved():
+    """FA4 wrong at head dim 128 (a failed case there) stays recommended at head dim 64 only."""
+    report = _verify()
+    report["cases"].append(_case("failed", 128, False))
+    data = recommend.build(_bench(), {"fa4": report}, fa4.knowledge())
+    rules = [recommend.Rule(**r) for r in data["rules"]]
+    pick = lambda seqlen, causal=False, d=128: recommend.lookup_rules(rules, "bfloat16", d, causal, "fwd", seqlen)
+    assert pick(4096, d=64).backend == "fa4" and pick(4096, True).backend == "fa4"
+    assert pick(4096).backend == pick(8192).backend == "sdpa-cudnn"
+    assert data["verified"]["fa4"]["shapes"] == [["bfloat16", 64, False], ["bfloat16", 64, True],
+                                                 ["bfloat16", 128, True]]
+
+
+H200_RUN = ROOT / "docs" / "results" / "2026-12-01-h200-replica-and-fa4" / "fa4"
+
+
+def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
+    """The real grid and the real (partial) full verification of 2026-12-01: FA4's failures were at head dims
+    40 and 80, which the bench grid (64, 128) does not contain, so the grid's shapes are all proven."""
+    bench = json.loads((H200_RUN / "bench" / "bench.json").read_text())
+    report = json.loads((H200_RUN / "verify-fa4-full" / "verify.json").read_text())
+    data = recommend.build(bench, {"fa4": report}, fa4.knowledge())
+    rules = [recommend.Rule(**r) for r in data["rules"]]
+    pick = lambda seqlen, mode="fwd": recommend.lookup_rules(rules, "bfloat16", 128, False, mode, seqlen)
+    assert pick(4096).backend == "fa4" and pick(1024).backend == "sdpa-cudnn"
+    shapes = set(map(tuple, data["verified"]["fa4"]["shapes"]))
+    assert ("bfloat16", 80, False) not in shapes and ("bfloat16", 128, False) in shapes
+    assert data["worst_ratio"] >= 0.98

@@ -2,8 +2,8 @@
 
 Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (FA2's
 `toolkit verify`, FA4's `python -m toolkit.verify.fa4`). A packaged backend counts only if its report
-passed on the same GPU; torch's own SDPA backends and eager count as verified (torch is the yardstick
-the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
+passed on the same GPU, and only for the shapes its passed cases cover; torch's own SDPA backends and
+eager count as verified (torch is the yardstick the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
 fwd+bwd) the measured seqlens become bands [s_i, s_i+1), and each band names the fastest verified
 backend there, with transformers' attn_implementation for it. The JSON this writes is what the
 toolkit reads back (`lookup`).
@@ -42,20 +42,48 @@ class Rule:
         return self.tflops / self.best_tflops if self.best_tflops else 0.0
 
 
-def verified_backends(reports: dict[str, dict], gpu: str | None) -> dict[str, str]:
-    """backend -> why it counts as verified; a packaged backend needs a passed report from this GPU."""
-    verified = {name: "torch's own kernel (the verification yardstick)" for name in TORCH_BACKENDS}
+@dataclass(frozen=True)
+class Verified:
+    """Why a backend may be recommended, and for which (dtype, head dim, causal) it was proven."""
+
+    why: str
+    shapes: frozenset[tuple[str, int, bool]] | None = None  # None: every shape (torch's own kernels)
+
+    def covers(self, row: dict) -> bool:
+        return self.shapes is None or (row["dtype"], row["head_dim"], row["causal"]) in self.shapes
+
+    def to_json(self) -> dict:
+        return {"why": self.why, "shapes": None if self.shapes is None else [list(s) for s in sorted(self.shapes)]}
+
+
+def _shape(case: dict) -> tuple[str, int, bool]:
+    params = case["params"]
+    return str(params["dtype"]), int(params["head_dim"]), bool(params["causal"])
+
+
+def verified_backends(reports: dict[str, dict], gpu: str | None) -> dict[str, Verified]:
+    """backend -> where it counts as verified. A packaged backend counts, on this GPU only, for each
+    (dtype, head dim, causal) that its report's cases passed with no case of that shape failing or erroring:
+    a backend whose backward is wrong at head dim 80 is not recommended at head dim 80, nor anywhere a
+    report with a setup error or from another GPU would be the only evidence."""
+    verified = {name: Verified("torch's own kernel (the verification yardstick)") for name in TORCH_BACKENDS}
     for backend, report in reports.items():
         summary = report.get("summary", {})
-        ok = (not summary.get("setup_error") and summary.get("failed") == 0 and summary.get("error") == 0
-              and summary.get("passed", 0) > 0)
-        if ok and report.get("gpu") == gpu:
-            verified[backend] = (f"{report.get('level')} verification passed: {summary['passed']} passed, "
-                                 f"{summary.get('unsupported', 0)} unsupported, on {gpu}, {report.get('date')}")
+        if summary.get("setup_error") or report.get("gpu") != gpu:
+            continue
+        cases = report.get("cases") or []
+        passed = {_shape(c) for c in cases if c.get("status") == "passed"}
+        broken = {_shape(c) for c in cases if c.get("status") in ("failed", "error")}
+        if passed - broken:
+            verified[backend] = Verified(
+                f"{report.get('level')} verification on {gpu}, {report.get('date')}: {summary.get('passed')} passed, "
+                f"{summary.get('failed')} failed, {summary.get('unsupported', 0)} unsupported; recommended only "
+                f"for the (dtype, head dim, causal) its passed cases cover and no failed case touches",
+                frozenset(passed - broken))
     return verified
 
 
-def recommend(bench: dict, verified: dict[str, str], names: dict[str, dict]) -> list[Rule]:
+def recommend(bench: dict, verified: dict[str, Verified], names: dict[str, dict]) -> list[Rule]:
     """One rule per band: the fastest verified backend; adjacent bands with the same backend merge."""
     groups: dict[tuple, dict[int, list[dict]]] = {}
     for row in bench["measurements"]:
@@ -68,7 +96,7 @@ def recommend(bench: dict, verified: dict[str, str], names: dict[str, dict]) -> 
         for index, seqlen in enumerate(seqlens):
             rows = by_seqlen[seqlen]
             best = max(rows, key=lambda r: r["tflops"])
-            candidates = [r for r in rows if r["implementation"] in verified]
+            candidates = [r for r in rows if r["implementation"] in verified and verified[r["implementation"]].covers(r)]
             if not candidates:
                 continue
             pick = max(candidates, key=lambda r: r["tflops"])
@@ -150,7 +178,7 @@ def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
             "date": bench.get("date"), "bench_command": bench.get("command"), "torch": bench.get("torch"),
             "versions": {"flash-attn": bench.get("flash_attn", {}).get("version"),
                          "flash-attn-4": bench.get("flash_attn_4", {}).get("version")},
-            "verified": verified, "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
+            "verified": {name: v.to_json() for name, v in verified.items()}, "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
             "worst_ratio": worst, "recommended_min_ratio": minimum,
             "targets": check_targets(bench, knowledge.get("targets", []))}
 
