@@ -22,30 +22,31 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from toolkit.build import describe  # noqa: E402
-from toolkit.wheelhouse import read_record, records  # noqa: E402
+from toolkit.build_record import BuildRecord, ObjectTime  # noqa: E402
+from toolkit.wheelhouse import records  # noqa: E402
 
 TARGET = 0.90
 
 
-def find_record(arg: str, wheelhouse: Path) -> tuple[Path, dict]:
+def find_record(arg: str, wheelhouse: Path) -> tuple[Path, BuildRecord]:
     path = Path(arg)
     if path.suffix == ".json":
-        return path, read_record(path)
+        return path, BuildRecord.read(path)
     found = records(wheelhouse / arg) if (wheelhouse / arg).is_dir() else []
     if not found:
         raise SystemExit(f"{wheelhouse / arg}: no build records (run `toolkit build {arg}` first)")
     return found[0]
 
 
-def slot_rows(objects: list[dict]) -> list[int]:
+def slot_rows(objects: list[ObjectTime]) -> list[int]:
     """Give each object the first slot free at its start (what ninja's scheduler did, reconstructed)."""
     free_at: list[float] = []
     rows = []
-    for obj in sorted(objects, key=lambda o: o["start_s"]):
-        row = next((i for i, end in enumerate(free_at) if end <= obj["start_s"] + 1e-3), len(free_at))
+    for obj in sorted(objects, key=lambda o: o.start_s):
+        row = next((i for i, end in enumerate(free_at) if end <= obj.start_s + 1e-3), len(free_at))
         if row == len(free_at):
             free_at.append(0.0)
-        free_at[row] = obj["start_s"] + obj["seconds"]
+        free_at[row] = obj.start_s + obj.seconds
         rows.append(row)
     return rows
 
@@ -66,7 +67,7 @@ def simulated_wall(seconds: list[float], jobs: int, cpus: int | None = None) -> 
     return wall
 
 
-def schedule_estimates(record: dict) -> dict:
+def schedule_estimates(record: BuildRecord) -> dict:
     """Compile wall time predicted from this build's own object times: in its order, longest first, and
     longest first with more jobs than CPUs (what `threads_per_cpu` in envs/base.yaml sizes).
 
@@ -74,28 +75,28 @@ def schedule_estimates(record: dict) -> dict:
     which holds for a build that ran no more jobs than CPUs, and object times change with what runs
     beside them. Its file-order figure is printed next to the measured one so the model's error shows.
     """
-    objects = sorted(record["outputs"]["objects"], key=lambda o: o["start_s"])
-    jobs, cpus = record["outputs"]["efficiency"]["job_slots"], record["parallelism"]["cpus"]
-    times = [o["seconds"] for o in objects]
+    objects = sorted(record.outputs.objects, key=lambda o: o.start_s)
+    jobs, cpus = record.outputs.efficiency["job_slots"], record.parallelism["cpus"]
+    times = [o.seconds for o in objects]
     longest_first = sorted(times)[::-1]
     sweep = {n: simulated_wall(longest_first, n, cpus) for n in range(cpus, 2 * cpus + 1, max(1, cpus // 8))}
     return {"file_order_s": simulated_wall(times, jobs, cpus), "longest_first_s": simulated_wall(longest_first, jobs, cpus),
             "cpus": cpus, "work_s": sum(times), "jobs_sweep_s": sweep}
 
 
-def plot(record: dict, png: Path) -> None:
+def plot(record: BuildRecord, png: Path) -> None:
     import matplotlib
     import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    objects = sorted(record["outputs"]["objects"], key=lambda o: o["start_s"])
-    eff = record["outputs"]["efficiency"]
+    objects = sorted(record.outputs.objects, key=lambda o: o.start_s)
+    eff = record.outputs.efficiency
     rows = slot_rows(objects)
     fig, ax = plt.subplots(figsize=(11, 0.25 * max(rows, default=0) + 2.5))
     for obj, row in zip(objects, rows):
-        ax.barh(row, obj["seconds"], left=obj["start_s"], height=0.8, color="tab:blue", edgecolor="white")
+        ax.barh(row, obj.seconds, left=obj.start_s, height=0.8, color="tab:blue", edgecolor="white")
     ax.axvline(eff["slot_bound_s"], color="tab:green", linestyle="--", label=f"sum / jobs = {eff['slot_bound_s']} s")
     ax.axvline(eff["longest_object_s"], color="tab:orange", linestyle=":",
                label=f"longest object = {eff['longest_object_s']} s")
@@ -103,8 +104,8 @@ def plot(record: dict, png: Path) -> None:
     ax.set_ylabel("job slot")
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     busy = f", CPUs {eff['cpu_utilization']:.0%} busy" if eff.get("cpu_utilization") else ""
-    ax.set_title(f"{record['outputs']['wheel']}\n{eff['objects']} objects, {eff['job_slots']} jobs on "
-                 f"{record['parallelism']['cpus']} CPUs, compile {eff['compile_wall_s']} s, "
+    ax.set_title(f"{record.outputs.wheel}\n{eff['objects']} objects, {eff['job_slots']} jobs on "
+                 f"{record.parallelism['cpus']} CPUs, compile {eff['compile_wall_s']} s, "
                  f"parallel efficiency {eff['parallel_efficiency']:.0%}{busy}")
     ax.legend(loc="lower right")
     fig.tight_layout()
@@ -118,14 +119,15 @@ def main() -> int:
     parser.add_argument("--png", type=Path, help="schedule plot (default: beside the record)")
     args = parser.parse_args()
     path, record = find_record(args.record, args.wheelhouse)
-    eff = record["outputs"]["efficiency"]
+    eff = record.outputs.efficiency
     print(f"{path}:")
     for line in describe(record):
         print(f"  {line}")
     if not eff.get("objects"):
         print("  no per-object times in this record")
         return 1
-    if record["parallelism"]["jobs"] * record["parallelism"]["nvcc_threads"] <= record["parallelism"]["cpus"]:
+    par = record.parallelism
+    if par["jobs"] * par["nvcc_threads"] <= par["cpus"]:
         estimate = schedule_estimates(record)
         bound = max(eff["slot_bound_s"], eff["longest_object_s"])
         print(f"  model from these object times: file order {estimate['file_order_s']:.1f} s "

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -24,6 +24,7 @@ from conda_channel import build_simple_index, serve_directory
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 from rich.console import Console
 
+from toolkit.build_record import BuildRecord, ObjectTime
 from toolkit.archs import cubin_archs, cuobjdump_archs, fatbin_entries, FatbinEntry
 from toolkit.build import (BuildOptions, ManifestPlan, build, efficiency, fetch_sdist, install_ninja_shim,
                            prepared_manifest, resolve_archs, setup_py_archs, size_parallelism, torch_arch_list)
@@ -106,6 +107,17 @@ def test_build_compiles_exactly_the_requested_archs(project, tmp_path):
     spec = checked_spec(project.root / "envs" / "fixture.yaml")
     assert cubin_archs(library) == set(spec.archs)
     assert record_of(project)["outputs"]["archs_compiled"] == {so: sorted(spec.archs)}
+
+
+def test_modules_read_the_sdist_pin_from_a_record_the_real_build_wrote(project):
+    """issue 15's live bug: modules looked for inputs.sdist.sha256, the build writes sdist.sha256, so a
+    modulefile made from a real build never showed it. Both now go through BuildRecord."""
+    from toolkit.lockfile import read_lock
+    from toolkit.modules import summarize
+
+    (path,) = project.line_dir.glob("*.build.json")
+    locked = read_lock(project.root / "locks" / "fixture.conda-lock.yml")
+    assert summarize(path, BuildRecord.read(path)).sdist_sha256 == locked.sdist.sha256
 
 
 def test_build_record_holds_inputs_outputs_and_per_object_times(project):
@@ -512,9 +524,10 @@ def test_schedule_model_orders_longest_first():
     # three jobs on two CPUs: each runs at 2/3 until the short one ends at 3 s, then 1 s each at full speed
     assert model.simulated_wall([3, 3, 2], jobs=3, cpus=2) == pytest.approx(4)
     assert model.simulated_wall([4, 1, 1], jobs=3, cpus=2) == pytest.approx(4.5)  # not always better
-    record = {"parallelism": {"cpus": 2}, "outputs": {"efficiency": {"job_slots": 2}, "objects": [
-        {"name": "a.o", "seconds": 1, "start_s": 0}, {"name": "b.o", "seconds": 1, "start_s": 0.1},
-        {"name": "c.o", "seconds": 4, "start_s": 1}]}}
+    real = BuildRecord.read(ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json")
+    objects = [ObjectTime("a.o", 0, 1), ObjectTime("b.o", 0.1, 1), ObjectTime("c.o", 1, 4)]
+    record = replace(real, parallelism={**real.parallelism, "cpus": 2},
+                     outputs=replace(real.outputs, efficiency={"job_slots": 2}, objects=objects))
     estimate = model.schedule_estimates(record)
     assert (estimate["file_order_s"], estimate["longest_first_s"], estimate["work_s"]) == (5, 4, 6)
     assert estimate["jobs_sweep_s"] == {2: 4, 3: pytest.approx(4.5), 4: pytest.approx(4.5)}

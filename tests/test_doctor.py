@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.build_record import BuildRecord
 from toolkit.cli import main
 from toolkit.doctor import (Facts, LineFacts, LockedPackage, Row, _locked_packages, evaluate, gpu_runs,
                             read_report)
@@ -389,9 +390,11 @@ def test_line_differences_from_the_spec(workdir, capsys):
 
 
 def _build_record(fingerprint: dict, version: str) -> dict:
+    """A record the real H200 build wrote (docs/results/), made through BuildRecord with another wheel."""
+    real = BuildRecord.read(ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json")
     wheel = f"flash_attn-{version}-cp312-cp312-linux_x86_64.whl"
-    return {"schema": 1, "status": "success", "finished": "2026-11-30T10:00:00+00:00",
-            "outputs": {"wheel": wheel, "version": version}, "fingerprint": fingerprint}
+    return replace(real, finished="2026-11-30T10:00:00+00:00", fingerprint=fingerprint,
+                   outputs=replace(real.outputs, wheel=wheel, version=version)).to_json()
 
 
 def test_build_record_matches_the_installed_wheel(workdir, capsys):

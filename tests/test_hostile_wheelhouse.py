@@ -13,20 +13,27 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conda_channel import make_wheel
 
+from toolkit.build_record import BuildRecord
 from toolkit.digest import sha256_file
-from toolkit.wheelhouse import RECORD_SCHEMA, find_cached, place, record_path_for
+from toolkit.wheelhouse import find_cached, place, record_path_for
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_RECORD = ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json"
 
 KEY = "ab" * 32
 
 
-def record_for(wheel: Path) -> dict:
-    return {"schema": RECORD_SCHEMA, "status": "success", "inputs_key": KEY, "finished": "2026-12-01T10:00:00+00:00",
-            "outputs": {"wheel": wheel.name, "wheel_sha256": sha256_file(wheel)}}
+def record_for(wheel: Path) -> BuildRecord:
+    """The record a real H200 build wrote, made through BuildRecord for this wheel and key."""
+    real = BuildRecord.read(REAL_RECORD)
+    return replace(real, inputs_key=KEY, finished="2026-12-01T10:00:00+00:00",
+                   outputs=replace(real.outputs, wheel=wheel.name, wheel_sha256=sha256_file(wheel)))
 
 
 def test_a_cache_hit_writes_the_missing_index(tmp_path):
@@ -45,10 +52,11 @@ PLACE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from toolkit.atomic import terminate_like_interrupt
+    from toolkit.build_record import BuildRecord
     from toolkit.wheelhouse import place
     try:
         with terminate_like_interrupt():
-            place(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]))
+            place(Path(sys.argv[1]), Path(sys.argv[2]), BuildRecord.from_json(json.loads(sys.argv[3]), "argv"))
     except KeyboardInterrupt:
         sys.exit(143)
 """)
@@ -60,7 +68,7 @@ def test_placement_interrupted_between_wheel_and_record_leaves_no_unrecorded_whe
     line_dir = tmp_path / "wheelhouse" / "cu126"
     marker = tmp_path / "paused"
     env = {**os.environ, "FA_ENVKIT_PAUSE_AT": "wheelhouse:record", "FA_ENVKIT_PAUSE_FILE": str(marker)}
-    process = subprocess.Popen([sys.executable, "-c", PLACE, str(wheel), str(line_dir), json.dumps(record_for(wheel))],
+    process = subprocess.Popen([sys.executable, "-c", PLACE, str(wheel), str(line_dir), json.dumps(record_for(wheel).to_json())],
                                env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while not marker.exists():

@@ -34,18 +34,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit import patches
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
+from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
 from toolkit.diagnose import explain, explain_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.fslock import locked
 from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
+from toolkit.fslock import locked
 from toolkit.knowledge import arch_number, minor_of
 from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_reason
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
-from toolkit.wheelhouse import (RECORD_SCHEMA, find_cached, inputs_key, place, read_record, record_path_for, records,
-                                write_index)
+from toolkit.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 
 ENVS_PREFIX_ROOT = Path(".envs")
 # Inside compiled objects the temporary build directory is renamed to this, so wheels built in
@@ -109,7 +109,7 @@ class BuildOptions:
 class BuildResult:
     wheel: Path
     record_path: Path
-    record: dict
+    record: BuildRecord
     cached: bool
 
 
@@ -435,19 +435,19 @@ def previous_object_times(candidates: list[tuple[Path, dict]],
                           sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
     """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
     for path, record in candidates:
-        objects = record.get("outputs", {}).get("objects")
-        if record.get("sdist", {}).get("sha256") == sdist_sha256 and objects:
-            return path, {o["name"]: o["seconds"] for o in objects}
+        objects = record.outputs.objects
+        if record.sdist.sha256 == sdist_sha256 and objects:
+            return path, {o.name: o.seconds for o in objects}
     return None
 
 
-def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, dict]]:
+def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, BuildRecord]]:
     """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
     if order_from:
         if not order_from.is_file():
             raise ToolkitError(f"{display_path(order_from)}: no such build record (--order-from takes a "
                                f"wheelhouse/LINE/*.build.json file)")
-        return [(order_from, read_record(order_from))]
+        return [(order_from, BuildRecord.read(order_from))]
     return records(line_dir) if line_dir.is_dir() else []
 
 
@@ -719,31 +719,29 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         if options.install:
             install_and_import(tc, built, modules, options.install_target, log_path)
         objects = ninja_objects(src_dir)
-        record = {
-            "schema": RECORD_SCHEMA,
-            "status": "success",
-            "inputs_key": key,
-            "inputs": inputs,
-            "files": {"spec": display_path(spec.path), "lock": display_path(lock_file)},
-            "sdist": {"filename": locked.sdist.filename, "sha256": locked.sdist.sha256, "url": locked.sdist.url},
-            "patches": [asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
-            "environment": env,
-            "neutralised_environment": neutralised(dict(os.environ), env),
-            "parallelism": {"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
-                            "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
-                            "basis": par.basis},
-            "schedule": {"from_record": from_record, **manifest_outcome(shim_dir)},
-            "outputs": {
-                "wheel": built.name, "version": version, "wheel_sha256": sha256_file(built),
-                "wheel_size": built.stat().st_size, "modules": modules, "archs_compiled": so_archs,
-                "imported": options.install, "wall_s": round(wall, 1),
-                "efficiency": efficiency(objects, par.jobs, wall, cpu_s, par.cpus), "objects": objects,
-            },
-            "fingerprint": fp.to_dict(),
-            "log": display_path(log_path),
-            "started": started.isoformat(timespec="seconds"),
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
+        record = BuildRecord(
+            inputs_key=key,
+            inputs=inputs,
+            files={"spec": display_path(spec.path), "lock": display_path(lock_file)},
+            sdist=SdistPin(filename=locked.sdist.filename, sha256=locked.sdist.sha256, url=locked.sdist.url),
+            patches=[asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
+            environment=env,
+            neutralised_environment=neutralised(dict(os.environ), env),
+            parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
+                         "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
+                         "basis": par.basis},
+            schedule={"from_record": from_record, **manifest_outcome(shim_dir)},
+            outputs=BuildOutputs(
+                wheel=built.name, version=version, wheel_sha256=sha256_file(built),
+                wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
+                imported=options.install, wall_s=round(wall, 1),
+                efficiency=efficiency(objects, par.jobs, wall, cpu_s, par.cpus),
+                objects=[ObjectTime(**o) for o in objects]),
+            fingerprint=fp.to_dict(),
+            log=display_path(log_path),
+            started=started.isoformat(timespec="seconds"),
+            finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
         wheel = place(built, line_dir, record)
         write_index(options.wheelhouse)
         return BuildResult(wheel, record_path_for(wheel), record, cached=False)
@@ -757,13 +755,13 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
 # ---------------------------------------------------------------- CLI
 
 
-def describe(record: dict) -> list[str]:
+def describe(record: BuildRecord) -> list[str]:
     """The build figures of a record, for the end of a build and `--report`."""
-    out = record["outputs"]
-    eff = out["efficiency"]
-    lines = [f"wheel: {out['wheel']} ({out['wheel_size'] / 1e6:.1f} MB, sha256 {out['wheel_sha256'][:16]}...)",
-             f"archs compiled: {', '.join(sorted({a for v in out['archs_compiled'].values() for a in v}))}; "
-             f"{record['parallelism']['basis']}"]
+    out = record.outputs
+    eff = out.efficiency
+    lines = [f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
+             f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
+             f"{record.parallelism['basis']}"]
     if eff.get("objects"):
         lines.append(
             f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "

@@ -24,6 +24,7 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
@@ -139,7 +140,7 @@ class LineFacts:
     locked: tuple[LockedPackage, ...] | None  # None: no lock
     env_prefix: Path | None  # the conda prefix a locked line installs into
     wheel_dir: Path  # wheelhouse/<line>: built wheels and their build records
-    record: dict | None  # the newest build record
+    record: BuildRecord | None  # the newest build record
     record_error: str | None
 
 
@@ -677,8 +678,7 @@ def check_record(f: Facts) -> Row:
         return Row("record", "fail", line.record_error, f"rebuild: toolkit build {line.name} --force")
     if line.record is None:
         return Row("record", "info", f"no build yet (no build record in {where}/)", f"toolkit build {line.name}")
-    outputs = line.record.get("outputs") or {}
-    wheel, built = str(outputs.get("wheel")), outputs.get("version")
+    wheel, built = line.record.outputs.wheel, line.record.outputs.version
     installed = f.probe.python_packages.get("flash-attn")
     install = f"pip install {display_path(line.wheel_dir / wheel)}"
     if installed is None:
@@ -700,8 +700,8 @@ RECORD_FIELDS: tuple[tuple[str, Callable[[Fingerprint], object], str], ...] = (
 
 
 def check_record_toolchain(f: Facts) -> Row | None:
-    recorded = (f.line.record or {}).get("fingerprint")
-    if not isinstance(recorded, dict):
+    recorded = f.line.record.fingerprint if f.line.record else None
+    if not recorded:
         return None
     try:
         built_with = from_dict(recorded)

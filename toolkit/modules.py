@@ -268,9 +268,7 @@ def read_build_record(builds_dir: Path, env: InstalledEnv) -> BuildSummary | Non
     """The record of the wheel that is installed (matched by its exact version, local tag included).
 
     None when no recorded build made it: an env may carry a wheel built some other way."""
-    for path, data in records(builds_dir) if builds_dir.is_dir() else []:
-        where = display_path(path)
-        record = BuildRecord.from_json(data, where)
+    for path, record in records(builds_dir) if builds_dir.is_dir() else []:
         if same_version(record.outputs.version, env.flash_attn):
             return summarize(path, record)
     return None

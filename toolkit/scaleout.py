@@ -724,8 +724,8 @@ def built_wheel(workdir: Path, line: str, build_started: float | None) -> tuple[
     if not found:
         return None, False
     record = found[0][1]
-    finished = datetime.fromisoformat(record["finished"]).timestamp()
-    return record["outputs"]["wheel"], build_started is not None and finished < build_started
+    finished = datetime.fromisoformat(record.finished).timestamp()
+    return record.outputs.wheel, build_started is not None and finished < build_started
 
 
 def line_results(plan: MatrixPlan, views: dict[Task, TaskView]) -> list[LineResult]:

@@ -17,7 +17,6 @@ so a build killed between its record and its index still ends with one.
 from __future__ import annotations
 
 import html
-import json
 import os
 import re
 import shutil
@@ -25,20 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.atomic import checkpoint, clean_stale, exchange, owned_dir, owned_temp, write_atomic
+from toolkit.build_record import RECORD_SUFFIX, BuildRecord
 from toolkit.digest import sha256_file, sha256_json
-from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
-from toolkit.spec import display_path
-
-RECORD_SUFFIX = ".build.json"
-RECORD_SCHEMA = 1
 
 
 @dataclass(frozen=True)
 class CachedBuild:
     wheel: Path
     record_path: Path
-    record: dict
+    record: BuildRecord
 
 
 def inputs_key(inputs: dict) -> str:
@@ -50,22 +45,10 @@ def record_path_for(wheel: Path) -> Path:
     return wheel.with_name(wheel.name + RECORD_SUFFIX)
 
 
-def read_record(path: Path) -> dict:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ToolkitError(f"{display_path(path)}: unreadable build record ({exc.__class__.__name__}; "
-                           f"delete it and rebuild with --force)") from None
-    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
-        raise ToolkitError(f"{display_path(path)}: not a build record of schema {RECORD_SCHEMA} "
-                           f"(delete it and rebuild with --force)")
-    return record
-
-
-def records(line_dir: Path) -> list[tuple[Path, dict]]:
+def records(line_dir: Path) -> list[tuple[Path, BuildRecord]]:
     """Every build record in a line's folder, newest first."""
-    found = [(path, read_record(path)) for path in line_dir.glob(f"*{RECORD_SUFFIX}")]
-    return sorted(found, key=lambda item: item[1].get("finished", ""), reverse=True)
+    found = [(path, BuildRecord.read(path)) for path in line_dir.glob(f"*{RECORD_SUFFIX}")]
+    return sorted(found, key=lambda item: item[1].finished, reverse=True)
 
 
 def find_cached(line_dir: Path, key: str) -> CachedBuild | None:
@@ -77,10 +60,10 @@ def find_cached(line_dir: Path, key: str) -> CachedBuild | None:
         return None
     clean_unrecorded(line_dir)
     for path, record in records(line_dir):
-        if record.get("inputs_key") != key:
+        if record.inputs_key != key:
             continue
-        wheel = line_dir / record["outputs"]["wheel"]
-        if wheel.exists() and sha256_file(wheel) == record["outputs"]["wheel_sha256"]:
+        wheel = line_dir / record.outputs.wheel
+        if wheel.exists() and sha256_file(wheel) == record.outputs.wheel_sha256:
             write_index(line_dir.parent)
             return CachedBuild(wheel, path, record)
     return None
@@ -96,7 +79,7 @@ def clean_unrecorded(line_dir: Path) -> None:
                 wheel.unlink(missing_ok=True)
 
 
-def place(built_wheel: Path, line_dir: Path, record: dict) -> Path:
+def place(built_wheel: Path, line_dir: Path, record: BuildRecord) -> Path:
     """Move a finished wheel into the wheelhouse, then write its record: each step atomic, the pair
     atomic to readers (an interrupted placement removes the wheel it placed without a record)."""
     line_dir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +91,7 @@ def place(built_wheel: Path, line_dir: Path, record: dict) -> Path:
             os.replace(partial, dest)
         try:
             checkpoint("wheelhouse:record")
-            write_atomic(record_path_for(dest), json.dumps(record, indent=2, sort_keys=True) + "\n")
+            write_atomic(record_path_for(dest), record.text())
         except BaseException:
             dest.unlink(missing_ok=True)
             raise
@@ -133,11 +116,11 @@ def write_index(wheelhouse: Path) -> Path:
 def _write_index_locked(wheelhouse: Path) -> Path:
     projects: dict[str, list[tuple[str, str]]] = {}
     for record_file in sorted(wheelhouse.glob(f"*/*{RECORD_SUFFIX}")):
-        record = read_record(record_file)
-        wheel_name = record["outputs"]["wheel"]
+        outputs = BuildRecord.read(record_file).outputs
+        wheel_name = outputs.wheel
         if not (record_file.parent / wheel_name).exists():
             continue
-        href = f"../../{record_file.parent.name}/{wheel_name}#sha256={record['outputs']['wheel_sha256']}"
+        href = f"../../{record_file.parent.name}/{wheel_name}#sha256={outputs.wheel_sha256}"
         projects.setdefault(normalize(wheel_name.split("-")[0]), []).append((href, wheel_name))
     simple = wheelhouse / "simple"
     clean_stale(wheelhouse)
