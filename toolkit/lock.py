@@ -36,11 +36,11 @@ from rich.console import Console
 
 from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
-from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
 from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
-                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LOCKS_DIR, LockedSdist, lock_digest,
-                              lock_path, read_lock, stale_reason)
+                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LockedEnv,  # noqa: F401 - re-exported
+                              LockedSdist, lock_digest, lock_path, read_lock, stale_reason)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
+from toolkit.workspace import Workspace, add_workspace_options
 
 # ---------------------------------------------------------------- what the solvers are asked
 
@@ -502,9 +502,9 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
 # ---------------------------------------------------------------- writing the lock
 
 
-def requirements_path(line: str, platform: str, locks_dir: Path = LOCKS_DIR) -> Path:
+def requirements_path(line: str, platform: str, locks_dir: Path = Workspace.locks) -> Path:
     """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
-    return Path(locks_dir) / f"{line}.{platform}.requirements.txt"
+    return Workspace(locks=Path(locks_dir)).requirements_file(line, platform)
 
 
 def lock_header(spec: EnvSpec, sources: list[str]) -> str:
@@ -516,7 +516,7 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
 
 
 def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
-               locks_dir: Path = LOCKS_DIR) -> Path:
+               locks_dir: Path = Workspace.locks) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -555,7 +555,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
 # ---------------------------------------------------------------- the `lock` verb
 
 
-def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = LOCKS_DIR,
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = Workspace.locks,
               force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
     path = lock_path(spec.line, locks_dir)
@@ -617,8 +617,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
-    parser.add_argument("--locks", type=Path, default=LOCKS_DIR, help="lock directory (default: locks)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_lock)
 
 
