@@ -181,3 +181,12 @@ def test_matrix_run_passes_the_workspace_to_its_stages_and_reads_wheels_there(pr
     default = plan_matrix([checked_spec(project / "envs" / "cu126.yaml")], RunOptions(runs_dir=project / "runs"),
                           None, "toolkit matrix run")
     assert not any("--wheelhouse" in s.command for s in default.lines[0].build_stages)
+
+
+def test_caches_follow_their_variables_and_the_line_locks_stay_in_the_project(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("TOOLKIT_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert DEFAULT.cache == Path(".cache") and DEFAULT.line_locks == Path(".cache/lines")
+    assert DEFAULT.conda_package_cache == tmp_path / "xdg" / "fa-envkit" / "conda-pkgs"
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "scratch"))
+    assert DEFAULT.cache == tmp_path / "scratch" and DEFAULT.line_locks == Path(".cache/lines")

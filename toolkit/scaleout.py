@@ -35,7 +35,7 @@ from toolkit.workspace import DEFAULT, Workspace
 TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_STAGES = TEMPLATES / "matrix-stages.yaml"
 SLURM_STATES = Path(__file__).parent / "knowledge" / "slurm_job_states.yaml"
-LINE_LOCKS = Path(".cache") / "lines"  # <line>.lock: one job per line at a time (see matrix-stage-functions.sh)
+LINE_LOCKS = DEFAULT.line_locks  # <line>.lock: one job per line at a time (see matrix-stage-functions.sh)
 HEADROOM_GB = 2  # python, pip and the linker beside the nvcc processes
 LOST_GRACE_S = 10.0  # a job squeue calls ended may take this long to show its status on a shared filesystem
 SQUEUE_PATIENCE_S = 60.0  # squeue failing this long in a row means the controller is gone

@@ -16,6 +16,7 @@ from pathlib import Path
 from toolkit.errors import ToolkitError
 
 LOCK_SUFFIX = ".conda-lock.yml"  # locks/<line>.conda-lock.yml
+PROJECT_CACHE = Path(".cache")  # the project's own cache folder, in the working directory
 
 # A line's name becomes a file name in four folders: a plain name, never a path.
 LINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -72,7 +73,13 @@ class Workspace:
     @property
     def cache(self) -> Path:
         """sdists and build directories: $TOOLKIT_CACHE, else .cache in the working directory."""
-        return Path(os.environ.get("TOOLKIT_CACHE", ".cache"))
+        return Path(os.environ.get("TOOLKIT_CACHE", PROJECT_CACHE))
+
+    @property
+    def line_locks(self) -> Path:
+        """<line>.lock files, one matrix job per line at a time: in the project's .cache whatever $TOOLKIT_CACHE
+        says, since the jobs of one run share the project directory but may each have their own cache."""
+        return PROJECT_CACHE / "lines"
 
     @property
     def conda_package_cache(self) -> Path:
