@@ -391,8 +391,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
     with run_temporaries("install"):
-        prefix = install_line(args.line, args.prefix, args.locks, args.backend, args.conda)
-    print(f"{display_path(prefix)}: environment of {display_path(Workspace.from_args(args).lock_file(args.line))} "
-          f"installed")
+        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda)
+    print(f"{display_path(prefix)}: environment of {display_path(workspace.lock_file(args.line))} installed")
     return 0

@@ -36,9 +36,10 @@ from rich.console import Console
 
 from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
+from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
 from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
-                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LockedEnv,  # noqa: F401 - re-exported
-                              LockedSdist, lock_digest, lock_path, read_lock, stale_reason)
+                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LockedSdist, lock_digest,
+                              lock_path, read_lock, stale_reason)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -622,30 +623,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_lock(args: argparse.Namespace) -> int:
-    paths = [resolve_spec_arg(s, args.envs) for s in args.lines] or (spec_paths(args.envs)
-                                                                     if args.all or args.check else [])
+    workspace = Workspace.from_args(args)
+    paths = [resolve_spec_arg(s, workspace.envs) for s in args.lines] or (spec_paths(workspace.envs)
+                                                                          if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
     if args.check:
-        problems = check_locks([load_spec(p) for p in paths], args.locks)
+        problems = check_locks([load_spec(p) for p in paths], workspace.locks)
         for line in problems:
             print(line)
         if not problems:
             print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
         return 1 if problems else 0
-    clean_stale(args.locks)  # what earlier interrupted runs left
+    clean_stale(workspace.locks)  # what earlier interrupted runs left
     with run_temporaries("lock"):
-        return lock_paths(paths, args)
+        return lock_paths(paths, args, workspace)
 
 
-def lock_paths(paths: list[Path], args: argparse.Namespace) -> int:
+def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace) -> int:
     """Lock each spec; with several, a failing one is reported and the others still locked."""
     from toolkit.rules import checked_spec
 
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, args.locks, args.force,
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace.locks, args.force,
                                          args.pypi)
         except ToolkitError as exc:
             if len(paths) == 1:
