@@ -868,7 +868,7 @@ def _locked_packages(document: dict, platform: str | None) -> tuple[LockedPackag
 
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
                 workspace: Workspace = DEFAULT) -> LineFacts:
-    """The line's lock, env prefix and build record (in the workspace's folders), each tolerated absent."""
+    """The line's lock, env prefix and build record, each tolerated absent."""
     from toolkit.lock import lock_path, read_lock, stale_reason
 
     from toolkit.wheelhouse import records
