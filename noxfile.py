@@ -13,12 +13,13 @@ import nox
 
 from toolkit.errors import ToolkitError
 from toolkit.spec import load_spec
+from toolkit.workspace import Workspace
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["check"]
 
-ENVS = Path(__file__).parent / "envs"
-LINES = sorted(p.stem for p in ENVS.glob("*.yaml") if p.stem != "base")
+WORKSPACE = Workspace(envs=Path(__file__).parent / Workspace.envs)  # envs/ of this checkout, wherever nox runs
+LINES = sorted(p.stem for p in WORKSPACE.envs.glob("*.yaml") if p.stem != "base")
 
 # Per-line sessions: session prefix -> toolkit verb. `nox -s build-cu126` runs `toolkit build cu126`.
 PER_LINE = {
@@ -89,7 +90,7 @@ def _register_line_session(prefix: str, verb: tuple[str, ...], line: str) -> Non
 
 def _is_external(line: str) -> bool:
     try:
-        return load_spec(ENVS / f"{line}.yaml").toolchain.kind == "external"
+        return load_spec(WORKSPACE.spec_file(line)).toolchain.kind == "external"
     except ToolkitError:
         return False  # a broken spec keeps every session: `nox -s check` says what is wrong
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from toolkit.build import describe  # noqa: E402
 from toolkit.build_record import BuildRecord, ObjectTime  # noqa: E402
 from toolkit.wheelhouse import records  # noqa: E402
+from toolkit.workspace import Workspace  # noqa: E402
 
 TARGET = 0.90
 
@@ -115,7 +116,7 @@ def plot(record: BuildRecord, png: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record", help="line name (newest record of wheelhouse/LINE) or a .build.json file")
-    parser.add_argument("--wheelhouse", type=Path, default=Path("wheelhouse"))
+    parser.add_argument("--wheelhouse", type=Path, default=Workspace.wheelhouse)
     parser.add_argument("--png", type=Path, help="schedule plot (default: beside the record)")
     args = parser.parse_args()
     path, record = find_record(args.record, args.wheelhouse)

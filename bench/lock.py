@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from toolkit.lock import (conda_executable, conda_request, rattler_solve,  # noqa: E402
                           solve_with_conda_lock)
 from toolkit.spec import load_spec  # noqa: E402
+from toolkit.workspace import Workspace  # noqa: E402
 
 TARGET_SECONDS = 3.0
 PLATFORM = "linux-64"
@@ -128,7 +129,7 @@ def main() -> None:
     parser.add_argument("--line", default="cu126", help="the line whose conda layer is solved (default cu126)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    spec = load_spec(ROOT / "envs" / f"{args.line}.yaml")
+    spec = load_spec(Workspace(envs=ROOT / Workspace.envs).spec_file(args.line))
     with tempfile.TemporaryDirectory(prefix="bench-channel-") as tmp:
         channel = Path(tmp) / "channel"
         started = time.perf_counter()

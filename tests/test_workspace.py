@@ -3,17 +3,27 @@ path, an option or shell, in one line, before touching anything; spec files with
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_modules import Project, isolate_cli, module_of, write_build_record
 
+from toolkit.build_record import RECORD_SUFFIX, BuildRecord
+from toolkit.cli import build_parser, main
 from toolkit.errors import ToolkitError
-from toolkit.workspace import Workspace, checked_line
+from toolkit.lockfile import lock_path
+from toolkit.rules import checked_spec
+from toolkit.scaleout import RunOptions, built_wheel, plan_matrix
+from toolkit.workspace import DEFAULT, Workspace, add_workspace_options, checked_line
 
 ROOT = Path(__file__).resolve().parent.parent
+FINGERPRINTS = ROOT / "tests" / "fingerprints"
 HOSTILE_NAMES = ["../../etc/passwd", "cu126;touch x", "", "-rf", "a..b", "cu126\nid", "$(id)", "a b", "x" * 65, "/abs"]
 
 
@@ -56,3 +66,127 @@ def test_a_spec_file_named_like_shell_is_refused(project: Path):
     # `check` reports problems on stdout, one line each, like every other problem it finds
     assert done.returncode == 1 and "is not a line name" in done.stdout and "rename the file" in done.stdout
     assert not (project / "x").exists()
+
+
+# ---------------------------------------------------------------- one set of workspace options, honoured
+
+
+def verb_parsers(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    """(verb words, parser) of every verb and sub-verb the CLI has (`fa4 lock` is ("fa4", "lock"))."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*words, name), sub
+                yield from verb_parsers(sub, (*words, name))
+
+
+def workspace_actions(parser: argparse.ArgumentParser) -> dict[str, tuple]:
+    """What a parser declares for --envs/--locks/--wheelhouse: (flags, default, type, metavar, help)."""
+    return {flag: (tuple(a.option_strings), a.default, a.type, a.metavar, a.help)
+            for a in parser._actions for flag in a.option_strings if flag in ("--envs", "--locks", "--wheelhouse")}
+
+
+# Verbs that read or write no workspace folder take none of the options. `fa4 warm --wheelhouse` is the one
+# other spelling left: the (required) folder its kernel-cache artifact goes to, not wheelhouse/<line>/.
+NO_WORKSPACE = {("explain",), ("knowledge",), ("knowledge", "check-updates"), ("fa4",), ("fa4", "fetch"),
+                ("fa4", "install"), ("fa4", "join"), ("fa4", "env"), ("fa4", "cache-install"),
+                ("fa4", "recommend"), ("fa4", "warm")}
+
+
+def test_every_verb_declares_the_workspace_options_once_with_one_help_text():
+    reference = argparse.ArgumentParser()
+    add_workspace_options(reference)
+    expected = workspace_actions(reference)
+    verbs = dict(verb_parsers(build_parser()))
+    assert set(verbs) - NO_WORKSPACE >= {("check",), ("matrix",), ("lock",), ("install",), ("modules",), ("doctor",),
+                                         ("build",), ("verify",), ("bench",), ("fa4", "lock")}
+    for words, parser in verbs.items():
+        if words in NO_WORKSPACE:
+            continue
+        assert workspace_actions(parser) == expected, words
+        shown = " ".join(parser.format_help().split())  # --help, unwrapped
+        for flag, (_, _, _, _, text) in expected.items():
+            assert f"{flag} DIR {' '.join(text.split())}" in shown, (words, flag)
+    assert not workspace_actions(verbs[("explain",)])
+
+
+def test_workspace_from_args_keeps_the_defaults_and_names_only_what_was_moved():
+    parser = argparse.ArgumentParser()
+    add_workspace_options(parser)
+    assert Workspace.from_args(parser.parse_args([])) == DEFAULT and DEFAULT.options() == []
+    moved = Workspace.from_args(parser.parse_args(["--wheelhouse", "/x/wh", "--locks", "l2"]))
+    assert moved.wheel_dir("cu126") == Path("/x/wh/cu126") and moved.lock_file("cu126") == Path("l2/cu126.conda-lock.yml")
+    assert moved.options() == ["--locks=l2", "--wheelhouse=/x/wh"]
+    assert lock_path("cu126", Path("l2")) == moved.lock_file("cu126")  # the lock model's name delegates
+
+
+def record_elsewhere(wheelhouse: Path, line: str, python: str, **outputs: str) -> Path:
+    """A build record (made through BuildRecord) in a wheelhouse that is not ./wheelhouse, with the sizing
+    basis `toolkit build --report` prints."""
+    path = write_build_record(wheelhouse, line, python, **outputs)
+    record = BuildRecord.read(path)
+    path.write_text(replace(record, parallelism={**record.parallelism, "basis": "4 jobs x 1 nvcc thread"}).text())
+    return path
+
+
+def test_build_report_reads_the_given_wheelhouse(project: Path, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    record = record_elsewhere(project / "elsewhere", "cu126", "3.12")
+    assert main(["build", "cu126", "--report"]) == 1
+    assert "wheelhouse/cu126: no build records" in capsys.readouterr().err
+    assert main(["build", "cu126", "--report", "--wheelhouse", "elsewhere"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"elsewhere/cu126/{record.name}:") and "4 jobs x 1 nvcc thread" in out
+
+
+def test_doctor_reads_the_build_record_of_the_given_wheelhouse(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    record = record_elsewhere(tmp_path / "elsewhere", "gpu-machine", "3.12")
+    wheel = record.name.removesuffix(RECORD_SUFFIX)
+    replay = ["doctor", "--fingerprint", str(FINGERPRINTS / "healthy-h200.json"), "--envs", str(ROOT / "envs"),
+              "--json"]
+    main(replay)
+    assert "no build record in wheelhouse/gpu-machine/" in row_of(capsys, "record")["value"]
+    main([*replay, "--wheelhouse", "elsewhere"])
+    found = row_of(capsys, "record")
+    assert wheel in found["value"] and f"elsewhere/gpu-machine/{wheel}" in found["fix"]
+
+
+def row_of(capsys, check: str) -> dict:
+    return next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["check"] == check)
+
+
+def test_modules_read_the_build_record_of_the_given_wheelhouse(tmp_path: Path, monkeypatch, capsys):
+    isolate_cli(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    project = Project(tmp_path, capsys, venv=False, python="3.12.8")
+    (tmp_path / "wheelhouse").rename(tmp_path / "elsewhere")
+    module = project.modules / "lmod" / f"{module_of('cu126', '2.9', '3.12')}.lua"
+    project.publish("cu126", "--format", "lmod")
+    assert f"no record in {tmp_path}/wheelhouse/cu126" in module.read_text()
+    project.publish("cu126", "--format", "lmod", "--wheelhouse", "elsewhere")
+    assert f"Build:        {tmp_path}/elsewhere/cu126/flash_attn-" in module.read_text()
+
+
+def test_matrix_run_passes_the_workspace_to_its_stages_and_reads_wheels_there(project: Path, monkeypatch):
+    monkeypatch.chdir(project)
+    moved = Workspace(locks=Path("my locks"), wheelhouse=Path("elsewhere"))
+    plan = plan_matrix([checked_spec(project / "envs" / "cu126.yaml")], RunOptions(runs_dir=project / "runs"),
+                       None, "toolkit matrix run", moved)
+    commands = [s.command for s in (*plan.lines[0].build_stages, *plan.lines[0].verify_stages)]
+    assert all("'--locks=my locks' --wheelhouse=elsewhere" in c for c in commands), commands
+    record = record_elsewhere(project / "elsewhere", "cu126", "3.12")
+    assert built_wheel(project, "cu126", None, moved)[0] == record.name.removesuffix(RECORD_SUFFIX)
+    assert built_wheel(project, "cu126", None)[0] is None
+    default = plan_matrix([checked_spec(project / "envs" / "cu126.yaml")], RunOptions(runs_dir=project / "runs"),
+                          None, "toolkit matrix run")
+    assert not any("--wheelhouse" in s.command for s in default.lines[0].build_stages)
+
+
+def test_caches_follow_their_variables_and_the_line_locks_stay_in_the_project(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("TOOLKIT_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert DEFAULT.cache == Path(".cache") and DEFAULT.line_locks == Path(".cache/lines")
+    assert DEFAULT.conda_package_cache == tmp_path / "xdg" / "fa-envkit" / "conda-pkgs"
+    monkeypatch.setenv("TOOLKIT_CACHE", str(tmp_path / "scratch"))
+    assert DEFAULT.cache == tmp_path / "scratch" and DEFAULT.line_locks == Path(".cache/lines")

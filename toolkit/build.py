@@ -41,13 +41,13 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
 from toolkit.fslock import locked
 from toolkit.knowledge import arch_number, minor_of
-from toolkit.lock import LockedEnv, LockedSdist, lock_path, read_lock, stale_reason
+from toolkit.lock import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 from toolkit.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
+from toolkit.workspace import Workspace, add_workspace_options
 
-ENVS_PREFIX_ROOT = Path(".envs")
 # Inside compiled objects the temporary build directory is renamed to this, so wheels built in
 # different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
 BUILD_DIR_ALIAS = "/fa-envkit-build"
@@ -60,11 +60,6 @@ RECIPE_VERSION = 2
 NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
-
-
-def cache_root() -> Path:
-    """Where sdists and build directories live: $TOOLKIT_CACHE or .cache under the project root."""
-    return Path(os.environ.get("TOOLKIT_CACHE", ".cache"))
 
 
 @dataclass(frozen=True)
@@ -91,8 +86,8 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    wheelhouse: Path = Path("wheelhouse")
-    cache: Path | None = None  # None: cache_root()
+    wheelhouse: Path = Workspace.wheelhouse
+    cache: Path | None = None  # None: Workspace().cache ($TOOLKIT_CACHE or .cache)
     prefix: Path | None = None  # locked toolchain's conda prefix (default .envs/<line>)
     arch: str | None = None  # "native", "80,90" or None (the spec's archs)
     jobs: int | None = None
@@ -177,7 +172,7 @@ def resolve_toolchain(spec: EnvSpec, prefix: Path | None) -> BuildToolchain:
         cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
         return BuildToolchain("external", cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
                               path_env)
-    root = Path(prefix or ENVS_PREFIX_ROOT / spec.line).absolute()
+    root = Path(prefix or Workspace().prefix(spec.line)).absolute()
     python = root / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{display_path(root)}: no installed environment for {spec.line} "
@@ -646,8 +641,8 @@ def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], targ
 
 def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Console) -> BuildResult:
     """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
-    cache = options.cache or cache_root()
-    line_dir = options.wheelhouse / spec.line
+    cache = options.cache or Workspace().cache
+    line_dir = Workspace(wheelhouse=options.wheelhouse).wheel_dir(spec.line)
     tc = resolve_toolchain(spec, options.prefix)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
@@ -777,9 +772,10 @@ def describe(record: BuildRecord) -> list[str]:
 
 def cmd_build(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    spec = checked_spec(resolve_spec_arg(args.line, args.envs))
+    workspace = Workspace.from_args(args)
+    spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
     if args.report:
-        line_dir = args.wheelhouse / spec.line
+        line_dir = workspace.wheel_dir(spec.line)
         found = records(line_dir) if line_dir.is_dir() else []
         if not found:
             raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
@@ -788,14 +784,14 @@ def cmd_build(args: argparse.Namespace) -> int:
         for text in describe(record):
             print(f"  {text}")
         return 0
-    options = BuildOptions(wheelhouse=args.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
+    options = BuildOptions(wheelhouse=workspace.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
                            install_target=args.install_target, order_from=args.order_from)
     t0 = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        result = build(spec, lock_path(spec.line, args.locks), options, console)
+        result = build(spec, workspace.lock_file(spec.line), options, console)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if result.cached:
@@ -806,7 +802,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         for text in describe(result.record):
             print(f"  {text}")
         print(f"  record: {display_path(result.record_path)}; index: "
-              f"{(args.wheelhouse / 'simple').absolute().as_uri()}")
+              f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}")
     return 0
 
 
@@ -838,9 +834,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
                     "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
     parser.add_argument("line", help="line name (cu126) or spec file")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
-    parser.add_argument("--locks", type=Path, default=Path("locks"), help="lock directory (default: locks)")
-    parser.add_argument("--wheelhouse", type=Path, default=Path("wheelhouse"), help="output (default: wheelhouse)")
+    add_workspace_options(parser)
     parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
     parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
                                        "(default: the spec's archs)")

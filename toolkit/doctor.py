@@ -29,10 +29,9 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
-ENV_PREFIXES = Path(".envs")  # `toolkit install LINE` puts a locked line's conda prefix at .envs/<line>
-WHEELHOUSE = Path("wheelhouse")
 PROBE_TIMEOUT_S = 120  # importing flash_attn imports torch: seconds, more on a network filesystem
 CONDA_PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
@@ -725,7 +724,7 @@ def check_env(f: Facts) -> Row | None:
     if missing is None:
         return None
     line = f.line.name
-    where = "" if Path(missing) == ENV_PREFIXES / line else f" --prefix {missing}"
+    where = "" if Path(missing) == Workspace().prefix(line) else f" --prefix {missing}"
     if f.line.lock_file.exists():
         fix = f"toolkit install {line}{where} (or nox -s env-{line})"
     else:
@@ -780,7 +779,7 @@ def choose_toolchain(prefix: Path | None, spec: EnvSpec | None) -> ToolchainChoi
         try:
             tc = resolve_toolchain(spec, prefix)
         except ToolkitError:  # a locked line not installed yet: no toolchain of its own to probe
-            missing = Path(display_path((prefix or ENV_PREFIXES / spec.line).absolute()))
+            missing = Path(display_path((prefix or Workspace().prefix(spec.line)).absolute()))
             return ToolchainChoice(None, None, None, "", "nothing: the line's environment is missing", None, missing)
         else:
             locked = tc.kind == "locked"
@@ -867,13 +866,14 @@ def _locked_packages(document: dict, platform: str | None) -> tuple[LockedPackag
     return tuple(packages)
 
 
-def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str) -> LineFacts:
+def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
+                workspace: Workspace = DEFAULT) -> LineFacts:
     """The line's lock, env prefix and build record, each tolerated absent."""
     from toolkit.lock import lock_path, read_lock, stale_reason
 
     from toolkit.wheelhouse import records
 
-    lock_file, wheel_dir = lock_path(name), WHEELHOUSE / name
+    lock_file, wheel_dir = lock_path(name, workspace.locks), workspace.wheel_dir(name)
     lock_problem, locked = None, None
     if lock_file.exists():
         try:
@@ -889,7 +889,7 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
             record = found[0][1] if found else None
         except ToolkitError as exc:
             record_error = str(exc)
-    env_prefix = ENV_PREFIXES / name if spec and spec.toolchain.kind == "locked" else None
+    env_prefix = workspace.prefix(name) if spec and spec.toolchain.kind == "locked" else None
     return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
                      record, record_error)
 
@@ -925,7 +925,7 @@ def gather(args: argparse.Namespace) -> Facts:
         line_name = line_name or recorded_line
     spec, spec_error = load_line(line_name, args.envs) if line_name else (None, None)
     machine = fp.machine if args.fingerprint else platform.machine()
-    line = gather_line(line_name, spec, spec_error, machine) if line_name else None
+    line = gather_line(line_name, spec, spec_error, machine, Workspace.from_args(args)) if line_name else None
     if not args.fingerprint:
         choice = choose_toolchain(args.prefix, spec)
         fp = probe(choice.cuda_home, choice.python, cxx=choice.cxx, path_env=choice.path_env)
@@ -951,7 +951,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
     parser.add_argument("--fingerprint", type=Path, metavar="REPORT",
                         help="evaluate a recorded `toolkit doctor --json` report instead of this machine")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_doctor)
 
 

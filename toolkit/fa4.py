@@ -30,6 +30,7 @@ from pathlib import Path
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.workspace import Workspace, add_workspace_options
 
 KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
 DEFAULT_RELEASE = "4.0.0b36"
@@ -200,7 +201,6 @@ def wheel_fits_python(filename: str, python: str) -> bool:
 # ---------------------------------------------------------------- the line's FA4 lock
 
 PYPI_SIMPLE = "https://pypi.org/simple"
-LOCKS_DIR = Path("locks")
 
 
 def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict]:
@@ -233,7 +233,7 @@ def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dic
     return entries
 
 
-def write_lock(spec, files_of=pypi_files, locks_dir: Path = LOCKS_DIR) -> Path:
+def write_lock(spec, files_of=pypi_files, locks_dir: Path = Workspace.locks) -> Path:
     """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
     from toolkit.digest import sha256_json
 
@@ -248,7 +248,7 @@ def write_lock(spec, files_of=pypi_files, locks_dir: Path = LOCKS_DIR) -> Path:
             "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
             "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
     data["digest"] = sha256_json(data)
-    path = Path(locks_dir) / f"{spec.line}.fa4-lock.json"
+    path = Workspace(locks=Path(locks_dir)).fa4_lock_file(spec.line)
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 
@@ -466,8 +466,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fetch_parser.set_defaults(func=_fetch_command)
     lock_parser = verbs.add_parser("lock", help="write locks/LINE.fa4-lock.json: the line's exact wheels + URLs")
     lock_parser.add_argument("line", metavar="LINE", help="line name or spec file (with a flash_attn_4 section)")
-    lock_parser.add_argument("--envs", type=Path, default=Path("envs"))
-    lock_parser.add_argument("--locks-dir", type=Path, default=LOCKS_DIR)
+    add_workspace_options(lock_parser)
+    lock_parser.add_argument("--locks-dir", dest="locks", type=Path, default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)  # the earlier spelling of --locks
     lock_parser.set_defaults(func=_lock_command)
     install_parser = verbs.add_parser("install", help="install the pinned wheels into a --target folder")
     _release_options(install_parser)
@@ -556,7 +557,8 @@ def _lock_command(args: argparse.Namespace) -> int:
     from toolkit.rules import checked_spec
     from toolkit.spec import resolve_spec_arg
 
-    path = write_lock(checked_spec(resolve_spec_arg(args.line, args.envs)), locks_dir=args.locks_dir)
+    workspace = Workspace.from_args(args)
+    path = write_lock(checked_spec(resolve_spec_arg(args.line, workspace.envs)), locks_dir=workspace.locks)
     print(f"wrote {path}")
     return 0
 

@@ -32,18 +32,17 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+from toolkit.archives import check_conda_archive
 from toolkit.atomic import (TEMP_PREFIX, checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path,
                             run_temporaries, temp_name, write_atomic)
-from toolkit.archives import check_conda_archive
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.lock import choose_backend, conda_executable, console, locking_environment, run_isolated
-from toolkit.lockfile import (LOCKS_DIR, LockedEnv, LockedPackage, environment_problem, lock_path, read_lock,
-                              stale_reason)
+from toolkit.lockfile import LockedEnv, LockedPackage, environment_problem, read_lock, stale_reason
 from toolkit.spec import display_path, load_spec
+from toolkit.workspace import Workspace, add_workspace_options
 
-ENVS_PREFIX_DIR = Path(".envs")
 RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
 CHUNK = 1 << 20
 
@@ -84,12 +83,6 @@ def running_platform() -> str:
     return platforms[machine]
 
 
-def cache_dir() -> Path:
-    """Verified archives are kept here, named by their sha256, and re-checked on every use."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "fa-envkit" / "conda-pkgs"
-
-
 # ---------------------------------------------------------------- verified downloads
 
 
@@ -98,7 +91,7 @@ def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress
 
     read_lock already checked that sha256 and file name have their strict form, so the cache path
     stays inside the cache."""
-    target = cache_dir() / package.sha256 / package.filename
+    target = Workspace().conda_package_cache / package.sha256 / package.filename
     if target.exists() and sha256_file(target) == package.sha256:
         return target
     clean_stale(target.parent)  # a partial download of a killed install
@@ -242,13 +235,13 @@ def relocate_scripts(staging: Path, prefix: Path) -> None:
 # ---------------------------------------------------------------- the whole install
 
 
-def install_line(line: str, prefix: Path | None = None, locks_dir: Path = LOCKS_DIR, backend: str = "auto",
+def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Workspace.locks, backend: str = "auto",
                  conda_exe: str | None = None, platform: str | None = None) -> Path:
     """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix.
 
     Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
     Installs into one prefix take turns (a file lock beside it)."""
-    lock_file = lock_path(line, locks_dir)
+    lock_file = Workspace(locks=Path(locks_dir)).lock_file(line)
     locked_env = read_lock(lock_file)
     if locked_env.toolchain_kind == "external":
         raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
@@ -258,7 +251,7 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = LOCKS_
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
                            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
     check_current(locked_env, platform)
-    prefix = Path(prefix or ENVS_PREFIX_DIR / line).absolute()
+    prefix = Path(prefix or Workspace().prefix(line)).absolute()
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
@@ -393,12 +386,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
                         help="installer (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
     parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
-    parser.add_argument("--locks", type=Path, default=LOCKS_DIR, help="lock directory (default: locks)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_install)
 
 
 def run_install(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
     with run_temporaries("install"):
-        prefix = install_line(args.line, args.prefix, args.locks, args.backend, args.conda)
-    print(f"{display_path(prefix)}: environment of {display_path(lock_path(args.line, args.locks))} installed")
+        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda)
+    print(f"{display_path(prefix)}: environment of {display_path(workspace.lock_file(args.line))} installed")
     return 0

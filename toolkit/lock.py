@@ -38,9 +38,10 @@ from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, 
 from toolkit.errors import ToolkitError
 from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
 from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
-                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LOCKS_DIR, LockedSdist, lock_digest,
+                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LockedSdist, lock_digest,
                               lock_path, read_lock, stale_reason)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
+from toolkit.workspace import Workspace, add_workspace_options
 
 # ---------------------------------------------------------------- what the solvers are asked
 
@@ -502,9 +503,9 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
 # ---------------------------------------------------------------- writing the lock
 
 
-def requirements_path(line: str, platform: str, locks_dir: Path = LOCKS_DIR) -> Path:
+def requirements_path(line: str, platform: str, locks_dir: Path = Workspace.locks) -> Path:
     """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
-    return Path(locks_dir) / f"{line}.{platform}.requirements.txt"
+    return Workspace(locks=Path(locks_dir)).requirements_file(line, platform)
 
 
 def lock_header(spec: EnvSpec, sources: list[str]) -> str:
@@ -516,7 +517,7 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
 
 
 def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
-               locks_dir: Path = LOCKS_DIR) -> Path:
+               locks_dir: Path = Workspace.locks) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -555,7 +556,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
 # ---------------------------------------------------------------- the `lock` verb
 
 
-def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = LOCKS_DIR,
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = Workspace.locks,
               force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
     path = lock_path(spec.line, locks_dir)
@@ -617,36 +618,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
-    parser.add_argument("--locks", type=Path, default=LOCKS_DIR, help="lock directory (default: locks)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_lock)
 
 
 def run_lock(args: argparse.Namespace) -> int:
-    paths = [resolve_spec_arg(s, args.envs) for s in args.lines] or (spec_paths(args.envs)
-                                                                     if args.all or args.check else [])
+    workspace = Workspace.from_args(args)
+    paths = [resolve_spec_arg(s, workspace.envs) for s in args.lines] or (spec_paths(workspace.envs)
+                                                                          if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
     if args.check:
-        problems = check_locks([load_spec(p) for p in paths], args.locks)
+        problems = check_locks([load_spec(p) for p in paths], workspace.locks)
         for line in problems:
             print(line)
         if not problems:
             print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
         return 1 if problems else 0
-    clean_stale(args.locks)  # what earlier interrupted runs left
+    clean_stale(workspace.locks)  # what earlier interrupted runs left
     with run_temporaries("lock"):
-        return lock_paths(paths, args)
+        return lock_paths(paths, args, workspace)
 
 
-def lock_paths(paths: list[Path], args: argparse.Namespace) -> int:
+def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace) -> int:
     """Lock each spec; with several, a failing one is reported and the others still locked."""
     from toolkit.rules import checked_spec
 
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, args.locks, args.force,
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace.locks, args.force,
                                          args.pypi)
         except ToolkitError as exc:
             if len(paths) == 1:

@@ -25,10 +25,7 @@ from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.paths import display_path
 from toolkit.spec import PLATFORMS, EnvSpec
-from toolkit.workspace import checked_line
-
-LOCKS_DIR = Path("locks")
-LOCK_SUFFIX = ".conda-lock.yml"
+from toolkit.workspace import LOCK_SUFFIX, Workspace
 
 # metadata.custom_metadata keys (conda-lock allows only str -> str there).
 KEY_LINE = "fa-envkit.line"
@@ -120,8 +117,9 @@ _FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file n
          "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
 
 
-def lock_path(line: str, locks_dir: Path = LOCKS_DIR) -> Path:
-    return Path(locks_dir) / f"{checked_line(line)}{LOCK_SUFFIX}"
+def lock_path(line: str, locks_dir: Path = Workspace.locks) -> Path:
+    """The line's lock file in locks_dir (Workspace names it; kept for the lock model's callers)."""
+    return Workspace(locks=Path(locks_dir)).lock_file(line)
 
 
 def relock_hint(path: Path) -> str:

@@ -12,12 +12,13 @@ import shlex
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from toolkit.errors import ToolkitError
 from toolkit import patches
+from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 from toolkit.rules import checked_spec
 from toolkit.scaleout import EXECUTORS, VERIFY_MODES, RunOptions, plan_matrix, run_plan, verification_gres
 from toolkit.spec import EnvSpec, resolve_spec_arg, spec_paths
+from toolkit.workspace import Workspace, add_workspace_options
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--github", action="store_true",
                         help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
                              "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    add_workspace_options(parser)
     add_run_options(parser)
     parser.set_defaults(func=run_matrix)
 
@@ -142,9 +143,9 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**given)
 
 
-def command_line(lines: list[str], options: RunOptions, envs: Path) -> str:
+def command_line(lines: list[str], options: RunOptions, workspace: Workspace) -> str:
     """The `toolkit matrix run` command that asks for exactly these options (written into the scripts)."""
-    words = ["toolkit", "matrix", "run", *lines] + ([f"--envs={envs}"] if envs != Path("envs") else [])
+    words = ["toolkit", "matrix", "run", *lines, *workspace.options()]
     default = RunOptions()
     for f in fields(RunOptions):
         value = getattr(options, f.name)
@@ -160,7 +161,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     if misplaced:
         raise ToolkitError(f"toolkit matrix: {', '.join(misplaced)} belong to `toolkit matrix run` "
                            "(write `toolkit matrix run [LINE...]`)")
-    specs = selected_specs(args.lines, args.envs)
+    specs = selected_specs(args.lines, Workspace.from_args(args).envs)
     if args.github:
         print(json.dumps(github_matrix(specs)))
         return 0
@@ -190,6 +191,8 @@ def run_matrix_jobs(args: argparse.Namespace, lines: list[str]) -> int:
         raise ToolkitError("toolkit matrix: --github prints the matrix for CI and runs nothing "
                            "(drop `run`, or drop --github)")
     options = run_options(args)
-    specs = selected_specs(lines, args.envs)
-    plan = plan_matrix(specs, options, verification_gres(options), command_line(lines, options, args.envs))
+    workspace = Workspace.from_args(args)
+    specs = selected_specs(lines, workspace.envs)
+    plan = plan_matrix(specs, options, verification_gres(options), command_line(lines, options, workspace),
+                       workspace)
     return run_plan(plan, options, args.json)

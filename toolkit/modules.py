@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from string import Template
@@ -24,13 +24,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from toolkit.atomic import write_atomic
+from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import load_knowledge, minor_of
-from toolkit.lock import LockedEnv, lock_path, read_lock
+from toolkit.lock import LockedEnv, read_lock
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg, spec_paths
-from toolkit.build_record import BuildRecord
 from toolkit.wheelhouse import records
+from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
 
 TEMPLATES = Path(__file__).parent / "templates"
 PACKAGE = "flash-attn"
@@ -38,8 +39,6 @@ PACKAGE = "flash-attn"
 FAMILY = "flash_attn"
 DEFAULT_NAMING = "flash-attn/{flash_attn}-{cuda_tag}-torch{torch_minor}-py{python_nodot}"
 NAMING_FIELDS = ("line", "flash_attn", "cuda", "cuda_tag", "torch", "torch_minor", "python", "python_nodot")
-ENV_ROOT = Path(".envs")
-WHEELHOUSE = Path("wheelhouse")
 PYPI_PAGE = "https://pypi.org/project/{}/"
 
 # What may reach a modulefile. None of these admits a quote, backslash, $, backtick, bracket, brace,
@@ -157,7 +156,7 @@ def read_conda_prefix(spec: EnvSpec, prefix: Path) -> InstalledEnv:
     flash_attn = one_distribution(dists, PACKAGE, site)
     if flash_attn is None:
         raise NotInstalled(f"{site}: {PACKAGE} is not installed (pip install the wheel from "
-                           f"{WHEELHOUSE}/{spec.line}/ into this environment)")
+                           f"{Workspace.wheelhouse}/{spec.line}/ into this environment)")
     torch = one_distribution(dists, "torch", site)  # the lock's pip layer installs torch
     if torch is None:
         raise ToolkitError(f"{prefix_text}: torch is not installed (reinstall with `toolkit install {spec.line}`)")
@@ -208,7 +207,7 @@ def read_external(spec: EnvSpec, target: Path | None) -> InstalledEnv:
     flash_attn = one_distribution(dists, PACKAGE, site)
     if flash_attn is None or Path(str(flash_attn.locate_file(""))).resolve() != site.resolve():
         raise NotInstalled(f"{site}: {PACKAGE} is not installed here (pip install the wheel from "
-                           f"{WHEELHOUSE}/{spec.line}/ with {python}" + (f" --target {site})" if target else ")"))
+                           f"{Workspace.wheelhouse}/{spec.line}/ with {python}" + (f" --target {site})" if target else ")"))
     torch = one_distribution(dists, "torch", purelib)
     if torch is None:
         raise ToolkitError(f"{purelib}: torch is not installed for {python} (the external toolchain "
@@ -524,13 +523,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 @dataclass(frozen=True)
 class Sources:
-    """Where the earlier stages' outputs are (each defaults to its stage's own default)."""
+    """Where the earlier stages' outputs are: the workspace (--env-root is its environments), or one line's own."""
 
-    env_root: Path = ENV_ROOT
+    workspace: Workspace = DEFAULT
     prefix: Path | None = None  # one line's prefix, when it was installed with --prefix
     target: Path | None = None  # an external line's --target site dir
-    locks: Path = Path("locks")
-    wheelhouse: Path = WHEELHOUSE
 
 
 def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modulefile:
@@ -538,9 +535,9 @@ def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modu
     if spec.toolchain.kind == "external":
         env = read_external(spec, sources.target)
     else:
-        env = read_conda_prefix(spec, sources.prefix or sources.env_root / spec.line)
-    lock_file = lock_path(spec.line, sources.locks)
-    builds_dir = sources.wheelhouse / spec.line
+        env = read_conda_prefix(spec, sources.prefix or sources.workspace.prefix(spec.line))
+    lock_file = sources.workspace.lock_file(spec.line)
+    builds_dir = sources.workspace.wheel_dir(spec.line)
     provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env))
     return modulefile_for(spec, env, provenance, options)
 
@@ -567,14 +564,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ld-library-path", action="store_true",
                         help="also prepend LD_LIBRARY_PATH (off: conda prefixes use RPATH, and it leaks conda's "
                              "libraries into system tools)")
-    parser.add_argument("--env-root", type=Path, default=ENV_ROOT, help="installed prefixes, one per line "
-                                                                         "(default: .envs)")
+    parser.add_argument("--env-root", type=Path, default=Workspace.environments,
+                        help=f"installed prefixes, one per line (default: {Workspace.environments})")
     parser.add_argument("--prefix", type=Path, help="the prefix of the one LINE given (installed with --prefix)")
     parser.add_argument("--target", type=Path, help="external lines: the site dir the wheel was installed into "
                                                     "with pip --target (default: the toolchain's interpreter)")
-    parser.add_argument("--locks", type=Path, default=Path("locks"), help="lock directory (default: locks)")
-    parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE, help="build outputs (default: wheelhouse)")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_modules)
 
 
@@ -587,8 +582,9 @@ def run_modules(args: argparse.Namespace) -> int:
         prereq_style=args.prereq_style,
         ld_library_path=args.ld_library_path,
     )
-    sources = Sources(args.env_root, args.prefix, args.target, args.locks, args.wheelhouse)
-    paths = [resolve_spec_arg(n, args.envs) for n in args.lines] if args.lines else spec_paths(args.envs)
+    workspace = replace(Workspace.from_args(args), environments=args.env_root)
+    sources = Sources(workspace, args.prefix, args.target)
+    paths = [resolve_spec_arg(n, workspace.envs) for n in args.lines] if args.lines else spec_paths(workspace.envs)
     modules: list[Modulefile] = []
     for path in paths:
         spec = checked_spec(path)

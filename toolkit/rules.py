@@ -18,6 +18,7 @@ from toolkit import fa4_rules, patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
+from toolkit.workspace import Workspace, add_workspace_options
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
                     "compatibility rule. One line per problem; exit 1 if any.")
     parser.add_argument("specs", nargs="*", metavar="SPEC", help="line names (cu126) or spec files")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    add_workspace_options(parser)
     parser.set_defaults(func=run_check)
 
 
@@ -352,7 +353,8 @@ def patch_notes(paths: list[Path]) -> list[str]:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    paths = [resolve_spec_arg(s, args.envs) for s in args.specs] if args.specs else spec_paths(args.envs)
+    envs = Workspace.from_args(args).envs
+    paths = [resolve_spec_arg(s, envs) for s in args.specs] if args.specs else spec_paths(envs)
     problems = check_paths(paths)
     for line in problems + patch_notes(paths):
         print(line)

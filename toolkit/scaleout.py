@@ -30,20 +30,19 @@ from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec, display_path
 from toolkit.wheelhouse import records
+from toolkit.workspace import DEFAULT, Workspace
 
 TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_STAGES = TEMPLATES / "matrix-stages.yaml"
 SLURM_STATES = Path(__file__).parent / "knowledge" / "slurm_job_states.yaml"
-RUNS_DIR = Path("runs")
-LINE_LOCKS = Path(".cache") / "lines"  # <line>.lock: one job per line at a time (see matrix-stage-functions.sh)
-WHEELHOUSE = Path("wheelhouse")  # the build stage puts wheelhouse/<line>/<wheel> and its record there
+LINE_LOCKS = DEFAULT.line_locks  # <line>.lock: one job per line at a time (see matrix-stage-functions.sh)
 HEADROOM_GB = 2  # python, pip and the linker beside the nvcc processes
 LOST_GRACE_S = 10.0  # a job squeue calls ended may take this long to show its status on a shared filesystem
 SQUEUE_PATIENCE_S = 60.0  # squeue failing this long in a row means the controller is gone
 EXECUTORS = ("slurm", "local")
 VERIFY_MODES = ("always", "if-gpu", "never")
 PHASES = ("build", "verify")
-PLACEHOLDERS = ("python", "line", "spec", "jobs", "nvcc_threads")
+PLACEHOLDERS = ("python", "line", "spec", "jobs", "nvcc_threads", "workspace")
 FINAL_STATES = ("done", "failed", "skipped", "not run")
 KINDS = (None, "locked", "external")  # a stage's `toolchain:` condition (None: every line)
 
@@ -79,7 +78,7 @@ class RunOptions:
     executor: str = "slurm"
     verify: str = "if-gpu"
     stages: Path = DEFAULT_STAGES
-    runs_dir: Path = RUNS_DIR
+    runs_dir: Path = Workspace.runs
     cpus: int = 8  # build jobs for a line whose build.jobs is auto
     nvcc_threads: int = 2  # for a line whose build.nvcc_threads is auto
     verify_cpus: int = 4
@@ -179,6 +178,7 @@ class MatrixPlan:
     verify_resources: Resources
     build_options: tuple[str, ...]  # more `#SBATCH` options per phase: partition, account, time, gres, --sbatch
     verify_options: tuple[str, ...]
+    workspace: Workspace = DEFAULT  # the folders the stages read and write, relative to workdir
 
     @property
     def verifies(self) -> bool:
@@ -255,11 +255,13 @@ def build_sizing(spec: EnvSpec, options: RunOptions) -> tuple[int, int, Resource
     return jobs, threads, Resources(cpus=jobs, mem_mb=math.ceil(mem_gb * 1024))
 
 
-def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTemplates) -> LinePlan:
+def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTemplates,
+              workspace: Workspace = DEFAULT) -> LinePlan:
     jobs, threads, resources = build_sizing(spec, options)
     words = {"python": sys.executable, "line": spec.line, "spec": display_path(spec.path),
              "jobs": str(jobs), "nvcc_threads": str(threads)}
     values = {name: shlex.quote(word) for name, word in words.items()}  # each one shell word, whatever the path
+    values["workspace"] = "".join(f" {shlex.quote(word)}" for word in workspace.options())  # "" by default
 
     def filled(phase: str, templates: dict[str, StageTemplate]) -> tuple[Stage, ...]:
         where = f"{display_path(stages.path)}: {phase}"
@@ -270,7 +272,8 @@ def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTempla
                     filled("build", stages.build), filled("verify", stages.verify))
 
 
-def plan_matrix(specs: list[EnvSpec], options: RunOptions, verify_gres: str | None, command: str) -> MatrixPlan:
+def plan_matrix(specs: list[EnvSpec], options: RunOptions, verify_gres: str | None, command: str,
+                workspace: Workspace = DEFAULT) -> MatrixPlan:
     """The whole run: per-line stages and resources, the array's resources, each phase's extra #SBATCH options."""
     if not specs:
         raise ToolkitError("envs/: no lines selected (name some lines, or add envs/<line>.yaml files)")
@@ -288,7 +291,7 @@ def plan_matrix(specs: list[EnvSpec], options: RunOptions, verify_gres: str | No
             raise ToolkitError(f"{folder}: the path has spaces or quotes, which #SBATCH lines cannot carry "
                                "(run from, and pass --runs-dir, a path without them)")
     stages = load_stage_templates(options.stages)
-    lines = tuple(plan_line(task, spec, options, stages) for task, spec in enumerate(specs))
+    lines = tuple(plan_line(task, spec, options, stages, workspace) for task, spec in enumerate(specs))
     array = Resources(cpus=max(p.build_resources.cpus for p in lines),
                       mem_mb=max(p.build_resources.mem_mb for p in lines))
     verify = Resources(cpus=options.verify_cpus, mem_mb=math.ceil(options.verify_mem_gb * 1024))
@@ -303,7 +306,8 @@ def plan_matrix(specs: list[EnvSpec], options: RunOptions, verify_gres: str | No
         build_resources=array, verify_resources=verify,
         build_options=site_options(options.partition, options.time, None),
         verify_options=site_options(options.verify_partition or options.partition,
-                                    options.verify_time or options.time, verify_gres))
+                                    options.verify_time or options.time, verify_gres),
+        workspace=workspace)
 
 
 def new_run_dir(runs_dir: Path) -> Path:
@@ -714,9 +718,10 @@ class LineResult:
         return self.build == "done" and self.verify in ("done", "skipped")
 
 
-def built_wheel(workdir: Path, line: str, build_started: float | None) -> tuple[str | None, bool]:
+def built_wheel(workdir: Path, line: str, build_started: float | None,
+                workspace: Workspace = DEFAULT) -> tuple[str | None, bool]:
     """The newest recorded wheel in wheelhouse/<line>/, and whether it is older than this build (a cache hit)."""
-    line_dir = workdir / WHEELHOUSE / line
+    line_dir = workdir / workspace.wheel_dir(line)
     try:
         found = records(line_dir) if line_dir.is_dir() else []
     except ToolkitError:
@@ -732,7 +737,8 @@ def line_results(plan: MatrixPlan, views: dict[Task, TaskView]) -> list[LineResu
     results = []
     for p in plan.lines:
         build, verify = views[(p.line, "build")], views[(p.line, "verify")]
-        wheel, cached = built_wheel(plan.workdir, p.line, build.started) if build.state == "done" else (None, False)
+        done = build.state == "done"
+        wheel, cached = built_wheel(plan.workdir, p.line, build.started, plan.workspace) if done else (None, False)
         results.append(LineResult(
             p.line, build.state, build.detail, build.seconds, wheel, cached,
             verify.state, verify.detail, str(plan.log_file(p.line, "build")),

@@ -34,9 +34,8 @@ from packaging.version import Version
 from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.paths import display_path, printable
-from toolkit.workspace import checked_line
+from toolkit.workspace import Workspace, checked_line
 
-ENVS_DIR = Path("envs")
 BASE_NAME = "base"
 PLATFORMS = ("linux-64", "linux-aarch64")
 # Placeholders allowed in conda_packages / pip_packages version strings.
@@ -751,19 +750,19 @@ def _fa4_request(section: dict | None) -> Fa4Request | None:
     return Fa4Request(section["version"], bool(section.get("with_flash_attn_2", True)))
 
 
-def spec_paths(envs_dir: Path = ENVS_DIR) -> list[Path]:
+def spec_paths(envs_dir: Path = Workspace.envs) -> list[Path]:
     """Every line's spec in envs/ (base.yaml is a parent, not a line)."""
     if not envs_dir.is_dir():
         raise ToolkitError(f"{display_path(envs_dir)}: no such directory (run from the project root or pass --envs)")
     return sorted(p for p in envs_dir.glob("*.yaml") if p.stem != BASE_NAME)
 
 
-def resolve_spec_arg(arg: str, envs_dir: Path = ENVS_DIR) -> Path:
+def resolve_spec_arg(arg: str, envs_dir: Path = Workspace.envs) -> Path:
     """A CLI argument that is a line name (cu126) or a path to a spec file."""
     candidate = Path(arg)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
-    path = envs_dir / f"{checked_line(arg)}.yaml"
+    path = Workspace(envs=envs_dir).spec_file(arg)
     if not path.exists():
         known = ", ".join(p.stem for p in spec_paths(envs_dir)) or "none"
         raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} (known lines: {known})")

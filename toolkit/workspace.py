@@ -15,6 +15,9 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 
+LOCK_SUFFIX = ".conda-lock.yml"  # locks/<line>.conda-lock.yml
+PROJECT_CACHE = Path(".cache")  # the project's own cache folder, in the working directory
+
 # A line's name becomes a file name in four folders: a plain name, never a path.
 LINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -41,14 +44,22 @@ class Workspace:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Workspace:
-        given = {name: getattr(args, name) for name in ("envs", "locks", "wheelhouse") if hasattr(args, name)}
+        given = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
         return cls(**given)
 
     def spec_file(self, line: str) -> Path:
         return self.envs / f"{checked_line(line)}.yaml"
 
     def lock_file(self, line: str) -> Path:
-        return self.locks / f"{checked_line(line)}.conda-lock.yml"
+        return self.locks / f"{checked_line(line)}{LOCK_SUFFIX}"
+
+    def fa4_lock_file(self, line: str) -> Path:
+        """`toolkit fa4 lock`'s file: the line's exact FlashAttention-4 wheels and their URLs."""
+        return self.locks / f"{checked_line(line)}.fa4-lock.json"
+
+    def requirements_file(self, line: str, platform: str) -> Path:
+        """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
+        return self.locks / f"{checked_line(line)}.{platform}.requirements.txt"
 
     def prefix(self, line: str) -> Path:
         return self.environments / checked_line(line)
@@ -62,7 +73,13 @@ class Workspace:
     @property
     def cache(self) -> Path:
         """sdists and build directories: $TOOLKIT_CACHE, else .cache in the working directory."""
-        return Path(os.environ.get("TOOLKIT_CACHE", ".cache"))
+        return Path(os.environ.get("TOOLKIT_CACHE", PROJECT_CACHE))
+
+    @property
+    def line_locks(self) -> Path:
+        """<line>.lock files, one matrix job per line at a time: in the project's .cache whatever $TOOLKIT_CACHE
+        says, since the jobs of one run share the project directory but may each have their own cache."""
+        return PROJECT_CACHE / "lines"
 
     @property
     def conda_package_cache(self) -> Path:
@@ -71,9 +88,18 @@ class Workspace:
         return base / "fa-envkit" / "conda-pkgs"
 
 
+    def options(self) -> list[str]:
+        """The --envs/--locks/--wheelhouse words that ask a verb for this workspace (none for the default)."""
+        return [f"--{name}={getattr(self, name)}" for name in OPTIONS if getattr(self, name) != getattr(DEFAULT, name)]
+
+
+OPTIONS = ("envs", "locks", "wheelhouse")  # the folders a verb's command line can move
+DEFAULT = Workspace()  # every folder where the verbs put it without options
+
+
 def add_workspace_options(parser: argparse.ArgumentParser) -> None:
     """--envs, --locks and --wheelhouse, the same for every verb."""
-    defaults = Workspace()
+    defaults = DEFAULT
     parser.add_argument("--envs", type=Path, default=defaults.envs, metavar="DIR",
                         help=f"env spec directory (default: {defaults.envs})")
     parser.add_argument("--locks", type=Path, default=defaults.locks, metavar="DIR",

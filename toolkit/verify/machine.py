@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from toolkit.errors import ToolkitError
+from toolkit.workspace import Workspace, add_workspace_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the toolkit package
 NO_GPU = "no CUDA GPU visible ({why}): run {what} on a GPU machine"
@@ -104,7 +105,7 @@ def environment_python(spec) -> Path:
     """The line's python: the external toolchain's interpreter, or the locked env's .envs/<line>/bin/python."""
     if spec.toolchain.kind == "external":
         return Path(spec.toolchain.python_executable)
-    return Path(".envs") / spec.line / "bin" / "python"
+    return Workspace().prefix(spec.line) / "bin" / "python"
 
 
 def is_current_interpreter(python: Path) -> bool:
@@ -127,11 +128,11 @@ def run_under(python: Path, module: str, args: list[str], spec_path: Path, what:
 
 
 def add_line_arguments(parser: argparse.ArgumentParser) -> None:
-    """LINE, --python, --report-dir, --envs: what verify and bench need to find the environment."""
+    """LINE, --python, --report-dir and the workspace options: what verify and bench need to find the environment."""
     parser.add_argument("line", metavar="LINE", help="line name (gpu-machine, cu126) or spec file")
     parser.add_argument("--python", type=Path, help="interpreter holding torch + flash-attn (default: the line's)")
-    parser.add_argument("--report-dir", type=Path, help="where reports go (default: reports/LINE)")
-    parser.add_argument("--envs", type=Path, default=Path("envs"), help="spec directory (default: envs)")
+    parser.add_argument("--report-dir", type=Path, help=f"where reports go (default: {Workspace.reports}/LINE)")
+    add_workspace_options(parser)
 
 
 def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str],
@@ -143,8 +144,9 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
     from toolkit.rules import checked_spec
     from toolkit.spec import resolve_spec_arg
 
-    spec = checked_spec(resolve_spec_arg(args.line, args.envs))
-    report_dir = args.report_dir or Path("reports") / spec.line
+    workspace = Workspace.from_args(args)
+    spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
+    report_dir = args.report_dir or workspace.report_dir(spec.line)
     python = args.python or environment_python(spec)
     report = report_dir / report_name
     before = report.stat().st_mtime_ns if report.exists() else None
