@@ -26,8 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from toolkit.lock import (conda_executable, conda_request, rattler_solve,  # noqa: E402
-                          solve_with_conda_lock)
+from toolkit.lock import conda_executable, conda_request, rattler_solve, solve_with_conda_lock  # noqa: E402
 from toolkit.spec import load_spec  # noqa: E402
 from toolkit.workspace import Workspace  # noqa: E402
 

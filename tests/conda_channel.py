@@ -348,7 +348,7 @@ def build_simple_index(directory: Path, files: Iterable[Path]) -> Path:
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Static files; a directory's index.json for clients asking for PEP 691 JSON."""
 
-    def send_head(self):  # noqa: ANN201 - the base class's signature
+    def send_head(self):
         if "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", ""):
             candidate = Path(self.translate_path(self.path)) / "index.json"
             if candidate.is_file():
@@ -362,7 +362,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 return io.BytesIO(data)
         return super().send_head()
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args) -> None:
         pass
 
 

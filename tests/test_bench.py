@@ -216,7 +216,8 @@ def test_fa4_is_benchmarked_beside_fa2_and_a_missing_one_is_a_skipped_row():
 
 
 def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
-    from toolkit.verify import fa4 as verify_fa4, machine
+    from toolkit.verify import fa4 as verify_fa4
+    from toolkit.verify import machine
 
     namespace = types.SimpleNamespace(__path__=["/site/flash_attn"])  # what `import flash_attn` gives with FA4 only
     monkeypatch.setattr(machine, "import_flash_attn", lambda: (namespace, ""))
@@ -228,7 +229,8 @@ def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
 
 def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):
     """A run cut short (the GPU machine's 10-minute call) keeps the rows it measured."""
-    from toolkit.verify import fa4 as verify_fa4, machine
+    from toolkit.verify import fa4 as verify_fa4
+    from toolkit.verify import machine
 
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.setattr(bench, "cuda_timer", wall_timer)

@@ -24,15 +24,26 @@ from conda_channel import build_simple_index, serve_directory
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 from rich.console import Console
 
+from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.build import (
+    BuildOptions,
+    ManifestPlan,
+    build,
+    efficiency,
+    fetch_sdist,
+    install_ninja_shim,
+    prepared_manifest,
+    resolve_archs,
+    setup_py_archs,
+    size_parallelism,
+    torch_arch_list,
+)
 from toolkit.build_record import BuildRecord, ObjectTime
-from toolkit.archs import cubin_archs, cuobjdump_archs, fatbin_entries, FatbinEntry
-from toolkit.build import (BuildOptions, ManifestPlan, build, efficiency, fetch_sdist, install_ninja_shim,
-                           prepared_manifest, resolve_archs, setup_py_archs, size_parallelism, torch_arch_list)
+from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
 from toolkit.rules import checked_spec
-from toolkit.digest import sha256_file
 from toolkit.wheelhouse import find_cached
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -81,7 +81,7 @@ def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
     """protobuf is installed only where missing, unless the python's copy is older than libs-base needs."""
     rel = fa4.release()
     env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64"}
-    read = lambda pin: fa4.wheel_metadata(joined / pin.file)  # noqa: E731
+    read = lambda pin: fa4.wheel_metadata(joined / pin.file)
     fine = {"torch": "2.11.0", "protobuf": "5.29.0", "typing-extensions": "4.15.0", "einops": "0.8.1",
             "cuda-bindings": "13.0.3", "cuda-pathfinder": "1.3.3"}
     assert "protobuf" not in {p.name for p in fa4.plan(rel, "13", fine, env, read)}

@@ -19,8 +19,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from toolkit import fa4_jit  # noqa: E402
-from toolkit.errors import ToolkitError  # noqa: E402
+from toolkit import fa4_jit
+from toolkit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "fa4_double"

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures.fa_fixture_project import see_running_packages
+
 from toolkit.spec import EnvSpec, load_spec, spec_paths
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -346,7 +346,6 @@ def test_gxx_printing_no_version_stops_the_build_in_one_line(tmp_path, kind):
                                     "0, NVIDIA H200, garbage, 580.65.06", "0, NVIDIA H200, 9.0, garbage",
                                     "0, NVIDIA H200, 9.0, 580.65.06, extra", ", , , "])
 def test_nvidia_smi_printing_garbage_is_no_gpu_not_a_crash(tmp_path, output):
-    from toolkit.fingerprint import probe
 
     fake_tool(tmp_path / "bin", "nvidia-smi", output)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CUDA_HOME": "/usr/local/cuda"}

@@ -8,8 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conda_channel import (build_simple_index, channel_dir, file_url, isolated_caches, pip_index,  # noqa: F401
-                           pip_index_files, serve_directory, tamper, write_project)
+from conda_channel import (  # noqa: F401
+    build_simple_index,
+    channel_dir,
+    file_url,
+    isolated_caches,
+    pip_index,
+    pip_index_files,
+    serve_directory,
+    tamper,
+    write_project,
+)
 from conda_lock.lockfile import parse_conda_lock_file
 
 import toolkit.install as install

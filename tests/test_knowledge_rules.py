@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_foundation import envs  # noqa: F401  (the scratch envs/ fixture: a base and a good cu126)
+
 from toolkit.cli import main
 from toolkit.knowledge import load_knowledge
 from toolkit.rules import RULES

@@ -16,15 +16,30 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conda_channel import (channel_dir, file_url, pip_index, serve_directory,  # noqa: F401
-                           write_project)
+from conda_channel import channel_dir, file_url, pip_index, serve_directory, write_project  # noqa: F401
 from conda_lock.lockfile import parse_conda_lock_file
 
-from toolkit.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.lock import (KEY_DIGEST, PYPI_SIMPLE, LockedSdist, PipTarget, check_locks, choose_backend,
-                          conda_executable, conda_request, lock_line, lock_path, lock_pip_requirements, read_lock,
-                          requirements_path, solve_with_conda_lock, solve_with_rattler, stale_reason, write_lock)
+from toolkit.errors import ToolkitError
+from toolkit.lock import (
+    KEY_DIGEST,
+    PYPI_SIMPLE,
+    LockedSdist,
+    PipTarget,
+    check_locks,
+    choose_backend,
+    conda_executable,
+    conda_request,
+    lock_line,
+    lock_path,
+    lock_pip_requirements,
+    read_lock,
+    requirements_path,
+    solve_with_conda_lock,
+    solve_with_rattler,
+    stale_reason,
+    write_lock,
+)
 from toolkit.rules import checked_spec
 from toolkit.spec import load_spec
 

@@ -23,9 +23,9 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 
 import toolkit.cli
+from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord, SdistPin
 from toolkit.lock import KEY_DIGEST, lock_digest
 from toolkit.spec import load_spec, spec_paths
-from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord, SdistPin
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "modules"

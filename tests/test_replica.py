@@ -23,8 +23,15 @@ from pathlib import Path
 
 import pytest
 from conda_channel import build_channel, build_simple_index, serve_directory
-from conda_forge_replica.replica import (PayloadRoots, channel_folder, channels, layout_prefix, load_records, packages,
-                                        patched_profile)
+from conda_forge_replica.replica import (
+    PayloadRoots,
+    channel_folder,
+    channels,
+    layout_prefix,
+    load_records,
+    packages,
+    patched_profile,
+)
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 
 from toolkit.build import include_environment

@@ -24,8 +24,7 @@ from toolkit.cli import main
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.rules import checked_spec
-from toolkit.scaleout import (HEADROOM_GB, LINE_LOCKS, RunOptions, build_sizing, load_stage_templates, plan_matrix,
-                              write_run_dir)
+from toolkit.scaleout import HEADROOM_GB, LINE_LOCKS, RunOptions, build_sizing, load_stage_templates, plan_matrix, write_run_dir
 from toolkit.spec import spec_paths
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ import json
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from typing import IO
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 import zstandard
 

@@ -122,13 +122,13 @@ def clean_stale(parent: Path, recover: Callable[[Path], bool] | None = None) -> 
 
     `recover(entry)`, if given, runs first on each (with the owner lock held) to move back what a
     killed run had set aside (install's retired environment); it returns whether to remove the entry."""
-    removed = []
+    removed: list[Path] = []
     parent = Path(parent)
     if not parent.is_dir():
         return removed
     for owner in parent.glob(f"{TEMP_PREFIX}*{OWNER_SUFFIX}"):
         try:
-            handle = open(owner, "r")
+            handle = open(owner)
         except OSError:
             continue
         with handle:

@@ -166,6 +166,8 @@ def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
 def resolve_toolchain(spec: EnvSpec, prefix: Path | None) -> BuildToolchain:
     """Locked: everything from the installed conda prefix. External: the paths the spec names."""
     if spec.toolchain.kind == "external":
+        if not (spec.toolchain.cuda_home and spec.toolchain.python_executable):  # load_spec requires both
+            raise ToolkitError(f"{spec.where('toolchain')}: an external toolchain needs cuda_home and python_executable")
         cuda_home = Path(spec.toolchain.cuda_home)
         python = Path(spec.toolchain.python_executable)
         path_env = os.pathsep.join([str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")])
@@ -368,6 +370,7 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                                 start_new_session=True, umask=0o022)
         try:
+            assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 log.write(line)
                 step = NINJA_STEP.match(line)
@@ -426,7 +429,7 @@ class ManifestPlan:
     object_seconds: dict[str, float]  # empty: no earlier record, file order
 
 
-def previous_object_times(candidates: list[tuple[Path, dict]],
+def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
                           sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
     """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
     for path, record in candidates:

@@ -101,7 +101,7 @@ def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = C
         q, k, v = (torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
                    for _ in range(3))
 
-        def once():
+        def once(variant: Variant = variant, q=q, k=k, v=v) -> None:  # bound now: called in this iteration
             if variant.mode == "fwd":
                 with torch.no_grad():
                     flash_attn_func(q, k, v, causal=variant.causal)

@@ -33,8 +33,18 @@ from pathlib import Path
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from toolkit.archives import check_conda_archive
-from toolkit.atomic import (TEMP_PREFIX, checkpoint, clean_stale, exchange, owned_dir, owned_temp, remove_path,
-                            run_temporaries, temp_name, write_atomic)
+from toolkit.atomic import (
+    TEMP_PREFIX,
+    checkpoint,
+    clean_stale,
+    exchange,
+    owned_dir,
+    owned_temp,
+    remove_path,
+    run_temporaries,
+    temp_name,
+    write_atomic,
+)
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -145,7 +155,7 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
 
     async def install() -> None:
         records = []
-        for local, url, channel in archives:
+        for local, _url, channel in archives:
             record = await rattler.RepoDataRecord.from_package_archive(local)
             records.append(rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel))
         await rattler.install(records, target_prefix=prefix, cache_dir=package_cache,

@@ -36,10 +36,22 @@ from rich.console import Console
 
 from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
-from toolkit.lockfile import LockedEnv  # noqa: F401 - build and modules import it from here
-from toolkit.lockfile import (KEY_DIGEST, KEY_INPUT_HASH, KEY_LINE, KEY_PIP_RESOLVER, KEY_SDIST_FILENAME,
-                              KEY_SDIST_SHA256, KEY_SDIST_URL, KEY_TOOLCHAIN, LockedSdist, lock_digest,
-                              lock_path, read_lock, stale_reason)
+from toolkit.lockfile import (
+    KEY_DIGEST,
+    KEY_INPUT_HASH,
+    KEY_LINE,
+    KEY_PIP_RESOLVER,
+    KEY_SDIST_FILENAME,
+    KEY_SDIST_SHA256,
+    KEY_SDIST_URL,
+    KEY_TOOLCHAIN,
+    LockedEnv,  # noqa: F401 - build and modules import it from here
+    LockedSdist,
+    lock_digest,
+    lock_path,
+    read_lock,
+    stale_reason,
+)
 from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 

@@ -413,7 +413,7 @@ class SpecLoader(yaml.SafeLoader):
     def refuse(self, mark: yaml.Mark, problem: str) -> ToolkitError:
         return ToolkitError(f"{self.where}:{mark.line + 1}: {problem}")
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
             raise self.refuse(event.start_mark, "anchors and aliases (&name, *name) are not allowed in a spec "
@@ -429,6 +429,8 @@ class SpecLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self.depth -= 1
+        if node is None:  # the end of a document
+            return None
         if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") and len(node.value) > MAX_NUMBER_CHARS:
             raise self.refuse(node.start_mark, f"a number of {len(node.value)} characters (no field takes more "
                                                f"than {MAX_NUMBER_CHARS}: shorten it)")

@@ -3,9 +3,9 @@
 Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (FA2's
 `toolkit verify`, FA4's `python -m toolkit.verify.fa4`). A packaged backend counts only if its report
 passed on the same GPU, and only for the shapes its passed cases cover; torch's own SDPA backends and
-eager count as verified (torch is the yardstick the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
-fwd+bwd) the measured seqlens become bands [s_i, s_i+1), and each band names the fastest verified
-backend there, with transformers' attn_implementation for it. The JSON this writes is what the
+eager count as verified (torch is the yardstick the verification criterion itself measures against).
+For each (dtype, head dim, causal, fwd or fwd+bwd) the measured seqlens become bands [s_i, s_i+1),
+and each band names the fastest verified backend there, with transformers' attn_implementation for it. The JSON this writes is what the
 toolkit reads back (`lookup`).
 """
 
@@ -90,7 +90,7 @@ def recommend(bench: dict, verified: dict[str, Verified], names: dict[str, dict]
         if row["status"] == "ok" and row["tflops"]:
             key = tuple(row[k] for k in GROUP_KEYS)
             groups.setdefault(key, {}).setdefault(row["seqlen"], []).append(row)
-    rules = []
+    rules: list[Rule] = []
     for key, by_seqlen in sorted(groups.items(), key=lambda item: str(item[0])):
         seqlens = sorted(by_seqlen)
         for index, seqlen in enumerate(seqlens):
@@ -101,7 +101,8 @@ def recommend(bench: dict, verified: dict[str, Verified], names: dict[str, dict]
                 continue
             pick = max(candidates, key=lambda r: r["tflops"])
             upper = seqlens[index + 1] - 1 if index + 1 < len(seqlens) else None
-            rule = Rule(*key, 0 if index == 0 else seqlen, upper, pick["implementation"],
+            dtype, head_dim, causal, mode = key
+            rule = Rule(dtype, head_dim, causal, mode, 0 if index == 0 else seqlen, upper, pick["implementation"],
                         names.get(pick["implementation"], {}), pick["tflops"], best["tflops"], best["implementation"])
             previous = rules[-1] if rules else None
             if previous and (previous.dtype, previous.head_dim, previous.causal, previous.mode, previous.backend) \
@@ -178,7 +179,8 @@ def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
             "date": bench.get("date"), "bench_command": bench.get("command"), "torch": bench.get("torch"),
             "versions": {"flash-attn": bench.get("flash_attn", {}).get("version"),
                          "flash-attn-4": bench.get("flash_attn_4", {}).get("version")},
-            "verified": {name: v.to_json() for name, v in verified.items()}, "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
+            "verified": {name: v.to_json() for name, v in verified.items()},
+            "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
             "worst_ratio": worst, "recommended_min_ratio": minimum,
             "targets": check_targets(bench, knowledge.get("targets", []))}
 

@@ -153,9 +153,9 @@ def fa4_cases(level: str) -> list[Case]:
 
 def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: dict, on_result=lambda r: None):
     """Listed cases through the runner (judged as for FA2); unlisted ones recorded as "unsupported"."""
-    from toolkit.verify.runner import CaseResult, run_case
-
     import torch
+
+    from toolkit.verify.runner import CaseResult, run_case
 
     device = torch.device(device)
     torch.set_float32_matmul_precision("highest")
