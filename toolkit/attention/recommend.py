@@ -5,8 +5,8 @@ Input: a `toolkit bench` bench.json and the verification reports of the packaged
 passed on the same GPU, and only for the shapes its passed cases cover; torch's own SDPA backends and
 eager count as verified (torch is the yardstick the verification criterion itself measures against).
 For each (dtype, head dim, causal, fwd or fwd+bwd) the measured seqlens become bands [s_i, s_i+1),
-and each band names the fastest verified backend there, with transformers' attn_implementation for it. The JSON this writes is what the
-toolkit reads back (`lookup`).
+and each band names the fastest verified backend there, with transformers' attn_implementation for it.
+The JSON this writes is what the toolkit reads back (`lookup`).
 """
 
 from __future__ import annotations
