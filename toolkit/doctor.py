@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.lockfile import LockedPackage
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
@@ -117,14 +118,6 @@ class Probe:
 
 def _tuple(items: list | None) -> tuple | None:
     return None if items is None else tuple(items)
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    version: str
-    build: str  # conda build string ("" for pip)
-    manager: str  # conda | pip
 
 
 @dataclass(frozen=True)
@@ -630,11 +623,18 @@ def check_lock(f: Facts) -> Row:
     return Row("lock", "ok", f"{display_path(line.lock_file)}: {len(line.locked)} packages, matches the spec")
 
 
+def conda_build(package: LockedPackage) -> str:
+    """A conda archive's build string, the last dash-field of its file name (gxx-13.3.0-h9a4b1e8_1.conda ->
+    h9a4b1e8_1): conda-meta records it, the lock names only the archive."""
+    stem = re.sub(r"\.(conda|tar\.bz2)$", "", package.filename)
+    return stem.rsplit("-", 2)[-1] if stem.count("-") >= 2 else ""
+
+
 def _differences(locked: list[LockedPackage], installed: dict[str, str], with_build: bool) -> list[str]:
     diffs = []
     for pkg in locked:
         have = installed.get(pkg.name)
-        want = f"{pkg.version}={pkg.build}" if with_build else pkg.version
+        want = f"{pkg.version}={conda_build(pkg)}" if with_build else pkg.version
         if have is None:
             diffs.append(f"{pkg.name} missing (lock: {pkg.version})")
         elif (have != want) if with_build else (_version(have) != _version(want)):
@@ -854,23 +854,9 @@ def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[
     return Probe(**facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=fa)
 
 
-def _locked_packages(document: dict, platform: str | None) -> tuple[LockedPackage, ...]:
-    packages = []
-    for entry in document.get("package") or ():
-        if entry.get("platform") != platform:
-            continue
-        build = ""
-        if entry.get("manager") == "conda":
-            stem = re.sub(r"\.(conda|tar\.bz2)$", "", str(entry.get("url", "")).rsplit("/", 1)[-1])
-            build = stem.rsplit("-", 2)[-1] if stem.count("-") >= 2 else ""
-        packages.append(LockedPackage(entry["name"], str(entry["version"]), build, entry.get("manager", "conda")))
-    return tuple(packages)
-
-
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str) -> LineFacts:
     """The line's lock, env prefix and build record, each tolerated absent."""
-    from toolkit.lock import lock_path, read_lock, stale_reason
-
+    from toolkit.lockfile import lock_path, read_lock, stale_reason
     from toolkit.wheelhouse import records
 
     lock_file, wheel_dir = lock_path(name), WHEELHOUSE / name
@@ -878,7 +864,7 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
     if lock_file.exists():
         try:
             lock = read_lock(lock_file)
-            locked = _locked_packages(yaml.safe_load(lock_file.read_text()), CONDA_PLATFORMS.get(machine))
+            locked = tuple(lock.packages_for(CONDA_PLATFORMS.get(machine, "")))
             lock_problem = stale_reason(spec, lock) if spec else None
         except ToolkitError as exc:
             lock_problem = str(exc)
