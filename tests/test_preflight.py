@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
+from toolkit.doctor import Facts, evaluate, read_report
+from toolkit.errors import ToolkitError
 from toolkit.fingerprint import TorchInfo, from_dict, probe
 from toolkit.knowledge import load_knowledge
-from toolkit.preflight import (host_gcc_cap, nvcc_gpu_codes, preflight_input, problems, run_preflight,
-                               toolchain_mismatches)
-from toolkit.errors import ToolkitError
+from toolkit.machine_checks import host_gcc_cap
+from toolkit.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
 from toolkit.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ def test_each_broken_piece_is_one_line_naming_the_file_and_fix(stub_env):
     cases = {
         "nvcc not found": replace(fp, nvcc_path=None, nvcc_version=None),
         "but line fixture is CUDA 13.0": replace(fp, nvcc_version="12.6.85"),
-        "was built for CUDA 12.8 but nvcc is 13.0": replace(fp, torch=replace(torch, cuda="12.8")),
+        "built for CUDA 12.8, nvcc is 13.0: torch refuses": replace(fp, torch=replace(torch, cuda="12.8")),
         "torch is not installed": replace(fp, torch=None),
         "host C++ compiler not found": replace(fp, gcc_version=None),
         "is newer than nvcc 13.0 accepts (max gcc 15": replace(fp, gcc_version="16.1.0"),
@@ -133,3 +134,31 @@ def test_the_gpu_machine_fingerprint_passes_and_a_changed_image_is_refused():
         run_preflight(preflight_input(spec, changed, spec.archs, 240.0, Path("/tmp")))
     first = str(error.value).splitlines()[0]
     assert first.startswith("envs/gpu-machine.yaml:") and "toolchain differs from the spec: gcc 14 (spec: 13)" in first
+
+
+@pytest.mark.parametrize("nvcc, status", [("12.6.85", "ok"), ("12.4.131", "warn"), ("13.0.88", "fail")])
+def test_torch_nvcc_mismatch_is_one_policy_in_preflight_and_doctor(nvcc, status):
+    """torch's own rule (torch/utils/cpp_extension.py `_check_cuda_version`): a CUDA minor mismatch within
+    a major builds with a warning, across majors it raises. The build refuses exactly where doctor fails,
+    warns where doctor warns; the recorded cu126 torch beside a site nvcc (tests/fingerprints)."""
+    recorded, probed, _ = read_report(ROOT / "tests/fingerprints/nvcc-torch-mismatch.json")
+    fp = replace(recorded, nvcc_version=nvcc)
+    (row,) = [r for r in evaluate(Facts(fp, probed, None)) if r.check == "torch-vs-nvcc"]
+    assert row.status == status
+    p = preflight_input(checked_spec(ROOT / "envs" / "cu126.yaml"), fp, ("80",), 240.0, Path("/tmp"))
+    torch_file = f"{fp.torch.path}/version.py: "
+    refused = [line for line in problems(p) if line.startswith(torch_file)]
+    warned = [line for line in warnings(p) if line.startswith(torch_file)]
+    assert (len(refused), len(warned)) == {"ok": (0, 0), "warn": (0, 1), "fail": (1, 0)}[status]
+    assert all(row.value in line and row.fix in line for line in refused + warned)  # the same words in both
+
+
+def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
+    spec, fp = stub_env
+    newer_minor = replace(fp, torch=replace(fp.torch, cuda="13.1"))
+    run_preflight(preflight_input(spec, newer_minor, spec.archs, 20.0, Path("/tmp")))  # no refusal
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "built for CUDA 13.1, nvcc is 13.0: torch builds with a warning" in err
+    with pytest.raises(ToolkitError, match="torch refuses to build extensions across CUDA majors"):
+        run_preflight(preflight_input(spec, replace(fp, torch=replace(fp.torch, cuda="12.9")), spec.archs, 20.0,
+                                      Path("/tmp")))

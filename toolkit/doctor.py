@@ -28,6 +28,7 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
+from toolkit.machine_checks import Finding, cuda_tag, gcc_vs_nvcc, host_gcc_cap, torch_vs_nvcc
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
@@ -259,6 +260,11 @@ def _short(text: str, limit: int = 160) -> str:
 # ---------------------------------------------------------------- machine checks (each: Facts -> Row | None)
 
 
+def finding_row(check: str, finding: Finding | None) -> Row | None:
+    """A shared machine check's finding (toolkit/machine_checks.py, the policy preflight uses) as a row."""
+    return Row(check, finding.status, finding.message, finding.fix) if finding else None
+
+
 def check_driver(f: Facts) -> Row:
     driver = f.fingerprint.driver_version
     if not driver:
@@ -319,7 +325,7 @@ def check_cuda_headers(f: Facts) -> Row | None:
                "(e.g. export CUDA_HOME=/usr/local/cuda), or install cuda-cudart-dev")
 
 
-def check_gcc(f: Facts) -> Row:
+def check_gcc(f: Facts) -> Row | None:
     fp = f.fingerprint
     if fp.cxx_path and not fp.gcc_version:
         return Row("gcc", "fail", f"{fp.cxx_path}: does not run or prints no version for -dumpfullversion",
@@ -328,14 +334,7 @@ def check_gcc(f: Facts) -> Row:
     if not fp.gcc_version:
         return Row("gcc", "fail", "no host C++ compiler (g++ on PATH)",
                    "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
-    line = f.kb.cuda_lines.get(fp.nvcc_line or "")
-    cap = f.probe.nvcc_max_gcc or (line.max_gcc if line else None)
-    if cap is None:
-        return Row("gcc", "ok", f"{fp.gcc_version} at {fp.cxx_path}")
-    if int(fp.gcc_major) > cap:
-        return Row("gcc", "fail", f"{fp.gcc_version}: newer than nvcc {fp.nvcc_line} accepts (<= {cap})",
-                   f"use gcc <= {cap} (conda gxx {cap}.*, or CC=gcc-{cap} CXX=g++-{cap})")
-    return Row("gcc", "ok", f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap})")
+    return finding_row("gcc", gcc_vs_nvcc(fp, f.probe.nvcc_max_gcc))
 
 
 def check_python(f: Facts) -> Row:
@@ -385,19 +384,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
 
 
 def check_torch_vs_nvcc(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if not fp.torch or not fp.torch.cuda or not fp.nvcc_line:
-        return None
-    have, want = fp.nvcc_line, fp.torch.cuda
-    if have == minor_of(want):
-        return Row("torch-vs-nvcc", "ok", f"both CUDA {have}")
-    fix = (f"use a CUDA {want} nvcc (conda cuda-nvcc {want}.*, or CUDA_HOME of a {want} toolkit), "
-           f"or torch built for CUDA {have}")
-    if have.split(".")[0] != want.split(".")[0]:
-        return Row("torch-vs-nvcc", "fail", f"torch built for CUDA {want}, nvcc is {have}: "
-                                            f"torch refuses to build extensions across CUDA majors", fix)
-    return Row("torch-vs-nvcc", "warn", f"torch built for CUDA {want}, nvcc is {have}: "
-                                        f"builds with a warning, the line's lock keeps them equal", fix)
+    return finding_row("torch-vs-nvcc", torch_vs_nvcc(f.fingerprint))
 
 
 def check_torch_vs_driver(f: Facts) -> Row | None:
@@ -568,7 +555,7 @@ LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Call
     ("line-torch", "torch", lambda s, f: Version(s.torch_version).public,
      lambda fp: version.public if fp.torch and (version := _version(fp.torch.version)) else None, "fail"),
     ("line-torch-cuda", "torch build", lambda s, f: f.kb.cuda_lines[s.cuda].tag if s.cuda in f.kb.cuda_lines else None,
-     lambda fp: (f"cu{fp.torch.cuda.replace('.', '')}" if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
+     lambda fp: (cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
     ("line-cxx11-abi", "torch C++11 ABI", lambda s, f: s.toolchain.cxx11_abi,
      lambda fp: fp.torch.cxx11_abi if fp.torch else None, "fail"),
 )
@@ -827,8 +814,6 @@ def _extension_archs(extension: str | None) -> dict:
 
 def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    from toolkit.preflight import host_gcc_cap  # the same reading of host_config.h the build gate uses
-
     facts = {"cuda_home_from": choice.cuda_home_from, "nvcc_max_gcc": host_gcc_cap(fp.host_config_h),
              "conda_packages": _conda_packages(choice.env_prefix),
              "env_missing": str(choice.env_missing) if choice.env_missing else None}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from packaging.version import Version
 
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
-from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge, minor_of
+from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
+from toolkit.machine_checks import Finding, cuda_tag, gcc_vs_nvcc, host_gcc_cap, torch_vs_nvcc
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -95,21 +97,6 @@ def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
     return codes or None
 
 
-def host_gcc_cap(host_config_h: str | None) -> int | None:
-    """`#if __GNUC__ > 15` in nvcc's crt/host_config.h -> 15 (the check behind 'unsupported GNU version')."""
-    if not host_config_h:
-        return None
-    try:
-        match = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def _cuda_tag(cuda: str) -> str:
-    return "cu" + cuda.replace(".", "")
-
-
 # ---------------------------------------------------------------- the checks (each: problem with fix, or None)
 
 
@@ -153,17 +140,11 @@ def torch_is_cuda_build(p: PreflightInput) -> str | None:
     if not p.fp.torch or p.fp.torch.cuda:
         return None
     return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} is a CPU build (torch.version.cuda is None; "
-            f"install the +{_cuda_tag(p.spec.cuda)} build from {p.spec.torch_index})")
+            f"install the +{cuda_tag(p.spec.cuda)} build from {p.spec.torch_index})")
 
 
-def torch_cuda_matches_nvcc(p: PreflightInput) -> str | None:
-    if not p.fp.torch or not p.fp.torch.cuda or not p.fp.nvcc_line:
-        return None
-    if minor_of(p.fp.torch.cuda) == p.fp.nvcc_line:
-        return None
-    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} was built for CUDA {p.fp.torch.cuda} "
-            f"but nvcc is {p.fp.nvcc_line} (install torch's {_cuda_tag(p.fp.nvcc_line)} build or use "
-            f"a CUDA {minor_of(p.fp.torch.cuda)} toolkit)")
+def torch_cuda_matches_nvcc(p: PreflightInput) -> Finding | None:
+    return torch_vs_nvcc(p.fp)
 
 
 def gcc_present(p: PreflightInput) -> str | None:
@@ -173,16 +154,8 @@ def gcc_present(p: PreflightInput) -> str | None:
             f"into the environment or put g++ on PATH)")
 
 
-def gcc_allowed_by_nvcc(p: PreflightInput) -> str | None:
-    if not p.fp.gcc_major or not p.fp.nvcc_line:
-        return None
-    line = load_knowledge().cuda_lines.get(p.fp.nvcc_line)
-    cap, source = (p.gcc_cap, p.fp.host_config_h) if p.gcc_cap else \
-        (line.max_gcc if line else None, "toolkit/knowledge/cuda_lines.yaml")
-    if cap is None or int(p.fp.gcc_major) <= cap:
-        return None
-    return (f"{p.fp.cxx_path}: gcc {p.fp.gcc_version} is newer than nvcc {p.fp.nvcc_line} accepts "
-            f"(max gcc {cap}, per {source}: use gcc <= {cap})")
+def gcc_allowed_by_nvcc(p: PreflightInput) -> Finding | None:
+    return gcc_vs_nvcc(p.fp, p.gcc_cap)
 
 
 def cuda_headers_present(p: PreflightInput) -> str | None:
@@ -275,11 +248,15 @@ def enough_memory(p: PreflightInput) -> str | None:
             f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
 
 
-CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
+# Each check: a problem with its fix (str), a shared machine Finding (refused when `fail`), or None.
+CHECKS: tuple[Callable[[PreflightInput], str | Finding | None], ...] = (
     python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
     torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, headers_visible, ninja_present,
     archs_supported, enough_disk, enough_memory,
 )
+
+
+SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (torch_cuda_matches_nvcc, gcc_allowed_by_nvcc)
 
 
 def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
@@ -304,8 +281,20 @@ def problems(p: PreflightInput) -> list[str]:
     if mismatches:
         found.append(f"{p.spec.where('toolchain')}: this machine's toolchain differs from the spec: "
                      f"{', '.join(mismatches)} (fix the machine, or the spec's toolchain section)")
-    found += [problem for check in CHECKS if (problem := check(p))]
+    found += [problem for check in CHECKS if (problem := _refusal(check(p)))]
     return found
+
+
+def _refusal(result: str | Finding | None) -> str | None:
+    """A preflight problem's line; a shared Finding refuses only when it fails."""
+    if isinstance(result, Finding):
+        return result.line() if result.status == "fail" else None
+    return result
+
+
+def warnings(p: PreflightInput) -> list[str]:
+    """The shared machine findings that do not stop a build but should be seen (a CUDA minor mismatch)."""
+    return [finding.line() for check in SHARED_CHECKS if (finding := check(p)) and finding.status == "warn"]
 
 
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
@@ -316,7 +305,11 @@ def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_
 
 
 def run_preflight(p: PreflightInput) -> None:
-    """Raise one ToolkitError whose lines are the problems (the CLI prints each as `error: ...`)."""
+    """Raise one ToolkitError whose lines are the problems (the CLI prints each as `error: ...`); print
+    each warning to stderr when the build may go on."""
     found = problems(p)
+    if not found:
+        for warning in warnings(p):
+            print(f"warning: {warning}", file=sys.stderr)  # one line each, never wrapped
     if found:
         raise ToolkitError("\nerror: ".join(found))
