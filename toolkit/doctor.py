@@ -16,9 +16,10 @@ import platform
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from packaging.specifiers import SpecifierSet
@@ -482,8 +483,9 @@ def needs_min_sm(f: Facts, sm: int) -> str | None:
     return f"needs sm_{sm}+, GPU is {', '.join(old)}" if old else None
 
 
-# The `needs` keys of knowledge/doctor.yaml's attn_implementations: each returns why not, or None.
-REQUIREMENTS: dict[str, Callable[[Facts, object], str | None]] = {
+# The `needs` keys of knowledge/doctor.yaml's attn_implementations: each returns why not, or None. The
+# second argument is that key's YAML value, whose type is the key's (a specifier, a mapping, a number).
+REQUIREMENTS: dict[str, Callable[[Facts, Any], str | None]] = {
     "torch": needs_torch,
     "packages": needs_packages,
     "torch_cuda": needs_torch_cuda,
@@ -530,10 +532,10 @@ MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
 # ---------------------------------------------------------------- checks against --line
 
 
-def check_line(f: Facts) -> Row:
-    line = f.line
+def check_line(line: LineFacts) -> Row:
+    """The --line's spec, or why it could not be read (then no other line check runs)."""
     if line.spec is None:
-        return Row("line", "fail", line.spec_error, f"fix the spec (toolkit check {line.name})")
+        return Row("line", "fail", line.spec_error or "unreadable spec", f"fix the spec (toolkit check {line.name})")
     spec = line.spec
     return Row("line", "ok", f"{display_path(spec.path)}: CUDA {spec.cuda}, python {spec.python}, gcc {spec.gcc}, "
                              f"torch {spec.torch_version}, flash-attn {spec.flash_attn_version}, "
@@ -561,8 +563,7 @@ LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Call
 )
 
 
-def line_comparisons(f: Facts) -> list[Row]:
-    spec = f.line.spec
+def line_comparisons(f: Facts, line: LineFacts, spec: EnvSpec) -> list[Row]:
     rows = []
     for check, what, wanted_of, have_of, status in LINE_COMPARISONS:
         wanted, have = wanted_of(spec, f), have_of(f.fingerprint)
@@ -575,16 +576,16 @@ def line_comparisons(f: Facts) -> list[Row]:
     return rows
 
 
-def check_line_driver(f: Facts) -> Row | None:
+def check_line_driver(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     driver = f.fingerprint.driver_version
     if not driver:
         return None
-    status, value, fix = driver_verdict(driver, f.line.spec.cuda, f)
+    status, value, fix = driver_verdict(driver, spec.cuda, f)
     return Row("line-driver", status, value, fix)
 
 
-def check_line_archs(f: Facts) -> Row | None:
-    spec, gpus = f.line.spec, f.fingerprint.gpus
+def check_line_archs(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    gpus = f.fingerprint.gpus
     if not gpus:
         return None
     missing = [g for g in gpus if not gpu_runs(g.sm, spec.archs, ())]
@@ -600,8 +601,7 @@ def check_line_archs(f: Facts) -> Row | None:
                f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.path)}{needs}")
 
 
-def check_lock(f: Facts) -> Row:
-    line = f.line
+def check_lock(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     if line.lock_problem:
         return Row("lock", "fail" if line.locked is None else "warn", line.lock_problem,
                    f"toolkit lock {line.name}")
@@ -629,8 +629,7 @@ def _differences(locked: list[LockedPackage], installed: dict[str, str], with_bu
     return diffs
 
 
-def _lock_rows(f: Facts, manager: str, installed: dict[str, str] | None, where: str) -> Row | None:
-    line = f.line
+def _lock_rows(f: Facts, line: LineFacts, manager: str, installed: dict[str, str] | None, where: str) -> Row | None:
     platform = CONDA_PLATFORMS.get(f.fingerprint.machine)
     locked = [p for p in line.locked or () if p.manager == manager]
     if not locked or installed is None:
@@ -644,21 +643,19 @@ def _lock_rows(f: Facts, manager: str, installed: dict[str, str] | None, where: 
                f"re-install from the lock: toolkit install {line.name}")
 
 
-def check_lock_conda(f: Facts) -> Row | None:
-    line = f.line
+def check_lock_conda(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     if line.locked is None or line.env_prefix is None:
         return None
     if f.probe.conda_packages is None:
         return Row("lock-conda", "info", f"no env at {display_path(line.env_prefix)}", f"toolkit install {line.name}")
-    return _lock_rows(f, "conda", f.probe.conda_packages, display_path(line.env_prefix))
+    return _lock_rows(f, line, "conda", f.probe.conda_packages, display_path(line.env_prefix))
 
 
-def check_lock_pip(f: Facts) -> Row | None:
-    return _lock_rows(f, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
+def check_lock_pip(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    return _lock_rows(f, line, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
 
 
-def check_record(f: Facts) -> Row:
-    line = f.line
+def check_record(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     where = display_path(line.wheel_dir)
     if line.record_error:
         return Row("record", "fail", line.record_error, f"rebuild: toolkit build {line.name} --force")
@@ -686,15 +683,15 @@ RECORD_FIELDS: tuple[tuple[str, Callable[[Fingerprint], object], str], ...] = (
 )
 
 
-def check_record_toolchain(f: Facts) -> Row | None:
-    recorded = (f.line.record or {}).get("fingerprint")
+def check_record_toolchain(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    recorded = (line.record or {}).get("fingerprint")
     if not isinstance(recorded, dict):
         return None
     try:
         built_with = from_dict(recorded)
     except (TypeError, ValueError, AttributeError):  # a hand-edited record
         return Row("record-toolchain", "warn", "the build record's fingerprint is not one `toolkit build` writes",
-                   f"rebuild: toolkit build {f.line.name} --force")
+                   f"rebuild: toolkit build {line.name} --force")
     diffs = [(status, f"{what} {have} (built with {want})") for what, value_of, status in RECORD_FIELDS
              if (want := value_of(built_with)) is not None and (have := value_of(f.fingerprint)) is not None
              and str(want) != str(have)]
@@ -702,42 +699,44 @@ def check_record_toolchain(f: Facts) -> Row | None:
         return Row("record-toolchain", "ok", "this toolchain is the one the wheel was built with")
     status = "fail" if any(s == "fail" for s, _ in diffs) else "warn"
     return Row("record-toolchain", status, "; ".join(text for _, text in diffs),
-               f"rebuild here (toolkit build {f.line.name}) or use the toolchain the record names")
+               f"rebuild here (toolkit build {line.name}) or use the toolchain the record names")
 
 
-def check_env(f: Facts) -> Row | None:
+def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     """A locked line whose environment is not installed: say so and how to make it, instead of judging
     this shell's nvcc, gcc and python, which the line's build never uses."""
-    missing = f.probe.env_missing
+    missing, name = f.probe.env_missing, line.name
     if missing is None:
         return None
-    line = f.line.name
-    where = "" if Path(missing) == ENV_PREFIXES / line else f" --prefix {missing}"
-    if f.line.lock_file.exists():
-        fix = f"toolkit install {line}{where} (or nox -s env-{line})"
+    where = "" if Path(missing) == ENV_PREFIXES / name else f" --prefix {missing}"
+    if line.lock_file.exists():
+        fix = f"toolkit install {name}{where} (or nox -s env-{name})"
     else:
-        fix = f"toolkit lock {line} && toolkit install {line}{where} (or nox -s lock-{line} env-{line})"
-    return Row("env", "fail", f"{missing}: {line}'s environment is not installed (the toolchain checks need it; "
+        fix = f"toolkit lock {name} && toolkit install {name}{where} (or nox -s lock-{name} env-{name})"
+    return Row("env", "fail", f"{missing}: {name}'s environment is not installed (the toolchain checks need it; "
                               "this shell's own tools are not what the line builds with)", fix)
 
 
-LINE_CHECKS: tuple[Callable[[Facts], Row | list[Row] | None], ...] = (
+LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
+LINE_CHECKS: tuple[LineCheck, ...] = (
     check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
     check_record, check_record_toolchain,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.
-WITHOUT_ENV = frozenset({check_driver, check_gpus, check_env, check_line_driver, check_line_archs, check_lock})
+WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset({check_driver, check_gpus, check_env, check_line_driver,
+                                                           check_line_archs, check_lock})
 
 
 def evaluate(f: Facts) -> list[Row]:
     """Every row, failing rows first (stable within a status)."""
-    applies = (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
+    applies: Callable[[Callable[..., object]], bool] = \
+        (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
     rows = [row for check in MACHINE_CHECKS if applies(check) and (row := check(f))]
     if f.line:
-        rows.append(check_line(f))
+        rows.append(check_line(f.line))
         if f.line.spec:
-            for check in filter(applies, LINE_CHECKS):
-                found = check(f)
+            for line_check in filter(applies, LINE_CHECKS):
+                found = line_check(f, f.line, f.line.spec)
                 rows += found if isinstance(found, list) else [found] if found else []
     return sorted(rows, key=lambda row: STATUS_ORDER[row.status])
 
@@ -814,29 +813,28 @@ def _extension_archs(extension: str | None) -> dict:
 
 def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = {"cuda_home_from": choice.cuda_home_from, "nvcc_max_gcc": host_gcc_cap(fp.host_config_h),
-             "conda_packages": _conda_packages(choice.env_prefix),
-             "env_missing": str(choice.env_missing) if choice.env_missing else None}
-    if not fp.python_version:
-        return Probe(**facts)
+    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=host_gcc_cap(fp.host_config_h),
+                  conda_packages=_conda_packages(choice.env_prefix),
+                  env_missing=str(choice.env_missing) if choice.env_missing else None)
+    if not fp.python_version or not fp.python_path:
+        return facts
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
     try:
         done = subprocess.run([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return Probe(**facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
+        return replace(facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
     except OSError as exc:
-        return Probe(**facts, error=str(exc))
+        return replace(facts, error=str(exc))
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):  # it crashed (a segfault in an extension's import, a broken site-packages)
-        return Probe(**facts, error=_short(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
+        return replace(facts, error=_short(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
                                            else f"exit status {done.returncode}"))
     fa = found["flash_attn"]
-    if fa is not None:
-        fa = FlashAttnProbe(**fa, **_extension_archs(fa["extension"]))
+    flash_attn = FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
     cuda = found["cuda_available"] if found["cuda_available"] is not None else (False if fp.torch else None)
-    return Probe(**facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=fa)
+    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn)
 
 
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str) -> LineFacts:
