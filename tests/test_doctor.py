@@ -360,7 +360,7 @@ def test_no_nvcc(workdir, capsys):
     code, report = replay(capsys, RECORDED / "no-nvcc.json")
     assert_well_formed(report, code)
     nvcc = row(report, "nvcc")
-    assert nvcc["status"] == "fail" and nvcc["value"] == "not found (nvcc on PATH)"
+    assert nvcc["status"] == "fail" and nvcc["value"] == "PATH: nvcc not found"
     assert nvcc["fix"].startswith("pip's torch ships no nvcc")
     assert row(report, "cuda-home")["status"] == "fail"
     assert not any(r["check"] in ("cuda-headers", "torch-vs-nvcc") for r in report["rows"])
@@ -592,7 +592,7 @@ def test_prefix_is_probed_as_a_conda_env(workdir, capsys):
         json.dumps({"name": "ninja", "version": "1.13.0", "build": "h297d8ca_0"}))
     code = main(["doctor", "--prefix", str(prefix), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 1 and row(report, "nvcc")["value"] == f"not found ({prefix.absolute()}/bin/nvcc)"
+    assert code == 1 and row(report, "nvcc")["value"] == f"{prefix.absolute()}/bin/nvcc: nvcc not found"
     assert row(report, "cuda-home")["value"] == f"{prefix.absolute()} (from prefix env)"
     assert report["fingerprint"]["python_path"] == str(prefix.absolute() / "bin" / "python")
     assert report["probe"]["conda_packages"] == {"ninja": "1.13.0=h297d8ca_0"}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
-from toolkit.doctor import Facts, evaluate, read_report
+from toolkit.doctor import Facts, evaluate, gather_line, read_report
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import TorchInfo, from_dict, probe
 from toolkit.knowledge import load_knowledge
@@ -78,7 +78,8 @@ def test_each_broken_piece_is_one_line_naming_the_file_and_fix(stub_env):
         "but line fixture is CUDA 13.0": replace(fp, nvcc_version="12.6.85"),
         "built for CUDA 12.8, nvcc is 13.0: torch refuses": replace(fp, torch=replace(torch, cuda="12.8")),
         "torch is not installed": replace(fp, torch=None),
-        "host C++ compiler not found": replace(fp, gcc_version=None),
+        "does not run or prints no version for -dumpfullversion": replace(fp, gcc_version=None),
+        "g++: no host C++ compiler (g++ on PATH)": replace(fp, gcc_version=None, cxx_path=None),
         "is newer than nvcc 13.0 accepts (max gcc 15": replace(fp, gcc_version="16.1.0"),
         "include/cuda.h: missing": replace(fp, cuda_h=None),
         "crt/host_config.h: missing": replace(fp, host_config_h=None),
@@ -162,3 +163,35 @@ def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
     with pytest.raises(ToolkitError, match="torch refuses to build extensions across CUDA majors"):
         run_preflight(preflight_input(spec, replace(fp, torch=replace(fp.torch, cuda="12.9")), spec.archs, 20.0,
                                       Path("/tmp")))
+
+
+SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch-vs-nvcc")  # doctor's rows of toolkit/machine_checks.py
+
+
+@pytest.mark.parametrize("edit, check, status", [
+    ({}, None, "ok"),
+    ({"nvcc_path": None, "nvcc_version": None}, "nvcc", "fail"),
+    ({"nvcc_version": None}, "nvcc", "fail"),
+    ({"cuda_h": None}, "cuda-headers", "fail"),
+    ({"host_config_h": None}, "cuda-headers", "fail"),
+    ({"gcc_version": "16.1.0"}, "gcc", "fail"),
+    ({"gcc_version": None}, "gcc", "fail"),
+    ({"gcc_version": None, "cxx_path": None}, "gcc", "fail"),
+    ({"torch": TorchInfo("2.11.0+cu130", "12.9", True, "/t")}, "torch-vs-nvcc", "fail"),
+    ({"torch": TorchInfo("2.11.0+cu130", "13.1", True, "/t")}, "torch-vs-nvcc", "warn"),
+])
+def test_doctor_fails_exactly_where_the_build_is_refused(monkeypatch, edit, check, status):
+    """The recorded H200 (which passes preflight) broken one field at a time: doctor's rows of the shared
+    checks and preflight's lines are the same findings, a `fail` refused and a `warn` printed."""
+    monkeypatch.chdir(ROOT)  # doctor --line gpu-machine reads the committed lock (read only)
+    recorded, probed, _ = read_report(ROOT / "tests/fingerprints/healthy-h200.json")
+    fp = replace(recorded, **edit)
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    line = gather_line(spec.line, spec, None, fp.machine)
+    rows = {r.check: r for r in evaluate(Facts(fp, probed, line)) if r.check in SHARED_ROWS}
+    assert {c: r.status for c, r in rows.items() if r.status != "ok"} == ({check: status} if check else {})
+    p = replace(preflight_input(spec, fp, spec.archs, 240.0, Path("/tmp")), gcc_cap=probed.nvcc_max_gcc)
+    refused, warned = problems(p), warnings(p)
+    for row in rows.values():
+        said = f"{row.value} ({row.fix})"
+        assert (said in refused, said in warned) == (row.status == "fail", row.status == "warn"), (said, refused)

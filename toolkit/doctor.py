@@ -29,7 +29,7 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
-from toolkit.machine_checks import Finding, cuda_tag, gcc_vs_nvcc, host_gcc_cap, torch_vs_nvcc
+from toolkit.machine_checks import Finding, cuda_headers, cuda_tag, host_gcc, host_gcc_cap, nvcc, torch_vs_nvcc
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
@@ -262,8 +262,12 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def finding_row(check: str, finding: Finding | None) -> Row | None:
-    """A shared machine check's finding (toolkit/machine_checks.py, the policy preflight uses) as a row."""
-    return Row(check, finding.status, finding.message, finding.fix) if finding else None
+    """A shared machine check's finding (toolkit/machine_checks.py, the policy preflight uses) as a row;
+    one that is not ok names its file or tool first, as preflight's refusal does."""
+    if finding is None:
+        return None
+    value = finding.message if finding.status == "ok" else f"{finding.where}: {finding.message}"
+    return Row(check, finding.status, value, finding.fix)
 
 
 def check_driver(f: Facts) -> Row:
@@ -302,40 +306,16 @@ def check_cuda_home(f: Facts) -> Row:
     return Row("cuda-home", "ok", f"{fp.cuda_home} (from {f.probe.cuda_home_from})")
 
 
-def check_nvcc(f: Facts) -> Row:
-    fp = f.fingerprint
-    if not fp.nvcc_path:
-        where = f"{fp.cuda_home}/bin/nvcc" if fp.cuda_home else "nvcc on PATH"
-        return Row("nvcc", "fail", f"not found ({where})",
-                   f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install {_line_name(f)}, "
-                   f"conda cuda-nvcc) and point CUDA_HOME at it")
-    if not fp.nvcc_version:
-        return Row("nvcc", "fail", f"{fp.nvcc_path} does not run or prints no version",
-                   "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)")
-    return Row("nvcc", "ok", f"{fp.nvcc_version} at {fp.nvcc_path}")
+def check_nvcc(f: Facts) -> Row | None:
+    return finding_row("nvcc", nvcc(f.fingerprint, _line_name(f)))
 
 
 def check_cuda_headers(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if not fp.cuda_home:
-        return None
-    if fp.cuda_h:
-        return Row("cuda-headers", "ok", fp.cuda_h)
-    return Row("cuda-headers", "fail", f"no cuda.h under {fp.cuda_home} (a build fails: 'cuda.h: No such file')",
-               "point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
-               "(e.g. export CUDA_HOME=/usr/local/cuda), or install cuda-cudart-dev")
+    return finding_row("cuda-headers", cuda_headers(f.fingerprint))
 
 
 def check_gcc(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if fp.cxx_path and not fp.gcc_version:
-        return Row("gcc", "fail", f"{fp.cxx_path}: does not run or prints no version for -dumpfullversion",
-                   "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
-                   "or reinstall it")
-    if not fp.gcc_version:
-        return Row("gcc", "fail", "no host C++ compiler (g++ on PATH)",
-                   "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
-    return finding_row("gcc", gcc_vs_nvcc(fp, f.probe.nvcc_max_gcc))
+    return finding_row("gcc", host_gcc(f.fingerprint, f.probe.nvcc_max_gcc))
 
 
 def check_python(f: Facts) -> Row:

@@ -66,11 +66,44 @@ def torch_vs_nvcc(fp: Fingerprint) -> Finding | None:
                                   f"keeps them equal", fix)
 
 
-def gcc_vs_nvcc(fp: Fingerprint, host_cap: int | None) -> Finding | None:
-    """The host gcc against the newest one nvcc accepts: its crt/host_config.h where read (`host_cap`),
-    else the line's cap in toolkit/knowledge/cuda_lines.yaml."""
-    if not fp.gcc_major or not fp.cxx_path:
+def nvcc(fp: Fingerprint, line: str = "LINE") -> Finding:
+    """nvcc under CUDA_HOME (or on PATH) that runs: pip's torch ships none, and flash-attn compiles with it."""
+    if not fp.nvcc_path:
+        where = f"{fp.cuda_home}/bin/nvcc" if fp.cuda_home else "PATH"
+        return Finding("fail", where, "nvcc not found", f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install "
+                                                   f"{line}, conda cuda-nvcc) and point CUDA_HOME at it")
+    if not fp.nvcc_version:
+        return Finding("fail", fp.nvcc_path, "does not run or prints no version",
+                       "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)")
+    return Finding("ok", fp.nvcc_path, f"{fp.nvcc_version} at {fp.nvcc_path}")
+
+
+def cuda_headers(fp: Fingerprint) -> Finding | None:
+    """cuda.h and nvcc's crt/host_config.h under CUDA_HOME: a toolkit without them fails the first compile."""
+    home = fp.cuda_home
+    if not home:
         return None
+    full = ("point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
+            "(e.g. export CUDA_HOME=/usr/local/cuda)")
+    if not fp.cuda_h:
+        return Finding("fail", f"{home}/include/cuda.h", "missing (a build fails: 'cuda.h: No such file')",
+                       f"install cuda-cudart-dev, or {full}")
+    if not fp.host_config_h:
+        return Finding("fail", f"{home}/include/crt/host_config.h", "missing (nvcc cannot compile without its "
+                                                                    "crt headers)", f"install cuda-nvcc's crt headers, or {full}")
+    return Finding("ok", fp.cuda_h, fp.cuda_h)
+
+
+def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
+    """A host g++ that runs and that nvcc accepts: its crt/host_config.h cap where read (`host_cap`), else
+    the line's cap in toolkit/knowledge/cuda_lines.yaml."""
+    if fp.cxx_path and not fp.gcc_version:
+        return Finding("fail", fp.cxx_path, "does not run or prints no version for -dumpfullversion",
+                       "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
+                       "or reinstall it")
+    if not fp.cxx_path or not fp.gcc_major:
+        return Finding("fail", fp.cxx_path or "g++", "no host C++ compiler (g++ on PATH)",
+                       "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
     line = load_knowledge().cuda_lines.get(fp.nvcc_line or "")
     cap, source = (host_cap, fp.host_config_h) if host_cap else (line.max_gcc if line else None, CUDA_LINES_FILE)
     if cap is None:

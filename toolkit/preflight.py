@@ -24,7 +24,7 @@ from packaging.version import Version
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
-from toolkit.machine_checks import Finding, cuda_tag, gcc_vs_nvcc, host_gcc_cap, torch_vs_nvcc
+from toolkit.machine_checks import Finding, cuda_headers, cuda_tag, host_gcc, host_gcc_cap, nvcc, torch_vs_nvcc
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -114,12 +114,8 @@ def python_matches(p: PreflightInput) -> str | None:
     return f"{p.fp.python_path}: python {p.fp.python_version}, the spec says {p.spec.python} (use the line's environment)"
 
 
-def nvcc_present(p: PreflightInput) -> str | None:
-    if p.fp.nvcc_version:
-        return None
-    where = f"{p.fp.cuda_home}/bin/nvcc" if p.fp.cuda_home else "nvcc"
-    return (f"{where}: nvcc not found (pip's torch ships no nvcc: install the line's toolkit with "
-            f"`toolkit install {p.spec.line}` or point CUDA_HOME at a CUDA {p.spec.cuda} toolkit)")
+def nvcc_present(p: PreflightInput) -> Finding:
+    return nvcc(p.fp, p.spec.line)
 
 
 def nvcc_matches_line(p: PreflightInput) -> str | None:
@@ -147,27 +143,12 @@ def torch_cuda_matches_nvcc(p: PreflightInput) -> Finding | None:
     return torch_vs_nvcc(p.fp)
 
 
-def gcc_present(p: PreflightInput) -> str | None:
-    if p.fp.gcc_version:
-        return None
-    return (f"{p.fp.cxx_path or 'g++'}: host C++ compiler not found (install gxx {p.spec.gcc} "
-            f"into the environment or put g++ on PATH)")
+def host_compiler(p: PreflightInput) -> Finding:
+    return host_gcc(p.fp, p.gcc_cap)
 
 
-def gcc_allowed_by_nvcc(p: PreflightInput) -> Finding | None:
-    return gcc_vs_nvcc(p.fp, p.gcc_cap)
-
-
-def cuda_headers_present(p: PreflightInput) -> str | None:
-    if not p.fp.cuda_home or not p.fp.nvcc_version:
-        return None
-    if not p.fp.cuda_h:
-        return (f"{p.fp.cuda_home}/include/cuda.h: missing (CUDA_HOME is a toolkit without headers: "
-                f"install cuda-cudart-dev or point CUDA_HOME at a full toolkit)")
-    if not p.fp.host_config_h:
-        return (f"{p.fp.cuda_home}/include/crt/host_config.h: missing (nvcc's crt headers: install "
-                f"cuda-nvcc's crt headers or point CUDA_HOME at a full toolkit)")
-    return None
+def cuda_headers_present(p: PreflightInput) -> Finding | None:
+    return cuda_headers(p.fp) if p.fp.nvcc_version else None  # without nvcc, nvcc_present says what to install
 
 
 def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
@@ -251,12 +232,13 @@ def enough_memory(p: PreflightInput) -> str | None:
 # Each check: a problem with its fix (str), a shared machine Finding (refused when `fail`), or None.
 CHECKS: tuple[Callable[[PreflightInput], str | Finding | None], ...] = (
     python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
-    torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, headers_visible, ninja_present,
+    torch_cuda_matches_nvcc, host_compiler, cuda_headers_present, headers_visible, ninja_present,
     archs_supported, enough_disk, enough_memory,
 )
 
 
-SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (torch_cuda_matches_nvcc, gcc_allowed_by_nvcc)
+SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (
+    nvcc_present, torch_cuda_matches_nvcc, host_compiler, cuda_headers_present)
 
 
 def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
