@@ -131,7 +131,8 @@ def test_this_machine_real_rows_and_speed(tmp_path):
         assert row(report, "torch")["value"].startswith(python["torch"])
         torch_cuda = row(report, "torch-cuda")
         if python["torch_cuda"] is None:
-            assert torch_cuda["status"] == "fail" and torch_cuda["value"] == "no: CPU-only torch build"
+            cpu_build = f"version.py: torch {python['torch']} is a CPU build (torch.version.cuda is None)"
+            assert torch_cuda["status"] == "fail" and torch_cuda["value"].endswith(cpu_build)
             assert "--index-url https://download.pytorch.org/whl/cu" in torch_cuda["fix"]
         else:
             assert torch_cuda["status"] == "warn"  # a CUDA torch on a machine without a driver

@@ -64,8 +64,9 @@ def test_cpu_torch_is_refused_with_one_line(tmp_path):
                           text=True, env={**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert any(line.startswith("error: ") and f"torch {fp.torch.version} is a CPU build (torch.version.cuda is "
-               "None; install the +cu130 build" in line and line.split(":")[1].strip().endswith("version.py")
+    said = (f"torch {fp.torch.version} is a CPU build (torch.version.cuda is None) (flash-attn needs a CUDA build "
+            f"of torch: pip install torch=={fp.torch.version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu130)")
+    assert any(line.startswith("error: ") and line.endswith(said) and line.split(":")[1].strip().endswith("version.py")
                for line in lines), lines
     assert "Traceback" not in done.stderr
 
@@ -165,7 +166,8 @@ def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
                                       Path("/tmp")))
 
 
-SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch-vs-nvcc")  # doctor's rows of toolkit/machine_checks.py
+# doctor's rows of toolkit/machine_checks.py (torch-cuda: its CPU-build verdict; the H200's probe saw CUDA usable)
+SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-nvcc")
 
 
 @pytest.mark.parametrize("edit, check, status", [
@@ -179,6 +181,9 @@ SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch-vs-nvcc")  # doctor's rows 
     ({"gcc_version": None, "cxx_path": None}, "gcc", "fail"),
     ({"torch": TorchInfo("2.11.0+cu130", "12.9", True, "/t")}, "torch-vs-nvcc", "fail"),
     ({"torch": TorchInfo("2.11.0+cu130", "13.1", True, "/t")}, "torch-vs-nvcc", "warn"),
+    ({"torch": None}, "torch", "fail"),
+    ({"torch": TorchInfo("unknown", "13.0", True, "/t")}, "torch", "fail"),
+    ({"torch": TorchInfo("2.11.0+cpu", None, True, "/t")}, "torch-cuda", "fail"),
 ])
 def test_doctor_fails_exactly_where_the_build_is_refused(monkeypatch, edit, check, status):
     """The recorded H200 (which passes preflight) broken one field at a time: doctor's rows of the shared

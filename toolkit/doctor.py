@@ -29,7 +29,17 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
-from toolkit.machine_checks import Finding, cuda_headers, cuda_tag, host_gcc, host_gcc_cap, nvcc, torch_vs_nvcc
+from toolkit.machine_checks import (
+    Finding,
+    cuda_headers,
+    cuda_tag,
+    host_gcc,
+    host_gcc_cap,
+    nvcc,
+    torch_cuda_build,
+    torch_installed,
+    torch_vs_nvcc,
+)
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
@@ -333,18 +343,7 @@ def check_python(f: Facts) -> Row:
 
 
 def check_torch(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if not fp.python_version:
-        return None
-    torch = fp.torch
-    if torch is None:
-        return Row("torch", "fail", f"not installed in {fp.python_path}",
-                   f"flash-attn builds and runs against torch: {torch_install_hint(f)}")
-    if _version(torch.version) is None:
-        return Row("torch", "fail", f"{torch.path}/version.py holds no version torch could have",
-                   f"reinstall torch: {torch_install_hint(f)}")
-    return Row("torch", "ok", f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
-                              f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
+    return finding_row("torch", torch_installed(f.fingerprint, torch_install_hint(f)))
 
 
 def check_torch_cuda(f: Facts) -> Row | None:
@@ -352,8 +351,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
     if fp.torch is None:
         return None
     if not fp.torch.cuda:
-        return Row("torch-cuda", "fail", "no: CPU-only torch build",
-                   f"flash-attn needs a CUDA build of torch: {torch_install_hint(f)}")
+        return finding_row("torch-cuda", torch_cuda_build(fp, torch_install_hint(f)))
     if not fp.driver_version:
         return Row("torch-cuda", "warn", "no: no NVIDIA driver here", "building works; run on a GPU machine")
     if usable:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import load_knowledge, minor_of
 
@@ -46,6 +48,34 @@ def host_gcc_cap(host_config_h: str | None) -> int | None:
 def cuda_tag(cuda: str) -> str:
     """'12.6' -> 'cu126', the tag of torch's wheel index."""
     return "cu" + cuda.replace(".", "")
+
+
+def torch_installed(fp: Fingerprint, install: str) -> Finding | None:
+    """torch in the environment's python, with a version it could have: flash-attn's setup.py imports it.
+    `install` is the pip command that installs the right one (the line's torch, where a line is known)."""
+    if not fp.python_version:
+        return None  # no python that runs: its own check says so
+    torch = fp.torch
+    if torch is None:
+        return Finding("fail", fp.python_path or "python3", "torch is not installed",
+                       f"flash-attn builds and runs against torch: {install}")
+    try:
+        Version(torch.version)
+    except InvalidVersion:
+        return Finding("fail", f"{torch.path}/version.py", "holds no version torch could have",
+                       f"reinstall torch: {install}")
+    return Finding("ok", f"{torch.path}/version.py",
+                   f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
+                   f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
+
+
+def torch_cuda_build(fp: Fingerprint, install: str) -> Finding | None:
+    """A CUDA build of torch (torch.version.cuda set): a CPU build cannot compile or run flash-attn."""
+    torch = fp.torch
+    if torch is None or torch.cuda:
+        return None
+    return Finding("fail", f"{torch.path}/version.py", f"torch {torch.version} is a CPU build (torch.version.cuda "
+                                                       f"is None)", f"flash-attn needs a CUDA build of torch: {install}")
 
 
 def torch_vs_nvcc(fp: Fingerprint) -> Finding | None:

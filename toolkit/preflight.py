@@ -24,7 +24,16 @@ from packaging.version import Version
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
-from toolkit.machine_checks import Finding, cuda_headers, cuda_tag, host_gcc, host_gcc_cap, nvcc, torch_vs_nvcc
+from toolkit.machine_checks import (
+    Finding,
+    cuda_headers,
+    host_gcc,
+    host_gcc_cap,
+    nvcc,
+    torch_cuda_build,
+    torch_installed,
+    torch_vs_nvcc,
+)
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -125,18 +134,16 @@ def nvcc_matches_line(p: PreflightInput) -> str | None:
             f"(use a CUDA {p.spec.cuda} toolkit)")
 
 
-def torch_present(p: PreflightInput) -> str | None:
-    if p.fp.torch or not p.fp.python_version:
-        return None
-    return (f"{p.fp.python_path}: torch is not installed (flash-attn's setup.py imports it: install torch "
-            f"{p.spec.torch_version} from {p.spec.torch_index} into this environment)")
+def _torch_install(spec: EnvSpec) -> str:
+    return f"pip install torch=={spec.torch_version} --index-url {spec.torch_index}"
 
 
-def torch_is_cuda_build(p: PreflightInput) -> str | None:
-    if not p.fp.torch or p.fp.torch.cuda:
-        return None
-    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} is a CPU build (torch.version.cuda is None; "
-            f"install the +{cuda_tag(p.spec.cuda)} build from {p.spec.torch_index})")
+def torch_present(p: PreflightInput) -> Finding | None:
+    return torch_installed(p.fp, _torch_install(p.spec))
+
+
+def torch_is_cuda_build(p: PreflightInput) -> Finding | None:
+    return torch_cuda_build(p.fp, _torch_install(p.spec))
 
 
 def torch_cuda_matches_nvcc(p: PreflightInput) -> Finding | None:
@@ -238,7 +245,7 @@ CHECKS: tuple[Callable[[PreflightInput], str | Finding | None], ...] = (
 
 
 SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (
-    nvcc_present, torch_cuda_matches_nvcc, host_compiler, cuda_headers_present)
+    nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler, cuda_headers_present)
 
 
 def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
