@@ -167,7 +167,7 @@ def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
 
 
 # doctor's rows of toolkit/machine_checks.py (torch-cuda: its CPU-build verdict; the H200's probe saw CUDA usable)
-SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-nvcc")
+SHARED_ROWS = ("python", "nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-nvcc")
 
 
 @pytest.mark.parametrize("edit, check, status", [
@@ -182,6 +182,7 @@ SHARED_ROWS = ("nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-n
     ({"torch": TorchInfo("2.11.0+cu130", "12.9", True, "/t")}, "torch-vs-nvcc", "fail"),
     ({"torch": TorchInfo("2.11.0+cu130", "13.1", True, "/t")}, "torch-vs-nvcc", "warn"),
     ({"torch": None}, "torch", "fail"),
+    ({"python_version": None, "torch": None}, "python", "fail"),
     ({"torch": TorchInfo("unknown", "13.0", True, "/t")}, "torch", "fail"),
     ({"torch": TorchInfo("2.11.0+cpu", None, True, "/t")}, "torch-cuda", "fail"),
 ])

@@ -36,6 +36,7 @@ from toolkit.machine_checks import (
     host_gcc,
     host_gcc_cap,
     nvcc,
+    python_runs,
     torch_cuda_build,
     torch_installed,
     torch_vs_nvcc,
@@ -328,18 +329,12 @@ def check_gcc(f: Facts) -> Row | None:
     return finding_row("gcc", host_gcc(f.fingerprint, f.probe.nvcc_max_gcc))
 
 
-def check_python(f: Facts) -> Row:
+def check_python(f: Facts) -> Row | None:
     fp = f.fingerprint
-    if not fp.python_version:
-        spec = f.line.spec if f.line else None
-        fix = (f"run on the machine {display_path(spec.path)} describes, or fix its toolchain.python_executable"
-               if spec and spec.toolchain.kind == "external" else
-               f"install the environment (toolkit install {_line_name(f)}) or put a python3 on PATH")
-        return Row("python", "fail", f"{fp.python_path or 'python3'}: not found or does not run", fix)
-    if f.probe.error:
+    if fp.python_version and f.probe.error:
         return Row("python", "fail", f"{fp.python_version} at {fp.python_path}: probe failed ({f.probe.error})",
                    "run the python by hand: `python -c 'import flash_attn'` shows what hangs or crashes")
-    return Row("python", "ok", f"{fp.python_version} at {fp.python_path}")
+    return finding_row("python", python_runs(fp, f.line.spec if f.line else None, _line_name(f)))
 
 
 def check_torch(f: Facts) -> Row | None:

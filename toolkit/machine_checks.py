@@ -16,6 +16,8 @@ from packaging.version import InvalidVersion, Version
 
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import load_knowledge, minor_of
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec
 
 CUDA_LINES_FILE = "toolkit/knowledge/cuda_lines.yaml"
 
@@ -48,6 +50,19 @@ def host_gcc_cap(host_config_h: str | None) -> int | None:
 def cuda_tag(cuda: str) -> str:
     """'12.6' -> 'cu126', the tag of torch's wheel index."""
     return "cu" + cuda.replace(".", "")
+
+
+def python_runs(fp: Fingerprint, spec: EnvSpec | None, line: str = "LINE") -> Finding:
+    """The environment's python runs (everything torch-related is read through it). The fix depends on
+    whether the python is a machine's own (an external toolchain) or a locked line's environment."""
+    where = fp.python_path or "python3"
+    if fp.python_version:
+        return Finding("ok", where, f"{fp.python_version} at {fp.python_path}")
+    if spec and spec.toolchain.kind == "external":
+        fix = f"run on the machine {display_path(spec.path)} describes, or fix its toolchain.python_executable"
+    else:
+        fix = f"install the environment (toolkit install {spec.line if spec else line}) or put a python3 on PATH"
+    return Finding("fail", where, "not found or does not run", fix)
 
 
 def torch_installed(fp: Fingerprint, install: str) -> Finding | None:

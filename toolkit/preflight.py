@@ -30,6 +30,7 @@ from toolkit.machine_checks import (
     host_gcc,
     host_gcc_cap,
     nvcc,
+    python_runs,
     torch_cuda_build,
     torch_installed,
     torch_vs_nvcc,
@@ -109,12 +110,8 @@ def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
 # ---------------------------------------------------------------- the checks (each: problem with fix, or None)
 
 
-def python_present(p: PreflightInput) -> str | None:
-    if p.fp.python_version:
-        return None
-    fix = "check toolchain.python_executable" if p.spec.toolchain.kind == "external" else \
-        f"run `toolkit install {p.spec.line}`"
-    return f"{p.fp.python_path or 'python3'}: the environment's python does not run ({fix})"
+def python_present(p: PreflightInput) -> Finding:
+    return python_runs(p.fp, p.spec)
 
 
 def python_matches(p: PreflightInput) -> str | None:
@@ -245,7 +242,8 @@ CHECKS: tuple[Callable[[PreflightInput], str | Finding | None], ...] = (
 
 
 SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (
-    nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler, cuda_headers_present)
+    python_present, nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler,
+    cuda_headers_present)
 
 
 def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
