@@ -25,22 +25,11 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit import machine_checks as checks
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
-from toolkit.machine_checks import (
-    Finding,
-    cuda_headers,
-    cuda_tag,
-    host_gcc,
-    host_gcc_cap,
-    nvcc,
-    python_runs,
-    torch_cuda_build,
-    torch_installed,
-    torch_vs_nvcc,
-)
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
@@ -272,7 +261,7 @@ def _short(text: str, limit: int = 160) -> str:
 # ---------------------------------------------------------------- machine checks (each: Facts -> Row | None)
 
 
-def finding_row(check: str, finding: Finding | None) -> Row | None:
+def finding_row(check: str, finding: checks.Finding | None) -> Row | None:
     """A shared machine check's finding (toolkit/machine_checks.py, the policy preflight uses) as a row;
     one that is not ok names its file or tool first, as preflight's refusal does."""
     if finding is None:
@@ -318,15 +307,15 @@ def check_cuda_home(f: Facts) -> Row:
 
 
 def check_nvcc(f: Facts) -> Row | None:
-    return finding_row("nvcc", nvcc(f.fingerprint, _line_name(f)))
+    return finding_row("nvcc", checks.nvcc(f.fingerprint, _line_name(f)))
 
 
 def check_cuda_headers(f: Facts) -> Row | None:
-    return finding_row("cuda-headers", cuda_headers(f.fingerprint))
+    return finding_row("cuda-headers", checks.cuda_headers(f.fingerprint))
 
 
 def check_gcc(f: Facts) -> Row | None:
-    return finding_row("gcc", host_gcc(f.fingerprint, f.probe.nvcc_max_gcc))
+    return finding_row("gcc", checks.host_gcc(f.fingerprint, f.probe.nvcc_max_gcc))
 
 
 def check_python(f: Facts) -> Row | None:
@@ -334,11 +323,11 @@ def check_python(f: Facts) -> Row | None:
     if fp.python_version and f.probe.error:
         return Row("python", "fail", f"{fp.python_version} at {fp.python_path}: probe failed ({f.probe.error})",
                    "run the python by hand: `python -c 'import flash_attn'` shows what hangs or crashes")
-    return finding_row("python", python_runs(fp, f.line.spec if f.line else None, _line_name(f)))
+    return finding_row("python", checks.python_runs(fp, f.line.spec if f.line else None, _line_name(f)))
 
 
 def check_torch(f: Facts) -> Row | None:
-    return finding_row("torch", torch_installed(f.fingerprint, torch_install_hint(f)))
+    return finding_row("torch", checks.torch_installed(f.fingerprint, torch_install_hint(f)))
 
 
 def check_torch_cuda(f: Facts) -> Row | None:
@@ -346,7 +335,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
     if fp.torch is None:
         return None
     if not fp.torch.cuda:
-        return finding_row("torch-cuda", torch_cuda_build(fp, torch_install_hint(f)))
+        return finding_row("torch-cuda", checks.torch_cuda_build(fp, torch_install_hint(f)))
     if not fp.driver_version:
         return Row("torch-cuda", "warn", "no: no NVIDIA driver here", "building works; run on a GPU machine")
     if usable:
@@ -358,7 +347,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
 
 
 def check_torch_vs_nvcc(f: Facts) -> Row | None:
-    return finding_row("torch-vs-nvcc", torch_vs_nvcc(f.fingerprint))
+    return finding_row("torch-vs-nvcc", checks.torch_vs_nvcc(f.fingerprint))
 
 
 def check_torch_vs_driver(f: Facts) -> Row | None:
@@ -530,7 +519,7 @@ LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Call
     ("line-torch", "torch", lambda s, f: Version(s.torch_version).public,
      lambda fp: version.public if fp.torch and (version := _version(fp.torch.version)) else None, "fail"),
     ("line-torch-cuda", "torch build", lambda s, f: f.kb.cuda_lines[s.cuda].tag if s.cuda in f.kb.cuda_lines else None,
-     lambda fp: (cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
+     lambda fp: (checks.cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
     ("line-cxx11-abi", "torch C++11 ABI", lambda s, f: s.toolchain.cxx11_abi,
      lambda fp: fp.torch.cxx11_abi if fp.torch else None, "fail"),
 )
@@ -786,7 +775,7 @@ def _extension_archs(extension: str | None) -> dict:
 
 def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=host_gcc_cap(fp.host_config_h),
+    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
                   conda_packages=_conda_packages(choice.env_prefix),
                   env_missing=str(choice.env_missing) if choice.env_missing else None)
     if not fp.python_version or not fp.python_path:

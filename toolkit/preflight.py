@@ -21,20 +21,10 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit import machine_checks as checks
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
-from toolkit.machine_checks import (
-    Finding,
-    cuda_headers,
-    host_gcc,
-    host_gcc_cap,
-    nvcc,
-    python_runs,
-    torch_cuda_build,
-    torch_installed,
-    torch_vs_nvcc,
-)
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -110,8 +100,8 @@ def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
 # ---------------------------------------------------------------- the checks (each: problem with fix, or None)
 
 
-def python_present(p: PreflightInput) -> Finding:
-    return python_runs(p.fp, p.spec)
+def python_present(p: PreflightInput) -> checks.Finding:
+    return checks.python_runs(p.fp, p.spec)
 
 
 def python_matches(p: PreflightInput) -> str | None:
@@ -120,8 +110,8 @@ def python_matches(p: PreflightInput) -> str | None:
     return f"{p.fp.python_path}: python {p.fp.python_version}, the spec says {p.spec.python} (use the line's environment)"
 
 
-def nvcc_present(p: PreflightInput) -> Finding:
-    return nvcc(p.fp, p.spec.line)
+def nvcc_present(p: PreflightInput) -> checks.Finding:
+    return checks.nvcc(p.fp, p.spec.line)
 
 
 def nvcc_matches_line(p: PreflightInput) -> str | None:
@@ -135,24 +125,24 @@ def _torch_install(spec: EnvSpec) -> str:
     return f"pip install torch=={spec.torch_version} --index-url {spec.torch_index}"
 
 
-def torch_present(p: PreflightInput) -> Finding | None:
-    return torch_installed(p.fp, _torch_install(p.spec))
+def torch_present(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_installed(p.fp, _torch_install(p.spec))
 
 
-def torch_is_cuda_build(p: PreflightInput) -> Finding | None:
-    return torch_cuda_build(p.fp, _torch_install(p.spec))
+def torch_is_cuda_build(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_cuda_build(p.fp, _torch_install(p.spec))
 
 
-def torch_cuda_matches_nvcc(p: PreflightInput) -> Finding | None:
-    return torch_vs_nvcc(p.fp)
+def torch_cuda_matches_nvcc(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_vs_nvcc(p.fp)
 
 
-def host_compiler(p: PreflightInput) -> Finding:
-    return host_gcc(p.fp, p.gcc_cap)
+def host_compiler(p: PreflightInput) -> checks.Finding:
+    return checks.host_gcc(p.fp, p.gcc_cap)
 
 
-def cuda_headers_present(p: PreflightInput) -> Finding | None:
-    return cuda_headers(p.fp) if p.fp.nvcc_version else None  # without nvcc, nvcc_present says what to install
+def cuda_headers_present(p: PreflightInput) -> checks.Finding | None:
+    return checks.cuda_headers(p.fp) if p.fp.nvcc_version else None  # without nvcc, nvcc_present says what to install
 
 
 def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
@@ -234,14 +224,14 @@ def enough_memory(p: PreflightInput) -> str | None:
 
 
 # Each check: a problem with its fix (str), a shared machine Finding (refused when `fail`), or None.
-CHECKS: tuple[Callable[[PreflightInput], str | Finding | None], ...] = (
+CHECKS: tuple[Callable[[PreflightInput], str | checks.Finding | None], ...] = (
     python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
     torch_cuda_matches_nvcc, host_compiler, cuda_headers_present, headers_visible, ninja_present,
     archs_supported, enough_disk, enough_memory,
 )
 
 
-SHARED_CHECKS: tuple[Callable[[PreflightInput], Finding | None], ...] = (
+SHARED_CHECKS: tuple[Callable[[PreflightInput], checks.Finding | None], ...] = (
     python_present, nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler,
     cuda_headers_present)
 
@@ -272,9 +262,9 @@ def problems(p: PreflightInput) -> list[str]:
     return found
 
 
-def _refusal(result: str | Finding | None) -> str | None:
+def _refusal(result: str | checks.Finding | None) -> str | None:
     """A preflight problem's line; a shared Finding refuses only when it fails."""
-    if isinstance(result, Finding):
+    if isinstance(result, checks.Finding):
         return result.line() if result.status == "fail" else None
     return result
 
@@ -287,7 +277,7 @@ def warnings(p: PreflightInput) -> list[str]:
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
                     build_dir: Path, compile_env: dict[str, str] | None = None) -> PreflightInput:
     return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
-                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_gcc_cap(fp.host_config_h),
+                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=checks.host_gcc_cap(fp.host_config_h),
                           compile_env=compile_env)
 
 
