@@ -25,8 +25,8 @@ import pytest
 
 from toolkit.build_record import BuildRecord
 from toolkit.cli import main
-from toolkit.doctor import (Facts, LineFacts, LockedPackage, Row, _locked_packages, evaluate, gpu_runs,
-                            read_report)
+from toolkit.doctor import Facts, LineFacts, Row, conda_build, evaluate, gather_line, gpu_runs, read_report
+from toolkit.lockfile import LockedPackage
 from toolkit.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +132,8 @@ def test_this_machine_real_rows_and_speed(tmp_path):
         assert row(report, "torch")["value"].startswith(python["torch"])
         torch_cuda = row(report, "torch-cuda")
         if python["torch_cuda"] is None:
-            assert torch_cuda["status"] == "fail" and torch_cuda["value"] == "no: CPU-only torch build"
+            cpu_build = f"version.py: torch {python['torch']} is a CPU build (torch.version.cuda is None)"
+            assert torch_cuda["status"] == "fail" and torch_cuda["value"].endswith(cpu_build)
             assert "--index-url https://download.pytorch.org/whl/cu" in torch_cuda["fix"]
         else:
             assert torch_cuda["status"] == "warn"  # a CUDA torch on a machine without a driver
@@ -309,7 +310,8 @@ def test_nvcc_beside_a_torch_of_another_cuda(workdir, capsys):
     assert line_cuda["status"] == "fail" and line_cuda["value"] == "nvcc 12.4, the line wants 12.6"
     assert "toolkit install cu126" in line_cuda["fix"]
     mismatch = row(report, "torch-vs-nvcc")
-    assert mismatch["status"] == "warn" and "torch built for CUDA 12.6, nvcc is 12.4" in mismatch["value"]
+    assert mismatch["status"] == "warn" and "torch 2.9.1+cu126 built for CUDA 12.6, nvcc is 12.4" in mismatch["value"]
+    assert "torch builds with a warning within a CUDA major" in mismatch["value"]  # torch's cpp_extension policy
     assert mismatch["fix"].startswith("use a CUDA 12.6 nvcc")
     built = row(report, "flash-attn-build")  # the wheel's local tag says cu124
     assert built["status"] == "warn" and built["value"].startswith("built for CUDA 12.4, torch's CUDA is 12.6")
@@ -360,7 +362,7 @@ def test_no_nvcc(workdir, capsys):
     code, report = replay(capsys, RECORDED / "no-nvcc.json")
     assert_well_formed(report, code)
     nvcc = row(report, "nvcc")
-    assert nvcc["status"] == "fail" and nvcc["value"] == "not found (nvcc on PATH)"
+    assert nvcc["status"] == "fail" and nvcc["value"] == "PATH: nvcc not found"
     assert nvcc["fix"].startswith("pip's torch ships no nvcc")
     assert row(report, "cuda-home")["status"] == "fail"
     assert not any(r["check"] in ("cuda-headers", "torch-vs-nvcc") for r in report["rows"])
@@ -445,12 +447,21 @@ def test_committed_lock_is_read_and_a_tampered_one_fails(workdir, capsys):
     assert "edited after locking" in row(report, "lock")["value"]
 
 
+CONDA_FORGE = "https://conda.anaconda.org/conda-forge/linux-64"
+
+
+def _locked(manager: str, name: str, version: str, url: str) -> LockedPackage:
+    return LockedPackage(manager, name, version, url, "0" * 64, "linux-64")
+
+
 def _facts_with_lock(conda_installed: dict | None, pip_installed: dict) -> Facts:
     fp, probe, _ = read_report(RECORDED / "nvcc-torch-mismatch.json")
-    locked = (LockedPackage("cuda-nvcc", "12.6.85", "hbd13f7d_0", "conda"),
-              LockedPackage("gxx", "13.3.0", "h9a4b1e8_1", "conda"),
-              LockedPackage("torch", "2.9.1+cu126", "", "pip"),
-              LockedPackage("ninja", "1.13.0", "", "pip"))
+    locked = (_locked("conda", "cuda-nvcc", "12.6.85", f"{CONDA_FORGE}/cuda-nvcc-12.6.85-hbd13f7d_0.conda"),
+              _locked("conda", "gxx", "13.3.0", f"{CONDA_FORGE}/gxx-13.3.0-h9a4b1e8_1.tar.bz2"),
+              _locked("pip", "torch", "2.9.1+cu126", "https://download.pytorch.org/whl/cu126/"
+                      "torch-2.9.1%2Bcu126-cp312-cp312-manylinux_2_28_x86_64.whl"),
+              _locked("pip", "ninja", "1.13.0", "https://files.pythonhosted.org/packages/ninja-1.13.0-py3-none-"
+                      "manylinux_2_17_x86_64.whl"))
     line = LineFacts("cu126", load_spec(ENVS / "cu126.yaml"), None, Path("locks/cu126.conda-lock.yml"), None, locked,
                      Path(".envs/cu126"), Path("wheelhouse/cu126"), None, None)
     return Facts(fp, replace(probe, conda_packages=conda_installed, python_packages=pip_installed), line)
@@ -471,18 +482,33 @@ def test_env_packages_compared_with_the_lock():
     assert rows["lock-conda"] == Row("lock-conda", "info", "no env at .envs/cu126", "toolkit install cu126")
 
 
-def test_lock_entries_of_this_platform_with_their_conda_build():
-    document = {"package": [
-        {"name": "gxx", "version": "13.3.0", "manager": "conda", "platform": "linux-64",
-         "url": "https://conda.anaconda.org/conda-forge/linux-64/gxx-13.3.0-h9a4b1e8_1.conda"},
-        {"name": "python", "version": "3.12.3", "manager": "conda", "platform": "linux-aarch64",
-         "url": "https://conda.anaconda.org/conda-forge/linux-aarch64/python-3.12.3-h1_0_cpython.tar.bz2"},
-        {"name": "torch", "version": "2.9.1+cu126", "manager": "pip", "platform": "linux-64",
-         "url": "https://download.pytorch.org/whl/cu126/torch-2.9.1%2Bcu126-cp312-cp312-manylinux_2_28_x86_64.whl"},
-    ]}
-    assert _locked_packages(document, "linux-64") == (LockedPackage("gxx", "13.3.0", "h9a4b1e8_1", "conda"),
-                                                      LockedPackage("torch", "2.9.1+cu126", "", "pip"))
-    assert _locked_packages(document, "linux-aarch64")[0].build == "h1_0_cpython"
+def test_line_packages_are_the_verified_lock_of_this_platform(workdir):
+    """Doctor reads the lock through toolkit.lockfile (digest and strict forms checked), keeping this
+    machine's platform: the golden lock written by test_lock has both linux-64 and linux-aarch64."""
+    (workdir / "locks").mkdir()
+    lock = workdir / "locks" / "cu126.conda-lock.yml"
+    text = (ROOT / "tests" / "golden" / "cu126.conda-lock.yml").read_text()
+    lock.write_text(text)
+    spec = load_spec(ENVS / "cu126.yaml")
+    for machine, platform in (("x86_64", "linux-64"), ("aarch64", "linux-aarch64")):
+        locked = gather_line("cu126", spec, None, machine).locked
+        assert locked and {p.platform for p in locked} == {platform}
+        gxx = next(p for p in locked if p.name == "gxx" and p.manager == "conda")
+        assert (gxx.version, conda_build(gxx)) == ("13.3.0", "h0_1")
+    assert gather_line("cu126", spec, None, "riscv64").locked == ()  # no platform of the lock: nothing to compare
+    lock.write_text(text.replace("gxx-13.3.0-h0_1.conda", "gxx-13.3.0-h9_9.conda"))
+    tampered = gather_line("cu126", spec, None, "x86_64")
+    assert tampered.locked is None and "edited after locking" in (tampered.lock_problem or "")
+
+
+@pytest.mark.parametrize("file_name, build", [
+    ("gxx-13.3.0-h9a4b1e8_1.conda", "h9a4b1e8_1"),
+    ("python-3.12.3-h1_0_cpython.tar.bz2", "h1_0_cpython"),
+    ("_libgcc_mutex-0.1-conda_forge.tar.bz2", "conda_forge"),
+    ("cuda-nvcc-impl-12.6.85-he91c749_0.conda", "he91c749_0"),  # dashes in the name: the build is the last field
+])
+def test_conda_build_is_the_archive_names_last_field(file_name, build):
+    assert conda_build(_locked("conda", "x", "1", f"{CONDA_FORGE}/{file_name}")) == build
 
 
 # ---------------------------------------------------------------- pieces and bad input
@@ -570,7 +596,7 @@ def test_prefix_is_probed_as_a_conda_env(workdir, capsys):
         json.dumps({"name": "ninja", "version": "1.13.0", "build": "h297d8ca_0"}))
     code = main(["doctor", "--prefix", str(prefix), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert code == 1 and row(report, "nvcc")["value"] == f"not found ({prefix.absolute()}/bin/nvcc)"
+    assert code == 1 and row(report, "nvcc")["value"] == f"{prefix.absolute()}/bin/nvcc: nvcc not found"
     assert row(report, "cuda-home")["value"] == f"{prefix.absolute()} (from prefix env)"
     assert report["fingerprint"]["python_path"] == str(prefix.absolute() / "bin" / "python")
     assert report["probe"]["conda_packages"] == {"ninja": "1.13.0=h297d8ca_0"}

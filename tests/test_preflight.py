@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
+from toolkit.doctor import Facts, evaluate, gather_line, read_report
+from toolkit.errors import ToolkitError
 from toolkit.fingerprint import TorchInfo, from_dict, probe
 from toolkit.knowledge import load_knowledge
-from toolkit.preflight import (host_gcc_cap, nvcc_gpu_codes, preflight_input, problems, run_preflight,
-                               toolchain_mismatches)
-from toolkit.errors import ToolkitError
+from toolkit.machine_checks import host_gcc_cap
+from toolkit.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
 from toolkit.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +64,9 @@ def test_cpu_torch_is_refused_with_one_line(tmp_path):
                           text=True, env={**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert any(line.startswith("error: ") and f"torch {fp.torch.version} is a CPU build (torch.version.cuda is "
-               "None; install the +cu130 build" in line and line.split(":")[1].strip().endswith("version.py")
+    said = (f"torch {fp.torch.version} is a CPU build (torch.version.cuda is None) (flash-attn needs a CUDA build "
+            f"of torch: pip install torch=={fp.torch.version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu130)")
+    assert any(line.startswith("error: ") and line.endswith(said) and line.split(":")[1].strip().endswith("version.py")
                for line in lines), lines
     assert "Traceback" not in done.stderr
 
@@ -75,9 +77,10 @@ def test_each_broken_piece_is_one_line_naming_the_file_and_fix(stub_env):
     cases = {
         "nvcc not found": replace(fp, nvcc_path=None, nvcc_version=None),
         "but line fixture is CUDA 13.0": replace(fp, nvcc_version="12.6.85"),
-        "was built for CUDA 12.8 but nvcc is 13.0": replace(fp, torch=replace(torch, cuda="12.8")),
+        "built for CUDA 12.8, nvcc is 13.0: torch refuses": replace(fp, torch=replace(torch, cuda="12.8")),
         "torch is not installed": replace(fp, torch=None),
-        "host C++ compiler not found": replace(fp, gcc_version=None),
+        "does not run or prints no version for -dumpfullversion": replace(fp, gcc_version=None),
+        "g++: no host C++ compiler (g++ on PATH)": replace(fp, gcc_version=None, cxx_path=None),
         "is newer than nvcc 13.0 accepts (max gcc 15": replace(fp, gcc_version="16.1.0"),
         "include/cuda.h: missing": replace(fp, cuda_h=None),
         "crt/host_config.h: missing": replace(fp, host_config_h=None),
@@ -133,3 +136,68 @@ def test_the_gpu_machine_fingerprint_passes_and_a_changed_image_is_refused():
         run_preflight(preflight_input(spec, changed, spec.archs, 240.0, Path("/tmp")))
     first = str(error.value).splitlines()[0]
     assert first.startswith("envs/gpu-machine.yaml:") and "toolchain differs from the spec: gcc 14 (spec: 13)" in first
+
+
+@pytest.mark.parametrize("nvcc, status", [("12.6.85", "ok"), ("12.4.131", "warn"), ("13.0.88", "fail")])
+def test_torch_nvcc_mismatch_is_one_policy_in_preflight_and_doctor(nvcc, status):
+    """torch's own rule (torch/utils/cpp_extension.py `_check_cuda_version`): a CUDA minor mismatch within
+    a major builds with a warning, across majors it raises. The build refuses exactly where doctor fails,
+    warns where doctor warns; the recorded cu126 torch beside a site nvcc (tests/fingerprints)."""
+    recorded, probed, _ = read_report(ROOT / "tests/fingerprints/nvcc-torch-mismatch.json")
+    fp = replace(recorded, nvcc_version=nvcc)
+    (row,) = [r for r in evaluate(Facts(fp, probed, None)) if r.check == "torch-vs-nvcc"]
+    assert row.status == status
+    p = preflight_input(checked_spec(ROOT / "envs" / "cu126.yaml"), fp, ("80",), 240.0, Path("/tmp"))
+    torch_file = f"{fp.torch.path}/version.py: "
+    refused = [line for line in problems(p) if line.startswith(torch_file)]
+    warned = [line for line in warnings(p) if line.startswith(torch_file)]
+    assert (len(refused), len(warned)) == {"ok": (0, 0), "warn": (0, 1), "fail": (1, 0)}[status]
+    assert all(row.value in line and row.fix in line for line in refused + warned)  # the same words in both
+
+
+def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
+    spec, fp = stub_env
+    newer_minor = replace(fp, torch=replace(fp.torch, cuda="13.1"))
+    run_preflight(preflight_input(spec, newer_minor, spec.archs, 20.0, Path("/tmp")))  # no refusal
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "built for CUDA 13.1, nvcc is 13.0: torch builds with a warning" in err
+    with pytest.raises(ToolkitError, match="torch refuses to build extensions across CUDA majors"):
+        run_preflight(preflight_input(spec, replace(fp, torch=replace(fp.torch, cuda="12.9")), spec.archs, 20.0,
+                                      Path("/tmp")))
+
+
+# doctor's rows of toolkit/machine_checks.py (torch-cuda: its CPU-build verdict; the H200's probe saw CUDA usable)
+SHARED_ROWS = ("python", "nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-nvcc")
+
+
+@pytest.mark.parametrize("edit, check, status", [
+    ({}, None, "ok"),
+    ({"nvcc_path": None, "nvcc_version": None}, "nvcc", "fail"),
+    ({"nvcc_version": None}, "nvcc", "fail"),
+    ({"cuda_h": None}, "cuda-headers", "fail"),
+    ({"host_config_h": None}, "cuda-headers", "fail"),
+    ({"gcc_version": "16.1.0"}, "gcc", "fail"),
+    ({"gcc_version": None}, "gcc", "fail"),
+    ({"gcc_version": None, "cxx_path": None}, "gcc", "fail"),
+    ({"torch": TorchInfo("2.11.0+cu130", "12.9", True, "/t")}, "torch-vs-nvcc", "fail"),
+    ({"torch": TorchInfo("2.11.0+cu130", "13.1", True, "/t")}, "torch-vs-nvcc", "warn"),
+    ({"torch": None}, "torch", "fail"),
+    ({"python_version": None, "torch": None}, "python", "fail"),
+    ({"torch": TorchInfo("unknown", "13.0", True, "/t")}, "torch", "fail"),
+    ({"torch": TorchInfo("2.11.0+cpu", None, True, "/t")}, "torch-cuda", "fail"),
+])
+def test_doctor_fails_exactly_where_the_build_is_refused(monkeypatch, edit, check, status):
+    """The recorded H200 (which passes preflight) broken one field at a time: doctor's rows of the shared
+    checks and preflight's lines are the same findings, a `fail` refused and a `warn` printed."""
+    monkeypatch.chdir(ROOT)  # doctor --line gpu-machine reads the committed lock (read only)
+    recorded, probed, _ = read_report(ROOT / "tests/fingerprints/healthy-h200.json")
+    fp = replace(recorded, **edit)
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    line = gather_line(spec.line, spec, None, fp.machine)
+    rows = {r.check: r for r in evaluate(Facts(fp, probed, line)) if r.check in SHARED_ROWS}
+    assert {c: r.status for c, r in rows.items() if r.status != "ok"} == ({check: status} if check else {})
+    p = replace(preflight_input(spec, fp, spec.archs, 240.0, Path("/tmp")), gcc_cap=probed.nvcc_max_gcc)
+    refused, warned = problems(p), warnings(p)
+    for row in rows.values():
+        said = f"{row.value} ({row.fix})"
+        assert (said in refused, said in warned) == (row.status == "fail", row.status == "warn"), (said, refused)

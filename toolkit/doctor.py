@@ -16,18 +16,21 @@ import platform
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit import machine_checks as checks
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.lockfile import LockedPackage
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
 
@@ -117,14 +120,6 @@ class Probe:
 
 def _tuple(items: list | None) -> tuple | None:
     return None if items is None else tuple(items)
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    version: str
-    build: str  # conda build string ("" for pip)
-    manager: str  # conda | pip
 
 
 @dataclass(frozen=True)
@@ -266,6 +261,15 @@ def _short(text: str, limit: int = 160) -> str:
 # ---------------------------------------------------------------- machine checks (each: Facts -> Row | None)
 
 
+def finding_row(check: str, finding: checks.Finding | None) -> Row | None:
+    """A shared machine check's finding (toolkit/machine_checks.py, the policy preflight uses) as a row;
+    one that is not ok names its file or tool first, as preflight's refusal does."""
+    if finding is None:
+        return None
+    value = finding.message if finding.status == "ok" else f"{finding.where}: {finding.message}"
+    return Row(check, finding.status, value, finding.fix)
+
+
 def check_driver(f: Facts) -> Row:
     driver = f.fingerprint.driver_version
     if not driver:
@@ -302,76 +306,28 @@ def check_cuda_home(f: Facts) -> Row:
     return Row("cuda-home", "ok", f"{fp.cuda_home} (from {f.probe.cuda_home_from})")
 
 
-def check_nvcc(f: Facts) -> Row:
-    fp = f.fingerprint
-    if not fp.nvcc_path:
-        where = f"{fp.cuda_home}/bin/nvcc" if fp.cuda_home else "nvcc on PATH"
-        return Row("nvcc", "fail", f"not found ({where})",
-                   f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install {_line_name(f)}, "
-                   f"conda cuda-nvcc) and point CUDA_HOME at it")
-    if not fp.nvcc_version:
-        return Row("nvcc", "fail", f"{fp.nvcc_path} does not run or prints no version",
-                   "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)")
-    return Row("nvcc", "ok", f"{fp.nvcc_version} at {fp.nvcc_path}")
+def check_nvcc(f: Facts) -> Row | None:
+    return finding_row("nvcc", checks.nvcc(f.fingerprint, _line_name(f)))
 
 
 def check_cuda_headers(f: Facts) -> Row | None:
+    return finding_row("cuda-headers", checks.cuda_headers(f.fingerprint))
+
+
+def check_gcc(f: Facts) -> Row | None:
+    return finding_row("gcc", checks.host_gcc(f.fingerprint, f.probe.nvcc_max_gcc))
+
+
+def check_python(f: Facts) -> Row | None:
     fp = f.fingerprint
-    if not fp.cuda_home:
-        return None
-    if fp.cuda_h:
-        return Row("cuda-headers", "ok", fp.cuda_h)
-    return Row("cuda-headers", "fail", f"no cuda.h under {fp.cuda_home} (a build fails: 'cuda.h: No such file')",
-               "point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
-               "(e.g. export CUDA_HOME=/usr/local/cuda), or install cuda-cudart-dev")
-
-
-def check_gcc(f: Facts) -> Row:
-    fp = f.fingerprint
-    if fp.cxx_path and not fp.gcc_version:
-        return Row("gcc", "fail", f"{fp.cxx_path}: does not run or prints no version for -dumpfullversion",
-                   "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
-                   "or reinstall it")
-    if not fp.gcc_version:
-        return Row("gcc", "fail", "no host C++ compiler (g++ on PATH)",
-                   "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
-    line = f.kb.cuda_lines.get(fp.nvcc_line or "")
-    cap = f.probe.nvcc_max_gcc or (line.max_gcc if line else None)
-    if cap is None:
-        return Row("gcc", "ok", f"{fp.gcc_version} at {fp.cxx_path}")
-    if int(fp.gcc_major) > cap:
-        return Row("gcc", "fail", f"{fp.gcc_version}: newer than nvcc {fp.nvcc_line} accepts (<= {cap})",
-                   f"use gcc <= {cap} (conda gxx {cap}.*, or CC=gcc-{cap} CXX=g++-{cap})")
-    return Row("gcc", "ok", f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap})")
-
-
-def check_python(f: Facts) -> Row:
-    fp = f.fingerprint
-    if not fp.python_version:
-        spec = f.line.spec if f.line else None
-        fix = (f"run on the machine {display_path(spec.path)} describes, or fix its toolchain.python_executable"
-               if spec and spec.toolchain.kind == "external" else
-               f"install the environment (toolkit install {_line_name(f)}) or put a python3 on PATH")
-        return Row("python", "fail", f"{fp.python_path or 'python3'}: not found or does not run", fix)
-    if f.probe.error:
+    if fp.python_version and f.probe.error:
         return Row("python", "fail", f"{fp.python_version} at {fp.python_path}: probe failed ({f.probe.error})",
                    "run the python by hand: `python -c 'import flash_attn'` shows what hangs or crashes")
-    return Row("python", "ok", f"{fp.python_version} at {fp.python_path}")
+    return finding_row("python", checks.python_runs(fp, f.line.spec if f.line else None, _line_name(f)))
 
 
 def check_torch(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if not fp.python_version:
-        return None
-    torch = fp.torch
-    if torch is None:
-        return Row("torch", "fail", f"not installed in {fp.python_path}",
-                   f"flash-attn builds and runs against torch: {torch_install_hint(f)}")
-    if _version(torch.version) is None:
-        return Row("torch", "fail", f"{torch.path}/version.py holds no version torch could have",
-                   f"reinstall torch: {torch_install_hint(f)}")
-    return Row("torch", "ok", f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
-                              f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
+    return finding_row("torch", checks.torch_installed(f.fingerprint, torch_install_hint(f)))
 
 
 def check_torch_cuda(f: Facts) -> Row | None:
@@ -379,8 +335,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
     if fp.torch is None:
         return None
     if not fp.torch.cuda:
-        return Row("torch-cuda", "fail", "no: CPU-only torch build",
-                   f"flash-attn needs a CUDA build of torch: {torch_install_hint(f)}")
+        return finding_row("torch-cuda", checks.torch_cuda_build(fp, torch_install_hint(f)))
     if not fp.driver_version:
         return Row("torch-cuda", "warn", "no: no NVIDIA driver here", "building works; run on a GPU machine")
     if usable:
@@ -392,19 +347,7 @@ def check_torch_cuda(f: Facts) -> Row | None:
 
 
 def check_torch_vs_nvcc(f: Facts) -> Row | None:
-    fp = f.fingerprint
-    if not fp.torch or not fp.torch.cuda or not fp.nvcc_line:
-        return None
-    have, want = fp.nvcc_line, fp.torch.cuda
-    if have == minor_of(want):
-        return Row("torch-vs-nvcc", "ok", f"both CUDA {have}")
-    fix = (f"use a CUDA {want} nvcc (conda cuda-nvcc {want}.*, or CUDA_HOME of a {want} toolkit), "
-           f"or torch built for CUDA {have}")
-    if have.split(".")[0] != want.split(".")[0]:
-        return Row("torch-vs-nvcc", "fail", f"torch built for CUDA {want}, nvcc is {have}: "
-                                            f"torch refuses to build extensions across CUDA majors", fix)
-    return Row("torch-vs-nvcc", "warn", f"torch built for CUDA {want}, nvcc is {have}: "
-                                        f"builds with a warning, the line's lock keeps them equal", fix)
+    return finding_row("torch-vs-nvcc", checks.torch_vs_nvcc(f.fingerprint))
 
 
 def check_torch_vs_driver(f: Facts) -> Row | None:
@@ -502,8 +445,9 @@ def needs_min_sm(f: Facts, sm: int) -> str | None:
     return f"needs sm_{sm}+, GPU is {', '.join(old)}" if old else None
 
 
-# The `needs` keys of knowledge/doctor.yaml's attn_implementations: each returns why not, or None.
-REQUIREMENTS: dict[str, Callable[[Facts, object], str | None]] = {
+# The `needs` keys of knowledge/doctor.yaml's attn_implementations: each returns why not, or None. The
+# second argument is that key's YAML value, whose type is the key's (a specifier, a mapping, a number).
+REQUIREMENTS: dict[str, Callable[[Facts, Any], str | None]] = {
     "torch": needs_torch,
     "packages": needs_packages,
     "torch_cuda": needs_torch_cuda,
@@ -550,10 +494,10 @@ MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
 # ---------------------------------------------------------------- checks against --line
 
 
-def check_line(f: Facts) -> Row:
-    line = f.line
+def check_line(line: LineFacts) -> Row:
+    """The --line's spec, or why it could not be read (then no other line check runs)."""
     if line.spec is None:
-        return Row("line", "fail", line.spec_error, f"fix the spec (toolkit check {line.name})")
+        return Row("line", "fail", line.spec_error or "unreadable spec", f"fix the spec (toolkit check {line.name})")
     spec = line.spec
     return Row("line", "ok", f"{display_path(spec.path)}: CUDA {spec.cuda}, python {spec.python}, gcc {spec.gcc}, "
                              f"torch {spec.torch_version}, flash-attn {spec.flash_attn_version}, "
@@ -575,14 +519,13 @@ LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Call
     ("line-torch", "torch", lambda s, f: Version(s.torch_version).public,
      lambda fp: version.public if fp.torch and (version := _version(fp.torch.version)) else None, "fail"),
     ("line-torch-cuda", "torch build", lambda s, f: f.kb.cuda_lines[s.cuda].tag if s.cuda in f.kb.cuda_lines else None,
-     lambda fp: (f"cu{fp.torch.cuda.replace('.', '')}" if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
+     lambda fp: (checks.cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
     ("line-cxx11-abi", "torch C++11 ABI", lambda s, f: s.toolchain.cxx11_abi,
      lambda fp: fp.torch.cxx11_abi if fp.torch else None, "fail"),
 )
 
 
-def line_comparisons(f: Facts) -> list[Row]:
-    spec = f.line.spec
+def line_comparisons(f: Facts, line: LineFacts, spec: EnvSpec) -> list[Row]:
     rows = []
     for check, what, wanted_of, have_of, status in LINE_COMPARISONS:
         wanted, have = wanted_of(spec, f), have_of(f.fingerprint)
@@ -595,16 +538,16 @@ def line_comparisons(f: Facts) -> list[Row]:
     return rows
 
 
-def check_line_driver(f: Facts) -> Row | None:
+def check_line_driver(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     driver = f.fingerprint.driver_version
     if not driver:
         return None
-    status, value, fix = driver_verdict(driver, f.line.spec.cuda, f)
+    status, value, fix = driver_verdict(driver, spec.cuda, f)
     return Row("line-driver", status, value, fix)
 
 
-def check_line_archs(f: Facts) -> Row | None:
-    spec, gpus = f.line.spec, f.fingerprint.gpus
+def check_line_archs(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    gpus = f.fingerprint.gpus
     if not gpus:
         return None
     missing = [g for g in gpus if not gpu_runs(g.sm, spec.archs, ())]
@@ -620,8 +563,7 @@ def check_line_archs(f: Facts) -> Row | None:
                f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.path)}{needs}")
 
 
-def check_lock(f: Facts) -> Row:
-    line = f.line
+def check_lock(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     if line.lock_problem:
         return Row("lock", "fail" if line.locked is None else "warn", line.lock_problem,
                    f"toolkit lock {line.name}")
@@ -630,11 +572,18 @@ def check_lock(f: Facts) -> Row:
     return Row("lock", "ok", f"{display_path(line.lock_file)}: {len(line.locked)} packages, matches the spec")
 
 
+def conda_build(package: LockedPackage) -> str:
+    """A conda archive's build string, the last dash-field of its file name (gxx-13.3.0-h9a4b1e8_1.conda ->
+    h9a4b1e8_1): conda-meta records it, the lock names only the archive."""
+    stem = re.sub(r"\.(conda|tar\.bz2)$", "", package.filename)
+    return stem.rsplit("-", 2)[-1] if stem.count("-") >= 2 else ""
+
+
 def _differences(locked: list[LockedPackage], installed: dict[str, str], with_build: bool) -> list[str]:
     diffs = []
     for pkg in locked:
         have = installed.get(pkg.name)
-        want = f"{pkg.version}={pkg.build}" if with_build else pkg.version
+        want = f"{pkg.version}={conda_build(pkg)}" if with_build else pkg.version
         if have is None:
             diffs.append(f"{pkg.name} missing (lock: {pkg.version})")
         elif (have != want) if with_build else (_version(have) != _version(want)):
@@ -642,8 +591,7 @@ def _differences(locked: list[LockedPackage], installed: dict[str, str], with_bu
     return diffs
 
 
-def _lock_rows(f: Facts, manager: str, installed: dict[str, str] | None, where: str) -> Row | None:
-    line = f.line
+def _lock_rows(f: Facts, line: LineFacts, manager: str, installed: dict[str, str] | None, where: str) -> Row | None:
     platform = CONDA_PLATFORMS.get(f.fingerprint.machine)
     locked = [p for p in line.locked or () if p.manager == manager]
     if not locked or installed is None:
@@ -657,21 +605,19 @@ def _lock_rows(f: Facts, manager: str, installed: dict[str, str] | None, where: 
                f"re-install from the lock: toolkit install {line.name}")
 
 
-def check_lock_conda(f: Facts) -> Row | None:
-    line = f.line
+def check_lock_conda(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     if line.locked is None or line.env_prefix is None:
         return None
     if f.probe.conda_packages is None:
         return Row("lock-conda", "info", f"no env at {display_path(line.env_prefix)}", f"toolkit install {line.name}")
-    return _lock_rows(f, "conda", f.probe.conda_packages, display_path(line.env_prefix))
+    return _lock_rows(f, line, "conda", f.probe.conda_packages, display_path(line.env_prefix))
 
 
-def check_lock_pip(f: Facts) -> Row | None:
-    return _lock_rows(f, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
+def check_lock_pip(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    return _lock_rows(f, line, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
 
 
-def check_record(f: Facts) -> Row:
-    line = f.line
+def check_record(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     where = display_path(line.wheel_dir)
     if line.record_error:
         return Row("record", "fail", line.record_error, f"rebuild: toolkit build {line.name} --force")
@@ -698,15 +644,15 @@ RECORD_FIELDS: tuple[tuple[str, Callable[[Fingerprint], object], str], ...] = (
 )
 
 
-def check_record_toolchain(f: Facts) -> Row | None:
-    recorded = f.line.record.fingerprint if f.line.record else None
+def check_record_toolchain(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    recorded = line.record.fingerprint if line.record else None
     if not recorded:
         return None
     try:
         built_with = from_dict(recorded)
     except (TypeError, ValueError, AttributeError):  # a hand-edited record
         return Row("record-toolchain", "warn", "the build record's fingerprint is not one `toolkit build` writes",
-                   f"rebuild: toolkit build {f.line.name} --force")
+                   f"rebuild: toolkit build {line.name} --force")
     diffs = [(status, f"{what} {have} (built with {want})") for what, value_of, status in RECORD_FIELDS
              if (want := value_of(built_with)) is not None and (have := value_of(f.fingerprint)) is not None
              and str(want) != str(have)]
@@ -714,42 +660,44 @@ def check_record_toolchain(f: Facts) -> Row | None:
         return Row("record-toolchain", "ok", "this toolchain is the one the wheel was built with")
     status = "fail" if any(s == "fail" for s, _ in diffs) else "warn"
     return Row("record-toolchain", status, "; ".join(text for _, text in diffs),
-               f"rebuild here (toolkit build {f.line.name}) or use the toolchain the record names")
+               f"rebuild here (toolkit build {line.name}) or use the toolchain the record names")
 
 
-def check_env(f: Facts) -> Row | None:
+def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     """A locked line whose environment is not installed: say so and how to make it, instead of judging
     this shell's nvcc, gcc and python, which the line's build never uses."""
-    missing = f.probe.env_missing
+    missing, name = f.probe.env_missing, line.name
     if missing is None:
         return None
-    line = f.line.name
-    where = "" if Path(missing) == Workspace().prefix(line) else f" --prefix {missing}"
-    if f.line.lock_file.exists():
-        fix = f"toolkit install {line}{where} (or nox -s env-{line})"
+    where = "" if Path(missing) == Workspace().prefix(name) else f" --prefix {missing}"
+    if line.lock_file.exists():
+        fix = f"toolkit install {name}{where} (or nox -s env-{name})"
     else:
-        fix = f"toolkit lock {line} && toolkit install {line}{where} (or nox -s lock-{line} env-{line})"
-    return Row("env", "fail", f"{missing}: {line}'s environment is not installed (the toolchain checks need it; "
+        fix = f"toolkit lock {name} && toolkit install {name}{where} (or nox -s lock-{name} env-{name})"
+    return Row("env", "fail", f"{missing}: {name}'s environment is not installed (the toolchain checks need it; "
                               "this shell's own tools are not what the line builds with)", fix)
 
 
-LINE_CHECKS: tuple[Callable[[Facts], Row | list[Row] | None], ...] = (
+LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
+LINE_CHECKS: tuple[LineCheck, ...] = (
     check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
     check_record, check_record_toolchain,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.
-WITHOUT_ENV = frozenset({check_driver, check_gpus, check_env, check_line_driver, check_line_archs, check_lock})
+WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset({check_driver, check_gpus, check_env, check_line_driver,
+                                                           check_line_archs, check_lock})
 
 
 def evaluate(f: Facts) -> list[Row]:
     """Every row, failing rows first (stable within a status)."""
-    applies = (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
+    applies: Callable[[Callable[..., object]], bool] = \
+        (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
     rows = [row for check in MACHINE_CHECKS if applies(check) and (row := check(f))]
     if f.line:
-        rows.append(check_line(f))
+        rows.append(check_line(f.line))
         if f.line.spec:
-            for check in filter(applies, LINE_CHECKS):
-                found = check(f)
+            for line_check in filter(applies, LINE_CHECKS):
+                found = line_check(f, f.line, f.line.spec)
                 rows += found if isinstance(found, list) else [found] if found else []
     return sorted(rows, key=lambda row: STATUS_ORDER[row.status])
 
@@ -826,51 +774,34 @@ def _extension_archs(extension: str | None) -> dict:
 
 def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    from toolkit.preflight import host_gcc_cap  # the same reading of host_config.h the build gate uses
-
-    facts = {"cuda_home_from": choice.cuda_home_from, "nvcc_max_gcc": host_gcc_cap(fp.host_config_h),
-             "conda_packages": _conda_packages(choice.env_prefix),
-             "env_missing": str(choice.env_missing) if choice.env_missing else None}
-    if not fp.python_version:
-        return Probe(**facts)
+    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
+                  conda_packages=_conda_packages(choice.env_prefix),
+                  env_missing=str(choice.env_missing) if choice.env_missing else None)
+    if not fp.python_version or not fp.python_path:
+        return facts
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
     try:
         done = subprocess.run([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return Probe(**facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
+        return replace(facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
     except OSError as exc:
-        return Probe(**facts, error=str(exc))
+        return replace(facts, error=str(exc))
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):  # it crashed (a segfault in an extension's import, a broken site-packages)
-        return Probe(**facts, error=_short(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
+        return replace(facts, error=_short(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
                                            else f"exit status {done.returncode}"))
     fa = found["flash_attn"]
-    if fa is not None:
-        fa = FlashAttnProbe(**fa, **_extension_archs(fa["extension"]))
+    flash_attn = FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
     cuda = found["cuda_available"] if found["cuda_available"] is not None else (False if fp.torch else None)
-    return Probe(**facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=fa)
-
-
-def _locked_packages(document: dict, platform: str | None) -> tuple[LockedPackage, ...]:
-    packages = []
-    for entry in document.get("package") or ():
-        if entry.get("platform") != platform:
-            continue
-        build = ""
-        if entry.get("manager") == "conda":
-            stem = re.sub(r"\.(conda|tar\.bz2)$", "", str(entry.get("url", "")).rsplit("/", 1)[-1])
-            build = stem.rsplit("-", 2)[-1] if stem.count("-") >= 2 else ""
-        packages.append(LockedPackage(entry["name"], str(entry["version"]), build, entry.get("manager", "conda")))
-    return tuple(packages)
+    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn)
 
 
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
                 workspace: Workspace = DEFAULT) -> LineFacts:
     """The line's lock, env prefix and build record, each tolerated absent."""
-    from toolkit.lock import lock_path, read_lock, stale_reason
-
+    from toolkit.lockfile import lock_path, read_lock, stale_reason
     from toolkit.wheelhouse import records
 
     lock_file, wheel_dir = lock_path(name, workspace.locks), workspace.wheel_dir(name)
@@ -878,7 +809,7 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
     if lock_file.exists():
         try:
             lock = read_lock(lock_file)
-            locked = _locked_packages(yaml.safe_load(lock_file.read_text()), CONDA_PLATFORMS.get(machine))
+            locked = tuple(lock.packages_for(CONDA_PLATFORMS.get(machine, "")))
             lock_problem = stale_reason(spec, lock) if spec else None
         except ToolkitError as exc:
             lock_problem = str(exc)

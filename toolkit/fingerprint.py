@@ -107,8 +107,10 @@ def parse_version_output(text: object, form: re.Pattern = DOTTED) -> str | None:
 
 def pep440_or_unknown(text: object) -> str:
     """torch's __version__ as written, when it is a version packaging can compare; else 'unknown'."""
+    if not isinstance(text, str):
+        return "unknown"
     try:
-        Version(text if isinstance(text, str) else "")
+        Version(text)
     except InvalidVersion:
         return "unknown"
     return text
@@ -226,7 +228,7 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
         ninja_version=parse_version_output(_run([ninja, "--version"]), TOOL) if ninja else None,
         python_path=python_path,
         python_version=python_version,
-        torch=_torch_info(python_path, import_torch) if python_version else None,
+        torch=_torch_info(python_path, import_torch) if python_version and python_path else None,
         driver_version=driver,
         gpus=gpus,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +21,10 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit import machine_checks as checks
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
-from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge, minor_of
+from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -95,30 +97,11 @@ def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
     return codes or None
 
 
-def host_gcc_cap(host_config_h: str | None) -> int | None:
-    """`#if __GNUC__ > 15` in nvcc's crt/host_config.h -> 15 (the check behind 'unsupported GNU version')."""
-    if not host_config_h:
-        return None
-    try:
-        match = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def _cuda_tag(cuda: str) -> str:
-    return "cu" + cuda.replace(".", "")
-
-
 # ---------------------------------------------------------------- the checks (each: problem with fix, or None)
 
 
-def python_present(p: PreflightInput) -> str | None:
-    if p.fp.python_version:
-        return None
-    fix = "check toolchain.python_executable" if p.spec.toolchain.kind == "external" else \
-        f"run `toolkit install {p.spec.line}`"
-    return f"{p.fp.python_path or 'python3'}: the environment's python does not run ({fix})"
+def python_present(p: PreflightInput) -> checks.Finding:
+    return checks.python_runs(p.fp, p.spec)
 
 
 def python_matches(p: PreflightInput) -> str | None:
@@ -127,12 +110,8 @@ def python_matches(p: PreflightInput) -> str | None:
     return f"{p.fp.python_path}: python {p.fp.python_version}, the spec says {p.spec.python} (use the line's environment)"
 
 
-def nvcc_present(p: PreflightInput) -> str | None:
-    if p.fp.nvcc_version:
-        return None
-    where = f"{p.fp.cuda_home}/bin/nvcc" if p.fp.cuda_home else "nvcc"
-    return (f"{where}: nvcc not found (pip's torch ships no nvcc: install the line's toolkit with "
-            f"`toolkit install {p.spec.line}` or point CUDA_HOME at a CUDA {p.spec.cuda} toolkit)")
+def nvcc_present(p: PreflightInput) -> checks.Finding:
+    return checks.nvcc(p.fp, p.spec.line)
 
 
 def nvcc_matches_line(p: PreflightInput) -> str | None:
@@ -142,59 +121,28 @@ def nvcc_matches_line(p: PreflightInput) -> str | None:
             f"(use a CUDA {p.spec.cuda} toolkit)")
 
 
-def torch_present(p: PreflightInput) -> str | None:
-    if p.fp.torch or not p.fp.python_version:
-        return None
-    return (f"{p.fp.python_path}: torch is not installed (flash-attn's setup.py imports it: install torch "
-            f"{p.spec.torch_version} from {p.spec.torch_index} into this environment)")
+def _torch_install(spec: EnvSpec) -> str:
+    return f"pip install torch=={spec.torch_version} --index-url {spec.torch_index}"
 
 
-def torch_is_cuda_build(p: PreflightInput) -> str | None:
-    if not p.fp.torch or p.fp.torch.cuda:
-        return None
-    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} is a CPU build (torch.version.cuda is None; "
-            f"install the +{_cuda_tag(p.spec.cuda)} build from {p.spec.torch_index})")
+def torch_present(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_installed(p.fp, _torch_install(p.spec))
 
 
-def torch_cuda_matches_nvcc(p: PreflightInput) -> str | None:
-    if not p.fp.torch or not p.fp.torch.cuda or not p.fp.nvcc_line:
-        return None
-    if minor_of(p.fp.torch.cuda) == p.fp.nvcc_line:
-        return None
-    return (f"{p.fp.torch.path}/version.py: torch {p.fp.torch.version} was built for CUDA {p.fp.torch.cuda} "
-            f"but nvcc is {p.fp.nvcc_line} (install torch's {_cuda_tag(p.fp.nvcc_line)} build or use "
-            f"a CUDA {minor_of(p.fp.torch.cuda)} toolkit)")
+def torch_is_cuda_build(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_cuda_build(p.fp, _torch_install(p.spec))
 
 
-def gcc_present(p: PreflightInput) -> str | None:
-    if p.fp.gcc_version:
-        return None
-    return (f"{p.fp.cxx_path or 'g++'}: host C++ compiler not found (install gxx {p.spec.gcc} "
-            f"into the environment or put g++ on PATH)")
+def torch_cuda_matches_nvcc(p: PreflightInput) -> checks.Finding | None:
+    return checks.torch_vs_nvcc(p.fp)
 
 
-def gcc_allowed_by_nvcc(p: PreflightInput) -> str | None:
-    if not p.fp.gcc_major or not p.fp.nvcc_line:
-        return None
-    line = load_knowledge().cuda_lines.get(p.fp.nvcc_line)
-    cap, source = (p.gcc_cap, p.fp.host_config_h) if p.gcc_cap else \
-        (line.max_gcc if line else None, "toolkit/knowledge/cuda_lines.yaml")
-    if cap is None or int(p.fp.gcc_major) <= cap:
-        return None
-    return (f"{p.fp.cxx_path}: gcc {p.fp.gcc_version} is newer than nvcc {p.fp.nvcc_line} accepts "
-            f"(max gcc {cap}, per {source}: use gcc <= {cap})")
+def host_compiler(p: PreflightInput) -> checks.Finding:
+    return checks.host_gcc(p.fp, p.gcc_cap)
 
 
-def cuda_headers_present(p: PreflightInput) -> str | None:
-    if not p.fp.cuda_home or not p.fp.nvcc_version:
-        return None
-    if not p.fp.cuda_h:
-        return (f"{p.fp.cuda_home}/include/cuda.h: missing (CUDA_HOME is a toolkit without headers: "
-                f"install cuda-cudart-dev or point CUDA_HOME at a full toolkit)")
-    if not p.fp.host_config_h:
-        return (f"{p.fp.cuda_home}/include/crt/host_config.h: missing (nvcc's crt headers: install "
-                f"cuda-nvcc's crt headers or point CUDA_HOME at a full toolkit)")
-    return None
+def cuda_headers_present(p: PreflightInput) -> checks.Finding | None:
+    return checks.cuda_headers(p.fp) if p.fp.nvcc_version else None  # without nvcc, nvcc_present says what to install
 
 
 def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
@@ -275,11 +223,17 @@ def enough_memory(p: PreflightInput) -> str | None:
             f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
 
 
-CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
+# Each check: a problem with its fix (str), a shared machine Finding (refused when `fail`), or None.
+CHECKS: tuple[Callable[[PreflightInput], str | checks.Finding | None], ...] = (
     python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
-    torch_cuda_matches_nvcc, gcc_present, gcc_allowed_by_nvcc, cuda_headers_present, headers_visible, ninja_present,
+    torch_cuda_matches_nvcc, host_compiler, cuda_headers_present, headers_visible, ninja_present,
     archs_supported, enough_disk, enough_memory,
 )
+
+
+SHARED_CHECKS: tuple[Callable[[PreflightInput], checks.Finding | None], ...] = (
+    python_present, nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler,
+    cuda_headers_present)
 
 
 def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
@@ -304,19 +258,35 @@ def problems(p: PreflightInput) -> list[str]:
     if mismatches:
         found.append(f"{p.spec.where('toolchain')}: this machine's toolchain differs from the spec: "
                      f"{', '.join(mismatches)} (fix the machine, or the spec's toolchain section)")
-    found += [problem for check in CHECKS if (problem := check(p))]
+    found += [problem for check in CHECKS if (problem := _refusal(check(p)))]
     return found
+
+
+def _refusal(result: str | checks.Finding | None) -> str | None:
+    """A preflight problem's line; a shared Finding refuses only when it fails."""
+    if isinstance(result, checks.Finding):
+        return result.line() if result.status == "fail" else None
+    return result
+
+
+def warnings(p: PreflightInput) -> list[str]:
+    """The shared machine findings that do not stop a build but should be seen (a CUDA minor mismatch)."""
+    return [finding.line() for check in SHARED_CHECKS if (finding := check(p)) and finding.status == "warn"]
 
 
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
                     build_dir: Path, compile_env: dict[str, str] | None = None) -> PreflightInput:
     return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
-                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_gcc_cap(fp.host_config_h),
+                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=checks.host_gcc_cap(fp.host_config_h),
                           compile_env=compile_env)
 
 
 def run_preflight(p: PreflightInput) -> None:
-    """Raise one ToolkitError whose lines are the problems (the CLI prints each as `error: ...`)."""
+    """Raise one ToolkitError whose lines are the problems (the CLI prints each as `error: ...`); print
+    each warning to stderr when the build may go on."""
     found = problems(p)
+    if not found:
+        for warning in warnings(p):
+            print(f"warning: {warning}", file=sys.stderr)  # one line each, never wrapped
     if found:
         raise ToolkitError("\nerror: ".join(found))
