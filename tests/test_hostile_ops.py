@@ -21,10 +21,12 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from toolkit.build_record import BuildRecord
 from toolkit.cli import main
 from toolkit.errors import ToolkitError
 from toolkit.rules import checked_spec
@@ -398,10 +400,11 @@ def test_a_hand_edited_build_record_is_a_row_not_a_crash(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     fingerprint = {**json.loads(recorded.read_text())["fingerprint"], **edit}
     wheel = "flash_attn-2.8.3.post2+cu130torch2.11-cp312-cp312-linux_x86_64.whl"
-    record = {"schema": 1, "status": "success", "finished": "2026-11-30T10:00:00+00:00",
-              "outputs": {"wheel": wheel, "version": "2.8.3.post2+cu130torch2.11"}, "fingerprint": fingerprint}
+    real = BuildRecord.read(ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json")
+    record = replace(real, fingerprint=fingerprint,
+                     outputs=replace(real.outputs, wheel=wheel, version="2.8.3.post2+cu130torch2.11"))
     (tmp_path / "wheelhouse" / "gpu-machine").mkdir(parents=True)
-    (tmp_path / "wheelhouse" / "gpu-machine" / f"{wheel}.build.json").write_text(json.dumps(record))
+    (tmp_path / "wheelhouse" / "gpu-machine" / f"{wheel}.build.json").write_text(record.text())
     code = main(["doctor", "--fingerprint", str(recorded), "--envs", str(ROOT / "envs"), "--json"])
     out, err = capsys.readouterr()
     assert code in (0, 1) and "Traceback" not in err
