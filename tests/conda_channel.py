@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.digest import sha256_file
+
 FIXED_MTIME = 1_700_000_000  # 2023-11-14, any fixed value makes archives reproducible
 ZIP_DATE = (2023, 11, 14, 0, 0, 0)
 PREFIX_PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"  # what conda-build writes into prefix-relocated files
@@ -111,7 +113,7 @@ def _stage(package: FixturePackage, staging: Path) -> list[str]:
             executable = relative.startswith(("bin/", "python-scripts/"))
         if executable:
             target.chmod(0o755)
-        entry = {"_path": relative, "path_type": "hardlink", "sha256": sha256_of(target),
+        entry = {"_path": relative, "path_type": "hardlink", "sha256": sha256_file(target),
                  "size_in_bytes": target.stat().st_size}
         if relative in package.prefix_files:
             entry.update(file_mode="text", prefix_placeholder=PREFIX_PLACEHOLDER)
@@ -139,14 +141,6 @@ def _stage(package: FixturePackage, staging: Path) -> list[str]:
     for path in [*staging.rglob("*"), staging]:
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
     return members
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fix_zip_dates(path: Path) -> None:

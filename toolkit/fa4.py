@@ -15,7 +15,6 @@ Two traps this module exists for (both seen on the H200, 2026-12-01):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from functools import cache
 from pathlib import Path
 
 from toolkit.atomic import write_atomic
+from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -102,19 +102,11 @@ def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Rele
 # ---------------------------------------------------------------- wheels on disk
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_wheel(path: Path, pin: WheelPin) -> None:
     """The file is the pinned one (size, then sha256), or a one-line error naming it."""
     if not path.is_file():
         raise ToolkitError(f"{path}: missing (run scripts/fetch_fa4_wheels.sh, or carry the folder)")
-    if path.stat().st_size != pin.size or sha256_of(path) != pin.sha256:
+    if path.stat().st_size != pin.size or sha256_file(path) != pin.sha256:
         raise ToolkitError(f"{path}: does not match the pin in {KNOWLEDGE_FILE.name} (size {pin.size}, "
                            f"sha256 {pin.sha256[:12]}...): delete it and fetch again")
 
@@ -126,7 +118,7 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
     paths = []
     for pin in rel.wheels_for(cuda_major):
         path = dest / pin.file
-        if not (path.is_file() and path.stat().st_size == pin.size and sha256_of(path) == pin.sha256):
+        if not (path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256):
             with tempfile.TemporaryDirectory(dir=dest) as scratch:
                 done = subprocess.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                                        *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
@@ -150,7 +142,7 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
             part = dest / f"{path.name}.part{index:03d}"
             write_atomic(part, block)
             parts.append(part)
-    manifest = {"file": path.name, "size": path.stat().st_size, "sha256": sha256_of(path),
+    manifest = {"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path),
                 "parts": [p.name for p in parts]}
     write_atomic(dest / f"{path.name}.parts.json", json.dumps(manifest, indent=2) + "\n")
     return parts
@@ -177,7 +169,7 @@ def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
                                    f"(carry the other part folder too)")
             with open(found, "rb") as part:
                 shutil.copyfileobj(part, joined)
-    if sha256_of(Path(joined.name)) != manifest["sha256"]:
+    if sha256_file(Path(joined.name)) != manifest["sha256"]:
         Path(joined.name).unlink()
         raise ToolkitError(f"{manifest_path}: the joined file's sha256 differs from the manifest (a part is "
                            f"damaged: fetch and split again)")
@@ -502,7 +494,7 @@ def _fetch_command(args: argparse.Namespace) -> int:
     rel = release(args.release)
     paths = fetch(rel, args.cuda_major, args.dest)
     for path in paths:
-        print(f"ok {path.name} sha256 {sha256_of(path)[:16]}")
+        print(f"ok {path.name} sha256 {sha256_file(path)[:16]}")
     if args.split_into:
         carry_split(paths, args.split_into)
     return 0
