@@ -16,7 +16,6 @@ only missed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.atomic import write_atomic
+from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
@@ -236,7 +236,7 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
     os.chmod(handle.name, 0o644)
     os.replace(handle.name, archive)
     record = {"kind": "fa4-kernel-cache", "key": key, "artifact": archive.name,
-              "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+              "sha256": sha256_file(archive),
               "entries": len(cache_entries(cache_dir)),
               "variants": [row["variant"] for row in latency["variants"]],
               "env": sorted(cache_env(Path("DIR")))}
@@ -258,7 +258,7 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
         raise ToolkitError(f"{record_path}: built for {record.get('key')}, this env is {key} "
                            f"(run `toolkit fa4 warm` for this env)")
     archive = record_path.parent / artifact
-    if hashlib.sha256(archive.read_bytes()).hexdigest() != record["sha256"]:
+    if sha256_file(archive) != record["sha256"]:
         raise ToolkitError(f"{archive}: sha256 differs from {record_path.name} (warm again)")
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")
