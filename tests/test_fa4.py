@@ -140,11 +140,80 @@ def test_the_meta_package_requires_libs_cu12_and_libs_cu13_replaces_it(joined):
                fa4.unmet_requirements(metadata, old_torch_dlpack, {"nvidia-cutlass-dsl-libs-cu12": "x"}, env))
 
 
-def test_fa2_in_the_same_target_is_refused_before_anything_is_written(tmp_path):
+# FA4 beside flash-attn 2.x in one folder. The FA2 install is the package files of the real pinned sdist
+# (what its setup.py's find_packages() puts in the wheel) with a RECORD as pip writes one; NOT real: the
+# compiled flash_attn_2_cuda extension, absent here (no module of flash_attn/cute's neighbours imports it
+# at file level; FA2's import itself is checked on the GPU machine, scripts/gpu_session.sh).
+def install_fa2_files(sdist: Path, target: Path) -> Path:
+    """Lay flash-attn 2.8.3.post2's package files into `target` as its wheel's install does; its dist-info."""
+    import csv
+    import hashlib
+    import tarfile
+
+    rows = []
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            name = member.name.split("/", 1)[1] if "/" in member.name else ""
+            if member.isfile() and name.startswith("flash_attn/") and name.endswith(".py"):
+                data = tar.extractfile(member).read()
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
+                (target / name).write_bytes(data)
+                rows.append([name, f"sha256={hashlib.sha256(data).hexdigest()}", str(len(data))])
+    dist_info = target / "flash_attn-2.8.3.post2.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3.post2\n")
+    with open(dist_info / "RECORD", "w", newline="") as handle:
+        csv.writer(handle).writerows([*rows, ["flash_attn-2.8.3.post2.dist-info/METADATA", "", ""],
+                                      ["flash_attn-2.8.3.post2.dist-info/RECORD", "", ""]])
+    return dist_info
+
+
+def fa4_wheel_files(dest: Path) -> Path:
+    """The files of the real flash_attn_4 wheel, unpacked into a staging folder as pip would."""
+    import zipfile
+
+    wheel = next((FETCHED / "part1").glob("flash_attn_4-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest)
+    return dest
+
+
+@needs_wheels
+def test_fa4_takes_over_fa2s_cute_copy_and_fa2_keeps_the_rest(tmp_path, pinned_sdist):
+    target = tmp_path / "site"
+    dist_info = install_fa2_files(pinned_sdist, target)
+    fa2_files = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*.py")}
+    fa2_cute = {n for n in fa2_files if n.startswith("flash_attn/cute/")}
+    assert len(fa2_cute) == fa4.knowledge()["beside_flash_attn_2"]["2.8.3.post2"]["cute_files"]
+    beside = fa4.flash_attn_2_beside(target)
+    assert beside == fa4.Fa2Install("2.8.3.post2", dist_info)
+    staging = fa4_wheel_files(tmp_path / "staging")
+    fa4_cute = {p.relative_to(staging).as_posix(): p.read_bytes() for p in (staging / "flash_attn").rglob("*.py")}
+
+    handed = fa4.hand_over_cute(beside)
+    fa4.merge_into(staging, target)
+
+    assert set(handed) == fa2_cute
+    now = {p.relative_to(target).as_posix(): p.read_bytes() for p in (target / "flash_attn").rglob("*.py")}
+    assert {n: b for n, b in now.items() if n.startswith("flash_attn/cute/")} == fa4_cute  # FA4's, whole, only
+    assert all(now[n] == b for n, b in fa2_files.items() if n not in fa2_cute)  # FA2's own files untouched
+    record = (dist_info / "RECORD").read_text()
+    assert "flash_attn/cute/" not in record and "flash_attn/__init__.py" in record
+    assert all((target / row.split(",")[0]).is_file() for row in record.splitlines())  # uninstall = FA2's only
+    assert (target / "flash_attn_4-4.0.0b36.dist-info" / "RECORD").is_file()
+
+
+def test_fa4_beside_an_unread_fa2_or_an_ownerless_package_is_refused(tmp_path):
     (tmp_path / "flash_attn").mkdir()
     (tmp_path / "flash_attn" / "__init__.py").write_text("__version__ = '2.8.3'\n")
-    with pytest.raises(ToolkitError, match="holds flash-attn 2.x"):
-        fa4.refuse_collision(tmp_path)
+    with pytest.raises(ToolkitError, match="that no flash-attn dist-info lists"):
+        fa4.flash_attn_2_beside(tmp_path)
+    (tmp_path / "flash_attn-2.8.3.dist-info").mkdir()
+    (tmp_path / "flash_attn-2.8.3.dist-info" / "RECORD").write_text("flash_attn/__init__.py,,\n")
+    with pytest.raises(ToolkitError, match="holds flash-attn 2.8.3, whose flash_attn/cute the knowledge has not"):
+        fa4.flash_attn_2_beside(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["RECORD", "__init__.py", "flash_attn",
+                                                          "flash_attn-2.8.3.dist-info"]  # nothing touched
 
 
 def test_a_python_without_torch_is_refused_in_one_line(tmp_path, capsys, joined):
@@ -185,9 +254,31 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     fixed = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, **record.env()})
     assert fixed.returncode == 0, fixed.stderr[-500:]
     assert fixed.stdout.strip() == "4.8.1"
-    with pytest.raises(ToolkitError, match="holds flash-attn 2.x"):
-        (target / "flash_attn" / "__init__.py").write_text("")
-        fa4.install(fa4.release(), "13", joined, target, str(python))
+    again = fa4.install(fa4.release(), "13", joined, target, str(python))  # a rerun replaces, as --upgrade did
+    assert again.installed == record.installed and not list(target.glob(".fa-envkit-tmp-*"))
+
+
+@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
+def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_sdist):
+    venv = tmp_path / "py312"
+    subprocess.run([PY312, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    import packaging
+
+    for name, version in (("torch", "2.11.0+cu130"), ("typing_extensions", "4.15.0")):
+        info = site / f"{name}-{version}.dist-info"  # STAND-INS, metadata only (see the module doc)
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    target = tmp_path / "site"
+    install_fa2_files(pinned_sdist, target)
+    record = fa4.install(fa4.release(), "13", joined, target, str(python))
+    assert record.flash_attn_2 == "2.8.3.post2" and len(record.replaced_from_flash_attn_2) == 21
+    assert json.loads((target / fa4.RECORD_NAME).read_text())["flash_attn_2"] == "2.8.3.post2"
+    assert (target / "flash_attn" / "flash_attn_interface.py").is_file()
+    assert "def flash_attn_varlen_func" in (target / "flash_attn" / "cute" / "interface.py").read_text()
 
 
 def test_env_verb_prints_data_lines(tmp_path, capsys):
@@ -272,3 +363,14 @@ def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, ma
     with pytest.raises(ToolkitError, match="parts manifest|plain file names"):
         fa4.join_parts(path, [tmp_path], tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape.whl").exists()
+
+
+def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
+    """FA2 after FA4 in one --target: pip would swap the whole flash_attn/ folder and FA4's cute with it."""
+    from toolkit.build import install_and_import
+
+    (tmp_path / fa4.RECORD_NAME).write_text("{}")
+    with pytest.raises(ToolkitError, match="holds flash-attn-4; pip --target would replace"):
+        install_and_import(None, tmp_path / "flash_attn-2.8.3.post2-cp312-linux_x86_64.whl", [], tmp_path,  # type: ignore[arg-type]
+                           tmp_path / "log")
+    assert not (tmp_path / "log").exists()

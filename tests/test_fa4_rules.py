@@ -45,11 +45,17 @@ def test_fa4_on_sm80_is_refused_with_the_file_and_line(tmp_path):
     assert "sm_80" in found["archs"]
 
 
-def test_beside_fa2_is_refused_for_the_file_collision(tmp_path):
+def test_beside_fa2_is_allowed_for_a_read_fa2_and_refused_for_another(tmp_path):
+    """cu130's flash-attn 2.8.3.post2 is in beside_flash_attn_2 (its package read); an unread FA2 is refused."""
     path = line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn_4:\n  version: "4.0.0b36"\n')
-    found = messages(path)
-    assert list(found) == ["flash_attn_4.with_flash_attn_2"]
+    assert load_spec(path).flash_attn_4.with_flash_attn_2
+    assert "flash_attn_4.with_flash_attn_2" not in messages(path)
+    other = line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn:\n  version: "2.8.3"\n'
+                           'flash_attn_4:\n  version: "4.0.0b36"\n')
+    found = messages(other)
+    assert "flash_attn_4.with_flash_attn_2" in found, found
     assert "both install flash_attn/cute" in found["flash_attn_4.with_flash_attn_2"]
+    assert "2.8.3.post2" in found["flash_attn_4.with_flash_attn_2"]
 
 
 @pytest.mark.parametrize("text,field,words", [
@@ -75,7 +81,7 @@ def test_the_cutlass_dsl_flavor_must_exist_and_be_pinned_for_the_cuda_major(tmp_
 
 
 def test_toolkit_check_reports_it_in_one_line_per_problem(tmp_path, capsys):
-    path = line(tmp_path, 'extends: cu130\narchs: ["80"]\nflash_attn_4:\n  version: "4.0.0b36"\n')
+    path = line(tmp_path, 'extends: cu130\narchs: ["80"]\npython: "3.11"\nflash_attn_4:\n  version: "4.0.0b36"\n')
     assert main(["check", str(path)]) == 1
     out = capsys.readouterr()
     lines = [x for x in (out.out + out.err).splitlines() if "flash-attn-4" in x]

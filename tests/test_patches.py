@@ -11,11 +11,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import SDIST_SHA256
 from packaging.version import Version
 
 from toolkit import patches
@@ -25,9 +25,6 @@ from toolkit.spec import load_spec
 ROOT = Path(__file__).resolve().parent.parent
 REAL_SETUP = ROOT / "tests/data/flash_attn-2.8.3.post2/setup.py"  # see tests/data/README.md
 REAL_SETUP_SHA256 = "152570de3092218ebbb0969281b6e0f58fea62ec65fd6029c7a20ea6589aacf4"
-SDIST_URL = ("https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0"
-             "211/flash_attn-2.8.3.post2.tar.gz")
-SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 CXX20 = "flash-attn-2.8.3-cxx20.patch"
 
 
@@ -181,19 +178,6 @@ def test_missing_patch_binary_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
     with pytest.raises(ToolkitError, match="^patch: not found on PATH"):
         patches.apply(sdist_tree(tmp_path), spec_for(tmp_path, "2.14.1"), SDIST_SHA256)
-
-
-@pytest.fixture(scope="module")
-def pinned_sdist(tmp_path_factory) -> Path:
-    """The real sdist from PyPI, sha256-checked (downloaded once for this module)."""
-    sdist = tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.post2.tar.gz"
-    try:
-        with urllib.request.urlopen(SDIST_URL, timeout=120) as response:
-            sdist.write_bytes(response.read())
-    except OSError as exc:
-        pytest.skip(f"PyPI not reachable: {exc}")
-    assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256
-    return sdist
 
 
 @pytest.mark.network

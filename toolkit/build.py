@@ -618,6 +618,10 @@ def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
 def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], target: Path | None,
                        log_path: Path) -> None:
     """Install the wheel into the environment (or --install-target) and import its extension modules."""
+    if target and (target / "fa4-install.json").is_file():  # toolkit/fa4.py RECORD_NAME
+        raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
+                           f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
+                           f"`toolkit fa4 install --target` that folder)")
     cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
     if target:
         cmd += ["--target", str(target), "--upgrade"]

@@ -22,12 +22,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
 
-from toolkit.atomic import write_atomic
+from toolkit.atomic import owned_dir, remove_path, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.workspace import Workspace, add_workspace_options
@@ -317,6 +317,8 @@ class InstallRecord:
     installed: list[str]  # name==version
     from_base: dict[str, str]  # distributions the target python already had and that were used
     python_path: list[str]  # what PYTHONPATH must hold for `import flash_attn.cute`
+    flash_attn_2: str | None = None  # the flash-attn 2.x version in the same folder, if any
+    replaced_from_flash_attn_2: list[str] = field(default_factory=list)  # its flash_attn/cute files, given way
 
     def env(self) -> dict[str, str]:
         return {"PYTHONPATH": os.pathsep.join(self.python_path)}
@@ -394,19 +396,22 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     if problems:
         raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {rel.version} pins leave requirements unmet: "
                            f"{'; '.join(problems)} (add the wheel to the release's pins)")
-    refuse_collision(target)
+    beside = flash_attn_2_beside(target)
     target.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-                           "--no-cache-dir", "--upgrade", "--target", str(target),
-                           *[str(wheel_dir / p.file) for p in chosen]], capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"pip install --target {target}: {tail}")
+    with owned_dir(target, "fa4-staging") as staging:
+        done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                               "--no-cache-dir", "--target", str(staging),
+                               *[str(wheel_dir / p.file) for p in chosen]], capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ToolkitError(f"pip install --target {target}: {tail}")
+        handed_over = hand_over_cute(beside) if beside else []
+        merge_into(staging, target)
     used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
     used_base.update({p.name: present[canonicalize_name(p.name)] for p in rel.wheels_for(cuda_major)
                       if p.if_missing and p not in chosen})  # present and good enough
     record = InstallRecord(rel.version, cuda_major, str(target), python, [f"{p.name}=={p.version}" for p in chosen],
-                           used_base, python_path(target))
+                           used_base, python_path(target), beside.version if beside else None, handed_over)
     if not (target / DSL_PACKAGES / "cutlass").is_dir():
         raise ToolkitError(f"{target}: no {DSL_PACKAGES}/cutlass after the install (the nvidia-cutlass-dsl "
                            f"layout changed: update {KNOWLEDGE_FILE.name})")
@@ -414,12 +419,82 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     return record
 
 
-def refuse_collision(target: Path) -> None:
-    """flash-attn 2.x in the same folder owns flash_attn/__init__.py and its own flash_attn/cute (knowledge:
-    collision): installing FA4 there would overwrite FA2's files, so refuse."""
-    if (target / "flash_attn" / "__init__.py").is_file():
-        raise ToolkitError(f"{target}: holds flash-attn 2.x (flash_attn/__init__.py); flash-attn-4 writes "
-                           f"flash_attn/cute into the same package (install FA4 into its own --target folder)")
+@dataclass(frozen=True)
+class Fa2Install:
+    """flash-attn 2.x installed in the folder FA4 goes to: its dist-info owns flash_attn/__init__.py."""
+    version: str
+    dist_info: Path
+
+    @property
+    def record_file(self) -> Path:
+        return self.dist_info / "RECORD"
+
+
+def flash_attn_2_beside(target: Path) -> Fa2Install | None:
+    """The flash-attn 2.x in `target`, when there is one, and only one the knowledge says FA4 may sit beside
+    (its flash_attn/cute is not imported by the rest of the package: knowledge beside_flash_attn_2).
+    A flash_attn/__init__.py that no flash-attn dist-info lists is nobody's to change: refused."""
+    init = target / "flash_attn" / "__init__.py"
+    if not init.is_file():
+        return None
+    for dist_info in sorted(target.glob("flash_attn-*.dist-info")):
+        rows = _record_rows(dist_info / "RECORD")
+        if any(row[0] == "flash_attn/__init__.py" for row in rows):
+            version = dist_info.name[len("flash_attn-"):-len(".dist-info")]
+            known = knowledge()["beside_flash_attn_2"]
+            if version not in known:
+                raise ToolkitError(f"{target}: holds flash-attn {version}, whose flash_attn/cute the knowledge has "
+                                   f"not read (known beside FA4: {', '.join(known)}; add it to "
+                                   f"{KNOWLEDGE_FILE.name} beside_flash_attn_2 or install FA4 into its own folder)")
+            return Fa2Install(version, dist_info)
+    raise ToolkitError(f"{target}: holds a flash_attn/__init__.py that no flash-attn dist-info lists; flash-attn-4 "
+                       f"writes flash_attn/cute into that package (install FA4 into its own --target folder)")
+
+
+def _record_rows(path: Path) -> list[list[str]]:
+    import csv
+
+    try:
+        with open(path, newline="") as handle:
+            return [row for row in csv.reader(handle) if row]
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise ToolkitError(f"{path}: unreadable ({exc}) (reinstall flash-attn 2.x there)") from None
+
+
+def hand_over_cute(fa2: Fa2Install) -> list[str]:
+    """FA2's own copy of flash_attn/cute gives way to FA4's: its rows leave FA2's RECORD first (so
+    `pip uninstall flash-attn` never deletes FA4's files), then the files it listed are removed. Only
+    paths FA2's RECORD names, inside flash_attn/cute, are touched. Returns them."""
+    rows = _record_rows(fa2.record_file)
+    prefix = "flash_attn/cute/"
+    ours = [row[0] for row in rows if row[0].startswith(prefix) and ".." not in Path(row[0]).parts]
+    if ours:
+        import csv
+        import io
+
+        kept = io.StringIO()
+        csv.writer(kept, lineterminator="\n").writerows(row for row in rows if row[0] not in ours)
+        write_atomic(fa2.record_file, kept.getvalue())
+        root = fa2.dist_info.parent
+        for name in ours:
+            (root / name).unlink(missing_ok=True)
+        shutil.rmtree(root / "flash_attn" / "cute" / "__pycache__", ignore_errors=True)
+    return ours
+
+
+def merge_into(staging: Path, target: Path) -> None:
+    """Move what pip installed into `staging` into `target` the way `pip install --target --upgrade` does
+    (an existing entry of the same name is replaced), except that flash_attn/ is merged one level down:
+    FA4 adds flash_attn/cute to a package flash-attn 2.x may own."""
+    for entry in sorted(staging.iterdir()):
+        if entry.name == "flash_attn" and entry.is_dir():
+            (target / "flash_attn").mkdir(exist_ok=True)
+            merge_into(entry, target / "flash_attn")
+            continue
+        dest = target / entry.name
+        if dest.exists() or dest.is_symlink():
+            remove_path(dest)
+        os.replace(entry, dest)
 
 
 def load_record(target: Path) -> InstallRecord:

@@ -77,15 +77,18 @@ def python_pinned(spec: EnvSpec, kb) -> str | None:
     return None
 
 
-def no_collision_with_flash_attn_2(spec: EnvSpec, kb) -> str | None:
-    """flash-attn 2.x owns flash_attn/__init__.py (and 2.8.3.post2 ships its own flash_attn/cute): in one
-    site-packages FA4 overwrites FA2's files, in two folders FA2's regular package shadows FA4's namespace
-    portion (knowledge: collision). The toolkit does not resolve that yet, so beside FA2 is refused."""
+def beside_flash_attn_2_known(spec: EnvSpec, kb) -> str | None:
+    """FA4 beside flash-attn 2.x: both write flash_attn/cute. The toolkit resolves it in one folder (FA2's
+    copy gives way, toolkit/fa4.py hand_over_cute) only for FA2 versions whose package the knowledge has
+    read (beside_flash_attn_2); any other is refused before anything is installed."""
     if spec.flash_attn_4 is None or not spec.flash_attn_4.with_flash_attn_2:
         return None
-    return (f"flash-attn-4 beside flash-attn {spec.flash_attn_version}: both install flash_attn/cute and FA2's "
-            f"flash_attn/__init__.py shadows FA4's (set flash_attn_4.with_flash_attn_2: false for FA4 instead "
-            f"of FA2, or give FA4 a line of its own)")
+    known = fa4.knowledge()["beside_flash_attn_2"]
+    if spec.flash_attn_version in known:
+        return None
+    return (f"flash-attn-4 beside flash-attn {spec.flash_attn_version}: both install flash_attn/cute and the "
+            f"knowledge has not read that FA2's package (beside_flash_attn_2 knows {', '.join(known)}; use one of "
+            f"those, or set flash_attn_4.with_flash_attn_2: false for FA4 instead of FA2)")
 
 
 # (name, field, check), in the order `toolkit check` reports them
@@ -95,5 +98,5 @@ CHECKS = (
     ("fa4-archs-supported", "archs", archs_supported),
     ("fa4-cuda-flavor", "cuda", cuda_flavor),
     ("fa4-python-pinned", "python", python_pinned),
-    ("fa4-no-collision-with-flash-attn-2", "flash_attn_4.with_flash_attn_2", no_collision_with_flash_attn_2),
+    ("fa4-beside-flash-attn-2-known", "flash_attn_4.with_flash_attn_2", beside_flash_attn_2_known),
 )

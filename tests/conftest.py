@@ -1,0 +1,34 @@
+"""Fixtures several test modules share."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# flash-attn 2.8.3.post2, the pinned sdist of every line (its URL and sha256 from PyPI's simple index page)
+SDIST_URL = ("https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0"
+             "211/flash_attn-2.8.3.post2.tar.gz")
+SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
+
+
+@pytest.fixture(scope="session")
+def pinned_sdist(tmp_path_factory) -> Path:
+    """The real sdist, sha256-checked: the toolkit's own sdist cache of this checkout when it holds it,
+    else downloaded from PyPI once per test session (skipped where PyPI is not reachable)."""
+    sdist = tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.post2.tar.gz"
+    cached = ROOT / ".cache" / "sdist" / SDIST_SHA256 / sdist.name
+    if cached.is_file():
+        shutil.copy(cached, sdist)
+    else:
+        try:
+            with urllib.request.urlopen(SDIST_URL, timeout=120) as response:
+                sdist.write_bytes(response.read())
+        except OSError as exc:
+            pytest.skip(f"PyPI not reachable: {exc}")
+    assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256
+    return sdist
