@@ -200,6 +200,8 @@ def test_fa4_takes_over_fa2s_cute_copy_and_fa2_keeps_the_rest(tmp_path, pinned_s
     record = (dist_info / "RECORD").read_text()
     assert "flash_attn/cute/" not in record and "flash_attn/__init__.py" in record
     assert all((target / row.split(",")[0]).is_file() for row in record.splitlines())  # uninstall = FA2's only
+    local = dist_info.rename(target / "flash_attn-2.8.3.post2+cu130torch2.11.dist-info")  # as the toolkit builds it
+    assert fa4.flash_attn_2_beside(target) == fa4.Fa2Install("2.8.3.post2+cu130torch2.11", local)
     assert (target / "flash_attn_4-4.0.0b36.dist-info" / "RECORD").is_file()
 
 
@@ -349,7 +351,8 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
 def test_every_fact_in_the_knowledge_names_a_source_that_exists():
     data = fa4.knowledge()
     refs = [data["attn_implementation_source"], *(f["source"] for f in data["features"].values()),
-            *(h["source"] for h in data["head_dims"].values()), *(t["source"] for t in data["targets"]),
+            *(h["source"] for h in data["head_dims"].values()),
+            *(h["bwd"]["source"] for h in data["head_dims"].values() if "bwd" in h), *(t["source"] for t in data["targets"]),
             *(r["source"] for r in data["releases"].values())]
     assert refs and set(refs) <= set(data["sources"])
     assert all(len(text) > 40 for text in data["sources"].values())

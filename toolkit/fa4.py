@@ -442,7 +442,7 @@ def flash_attn_2_beside(target: Path) -> Fa2Install | None:
         if any(row[0] == "flash_attn/__init__.py" for row in rows):
             version = dist_info.name[len("flash_attn-"):-len(".dist-info")]
             known = knowledge()["beside_flash_attn_2"]
-            if version not in known:
+            if version.split("+")[0] not in known:  # a toolkit-built wheel carries a local tag (+cu130torch2.11)
                 raise ToolkitError(f"{target}: holds flash-attn {version}, whose flash_attn/cute the knowledge has "
                                    f"not read (known beside FA4: {', '.join(known)}; add it to "
                                    f"{KNOWLEDGE_FILE.name} beside_flash_attn_2 or install FA4 into its own folder)")

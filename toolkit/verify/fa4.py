@@ -56,9 +56,10 @@ def unsupported_reason(case: Case, knowledge: dict, arch: int) -> str:
     dims = knowledge["head_dims"].get(family)
     if dims is None:
         return f"flash_attn_4.yaml lists no head dims for {family}"
-    if not (dims["min"] <= case.head_dim <= dims["max"] and case.head_dim % dims["multiple_of"] == 0):
-        return (f"head dim {case.head_dim} not listed for {family} ({dims['min']}..{dims['max']}, multiple of "
-                f"{dims['multiple_of']}; flash_attn_4.yaml head_dims)")
+    for rule, scope in ((dims, ""), (dims.get("bwd") if case.backward else None, " backward")):
+        if rule and not (rule["min"] <= case.head_dim <= rule["max"] and case.head_dim % rule["multiple_of"] == 0):
+            return (f"head dim {case.head_dim} not listed for {family}{scope} ({rule['min']}..{rule['max']}, "
+                    f"multiple of {rule['multiple_of']}; flash_attn_4.yaml head_dims)")
     if missing:
         return f"not listed for {family} in flash_attn_4.yaml: {', '.join(missing)}"
     return ""
