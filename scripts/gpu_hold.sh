@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# One hold of the lent H200 for issues 13 and 16 together: the whole flash-attn 2.8.3.post2 build through the
+# toolkit on the machine's CUDA 13.0 laid out as conda-forge's packages (scripts/gpu_replica_build.sh), its
+# import and verification, then FlashAttention-4 installed by the toolkit BESIDE that FA2 in the same folder,
+# its kernel cache warmed, verified, and one `toolkit bench` run measuring FA2, FA4 and torch's SDPA backends
+# together, then the recommendation. Everything after the carries runs in ONE detached pipeline, so a late
+# poll loses nothing.
+#
+#   run(kind="nvidia-h200", carry=[".whl", ".cache/sdist", ".gpu-carry"], command="bash scripts/gpu_hold.sh start")
+#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_hold.sh carry1")
+#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_hold.sh carry2")      # joins; the pipeline installs FA4
+#   run(command="bash scripts/gpu_hold.sh wait")                                  # again while it says RUNNING
+#
+# .whl/ (zstandard, pydantic, py-rattler for Python 3.12), .cache/sdist/ and .gpu-carry/: see
+# scripts/gpu_replica_build.sh; .whl-fa4/: scripts/fetch_fa4_wheels.sh. Results under $OUT (steps.txt, the
+# reports, the build record, logs); each call stays under 9.5 minutes.
+set -u
+STATE=/tmp/fa-hold
+OUT=${OUT:-$STATE/out}
+RESULTS=$STATE/results
+SITE=/tmp/fa-replica/site  # gpu_replica_build.sh installs FA2 there (--install-target)
+LINE=gpu-replica
+PY=/opt/torch/.venv/bin/python3
+T0=$(date +%s)
+mkdir -p "$OUT" "$RESULTS" "$STATE/wheels"
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME SECONDS COMMAND...: time-limited, logged to results/NAME.log, never aborts the pipeline
+  local name=$1 limit=$2 begin rc
+  shift 2
+  begin=$(date +%s)
+  timeout -k 10 "$limit" "$@" > "$RESULTS/$name.log" 2>&1
+  rc=$?
+  echo "$(date -u +%H:%M:%S) $name rc=$rc $(( $(date +%s) - begin ))s" >> "$RESULTS/steps.txt"
+}
+
+pipeline() {  # runs detached: build (poll inside), FA2 checks, FA4 beside it, bench, recommend
+  export PYTHONPATH=$PWD
+  BUILD_ARGS="--arch 90 --mem-gb 120 --keep-build-dir --install-target $SITE --wheelhouse /tmp/fa-replica/wheelhouse \
+--order-from docs/results/2026-11-29-h200-seeded-build/build-record.json" \
+    WAIT_S=1700 OUT=$RESULTS/replica step replica-build 1750 bash scripts/gpu_replica_build.sh start
+  export PYTHONPATH=$SITE:$PWD
+  step fa2-import 120 "$PY" -c "import torch, flash_attn, flash_attn_2_cuda; print(flash_attn.__version__, flash_attn.__file__)"
+  step fa2-verify-smoke 200 "$PY" -m toolkit verify "$LINE" --level smoke --report-dir "$RESULTS/verify-fa2-smoke" \
+    --wheelhouse /tmp/fa-replica/wheelhouse
+  local waited=0
+  while [ ! -f "$STATE/wheels/joined" ] && [ $waited -lt 900 ]; do sleep 5; waited=$((waited + 5)); done
+  step fa4-install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$STATE/wheels/all" \
+    --target "$SITE" --python "$PY"
+  step fa4-warm 300 "$PY" -m toolkit.fa4 warm --target "$SITE" --cache-dir "$STATE/kernel-cache" \
+    --wheelhouse "$STATE/fa4-wheelhouse" --arch 90 --report "$RESULTS/latency.json" --budget-s 150 --jobs 8
+  local name value
+  while IFS='=' read -r name value; do  # data lines, never eval'd
+    case "$name" in
+      PYTHONPATH) export PYTHONPATH="$PWD:$value" ;;
+      FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED|FLASH_ATTENTION_CUTE_DSL_CACHE_DIR|CUTE_DSL_CACHE_DIR) export "$name=$value" ;;
+    esac
+  done < <("$PY" -m toolkit.fa4 env --target "$SITE" --cache-dir "$STATE/kernel-cache")
+  step both-import 120 "$PY" -c "import torch, flash_attn, flash_attn.cute as c; print(flash_attn.__version__, \
+flash_attn.flash_attn_func.__module__, c.__file__, c.flash_attn_func.__module__)"
+  step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
+    --wheelhouse /tmp/fa-replica/wheelhouse
+  step fa4-verify-smoke 200 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke --report-dir "$RESULTS/verify-fa4-smoke"
+  step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
+    --verify "fa4=$RESULTS/verify-fa4-smoke/verify.json" --verify "flash-attn=$RESULTS/verify-fa2-smoke/verify.json" \
+    --out "$RESULTS/recommendation.json"
+  step fa4-verify-full 400 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
+  echo done > "$STATE/pipeline.done"
+}
+
+report() {
+  collect
+  tail -n 20 "$RESULTS/steps.txt" 2>/dev/null
+  [ -f "$RESULTS/replica/summary.txt" ] && head -n 4 "$RESULTS/replica/summary.txt"
+  for log in "$RESULTS"/*.log; do [ -f "$log" ] && { echo "--- $(basename "$log")"; tail -n 6 "$log"; }; done
+  [ -f "$STATE/pipeline.done" ] && echo "PIPELINE DONE" || echo "PIPELINE RUNNING"
+}
+
+collect() {  # what the pipeline has written so far, into $OUT (a call cut short still returns it)
+  cp "$RESULTS"/steps.txt "$OUT"/ 2>/dev/null
+  (cd "$RESULTS" && find . \( -name '*.json' -o -name '*.png' -o -name '*.xml' -o -name '*.txt' -o -name '*.log' \) \
+    -size -15M -exec cp --parents {} "$OUT"/ \;) 2>/dev/null
+}
+
+wait_until() {  # poll until the pipeline ends or this call's time is nearly used
+  local last=0
+  while [ ! -f "$STATE/pipeline.done" ] && [ "$(date +%s)" -lt $(( T0 + ${1:-540} )) ]; do
+    sleep 10
+    [ $(( $(date +%s) - last )) -ge 60 ] && { collect; last=$(date +%s); }
+  done
+  report
+}
+
+case "${1:-}" in
+  start)
+    "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler 2>&1 | tail -2
+    "$PY" -c "import rattler, pydantic, zstandard; print('toolkit deps ok')"
+    rm -rf /tmp/fa-replica "$RESULTS" && mkdir -p "$RESULTS"
+    export -f pipeline step
+    export STATE RESULTS SITE LINE PY
+    # the carried .cache/sdist and .gpu-carry are read in the build's first minute (gpu_replica_build.sh setup)
+    setsid nohup bash -c pipeline > "$STATE/pipeline.log" 2>&1 < /dev/null &
+    sleep 60
+    wait_until "${WAIT_S:-520}"
+    ;;
+  carry1)
+    cp -r .whl-fa4/part1 "$STATE/wheels/" && echo "part1: $(ls "$STATE/wheels/part1" | wc -l) files"
+    report
+    ;;
+  carry2)
+    cp -r .whl-fa4/part2 "$STATE/wheels/" && echo "part2: $(ls "$STATE/wheels/part2" | wc -l) files"
+    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels/part1" "$STATE/wheels/part2" \
+      && touch "$STATE/wheels/joined"
+    report
+    ;;
+  wait) wait_until "${WAIT_S:-540}" ;;
+  *) echo "usage: $0 start|carry1|carry2|wait"; exit 2 ;;
+esac
