@@ -100,19 +100,27 @@ case "${1:-}" in
     export STATE RESULTS SITE LINE PY
     # the carried .cache/sdist and .gpu-carry are read in the build's first minute (gpu_replica_build.sh setup)
     setsid nohup bash -c pipeline > "$STATE/pipeline.log" 2>&1 < /dev/null &
+    date -u +%s > "$STATE/pipeline.started"
     sleep 60
     wait_until "${WAIT_S:-520}"
     ;;
   carry1)
+    [ -f "$STATE/pipeline.started" ] || { echo "FRESH MACHINE: no pipeline here; start again"; exit 3; }
     cp -r .whl-fa4/part1 "$STATE/wheels/" && echo "part1: $(ls "$STATE/wheels/part1" | wc -l) files"
     report
     ;;
   carry2)
+    [ -f "$STATE/pipeline.started" ] || { echo "FRESH MACHINE: no pipeline here; start again"; exit 3; }
     cp -r .whl-fa4/part2 "$STATE/wheels/" && echo "part2: $(ls "$STATE/wheels/part2" | wc -l) files"
     PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels/part1" "$STATE/wheels/part2" \
       && touch "$STATE/wheels/joined"
     report
     ;;
-  wait) wait_until "${WAIT_S:-540}" ;;
+  wait)
+    if [ ! -f "$STATE/pipeline.started" ]; then  # the lent machine was given back and this is a fresh one
+      echo "FRESH MACHINE: no pipeline here (its state went with the machine that was given back); start again"
+      exit 3
+    fi
+    wait_until "${WAIT_S:-540}" ;;
   *) echo "usage: $0 start|carry1|carry2|wait"; exit 2 ;;
 esac
