@@ -27,6 +27,7 @@ from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
 
+from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
@@ -82,9 +83,7 @@ class Release:
 
 @cache
 def knowledge(path: Path = KNOWLEDGE_FILE) -> dict:
-    import yaml
-
-    return yaml.safe_load(path.read_text())
+    return knowledge_files.read(path)
 
 
 def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Release:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec, display_path
@@ -458,8 +459,8 @@ def verification_gres(options: RunOptions) -> str | None:
 
 @cache
 def slurm_state_groups() -> dict[str, str]:
-    data = yaml.safe_load(SLURM_STATES.read_text())
-    return {state: where for where in ("queued", "running", "ended") for state in data[where]}
+    return knowledge_files.typed(SLURM_STATES, lambda data: {
+        state: where for where in ("queued", "running", "ended") for state in data[where]})
 
 
 class SlurmExecutor:
