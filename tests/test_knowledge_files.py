@@ -120,3 +120,10 @@ def test_a_broken_knowledge_file_is_one_line_from_the_cli(tmp_path, monkeypatch,
     err = capsys.readouterr().err.strip()
     assert code == 1 and "Traceback" not in err
     assert len(err.splitlines()) == 1 and "build_failures.yaml:" in err and "not valid YAML" in err
+
+
+def test_a_relative_path_is_read_from_the_working_directory_and_a_name_from_the_knowledge(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("upstream.yaml").write_text("here: true\n")
+    assert knowledge_files.read(Path("upstream.yaml")) == {"here": True}
+    assert knowledge_files.read("upstream.yaml") == yaml.safe_load((KNOWLEDGE_DIR / "upstream.yaml").read_text())

@@ -30,13 +30,13 @@ T = TypeVar("T")
 
 
 def read(name: str | Path) -> dict[str, Any]:
-    """The top-level mapping of a knowledge file: a name in toolkit/knowledge/, or a path (a test's copy)."""
+    """The top-level mapping of a knowledge file: a file name (str) in toolkit/knowledge/, or a Path (another
+    copy, e.g. a test's; relative to the working directory)."""
     import yaml  # here, so that importing this module costs nothing where no file is read
 
-    path = KNOWLEDGE_DIR / name
-    where = display_path(path)
+    where = display_path(_path(name))
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(_path(name).read_text())
     except FileNotFoundError:
         raise ToolkitError(f"{where}: knowledge file not found ({RESTORE})") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -54,14 +54,17 @@ def read(name: str | Path) -> dict[str, Any]:
 def typed(name: str | Path, build: Callable[[dict[str, Any]], T]) -> T:
     """`build` applied to the file's mapping; a field it misses or a value it rejects names the file."""
     data = read(name)
-    where = display_path(KNOWLEDGE_DIR / name)
+    where = display_path(_path(name))
     try:
         return build(data)
     except KeyError as exc:
-        raise ToolkitError(f"{where}: {exc.args[0]}: missing (add it as the file's other entries have it, "
-                           f"or {RESTORE})") from None
+        raise ToolkitError(f"{where}: {exc.args[0]}: missing (add it, or {RESTORE})") from None
     except (TypeError, ValueError, AttributeError, re.error) as exc:
         raise ToolkitError(f"{where}: malformed entry: {_first_line(exc)} (fix it, or {RESTORE})") from None
+
+
+def _path(name: str | Path) -> Path:
+    return name if isinstance(name, Path) else KNOWLEDGE_DIR / name
 
 
 def _first_line(exc: BaseException) -> str:
