@@ -377,3 +377,65 @@ def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
         install_and_import(None, tmp_path / "flash_attn-2.8.3.post2-cp312-linux_x86_64.whl", [], tmp_path,  # type: ignore[arg-type]
                            tmp_path / "log")
     assert not (tmp_path / "log").exists()
+
+
+def test_an_interrupted_join_leaves_no_partial_file(tmp_path, monkeypatch):
+    """Ctrl-C in the middle of joining: the destination holds nothing, not a nameless half wheel."""
+    (tmp_path / "big.whl").write_bytes(os.urandom(3000))
+    fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    real_copy = shutil.copyfileobj
+
+    def copy_then_interrupt(source, dest, *args):
+        real_copy(source, dest, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfileobj", copy_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fa4.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_joined_wheel_is_readable_by_the_group_as_a_downloaded_one_is(tmp_path):
+    (tmp_path / "big.whl").write_bytes(os.urandom(3000))
+    fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    saved = os.umask(0o022)
+    try:
+        out = fa4.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
+    finally:
+        os.umask(saved)
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_carry_over_the_limit_keeps_the_folders_it_would_replace(tmp_path):
+    wheels = []
+    for name in ("a.whl", "b.whl", "c.whl"):
+        wheels.append(tmp_path / name)
+        wheels[-1].write_bytes(os.urandom(100))
+    part1, part2 = fa4.carry_split(wheels[:2], tmp_path / "carry")
+    with pytest.raises(ToolkitError, match="over the"):
+        fa4.carry_split(wheels[2:], tmp_path / "carry", limit=50)
+    assert sorted(p.name for p in part1.iterdir()) == ["a.whl", "b.whl"] and part2.is_dir()
+    assert sorted(p.name for p in (tmp_path / "carry").iterdir()) == ["part1", "part2"]
+
+
+def _stand_in_pip(tmp_path: Path, payload: bytes, name: str) -> list[str]:
+    """A `pip download` stand-in (NOT pip): writes `payload` as `name` into --dest, as pip would."""
+    script = tmp_path / "pip_stand_in.py"
+    script.write_text("import sys\nfrom pathlib import Path\nargs = sys.argv[1:]\n"
+                      f"Path(args[args.index('--dest') + 1], {name!r}).write_bytes({payload!r})\n")
+    return [sys.executable, str(script)]
+
+
+def test_fetch_publishes_only_a_wheel_matching_its_pin(tmp_path):
+    import hashlib
+
+    good = b"wheel bytes"
+    pin = fa4.WheelPin("demo", "1.0", "demo-1.0-py3-none-any.whl", hashlib.sha256(good).hexdigest(), len(good),
+                        cuda="12", replaces="demo-cu12")
+    rel = fa4.Release("1.0", "3.12", 80, ("80",), ("12",), "2.9", (pin,), ())
+    dest = tmp_path / "wheels"
+    with pytest.raises(ToolkitError, match="does not match the pin"):
+        fa4.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, b"tampered!!!", pin.file))
+    assert list(dest.iterdir()) == []
+    assert fa4.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, good, pin.file)) == [dest / pin.file]
+    assert [p.name for p in dest.iterdir()] == [pin.file] and (dest / pin.file).read_bytes() == good

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -145,3 +146,38 @@ def test_a_record_pointing_outside_its_folder_is_refused(tmp_path):
     with pytest.raises(ToolkitError, match="not a readable cache record"):
         fa4_jit.unpack(record, {}, tmp_path / "dest")
     assert not (tmp_path / "dest").exists()
+
+
+def test_an_interrupted_pack_keeps_the_old_archive_and_leaves_no_temporary(tmp_path, monkeypatch):
+    cache = tmp_path / "cache" / "fp" / "fwd"
+    cache.mkdir(parents=True)
+    (cache / "a.o").write_bytes(b"kernel a")
+    key = {"flash_attn_4": "4.0.0b36", "cutlass_dsl": "4.8.1", "torch": "2.11.0+cu130", "python": "3.12", "arch": "90"}
+    latency = {"variants": [{"variant": "fwd-bfloat16-d64"}]}
+    archive, _ = fa4_jit.pack(tmp_path / "cache", tmp_path / "wheelhouse", key, latency)
+    before = (sorted(p.name for p in archive.parent.iterdir()), archive.read_bytes())
+    (cache / "b.o").write_bytes(b"kernel b")
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tarfile.TarFile, "add", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fa4_jit.pack(tmp_path / "cache", tmp_path / "wheelhouse", key, latency)
+    assert (sorted(p.name for p in archive.parent.iterdir()), archive.read_bytes()) == before
+    assert archive.stat().st_mode & 0o777 == 0o644
+
+
+def test_an_interrupted_merge_leaves_no_partial_entry(tmp_path, monkeypatch):
+    source = tmp_path / "src" / "fp" / "fwd"
+    source.mkdir(parents=True)
+    (source / "a.o").write_bytes(b"x" * 1000)
+
+    def half_copy(src, dst, *args, **kwargs):
+        Path(dst).write_bytes(Path(src).read_bytes()[:500])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copy2", half_copy)
+    with pytest.raises(KeyboardInterrupt):
+        fa4_jit.merge_cache(tmp_path / "src", tmp_path / "dst")
+    assert list((tmp_path / "dst").rglob("*.*")) == []

@@ -165,6 +165,8 @@ def test_default_stages_install_only_lines_with_a_locked_toolchain(project):
 
 @pytest.mark.parametrize("text, problem", [
     ("build:\n  install: {run: echo, toolchain: gpu}\n", "build.install: expected a stage name"),
+    ("build:\n  install: {toolchain: locked}\n", "build.install: expected a stage name"),
+    ("build:\n  install: {run: 5, toolchain: locked}\n", "build.install: expected a stage name"),
     ("build:\n  build: echo {cuda}\n", "bad placeholder ('cuda'"),
     ("verify:\n  verify: echo\n", "expected a mapping with `build:`"),
     ("build:\n  'bad name': echo\n", "build.bad name: expected a stage name"),

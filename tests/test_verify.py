@@ -271,6 +271,24 @@ def test_kvcache_expected_appends_at_each_sequence_length():
     assert k_cache.abs().max() == 0  # the inputs stay untouched
 
 
+def test_kvcache_expected_without_new_tokens_is_the_cache_as_it_was():
+    k_cache, v_cache = torch.arange(12.0).view(2, 6, 1, 1), torch.ones(2, 6, 1, 1)
+    lengths = torch.tensor([2, 5], dtype=torch.int32)
+    k, v, lens = reference.kvcache_expected(k_cache, v_cache, None, None, lengths)
+    assert torch.equal(k, k_cache) and torch.equal(v, v_cache) and k is not k_cache
+    assert lens.dtype == torch.int64 and lens.tolist() == [2, 5]
+
+
+def test_the_varlen_call_refuses_inputs_made_without_padding():
+    case = next(c for c in cases.smoke_cases() if c.api == "func")
+    inputs = runner.make_inputs(case, torch.device("cpu"))
+    with pytest.raises(ValueError, match="varlen API needs a varlen case"):
+        inputs.padded_lengths()
+    varlen = runner.make_inputs(replace(case, api="varlen"), torch.device("cpu"))
+    q_lens, k_lens = varlen.padded_lengths()
+    assert q_lens.max() == case.seqlen_q and k_lens.max() == case.seqlen_k
+
+
 def test_keep_pattern_is_cropped_from_flash_attn_block_rounded_probabilities():
     probs = torch.full((1, 1, 128, 128), -1.0)  # rounded-up rows/columns must not count
     probs[0, 0, :3, :4] = torch.tensor([[0.5, -0.2, 0.3, 0.0], [-0.0, 0.1, -0.1, 0.2], [0.4, 0.4, 0.1, -0.1]])

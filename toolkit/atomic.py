@@ -36,13 +36,47 @@ OWNER_SUFFIX = ".owner"
 
 def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
     """Write through an owned temporary file in the same folder, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with owned_temp(path.parent, path.name) as temporary:
+    with publish_file(path, mode) as temporary:
         with open(temporary, "xb") as out:
             out.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(temporary, mode)
+
+
+@contextmanager
+def publish_file(path: Path, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path beside `path` for the body to create the file at (write, copy, download, tar); when
+    the body ends without error it is renamed over `path` (with `mode`, if given), else removed.
+
+    The body may check what it made (a hash) and raise to keep the old `path`; readers see the old file or
+    the new one, and a killed run leaves only an owned temporary that clean_stale removes."""
+    path = Path(path)
+    with owned_temp(path.parent, path.name) as temporary:
+        yield temporary
+        if mode is not None:
+            os.chmod(temporary, mode)
         os.replace(temporary, path)
+
+
+def copy_atomic(source: Path, dest: Path) -> None:
+    """Copy a file (data, mode, times) to `dest` through publish_file: on another filesystem a rename cannot
+    move it, and a plain copy would show a half-copied file to readers and after an interruption."""
+    with publish_file(dest) as temporary:
+        shutil.copy2(source, temporary)
+
+
+@contextmanager
+def publish_dir(path: Path) -> Iterator[Path]:
+    """A fresh owned folder beside `path` for the body to fill; when the body ends without error it
+    replaces `path` in one step where the filesystem can (exchange), else by two renames, and the old tree
+    is removed. On an error or interruption `path` is left as it was."""
+    path = Path(path)
+    with owned_dir(path.parent, path.name) as staged:
+        yield staged
+        if path.exists() and exchange(staged, path):  # the old tree leaves with `staged`
+            return
+        with owned_temp(path.parent, f"{path.name}-old") as old:
+            if path.exists():
+                os.replace(path, old)
+            os.replace(staged, path)
 
 
 # ---------------------------------------------------------------- owned temporaries

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.verify import machine
@@ -300,9 +301,10 @@ def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, hea
 
 def gpu_facts(gpu_name: str | None, path: Path = GPUS_FILE) -> tuple[dict | None, list[dict]]:
     """(the gpus.yaml entry this card matches, or None; the throughput targets for that entry)."""
-    import yaml
+    return knowledge_files.typed(path, lambda data: _gpu_facts(gpu_name, data))
 
-    data = yaml.safe_load(path.read_text())
+
+def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict]]:
     entry = next((g for g in data["gpus"] if gpu_name and g["match"] in gpu_name), None)
     if entry is None:
         return None, []

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 
-import yaml
 from packaging.version import Version
 
+from toolkit import knowledge_files
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
 from toolkit.spec import display_path
@@ -214,8 +214,12 @@ def read_tail(path: Path) -> LogTail:
 
 
 @cache
-def load_catalog(path: Path = CATALOG) -> tuple[KnownFailure, ...]:
-    data = yaml.safe_load(path.read_text())
+def load_catalog(path: Path | str = CATALOG.name) -> tuple[KnownFailure, ...]:
+    """The catalog of known failures (a name in toolkit/knowledge/, or a path)."""
+    return knowledge_files.typed(path, _catalog)
+
+
+def _catalog(data: dict) -> tuple[KnownFailure, ...]:
     sources = data["sources"]
     return tuple(
         KnownFailure(id=entry["id"], pattern=re.compile(entry["pattern"]), cause=entry["cause"], fix=entry["fix"],

@@ -21,15 +21,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit import knowledge_files
 from toolkit import machine_checks as checks
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
-from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
@@ -146,9 +146,8 @@ class DoctorKnowledge:
 
 @cache
 def doctor_knowledge() -> DoctorKnowledge:
-    data = yaml.safe_load((KNOWLEDGE_DIR / "doctor.yaml").read_text())
-    return DoctorKnowledge(minor_version_compat=data["minor_version_compat"],
-                           attn_implementations=tuple(data["attn_implementations"]))
+    return knowledge_files.typed("doctor.yaml", lambda data: DoctorKnowledge(
+        minor_version_compat=data["minor_version_compat"], attn_implementations=tuple(data["attn_implementations"])))
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
 
-from toolkit.atomic import owned_dir, remove_path, write_atomic
+from toolkit import knowledge_files
+from toolkit.atomic import copy_atomic, owned_dir, publish_dir, publish_file, remove_path, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.workspace import Workspace, add_workspace_options
@@ -82,9 +82,7 @@ class Release:
 
 @cache
 def knowledge(path: Path = KNOWLEDGE_FILE) -> dict:
-    import yaml
-
-    return yaml.safe_load(path.read_text())
+    return knowledge_files.read(path)
 
 
 def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Release:
@@ -119,16 +117,16 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
     for pin in rel.wheels_for(cuda_major):
         path = dest / pin.file
         if not (path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256):
-            with tempfile.TemporaryDirectory(dir=dest) as scratch:
+            with owned_dir(dest, "download") as scratch, publish_file(path) as staged:
                 done = subprocess.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                                        *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
                                       capture_output=True, text=True)
-                got = Path(scratch) / pin.file
+                got = scratch / pin.file
                 if done.returncode != 0 or not got.is_file():
                     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
                     raise ToolkitError(f"pip download {pin.name}=={pin.version}: {tail} (is PyPI reachable?)")
                 check_wheel(got, pin)
-                os.replace(got, path)
+                got.rename(staged)
         paths.append(path)
     return paths
 
@@ -160,20 +158,18 @@ def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
         raise ToolkitError(f"{manifest_path}: file and part names must be plain file names (split again)")
     out = dest / manifest["file"]
     dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=dest, delete=False) as joined:
-        for name in manifest["parts"]:
-            found = next((d / name for d in search if (d / name).is_file()), None)
-            if found is None:
-                Path(joined.name).unlink()
-                raise ToolkitError(f"{manifest_path}: part {name} is in none of {', '.join(map(str, search))} "
-                                   f"(carry the other part folder too)")
-            with open(found, "rb") as part:
-                shutil.copyfileobj(part, joined)
-    if sha256_file(Path(joined.name)) != manifest["sha256"]:
-        Path(joined.name).unlink()
-        raise ToolkitError(f"{manifest_path}: the joined file's sha256 differs from the manifest (a part is "
-                           f"damaged: fetch and split again)")
-    os.replace(joined.name, out)
+    with publish_file(out) as staged:
+        with open(staged, "xb") as joined:
+            for name in manifest["parts"]:
+                found = next((d / name for d in search if (d / name).is_file()), None)
+                if found is None:
+                    raise ToolkitError(f"{manifest_path}: part {name} is in none of {', '.join(map(str, search))} "
+                                       f"(carry the other part folder too)")
+                with open(found, "rb") as part:
+                    shutil.copyfileobj(part, joined)
+        if sha256_file(staged) != manifest["sha256"]:
+            raise ToolkitError(f"{manifest_path}: the joined file's sha256 differs from the manifest (a part is "
+                               f"damaged: fetch and split again)")
     return out
 
 
@@ -579,23 +575,21 @@ def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tup
     """Two folders, each under `limit` bytes: part1 = the small wheels + the first chunk of the big one,
     part2 = the other chunks (one carry is at most 64 MiB; docs gpu-machine.md)."""
     part1, part2 = dest / "part1", dest / "part2"
-    for folder in (part1, part2):
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-    big = [p for p in paths if p.stat().st_size > PART_BYTES]
-    for path in paths:
-        if path not in big:
-            shutil.copy2(path, part1 / path.name)
-    for path in big:
-        chunks = split_file(path, part2)
-        os.replace(chunks[0], part1 / chunks[0].name)
-        shutil.copy2(part2 / f"{path.name}.parts.json", part1 / f"{path.name}.parts.json")
-    for folder in (part1, part2):
-        size = sum(f.stat().st_size for f in folder.iterdir())
-        if size >= limit:
-            raise ToolkitError(f"{folder}: {size / 2 ** 20:.1f} MiB, over the {limit / 2 ** 20:.0f} MiB of one carry "
-                               f"(lower PART_BYTES)")
-        print(f"{folder}: {size / 2 ** 20:.1f} MiB")
+    with publish_dir(part1) as staged1, publish_dir(part2) as staged2:  # both kept as they were if one is over
+        big = [p for p in paths if p.stat().st_size > PART_BYTES]
+        for path in paths:
+            if path not in big:
+                shutil.copy2(path, staged1 / path.name)
+        for path in big:
+            chunks = split_file(path, staged2)
+            chunks[0].rename(staged1 / chunks[0].name)
+            shutil.copy2(staged2 / f"{path.name}.parts.json", staged1 / f"{path.name}.parts.json")
+        for folder, staged in ((part1, staged1), (part2, staged2)):
+            size = sum(f.stat().st_size for f in staged.iterdir())
+            if size >= limit:
+                raise ToolkitError(f"{folder}: {size / 2 ** 20:.1f} MiB, over the {limit / 2 ** 20:.0f} MiB of one "
+                                   f"carry (lower PART_BYTES)")
+            print(f"{folder}: {size / 2 ** 20:.1f} MiB")
     return part1, part2
 
 
@@ -603,7 +597,7 @@ def _join_command(args: argparse.Namespace) -> int:
     args.dest.mkdir(parents=True, exist_ok=True)
     manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
     for wheel in (w for folder in args.parts for w in folder.glob("*.whl")):
-        shutil.copy2(wheel, args.dest / wheel.name)
+        copy_atomic(wheel, args.dest / wheel.name)
     for manifest in manifests.values():
         print(f"joined {join_parts(manifest, list(args.parts), args.dest)}")
     return 0

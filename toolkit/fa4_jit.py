@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.atomic import write_atomic
+from toolkit.atomic import copy_atomic, publish_file, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 
@@ -161,11 +159,8 @@ def merge_cache(source: Path, dest: Path) -> int:
     added = 0
     for entry in cache_entries(source):
         target = dest / entry.relative_to(source)
-        if not target.exists():  # copied under a temporary name, then renamed: a reader never sees half
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            shutil.copy2(entry, partial)
-            os.replace(partial, target)
+        if not target.exists():  # a reader (a warm run beside this merge) never sees half an entry
+            copy_atomic(entry, target)
             added += 1
     return added
 
@@ -229,12 +224,9 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
     name = key_id(key)
     wheelhouse.mkdir(parents=True, exist_ok=True)
     archive = wheelhouse / f"{name}.tar.gz"
-    with tempfile.NamedTemporaryFile(dir=wheelhouse, suffix=".tmp", delete=False) as handle:
-        with tarfile.open(fileobj=handle, mode="w:gz") as tar:
-            for entry in cache_entries(cache_dir):
-                tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
-    os.chmod(handle.name, 0o644)
-    os.replace(handle.name, archive)
+    with publish_file(archive, 0o644) as staged, tarfile.open(staged, mode="x:gz") as tar:
+        for entry in cache_entries(cache_dir):
+            tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
     record = {"kind": "fa4-kernel-cache", "key": key, "artifact": archive.name,
               "sha256": sha256_file(archive),
               "entries": len(cache_entries(cache_dir)),

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-KNOWLEDGE_DIR = Path(__file__).parent / "knowledge"
+from toolkit import knowledge_files
+from toolkit.knowledge_files import KNOWLEDGE_DIR as KNOWLEDGE_DIR  # where the stages' data files lie
 
 
 @dataclass(frozen=True)
@@ -92,51 +91,62 @@ class Knowledge:
         return None
 
 
-def _read(name: str) -> dict:
-    return yaml.safe_load((KNOWLEDGE_DIR / name).read_text())
-
-
 @cache
 def load_knowledge() -> Knowledge:
-    cuda = _read("cuda_lines.yaml")["lines"]
-    torch = _read("torch_releases.yaml")["releases"]
-    fa = _read("flash_attn.yaml")
-    nvcc = _read("conda_forge_nvcc.yaml")["lines"]
+    requirements, released, min_arch = knowledge_files.typed("flash_attn.yaml", _flash_attn)
     return Knowledge(
-        cuda_lines={
-            version: CudaLine(
-                version=version,
-                max_gcc=int(facts["max_gcc"]),
-                min_driver=facts["min_driver"],
-                archs=tuple(facts["archs"]),
-                torch_index=facts["torch_index"],
-                conda_channels=tuple(facts["conda_channels"]),
-            )
-            for version, facts in cuda.items()
-        },
-        torch_releases={
-            minor: TorchRelease(
-                minor=minor,
-                cuda=tuple(facts["cuda"]),
-                experimental=tuple(facts.get("experimental", ())),
-                python=tuple(facts["python"]),
-            )
-            for minor, facts in torch.items()
-        },
-        fa_requirements=tuple(
-            FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"],
-                                 tuple(r["archs"]) if "archs" in r else None)
-            for r in fa["requirements"]
-        ),
-        fa_released=tuple(fa["released"]),
-        fa_min_arch=int(fa["min_arch"]),
-        nvcc_packaging={
-            version: NvccPackaging(facts["channel"], tuple(
-                NvccBuild(b["version"], tuple(b["numbers"]), b["gcc"], b["commit"])
-                for b in facts["builds"]))
-            for version, facts in nvcc.items()
-        },
+        cuda_lines=knowledge_files.typed("cuda_lines.yaml", _cuda_lines),
+        torch_releases=knowledge_files.typed("torch_releases.yaml", _torch_releases),
+        fa_requirements=requirements,
+        fa_released=released,
+        fa_min_arch=min_arch,
+        nvcc_packaging=knowledge_files.typed("conda_forge_nvcc.yaml", _nvcc_packaging),
     )
+
+
+def _cuda_lines(data: dict) -> dict[str, CudaLine]:
+    return {
+        version: CudaLine(
+            version=version,
+            max_gcc=int(facts["max_gcc"]),
+            min_driver=facts["min_driver"],
+            archs=tuple(facts["archs"]),
+            torch_index=facts["torch_index"],
+            conda_channels=tuple(facts["conda_channels"]),
+        )
+        for version, facts in data["lines"].items()
+    }
+
+
+def _torch_releases(data: dict) -> dict[str, TorchRelease]:
+    return {
+        minor: TorchRelease(
+            minor=minor,
+            cuda=tuple(facts["cuda"]),
+            experimental=tuple(facts.get("experimental", ())),
+            python=tuple(facts["python"]),
+        )
+        for minor, facts in data["releases"].items()
+    }
+
+
+def _flash_attn(data: dict) -> tuple[tuple[FlashAttnRequirement, ...], tuple[str, ...], int]:
+    """(the requirements per version range, the released versions, the lowest sm any release builds)."""
+    requirements = tuple(
+        FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"],
+                             tuple(r["archs"]) if "archs" in r else None)
+        for r in data["requirements"]
+    )
+    return requirements, tuple(data["released"]), int(data["min_arch"])
+
+
+def _nvcc_packaging(data: dict) -> dict[str, NvccPackaging]:
+    return {
+        version: NvccPackaging(facts["channel"], tuple(
+            NvccBuild(b["version"], tuple(b["numbers"]), b["gcc"], b["commit"])
+            for b in facts["builds"]))
+        for version, facts in data["lines"].items()
+    }
 
 
 def minor_of(version: str) -> str:

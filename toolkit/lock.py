@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from toolkit import knowledge_files
 from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
 from toolkit.errors import ToolkitError
 from toolkit.lockfile import (
@@ -87,7 +88,7 @@ def channel_url(channel: str, relative_to: Path) -> str:
 
 def virtual_packages(spec: EnvSpec) -> dict[str, dict[str, str]]:
     """The target machines' virtual packages per platform, with __cuda set to the line's CUDA."""
-    table = yaml.safe_load(VIRTUAL_PACKAGES_FILE.read_text())["platforms"]
+    table = knowledge_files.typed(VIRTUAL_PACKAGES_FILE, lambda data: data["platforms"])
     return {platform: {**table[platform], "__cuda": spec.cuda} for platform in spec.platforms}
 
 

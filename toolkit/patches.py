@@ -14,17 +14,16 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit import knowledge_files
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.knowledge import KNOWLEDGE_DIR
 from toolkit.spec import EnvSpec, display_path
 
 PATCH_DIR = Path(__file__).parent / "patches"
-PATCHES_YAML = KNOWLEDGE_DIR / "patches.yaml"
+PATCHES_YAML = "patches.yaml"  # in toolkit/knowledge/
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,10 @@ def _condition(entry: dict) -> Condition:
 
 @cache
 def catalog() -> tuple[tuple[Need, ...], tuple[Patch, ...]]:
-    data = yaml.safe_load(PATCHES_YAML.read_text())
+    return knowledge_files.typed(PATCHES_YAML, _catalog)
+
+
+def _catalog(data: dict) -> tuple[tuple[Need, ...], tuple[Patch, ...]]:
     needs = tuple(Need(n["id"], _condition(n), n["why"]) for n in data["needs"])
     patches = tuple(Patch(PATCH_DIR / p["file"], p["fixes"], _condition(p), int(p["strip"]), p["upstream"],
                           dict(p["sdists"])) for p in data["patches"])

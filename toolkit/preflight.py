@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit import knowledge_files
 from toolkit import machine_checks as checks
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
-from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
+from toolkit.knowledge import arch_number, load_knowledge
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -56,7 +56,7 @@ class RequiredHeader:
 
 @cache
 def _compiler_headers() -> dict:
-    return yaml.safe_load((KNOWLEDGE_DIR / "compiler_headers.yaml").read_text())
+    return knowledge_files.read("compiler_headers.yaml")
 
 
 def required_headers(flash_attn_version: str) -> tuple[RequiredHeader, ...]:

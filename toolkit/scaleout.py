@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec, display_path
@@ -226,16 +227,14 @@ def load_stage_templates(path: Path) -> StageTemplates:
 
 def stage_template(name: str, value: object, where: str) -> StageTemplate:
     """`name: command`, or `name: {run: command, toolchain: locked|external}` for one kind of line only."""
+    command, toolchain = value, None
     if isinstance(value, dict) and set(value) <= {"run", "toolchain"} and value.get("toolchain") in KINDS:
-        template = StageTemplate(value.get("run"), value.get("toolchain"))
-    else:
-        template = StageTemplate(value)
-    if not re.fullmatch(r"[A-Za-z][\w-]*", name) or not isinstance(template.command, str) \
-            or not template.command.strip():
+        command, toolchain = value.get("run"), value.get("toolchain")
+    if not re.fullmatch(r"[A-Za-z][\w-]*", name) or not isinstance(command, str) or not command.strip():
         raise ToolkitError(f"{where}: expected a stage name (letters, digits, - or _) mapped to a bash command, "
                            f"or to {{run: COMMAND, toolchain: {' or '.join(k for k in KINDS if k)}}}")
-    fill_placeholders(template.command, {p: "" for p in PLACEHOLDERS}, where)
-    return template
+    fill_placeholders(command, {p: "" for p in PLACEHOLDERS}, where)
+    return StageTemplate(command, toolchain)
 
 
 def fill_placeholders(command: str, values: dict[str, str], where: str) -> str:
@@ -458,8 +457,8 @@ def verification_gres(options: RunOptions) -> str | None:
 
 @cache
 def slurm_state_groups() -> dict[str, str]:
-    data = yaml.safe_load(SLURM_STATES.read_text())
-    return {state: where for where in ("queued", "running", "ended") for state in data[where]}
+    return knowledge_files.typed(SLURM_STATES, lambda data: {
+        state: where for where in ("queued", "running", "ended") for state in data[where]})
 
 
 class SlurmExecutor:

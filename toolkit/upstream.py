@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
-import yaml
 from packaging.version import InvalidVersion, Version
 
+from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
-from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, load_knowledge, minor_of
+from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
 RECORD_INDEX = "index.json"
@@ -197,7 +197,7 @@ class Report:
 
 
 def watch_list() -> dict:
-    return yaml.safe_load((KNOWLEDGE_DIR / "upstream.yaml").read_text())
+    return knowledge_files.read("upstream.yaml")
 
 
 def check_updates(fetch: Fetch, kb: Knowledge | None = None) -> Report:

@@ -7,7 +7,7 @@ Layout:
   wheelhouse/simple/<project>/index.html   PEP 503 index over every recorded wheel
 
 A record is what says "this wheel was built successfully from these inputs": it is written after the
-wheel is in place (temp file + os.replace), and removed before a wheel of the same name is replaced, so
+wheel is in place (atomic.copy_atomic), and removed before a wheel of the same name is replaced, so
 an interrupted build never leaves a record that claims a wheel it did not finish. To a reader the pair
 is atomic: a wheel without its record is no cache hit, is never indexed, and is removed (by the
 interrupted placement itself, or by the next lookup after a SIGKILL). A cache hit (re)writes the index,
@@ -17,13 +17,11 @@ so a build killed between its record and its index still ends with one.
 from __future__ import annotations
 
 import html
-import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.atomic import checkpoint, clean_stale, exchange, owned_dir, owned_temp, write_atomic
+from toolkit.atomic import checkpoint, clean_stale, copy_atomic, publish_dir, write_atomic
 from toolkit.build_record import RECORD_SUFFIX, BuildRecord
 from toolkit.digest import sha256_file, sha256_json
 from toolkit.fslock import locked
@@ -86,9 +84,7 @@ def place(built_wheel: Path, line_dir: Path, record: BuildRecord) -> Path:
     dest = line_dir / built_wheel.name
     with locked(line_dir):
         record_path_for(dest).unlink(missing_ok=True)  # no record may vouch for a wheel being replaced
-        with owned_temp(line_dir, built_wheel.name) as partial:
-            shutil.copyfile(built_wheel, partial)  # the build dir may be on another filesystem
-            os.replace(partial, dest)
+        copy_atomic(built_wheel, dest)  # copied, not moved: the build dir may be on another filesystem
         try:
             checkpoint("wheelhouse:record")
             write_atomic(record_path_for(dest), record.text())
@@ -124,7 +120,7 @@ def _write_index_locked(wheelhouse: Path) -> Path:
         projects.setdefault(normalize(wheel_name.split("-")[0]), []).append((href, wheel_name))
     simple = wheelhouse / "simple"
     clean_stale(wheelhouse)
-    with owned_dir(wheelhouse, "simple") as staged:
+    with publish_dir(simple) as staged:
         root_links = []
         for project, links in sorted(projects.items()):
             (staged / project).mkdir()
@@ -133,12 +129,6 @@ def _write_index_locked(wheelhouse: Path) -> Path:
             (staged / project / "index.html").write_text(_page(f"Links for {project}", anchors))
             root_links.append(f'<a href="{project}/">{project}</a><br>')
         (staged / "index.html").write_text(_page("Simple index", "\n".join(root_links)))
-        if simple.exists() and exchange(staged, simple):  # the old index leaves with `staged`
-            return simple
-        with owned_temp(wheelhouse, "simple-old") as old:  # no exchange on this filesystem: two renames
-            if simple.exists():
-                os.replace(simple, old)
-            os.replace(staged, simple)
     return simple
 
 

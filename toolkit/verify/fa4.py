@@ -67,7 +67,8 @@ def unsupported_reason(case: Case, knowledge: dict, arch: int) -> str:
 
 def _window(window: tuple[int, int]) -> tuple[int | None, int | None]:
     """FA2's -1 (unbounded side) is FA4's None."""
-    return tuple(None if side < 0 else side for side in window)
+    left, right = window
+    return (None if left < 0 else left, None if right < 0 else right)
 
 
 def _unsupported_options(dropout_p: float, alibi_slopes: Any, return_attn_probs: bool) -> None:

@@ -138,11 +138,12 @@ def kvcache_expected(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The caches after appending k_new/v_new at each sequence's cache_seqlens, and the new key lengths."""
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
-    appended = 0 if k_new is None else k_new.shape[1]
+    if k_new is None or v_new is None:  # nothing appended
+        return k_expected, v_expected, cache_seqlens.long()
+    appended = k_new.shape[1]
     for b, start in enumerate(cache_seqlens.tolist()):
-        if appended:
-            k_expected[b, start:start + appended] = k_new[b]
-            v_expected[b, start:start + appended] = v_new[b]
+        k_expected[b, start:start + appended] = k_new[b]
+        v_expected[b, start:start + appended] = v_new[b]
     return k_expected, v_expected, cache_seqlens.long() + appended
 
 

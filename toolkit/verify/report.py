@@ -28,7 +28,8 @@ def build_report(line: str, level: str, environment: dict, results: list[CaseRes
     cases = [asdict(r) for r in results]
     parity_rows = [asdict(r) for r in parity]
     everything = cases + parity_rows
-    summary = {status: sum(1 for row in everything if row["status"] == status) for status in STATUSES}
+    summary: dict[str, object] = {status: sum(1 for row in everything if row["status"] == status)
+                                  for status in STATUSES}
     summary.update(total=len(everything), duration_s=round(duration_s, 2), setup_error=setup_error)
     return {"kind": "verify", "line": line, "level": level, **environment, "summary": summary,
             "cases": cases, "parity": parity_rows}

@@ -45,6 +45,12 @@ class Inputs:
     k_lens: torch.Tensor | None
     alibi_slopes: torch.Tensor | None  # (batch, nheads) fp32
 
+    def padded_lengths(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q_lens, k_lens): make_inputs sets both for a varlen case, and only the varlen API takes them."""
+        if self.q_lens is None or self.k_lens is None:
+            raise ValueError("the varlen API needs a varlen case's padded inputs (make_inputs with api varlen)")
+        return self.q_lens, self.k_lens
+
     def reference_options(self, case: Case) -> dict:
         return dict(q_lens=self.q_lens, k_lens=self.k_lens, causal=case.causal, window=case.window,
                     softcap=case.softcap, alibi_slopes=self.alibi_slopes, dropout_p=case.dropout_p)
@@ -97,9 +103,10 @@ def _call_kvpacked(backend: Any, case: Case, x: Inputs) -> Any:
 
 
 def _call_varlen(backend: Any, case: Case, x: Inputs) -> Any:
-    q, q_index, cu_q, max_q = reference.unpad(x.q, x.q_lens)
-    k, _, cu_k, max_k = reference.unpad(x.k, x.k_lens)
-    v, _, _, _ = reference.unpad(x.v, x.k_lens)
+    q_lens, k_lens = x.padded_lengths()
+    q, q_index, cu_q, max_q = reference.unpad(x.q, q_lens)
+    k, _, cu_k, max_k = reference.unpad(x.k, k_lens)
+    v, _, _, _ = reference.unpad(x.v, k_lens)
     result = backend.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **_api_options(case, x))
     out = result[0] if isinstance(result, tuple) else result
     padded = reference.pad(out, q_index, case.batch, case.seqlen_q)
@@ -135,8 +142,8 @@ def check_attention(backend: Any, case: Case, device: torch.device) -> list[Chec
     grads = torch.autograd.grad(out, leaves, grad_out, retain_graph=case.deterministic)
     ref_grads = torch.autograd.grad(ref_out, leaves, grad_out)
     low_grads = torch.autograd.grad(low_out, leaves, grad_out)
-    checks += [criterion.relative_to_torch(name, *triple, criterion.GRADIENT)
-               for name, *triple in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads)]
+    checks += [criterion.relative_to_torch(name, grad, ref, low, criterion.GRADIENT)
+               for name, grad, ref, low in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads)]
     if case.deterministic:
         again = torch.autograd.grad(out, leaves, grad_out)
         checks.append(criterion.identical("deterministic backward", list(grads), list(again)))
@@ -156,8 +163,8 @@ def check_kvcache(backend: Any, case: Case, device: torch.device) -> list[Check]
     out = backend.flash_attn_with_kvcache(x.q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=cache_seqlens,
                                           causal=case.causal, window_size=case.window, softcap=case.softcap,
                                           alibi_slopes=x.alibi_slopes)
-    options = dict(k_lens=k_lens, causal=case.causal, window=case.window, softcap=case.softcap,
-                   alibi_slopes=x.alibi_slopes)
+    options: dict[str, Any] = dict(k_lens=k_lens, causal=case.causal, window=case.window, softcap=case.softcap,
+                                   alibi_slopes=x.alibi_slopes)
     ref_out, _ = reference.attention_ref(x.q, k_expected, v_expected, **options)
     low_out, _ = reference.attention_ref(x.q, k_expected, v_expected, upcast=False, reorder_ops=True, **options)
     checks = [criterion.relative_to_torch("out", out, ref_out, low_out, criterion.KVCACHE_OUTPUT)]
