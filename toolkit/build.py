@@ -31,16 +31,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from toolkit import patches
+from toolkit import line_env, patches
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
 from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
 from toolkit.diagnose import explain, explain_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
+from toolkit.fingerprint import Fingerprint
 from toolkit.fslock import locked
 from toolkit.knowledge import arch_number, minor_of
+from toolkit.line_env import LineEnvironment
 from toolkit.lock import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
@@ -60,18 +61,6 @@ RECIPE_VERSION = 2
 NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
-
-
-@dataclass(frozen=True)
-class BuildToolchain:
-    """The concrete compilers and interpreter one build uses."""
-
-    kind: str  # locked | external
-    cuda_home: Path
-    python: Path
-    cxx: Path | None
-    cc: Path | None
-    path_env: str  # PATH for the build: the toolchain's bin directories first
 
 
 @dataclass(frozen=True)
@@ -163,33 +152,6 @@ def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
     return dest / tops.pop(), int(max(m.mtime for m in members))
 
 
-def resolve_toolchain(spec: EnvSpec, prefix: Path | None) -> BuildToolchain:
-    """Locked: everything from the installed conda prefix. External: the paths the spec names."""
-    if spec.toolchain.kind == "external":
-        if not (spec.toolchain.cuda_home and spec.toolchain.python_executable):  # load_spec requires both
-            raise ToolkitError(f"{spec.where('toolchain')}: an external toolchain needs cuda_home and python_executable")
-        cuda_home = Path(spec.toolchain.cuda_home)
-        python = Path(spec.toolchain.python_executable)
-        path_env = os.pathsep.join([str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")])
-        cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
-        return BuildToolchain("external", cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
-                              path_env)
-    root = Path(prefix or Workspace().prefix(spec.line)).absolute()
-    python = root / "bin" / "python"
-    if not python.exists():
-        raise ToolkitError(f"{display_path(root)}: no installed environment for {spec.line} "
-                           f"(run `toolkit install {spec.line}` first, or pass --prefix)")
-    bindir = root / "bin"
-
-    def compiler(name: str) -> Path | None:
-        """conda's gxx/gcc packages install g++/gcc or only the triplet-prefixed name."""
-        return next((p for p in [bindir / name, *sorted(bindir.glob(f"*-conda-linux-gnu-{name}"))] if p.exists()),
-                    None)
-
-    return BuildToolchain("locked", root, python, compiler("g++"), compiler("gcc"),
-                          os.pathsep.join([str(bindir), os.environ.get("PATH", "")]))
-
-
 def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
     """The spec's archs; `--arch native` the GPUs present; `--arch 80,90` exactly those."""
     if arch_arg is None:
@@ -235,17 +197,6 @@ def torch_arch_list(archs: tuple[str, ...]) -> str:
     return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
 
 
-def include_environment(cuda_home: Path) -> dict[str, str]:
-    """CPATH with the toolchain's header directories. conda-forge installs every CUDA header only under
-    $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add:
-    include_paths() of torch 2.0-2.14 gives g++ $CUDA_HOME/include (and, from about 2.4, one $CUDA_INC_PATH).
-    gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
-    torch release; it is searched after every -I, like -I. CUDA 13 keeps libcu++/CUB/Thrust in include/cccl,
-    which nvcc.profile adds for nvcc only (cuda_fp16.h includes <nv/target>)."""
-    dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
-    return {"CPATH": os.pathsep.join(str(d) for d in dirs)} if dirs else {}
-
-
 def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
     return {name: environ[name] for name in NEUTRALISED_VARIABLES
@@ -257,12 +208,12 @@ def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[st
     return {**{k: v for k, v in environ.items() if k not in NEUTRALISED_VARIABLES}, **env}
 
 
-def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
+def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
                       build_dir: Path) -> dict[str, str]:
     """Every variable the build sees on top of the caller's environment, each set for a reason."""
     prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
     env = {
-        **include_environment(tc.cuda_home),
+        **tc.include_environment(),
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # else setup.py first downloads a prebuilt wheel it guesses
         "FLASH_ATTN_CUDA_ARCHS": ";".join(archs),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs),
@@ -292,7 +243,7 @@ def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Paralleli
     return env
 
 
-def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: BuildToolchain, fp: Fingerprint,
+def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: LineEnvironment, fp: Fingerprint,
                  archs: tuple[str, ...]) -> dict:
     """What determines the wheel's bytes, known without reading the lock (so a cache hit stays fast):
     the lock's sha256 pins the sdist; the environment follows from these, and jobs/threads change only
@@ -615,7 +566,7 @@ def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
     return version, modules, so_archs
 
 
-def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], target: Path | None,
+def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
                        log_path: Path) -> None:
     """Install the wheel into the environment (or --install-target) and import its extension modules."""
     cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
@@ -646,10 +597,10 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
     cache = options.cache or Workspace().cache
     line_dir = Workspace(wheelhouse=options.wheelhouse).wheel_dir(spec.line)
-    tc = resolve_toolchain(spec, options.prefix)
+    tc = line_env.resolve(spec, options.prefix).require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
-    fp = probe(str(tc.cuda_home), str(tc.python), str(tc.cxx) if tc.cxx else None, tc.path_env, work_dir=build_parent)
+    fp = tc.fingerprint(work_dir=build_parent)
     archs = resolve_archs(spec, options.arch, fp)
     if not lock_file.exists():
         raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
@@ -662,7 +613,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
 
     mem_gb = options.mem_gb or fp.mem_available_gb
-    compile_env = process_environment(dict(os.environ), {**include_environment(tc.cuda_home), "PATH": tc.path_env,
+    compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
     run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
     locked = read_current_lock(spec, lock_file)
@@ -709,7 +660,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
-                               f"{explain_file(log_path, (tc.cuda_home,))}")
+                               f"{explain_file(log_path, (tc.cuda_home,) if tc.cuda_home else ())}")
         built = next(out_dir.glob("*.whl"), None)
         if built is None:
             raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")

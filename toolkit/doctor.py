@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import subprocess
@@ -25,11 +24,13 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit import line_env
 from toolkit import machine_checks as checks
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
-from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
+from toolkit.fingerprint import Fingerprint, Gpu, from_dict
 from toolkit.knowledge import KNOWLEDGE_DIR, Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.line_env import LineEnvironment
 from toolkit.lockfile import LockedPackage
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
@@ -705,45 +706,6 @@ def evaluate(f: Facts) -> list[Row]:
 # ---------------------------------------------------------------- gathering
 
 
-@dataclass(frozen=True)
-class ToolchainChoice:
-    cuda_home: str | None
-    python: str | None
-    cxx: str | None
-    path_env: str | None
-    cuda_home_from: str
-    env_prefix: Path | None  # the conda prefix whose conda-meta is compared with the lock
-    env_missing: Path | None = None  # a locked line's prefix that is not installed (nothing is probed)
-
-
-def choose_toolchain(prefix: Path | None, spec: EnvSpec | None) -> ToolchainChoice:
-    """With a line, the toolchain `toolkit build` would use (external: the spec's paths; locked: the
-    installed prefix); --prefix alone, that conda env; else this shell's (CUDA_HOME or the nvcc on PATH)."""
-    from toolkit.build import resolve_toolchain
-
-    if prefix is not None and not prefix.is_dir():
-        raise ToolkitError(f"{prefix}: no such environment prefix (pass the directory of a conda env)")
-    if spec is not None:
-        try:
-            tc = resolve_toolchain(spec, prefix)
-        except ToolkitError:  # a locked line not installed yet: no toolchain of its own to probe
-            missing = Path(display_path((prefix or Workspace().prefix(spec.line)).absolute()))
-            return ToolchainChoice(None, None, None, "", "nothing: the line's environment is missing", None, missing)
-        else:
-            locked = tc.kind == "locked"
-            source = f"prefix {display_path(tc.cuda_home)}" if locked else f"{display_path(spec.path)} toolchain"
-            return ToolchainChoice(str(tc.cuda_home), str(tc.python), str(tc.cxx) if tc.cxx else None, tc.path_env,
-                                   source, tc.cuda_home if locked else None)
-    if prefix is not None:
-        root = prefix.absolute()
-        path_env = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-        return ToolchainChoice(str(root), str(root / "bin" / "python"), None, path_env, f"prefix {display_path(root)}",
-                               root)
-    variable = next((v for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)), None)
-    return ToolchainChoice(os.environ[variable] if variable else None, None, None, None,
-                           variable or "nvcc on PATH", None)
-
-
 def _conda_packages(prefix: Path | None) -> dict[str, str] | None:
     meta = prefix / "conda-meta" if prefix else None
     if meta is None or not meta.is_dir():
@@ -772,11 +734,11 @@ def _extension_archs(extension: str | None) -> dict:
     return {"cubins": by_kind("elf"), "ptx": by_kind("ptx")}
 
 
-def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
+def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
-                  conda_packages=_conda_packages(choice.env_prefix),
-                  env_missing=str(choice.env_missing) if choice.env_missing else None)
+    facts = Probe(cuda_home_from=env.source, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
+                  conda_packages=None if env.missing else _conda_packages(env.root),
+                  env_missing=display_path(env.root) if env.missing and env.root else None)
     if not fp.python_version or not fp.python_path:
         return facts
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
@@ -799,8 +761,8 @@ def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[
 
 
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
-                workspace: Workspace = DEFAULT) -> LineFacts:
-    """The line's lock, env prefix and build record, each tolerated absent."""
+                workspace: Workspace = DEFAULT, prefix: Path | None = None) -> LineFacts:
+    """The line's lock, env prefix (`prefix`, else the workspace's) and build record, each tolerated absent."""
     from toolkit.lockfile import lock_path, read_lock, stale_reason
     from toolkit.wheelhouse import records
 
@@ -820,7 +782,7 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
             record = found[0][1] if found else None
         except ToolkitError as exc:
             record_error = str(exc)
-    env_prefix = workspace.prefix(name) if spec and spec.toolchain.kind == "locked" else None
+    env_prefix = line_env.resolve(spec, prefix, workspace=workspace).root if spec else None
     return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
                      record, record_error)
 
@@ -856,12 +818,15 @@ def gather(args: argparse.Namespace) -> Facts:
         line_name = line_name or recorded_line
     spec, spec_error = load_line(line_name, args.envs) if line_name else (None, None)
     machine = fp.machine if args.fingerprint else platform.machine()
-    line = gather_line(line_name, spec, spec_error, machine, Workspace.from_args(args)) if line_name else None
+    workspace = Workspace.from_args(args)
+    line = gather_line(line_name, spec, spec_error, machine, workspace, args.prefix) if line_name else None
     if not args.fingerprint:
-        choice = choose_toolchain(args.prefix, spec)
-        fp = probe(choice.cuda_home, choice.python, cxx=choice.cxx, path_env=choice.path_env)
+        if args.prefix is not None and not args.prefix.is_dir():
+            raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env)")
+        env = line_env.resolve(spec, args.prefix)
+        fp = env.fingerprint()
         locked_pip = tuple(p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip")
-        found = probe_environment(fp, choice, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
+        found = probe_environment(fp, env, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
     return Facts(fp, found, line)
 
 

@@ -23,6 +23,7 @@ from string import Template
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolkit import line_env
 from toolkit.atomic import write_atomic
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
@@ -184,10 +185,10 @@ INTERPRETER_PROBE = ("import json, sys, sysconfig; print(json.dumps({'prefix': s
                      "'python': '.'.join(map(str, sys.version_info[:3]))}))")
 
 
-def read_external(spec: EnvSpec, target: Path | None) -> InstalledEnv:
+def read_external(spec: EnvSpec, found: line_env.LineEnvironment, target: Path | None) -> InstalledEnv:
     """An external line: the wheel went into the toolchain's interpreter (or a --target site dir)."""
     where = spec.where("toolchain.python_executable")
-    python = safe("path", spec.toolchain.python_executable, where, "toolchain.python_executable")
+    python = safe("path", str(found.python), where, "toolchain.python_executable")
     if not Path(python).is_file():
         raise NotInstalled(f"{where}: toolchain.python_executable: {python} is not on this machine "
                            f"(generate the module where the toolchain lives)")
@@ -532,10 +533,8 @@ class Sources:
 
 def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modulefile:
     """Read one line's installed env, lock and build record into its Modulefile (nothing written yet)."""
-    if spec.toolchain.kind == "external":
-        env = read_external(spec, sources.target)
-    else:
-        env = read_conda_prefix(spec, sources.prefix or sources.workspace.prefix(spec.line))
+    found = line_env.resolve(spec, sources.prefix, workspace=sources.workspace)
+    env = read_conda_prefix(spec, found.root) if found.root else read_external(spec, found, sources.target)
     lock_file = sources.workspace.lock_file(spec.line)
     builds_dir = sources.workspace.wheel_dir(spec.line)
     provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env))

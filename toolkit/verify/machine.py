@@ -101,13 +101,6 @@ def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
 # ---------------------------------------------------------------- which python measures
 
 
-def environment_python(spec) -> Path:
-    """The line's python: the external toolchain's interpreter, or the locked env's .envs/<line>/bin/python."""
-    if spec.toolchain.kind == "external":
-        return Path(spec.toolchain.python_executable)
-    return Workspace().prefix(spec.line) / "bin" / "python"
-
-
 def is_current_interpreter(python: Path) -> bool:
     """Same environment as this process? A venv's python is a symlink to the base interpreter, so compare
     the environments (the folder above bin/), not the executables."""
@@ -141,13 +134,14 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
 
     Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
     """
+    from toolkit import line_env
     from toolkit.rules import checked_spec
     from toolkit.spec import resolve_spec_arg
 
     workspace = Workspace.from_args(args)
     spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
     report_dir = args.report_dir or workspace.report_dir(spec.line)
-    python = args.python or environment_python(spec)
+    python = line_env.resolve(spec, python=args.python).python
     report = report_dir / report_name
     before = report.stat().st_mtime_ns if report.exists() else None
     if is_current_interpreter(python):
