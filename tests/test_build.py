@@ -28,7 +28,6 @@ from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entr
 from toolkit.build import (
     BuildOptions,
     build,
-    efficiency,
     fetch_sdist,
     resolve_archs,
     setup_py_archs,
@@ -36,6 +35,7 @@ from toolkit.build import (
     torch_arch_list,
 )
 from toolkit.build_record import BuildRecord, ObjectTime
+from toolkit.build_timing import efficiency
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict

@@ -12,7 +12,6 @@ import argparse
 import math
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,6 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-import zipfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,10 +27,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from toolkit import line_env, patches
-from toolkit.archs import compiled_archs, missing_archs
 from toolkit.atomic import Terminated, clean_stale, owned_temp
 from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
-from toolkit.diagnose import explain, explain_file
+from toolkit.build_timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
+from toolkit.diagnose import explain_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
@@ -44,6 +42,7 @@ from toolkit.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.wheel_check import install_and_import, verify_wheel
 from toolkit.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -332,135 +331,6 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
             raise
 
 
-def ninja_objects(src_dir: Path) -> list[dict]:
-    """Per-object compile times from ninja's .ninja_log (start/end ms since the build started)."""
-    objects = []
-    for log in src_dir.glob("build/**/.ninja_log"):
-        for row in log.read_text().splitlines():
-            fields = row.split("\t")
-            if len(fields) >= 4 and fields[3].endswith(".o"):
-                start, end = int(fields[0]), int(fields[1])
-                objects.append({"name": Path(fields[3]).name, "start_s": start / 1000, "seconds": (end - start) / 1000})
-    return sorted(objects, key=lambda o: o["start_s"])
-
-
-def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
-                          sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
-    """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
-    for path, record in candidates:
-        objects = record.outputs.objects
-        if record.sdist.sha256 == sdist_sha256 and objects:
-            return path, {o.name: o.seconds for o in objects}
-    return None
-
-
-def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, BuildRecord]]:
-    """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
-    if order_from:
-        if not order_from.is_file():
-            raise ToolkitError(f"{display_path(order_from)}: no such build record (--order-from takes a "
-                               f"wheelhouse/LINE/*.build.json file)")
-        return [(order_from, BuildRecord.read(order_from))]
-    return records(line_dir) if line_dir.is_dir() else []
-
-
-def children_cpu_s() -> float:
-    """CPU seconds of every finished child process of this one (and theirs: each waits for its own)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def efficiency(objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float, cpus: int) -> dict:
-    """How close the compile came to its lower bound max(sum of object times / job slots, longest object),
-    and how busy the build kept the CPUs (its processes' CPU time / (wall x CPUs)).
-
-    The first is the issue's figure; with more jobs than CPUs every object's time stretches and it flatters
-    the build, so the CPU figure is the one that cannot be gamed."""
-    busy = {"cpus": cpus, "cpu_s": round(cpu_s, 1),
-            "cpu_utilization": round(cpu_s / (build_wall_s * cpus), 3) if build_wall_s else None}
-    if not objects:
-        return {"objects": 0, "build_wall_s": round(build_wall_s, 1), **busy}
-    compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(o["start_s"] for o in objects)
-    total = sum(o["seconds"] for o in objects)
-    longest = max(objects, key=lambda o: o["seconds"])
-    slot_bound = total / jobs
-    return {
-        "objects": len(objects),
-        "build_wall_s": round(build_wall_s, 1),
-        "compile_wall_s": round(compile_wall, 1),
-        "sum_object_s": round(total, 1),
-        "job_slots": jobs,
-        "slot_bound_s": round(slot_bound, 1),
-        "longest_object": longest["name"],
-        "longest_object_s": round(longest["seconds"], 1),
-        "efficiency_vs_slots": round(slot_bound / compile_wall, 3) if compile_wall else None,
-        "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3) if compile_wall else None,
-        "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3) if compile_wall else None,
-        **busy,
-    }
-
-
-# ---------------------------------------------------------------- verifying the wheel
-
-
-def wheel_version(wheel: Path) -> str:
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        match = re.search(r"^Version: (\S+)", zf.read(name).decode(), re.M)
-    return match.group(1) if match else ""
-
-
-def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
-    archs: dict[str, list[str]] = {}
-    with zipfile.ZipFile(wheel) as zf:
-        libraries = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
-        for name in libraries:
-            path = Path(zf.extract(name, scratch))
-            archs[name] = sorted(compiled_archs(path))
-    modules = [n.split(".")[0] for n in libraries if "/" not in n]
-    return modules, archs
-
-
-def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
-                 log_path: Path) -> tuple[str, list[str], dict[str, list[str]]]:
-    """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
-    version = wheel_version(wheel)
-    if not version.endswith("+" + local):
-        raise ToolkitError(f"{wheel.name}: METADATA says version {version}, without +{local} "
-                           f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)")
-    modules, so_archs = wheel_archs(wheel, scratch)
-    lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
-    if lacking:
-        raise ToolkitError(f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
-                           f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)")
-    return version, modules, so_archs
-
-
-def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
-                       log_path: Path) -> None:
-    """Install the wheel into the environment (or --install-target) and import its extension modules."""
-    cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
-    if target:
-        cmd += ["--target", str(target), "--upgrade"]
-    elif tc.kind == "locked":
-        cmd += ["--prefix", str(tc.cuda_home)]  # the conda prefix is the environment, whatever python it runs
-    code = ("import importlib, importlib.util, sys\n"
-            "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
-            "for name in sys.argv[1:]: importlib.import_module(name)\n")
-    env = {**os.environ, "PATH": tc.path_env, "LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if target:
-        env["PYTHONPATH"] = str(target)
-    with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
-        for step, command in (("install", cmd), ("import", [str(tc.python), "-c", code, *modules])):
-            done = subprocess.run(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
-            with open(log_path, "a") as log:
-                log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
-            if done.returncode != 0:
-                raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
-                                   f"(full output in {display_path(log_path)})")
-
-
 # ---------------------------------------------------------------- the build
 
 
@@ -573,26 +443,6 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
 
 
 # ---------------------------------------------------------------- CLI
-
-
-def describe(record: BuildRecord) -> list[str]:
-    """The build figures of a record, for the end of a build and `--report`."""
-    out = record.outputs
-    eff = out.efficiency
-    lines = [f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
-             f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
-             f"{record.parallelism['basis']}"]
-    if eff.get("objects"):
-        lines.append(
-            f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "
-            f"bound by slots {eff['slot_bound_s']} s (sum {eff['sum_object_s']} s / {eff['job_slots']} jobs), "
-            f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
-            f"parallel efficiency {eff['parallel_efficiency']:.0%} "
-            f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
-    if eff.get("cpu_utilization") is not None:
-        lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
-                     f"{eff['cpu_utilization']:.0%} busy")
-    return lines
 
 
 def cmd_build(args: argparse.Namespace) -> int:
