@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from toolkit import line_env
-from toolkit.doctor import gather_line
+from toolkit.doctor_facts import gather_line
 from toolkit.errors import ToolkitError
 from toolkit.rules import checked_spec
 from toolkit.verify import machine

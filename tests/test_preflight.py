@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
-from toolkit.doctor import Facts, evaluate, gather_line, read_report
+from toolkit.doctor import Facts, evaluate
+from toolkit.doctor_facts import gather_line, read_report
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import TorchInfo, from_dict, probe
 from toolkit.knowledge import load_knowledge
