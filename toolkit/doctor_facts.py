@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolkit import line_env
-from toolkit import machine_checks as checks
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, from_dict
 from toolkit.knowledge import arch_number
 from toolkit.line_env import LineEnvironment
 from toolkit.lockfile import LockedPackage
+from toolkit.nvcc_gcc import host_config_cap
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
 from toolkit.workspace import DEFAULT, Workspace
 
@@ -146,7 +146,7 @@ def _extension_archs(extension: str | None) -> dict:
 
 def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = Probe(cuda_home_from=env.source, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
+    facts = Probe(cuda_home_from=env.source, nvcc_max_gcc=host_config_cap(fp.host_config_h),
                   conda_packages=None if env.missing else _conda_packages(env.root),
                   env_missing=display_path(env.root) if env.missing and env.root else None)
     if not fp.python_version or not fp.python_path:
