@@ -27,22 +27,20 @@ from rich.console import Console
 from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
 from toolkit.build import (
     BuildOptions,
-    ManifestPlan,
     build,
-    efficiency,
     fetch_sdist,
-    install_ninja_shim,
-    prepared_manifest,
     resolve_archs,
     setup_py_archs,
     size_parallelism,
     torch_arch_list,
 )
 from toolkit.build_record import BuildRecord, ObjectTime
+from toolkit.build_timing import efficiency
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
+from toolkit.ninja_shim import ManifestPlan, install_ninja_shim, prepared_manifest
 from toolkit.rules import checked_spec
 from toolkit.wheelhouse import find_cached
 
@@ -476,6 +474,20 @@ def test_real_ninja_starts_the_previously_longest_object_first(tmp_path):
     no_ninja = install_ninja_shim(tmp_path / "none", ManifestPlan(str(work), seconds), str(tmp_path / "empty"))
     assert not no_ninja  # no real ninja: no shim
     assert not (tmp_path / "none").exists()
+
+
+def test_the_ninja_shim_runs_without_the_build_module(tmp_path):
+    """The shim's python step (once per ninja call of every build) imports the shim module alone: not the
+    build module, its progress bars, the lock reader, pydantic or yaml."""
+    heavy = ("toolkit.build", "toolkit.lock", "toolkit.lockfile", "rich", "pydantic", "yaml", "conda_lock")
+    code = ("import sys; import toolkit.ninja_shim; "
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+    if shutil.which("ninja") is None:
+        pytest.skip("needs ninja on PATH (pip install ninja)")
+    assert install_ninja_shim(tmp_path, ManifestPlan("/s", {}), os.environ["PATH"])
+    assert "from toolkit.ninja_shim import prepare_manifest" in (tmp_path / "ninja").read_text()
 
 
 def test_arch_selection():

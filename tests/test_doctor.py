@@ -25,7 +25,8 @@ import pytest
 
 from toolkit.build_record import BuildRecord
 from toolkit.cli import main
-from toolkit.doctor import Facts, LineFacts, Row, conda_build, evaluate, gather_line, gpu_runs, read_report
+from toolkit.doctor import Facts, Row, conda_build, evaluate, gpu_runs
+from toolkit.doctor_facts import LineFacts, gather_line, read_report
 from toolkit.lockfile import LockedPackage
 from toolkit.spec import load_spec
 

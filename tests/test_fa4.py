@@ -370,7 +370,7 @@ def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, ma
 
 def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
     """FA2 after FA4 in one --target: pip would swap the whole flash_attn/ folder and FA4's cute with it."""
-    from toolkit.build import install_and_import
+    from toolkit.wheel_check import install_and_import
 
     (tmp_path / fa4.RECORD_NAME).write_text("{}")
     with pytest.raises(ToolkitError, match="holds flash-attn-4; pip --target would replace"):

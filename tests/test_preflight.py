@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
-from toolkit.doctor import Facts, evaluate, gather_line, read_report
+from toolkit.doctor import Facts, evaluate
+from toolkit.doctor_facts import gather_line, read_report
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import TorchInfo, from_dict, probe
 from toolkit.knowledge import load_knowledge
-from toolkit.machine_checks import host_gcc_cap
+from toolkit.nvcc_gcc import host_config_cap
 from toolkit.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
 from toolkit.rules import checked_spec
 
@@ -109,7 +110,7 @@ def test_too_little_memory_suggests_mem_gb(stub_env):
 
 def test_the_gcc_cap_and_archs_come_from_the_real_nvcc():
     kb = load_knowledge().cuda_lines["13.0"]
-    assert host_gcc_cap(str(CUDA / "include/crt/host_config.h")) == kb.max_gcc
+    assert host_config_cap(str(CUDA / "include/crt/host_config.h")) == kb.max_gcc
     codes = nvcc_gpu_codes(str(CUDA / "bin/nvcc"))
     assert codes == {a for a in kb.archs if a.isdigit()}
 

@@ -9,21 +9,16 @@ install + import) -> wheel and record into wheelhouse/<line>/ atomically -> PEP 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
-import resource
-import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
 import urllib.request
-import zipfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,26 +26,26 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from toolkit import patches
-from toolkit.archs import compiled_archs, missing_archs
-from toolkit.atomic import Terminated, clean_stale, owned_temp, write_atomic
+from toolkit import line_env, patches
+from toolkit.atomic import Terminated, clean_stale, owned_temp
 from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
-from toolkit.diagnose import explain, explain_file
+from toolkit.build_timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
+from toolkit.diagnose import explain_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
+from toolkit.fingerprint import Fingerprint
 from toolkit.fslock import locked
 from toolkit.knowledge import arch_number, minor_of
+from toolkit.line_env import LineEnvironment
 from toolkit.lock import LockedEnv, LockedSdist, read_lock, stale_reason
+from toolkit.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
 from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.wheel_check import install_and_import, verify_wheel
 from toolkit.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 from toolkit.workspace import Workspace, add_workspace_options
 
-# Inside compiled objects the temporary build directory is renamed to this, so wheels built in
-# different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
-BUILD_DIR_ALIAS = "/fa-envkit-build"
 # Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
 RECIPE_VERSION = 2
 # Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
@@ -60,18 +55,6 @@ RECIPE_VERSION = 2
 NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
-
-
-@dataclass(frozen=True)
-class BuildToolchain:
-    """The concrete compilers and interpreter one build uses."""
-
-    kind: str  # locked | external
-    cuda_home: Path
-    python: Path
-    cxx: Path | None
-    cc: Path | None
-    path_env: str  # PATH for the build: the toolchain's bin directories first
 
 
 @dataclass(frozen=True)
@@ -163,33 +146,6 @@ def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
     return dest / tops.pop(), int(max(m.mtime for m in members))
 
 
-def resolve_toolchain(spec: EnvSpec, prefix: Path | None) -> BuildToolchain:
-    """Locked: everything from the installed conda prefix. External: the paths the spec names."""
-    if spec.toolchain.kind == "external":
-        if not (spec.toolchain.cuda_home and spec.toolchain.python_executable):  # load_spec requires both
-            raise ToolkitError(f"{spec.where('toolchain')}: an external toolchain needs cuda_home and python_executable")
-        cuda_home = Path(spec.toolchain.cuda_home)
-        python = Path(spec.toolchain.python_executable)
-        path_env = os.pathsep.join([str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")])
-        cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
-        return BuildToolchain("external", cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
-                              path_env)
-    root = Path(prefix or Workspace().prefix(spec.line)).absolute()
-    python = root / "bin" / "python"
-    if not python.exists():
-        raise ToolkitError(f"{display_path(root)}: no installed environment for {spec.line} "
-                           f"(run `toolkit install {spec.line}` first, or pass --prefix)")
-    bindir = root / "bin"
-
-    def compiler(name: str) -> Path | None:
-        """conda's gxx/gcc packages install g++/gcc or only the triplet-prefixed name."""
-        return next((p for p in [bindir / name, *sorted(bindir.glob(f"*-conda-linux-gnu-{name}"))] if p.exists()),
-                    None)
-
-    return BuildToolchain("locked", root, python, compiler("g++"), compiler("gcc"),
-                          os.pathsep.join([str(bindir), os.environ.get("PATH", "")]))
-
-
 def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
     """The spec's archs; `--arch native` the GPUs present; `--arch 80,90` exactly those."""
     if arch_arg is None:
@@ -235,17 +191,6 @@ def torch_arch_list(archs: tuple[str, ...]) -> str:
     return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
 
 
-def include_environment(cuda_home: Path) -> dict[str, str]:
-    """CPATH with the toolchain's header directories. conda-forge installs every CUDA header only under
-    $PREFIX/targets/<triple>/include (pytorch/pytorch#144690), which torch's cpp_extension does not add:
-    include_paths() of torch 2.0-2.14 gives g++ $CUDA_HOME/include (and, from about 2.4, one $CUDA_INC_PATH).
-    gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
-    torch release; it is searched after every -I, like -I. CUDA 13 keeps libcu++/CUB/Thrust in include/cccl,
-    which nvcc.profile adds for nvcc only (cuda_fp16.h includes <nv/target>)."""
-    dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
-    return {"CPATH": os.pathsep.join(str(d) for d in dirs)} if dirs else {}
-
-
 def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
     return {name: environ[name] for name in NEUTRALISED_VARIABLES
@@ -257,12 +202,12 @@ def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[st
     return {**{k: v for k, v in environ.items() if k not in NEUTRALISED_VARIABLES}, **env}
 
 
-def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
+def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
                       build_dir: Path) -> dict[str, str]:
     """Every variable the build sees on top of the caller's environment, each set for a reason."""
     prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
     env = {
-        **include_environment(tc.cuda_home),
+        **tc.include_environment(),
         "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # else setup.py first downloads a prebuilt wheel it guesses
         "FLASH_ATTN_CUDA_ARCHS": ";".join(archs),
         "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs),
@@ -292,7 +237,7 @@ def build_environment(tc: BuildToolchain, archs: tuple[str, ...], par: Paralleli
     return env
 
 
-def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: BuildToolchain, fp: Fingerprint,
+def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: LineEnvironment, fp: Fingerprint,
                  archs: tuple[str, ...]) -> dict:
     """What determines the wheel's bytes, known without reading the lock (so a cache hit stays fast):
     the lock's sha256 pins the sdist; the environment follows from these, and jobs/threads change only
@@ -386,263 +331,6 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
             raise
 
 
-def ninja_objects(src_dir: Path) -> list[dict]:
-    """Per-object compile times from ninja's .ninja_log (start/end ms since the build started)."""
-    objects = []
-    for log in src_dir.glob("build/**/.ninja_log"):
-        for row in log.read_text().splitlines():
-            fields = row.split("\t")
-            if len(fields) >= 4 and fields[3].endswith(".o"):
-                start, end = int(fields[0]), int(fields[1])
-                objects.append({"name": Path(fields[3]).name, "start_s": start / 1000, "seconds": (end - start) / 1000})
-    return sorted(objects, key=lambda o: o["start_s"])
-
-
-# ---------------------------------------------------------------- build.ninja: reproducible device code, longest first
-#
-# torch writes build.ninja and runs `ninja` from PATH; a small `ninja` placed first on the build's PATH
-# rewrites that manifest before running the real one, for two reasons:
-#
-# Reproducible device code. nvcc names internal-linkage device symbols (anonymous namespaces, the
-# cuda::std customisation points every flash-attn kernel pulls in) `_INTERNAL_<hash of the source's
-# absolute path>_..._<random>`, inside the fatbinary where -ffile-prefix-map does not reach: two builds
-# of flash-attn 2.8.3.post2 differed in 1026 bytes of one object. Each CUDA compile edge gets its own
-# `-frandom-seed` (nvcc's documented option; "users are responsible for assigning different seed to
-# different files") and the source path under BUILD_DIR_ALIAS as the name cudafe++ and cicc hash
-# (`--orig_src_path_name`, the value nvcc itself passes them, given again so the later one wins).
-#
-# Longest first. ninja 1.12/1.13 do not read durations from .ninja_log for scheduling:
-# EdgeWeightHeuristic (src/build.cc) weighs every non-phony edge 1 (the log feeds only the ETA), and among
-# ready edges of equal critical-path weight the lowest edge id, i.e. the earliest `build` line, starts
-# first (EdgePriorityLess, src/graph.h). So with an earlier record's object times, the object lines are
-# sorted longest first. The link line keeps its own object order, so the wheel's bytes do not change.
-
-BUILD_EDGE = re.compile(r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)")  # output, rule, first input
-NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$nvcc\b")
-
-
-@dataclass(frozen=True)
-class ManifestPlan:
-    """What the ninja shim does to build.ninja: the build directory's alias and the objects' times."""
-
-    build_dir: str
-    object_seconds: dict[str, float]  # empty: no earlier record, file order
-
-
-def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
-                          sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
-    """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
-    for path, record in candidates:
-        objects = record.outputs.objects
-        if record.sdist.sha256 == sdist_sha256 and objects:
-            return path, {o.name: o.seconds for o in objects}
-    return None
-
-
-def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, BuildRecord]]:
-    """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
-    if order_from:
-        if not order_from.is_file():
-            raise ToolkitError(f"{display_path(order_from)}: no such build record (--order-from takes a "
-                               f"wheelhouse/LINE/*.build.json file)")
-        return [(order_from, BuildRecord.read(order_from))]
-    return records(line_dir) if line_dir.is_dir() else []
-
-
-def _unescape(ninja_path: str) -> str:
-    return re.sub(r"\$(.)", r"\1", ninja_path)
-
-
-def _nvcc_rules(lines: list[str]) -> set[str]:
-    """Rules whose command starts with $nvcc (torch's cuda_compile)."""
-    rules, current = set(), None
-    for line in lines:
-        if line.startswith("rule "):
-            current = line.split()[1]
-        elif current and NVCC_RULE_COMMAND.match(line):
-            rules.add(current)
-        elif line and not line[0].isspace():
-            current = None
-    return rules
-
-
-def seeded_nvcc_binding(source: str, build_dir: str) -> str:
-    """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
-    alias = BUILD_DIR_ALIAS + source[len(build_dir):] if source.startswith(build_dir + "/") else source
-    quoted = shlex.quote(alias).replace("$", "$$")
-    return f"  nvcc = $nvcc -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
-           f"-Xcicc --orig_src_path_name={quoted}"
-
-
-def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int]:
-    """build.ninja with every CUDA compile seeded and the timed object lines longest first, within the
-    lines they held; with the number of each."""
-    lines = manifest.split("\n")
-    nvcc_rules = _nvcc_rules(lines)
-    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of the edges that may move
-    for i, line in enumerate(lines):
-        match = BUILD_EDGE.match(line)
-        if not match:
-            continue
-        own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
-        if match.group(2) in nvcc_rules and match.group(1).endswith(".o"):
-            lines[i] = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
-            seeded += 1
-        seconds = plan.object_seconds.get(Path(_unescape(match.group(1))).name)
-        if seconds is not None and not own_bindings:
-            timed.append((i, lines[i], seconds))
-    for (i, _, _), (_, text, _) in zip(timed, sorted(timed, key=lambda edge: -edge[2])):
-        lines[i] = text
-    return "\n".join(lines), seeded, len(timed)
-
-
-def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
-    """Write shim_dir/ninja: prepares the manifest it is about to build (`-C DIR` or the working
-    directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
-    real = shutil.which("ninja", path=path_env)
-    if real is None:
-        return False
-    shim_dir.mkdir(parents=True, exist_ok=True)
-    plan_file = shim_dir / "manifest-plan.json"
-    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
-    toolkit_root = str(Path(__file__).resolve().parent.parent)  # importable whatever the build's PYTHONPATH
-    prepare = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
-               "from toolkit.build import prepare_manifest; prepare_manifest(sys.argv[1:])")
-    (shim_dir / "ninja").write_text(
-        "#!/bin/sh\n# toolkit build: seed nvcc per object, longest objects first (toolkit/build.py)\n"
-        f'case "$1" in --version) exec {shlex.quote(real)} "$@";; esac\n'
-        f'{shlex.quote(sys.executable)} -c {shlex.quote(prepare)} {shlex.quote(str(plan_file))} "$@" '
-        '|| echo "toolkit: could not prepare build.ninja; building it unchanged" >&2\n'
-        f'exec {shlex.quote(real)} "$@"\n')
-    (shim_dir / "ninja").chmod(0o755)
-    return True
-
-
-MANIFEST_OUTCOME = "manifest-outcome.json"
-
-
-def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
-    """What the shim did to build.ninja, for the record (None: it never ran or could not)."""
-    path = shim_dir / MANIFEST_OUTCOME
-    return json.loads(path.read_text()) if path.exists() else {"nvcc_objects_seeded": None, "edges_ordered": None}
-
-
-def prepare_manifest(args: list[str]) -> None:
-    """The shim's step: args are the plan file, then ninja's own arguments."""
-    plan_file, ninja_args = Path(args[0]), args[1:]
-    directory = ninja_args[ninja_args.index("-C") + 1] if "-C" in ninja_args[:-1] else "."
-    manifest = Path(directory) / "build.ninja"
-    if manifest.exists():
-        plan = ManifestPlan(**json.loads(plan_file.read_text()))
-        text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
-        write_atomic(manifest, text)
-        write_atomic(plan_file.with_name(MANIFEST_OUTCOME),
-                     json.dumps({"nvcc_objects_seeded": seeded, "edges_ordered": timed}))
-        print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
-              f"{timed} object edges ordered longest first (previous build's times)", flush=True)
-
-
-def children_cpu_s() -> float:
-    """CPU seconds of every finished child process of this one (and theirs: each waits for its own)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def efficiency(objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float, cpus: int) -> dict:
-    """How close the compile came to its lower bound max(sum of object times / job slots, longest object),
-    and how busy the build kept the CPUs (its processes' CPU time / (wall x CPUs)).
-
-    The first is the issue's figure; with more jobs than CPUs every object's time stretches and it flatters
-    the build, so the CPU figure is the one that cannot be gamed."""
-    busy = {"cpus": cpus, "cpu_s": round(cpu_s, 1),
-            "cpu_utilization": round(cpu_s / (build_wall_s * cpus), 3) if build_wall_s else None}
-    if not objects:
-        return {"objects": 0, "build_wall_s": round(build_wall_s, 1), **busy}
-    compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(o["start_s"] for o in objects)
-    total = sum(o["seconds"] for o in objects)
-    longest = max(objects, key=lambda o: o["seconds"])
-    slot_bound = total / jobs
-    return {
-        "objects": len(objects),
-        "build_wall_s": round(build_wall_s, 1),
-        "compile_wall_s": round(compile_wall, 1),
-        "sum_object_s": round(total, 1),
-        "job_slots": jobs,
-        "slot_bound_s": round(slot_bound, 1),
-        "longest_object": longest["name"],
-        "longest_object_s": round(longest["seconds"], 1),
-        "efficiency_vs_slots": round(slot_bound / compile_wall, 3) if compile_wall else None,
-        "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3) if compile_wall else None,
-        "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3) if compile_wall else None,
-        **busy,
-    }
-
-
-# ---------------------------------------------------------------- verifying the wheel
-
-
-def wheel_version(wheel: Path) -> str:
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        match = re.search(r"^Version: (\S+)", zf.read(name).decode(), re.M)
-    return match.group(1) if match else ""
-
-
-def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
-    archs: dict[str, list[str]] = {}
-    with zipfile.ZipFile(wheel) as zf:
-        libraries = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
-        for name in libraries:
-            path = Path(zf.extract(name, scratch))
-            archs[name] = sorted(compiled_archs(path))
-    modules = [n.split(".")[0] for n in libraries if "/" not in n]
-    return modules, archs
-
-
-def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
-                 log_path: Path) -> tuple[str, list[str], dict[str, list[str]]]:
-    """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
-    version = wheel_version(wheel)
-    if not version.endswith("+" + local):
-        raise ToolkitError(f"{wheel.name}: METADATA says version {version}, without +{local} "
-                           f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)")
-    modules, so_archs = wheel_archs(wheel, scratch)
-    lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
-    if lacking:
-        raise ToolkitError(f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
-                           f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)")
-    return version, modules, so_archs
-
-
-def install_and_import(tc: BuildToolchain, wheel: Path, modules: list[str], target: Path | None,
-                       log_path: Path) -> None:
-    """Install the wheel into the environment (or --install-target) and import its extension modules."""
-    if target and (target / "fa4-install.json").is_file():  # toolkit/fa4.py RECORD_NAME
-        raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
-                           f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
-                           f"`toolkit fa4 install --target` that folder)")
-    cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
-    if target:
-        cmd += ["--target", str(target), "--upgrade"]
-    elif tc.kind == "locked":
-        cmd += ["--prefix", str(tc.cuda_home)]  # the conda prefix is the environment, whatever python it runs
-    code = ("import importlib, importlib.util, sys\n"
-            "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
-            "for name in sys.argv[1:]: importlib.import_module(name)\n")
-    env = {**os.environ, "PATH": tc.path_env, "LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if target:
-        env["PYTHONPATH"] = str(target)
-    with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
-        for step, command in (("install", cmd), ("import", [str(tc.python), "-c", code, *modules])):
-            done = subprocess.run(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
-            with open(log_path, "a") as log:
-                log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
-            if done.returncode != 0:
-                raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
-                                   f"(full output in {display_path(log_path)})")
-
-
 # ---------------------------------------------------------------- the build
 
 
@@ -650,10 +338,10 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
     cache = options.cache or Workspace().cache
     line_dir = Workspace(wheelhouse=options.wheelhouse).wheel_dir(spec.line)
-    tc = resolve_toolchain(spec, options.prefix)
+    tc = line_env.resolve(spec, options.prefix).require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
-    fp = probe(str(tc.cuda_home), str(tc.python), str(tc.cxx) if tc.cxx else None, tc.path_env, work_dir=build_parent)
+    fp = tc.fingerprint(work_dir=build_parent)
     archs = resolve_archs(spec, options.arch, fp)
     if not lock_file.exists():
         raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
@@ -666,7 +354,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
 
     mem_gb = options.mem_gb or fp.mem_available_gb
-    compile_env = process_environment(dict(os.environ), {**include_environment(tc.cuda_home), "PATH": tc.path_env,
+    compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
     run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
     locked = read_current_lock(spec, lock_file)
@@ -713,7 +401,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
-                               f"{explain_file(log_path, (tc.cuda_home,))}")
+                               f"{explain_file(log_path, (tc.cuda_home,) if tc.cuda_home else ())}")
         built = next(out_dir.glob("*.whl"), None)
         if built is None:
             raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
@@ -755,26 +443,6 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
 
 
 # ---------------------------------------------------------------- CLI
-
-
-def describe(record: BuildRecord) -> list[str]:
-    """The build figures of a record, for the end of a build and `--report`."""
-    out = record.outputs
-    eff = out.efficiency
-    lines = [f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
-             f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
-             f"{record.parallelism['basis']}"]
-    if eff.get("objects"):
-        lines.append(
-            f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "
-            f"bound by slots {eff['slot_bound_s']} s (sum {eff['sum_object_s']} s / {eff['job_slots']} jobs), "
-            f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
-            f"parallel efficiency {eff['parallel_efficiency']:.0%} "
-            f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
-    if eff.get("cpu_utilization") is not None:
-        lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
-                     f"{eff['cpu_utilization']:.0%} busy")
-    return lines
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -5,18 +5,17 @@ flash-attn) and one comparison. Doctor gathers them once (the shared toolchain f
 run of the environment's own python), then evaluates a table of small checks, each turning those
 facts into a Row. A `--json` report carries the gathered facts too, so `--fingerprint REPORT.json`
 replays another machine's situation here: that is how bug reports and the tests reproduce it.
+The gathering is doctor_facts.py's; this module holds the checks and the command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
-import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,54 +23,27 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from toolkit import knowledge_files
+from toolkit import knowledge_files, line_env
 from toolkit import machine_checks as checks
-from toolkit.build_record import BuildRecord
+from toolkit.doctor_facts import (
+    CONDA_PLATFORMS,
+    PROBED_PACKAGES,
+    LineFacts,
+    Probe,
+    first_line,
+    gather_line,
+    load_line,
+    probe_environment,
+    read_report,
+)
 from toolkit.errors import ToolkitError
-from toolkit.fingerprint import Fingerprint, Gpu, from_dict, probe
+from toolkit.fingerprint import Fingerprint, Gpu, from_dict
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
-from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
-from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
+from toolkit.spec import EnvSpec, display_path
+from toolkit.workspace import Workspace, add_workspace_options
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first
-PROBE_TIMEOUT_S = 120  # importing flash_attn imports torch: seconds, more on a network filesystem
-CONDA_PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
-
-# Distributions whose versions the checks read (the lock's pip packages are added per line).
-PROBED_PACKAGES = ("torch", "flash-attn", "flash-attn-3", "transformers")
-
-# Runs in the environment's own python (not the toolkit's): versions of the named distributions, the
-# flash_attn import and, only where torch could see a GPU, torch.cuda.is_available(). Prints JSON last.
-PROBE_SCRIPT = r"""
-import importlib.metadata as md, importlib.util, json, sys
-out = {"python_packages": {}, "flash_attn": None, "cuda_available": None}
-for name in sys.argv[2:]:
-    try:
-        out["python_packages"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        pass
-if importlib.util.find_spec("flash_attn") is not None:
-    fa = {"version": None, "extension": None, "import_error": None}
-    try:
-        spec = importlib.util.find_spec("flash_attn_2_cuda")
-        fa["extension"] = spec.origin if spec else None
-    except (ImportError, ValueError):
-        pass
-    try:
-        import flash_attn
-        fa["version"] = getattr(flash_attn, "__version__", None)
-    except Exception as exc:
-        fa["import_error"] = f"{type(exc).__name__}: {exc}"
-    out["flash_attn"] = fa
-if sys.argv[1] == "1" or "torch" in sys.modules:
-    try:
-        import torch
-        out["cuda_available"] = bool(torch.cuda.is_available())
-    except Exception:
-        out["cuda_available"] = False
-print("\n" + json.dumps(out))
-"""
 
 
 @dataclass(frozen=True)
@@ -83,59 +55,6 @@ class Row:
 
 
 # ---------------------------------------------------------------- gathered facts
-
-
-@dataclass(frozen=True)
-class FlashAttnProbe:
-    version: str | None  # flash_attn.__version__ (None when the import failed)
-    extension: str | None  # path of flash_attn_2_cuda*.so
-    import_error: str | None  # "ImportError: ...undefined symbol: _ZN3c10..."
-    cubins: tuple[str, ...] | None = None  # sm archs with machine code in the extension (None: unread)
-    ptx: tuple[str, ...] | None = None  # archs with PTX the driver can JIT-compile
-    archs_error: str | None = None
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What the environment says beyond the fingerprint: read once, recorded in --json, replayable."""
-
-    cuda_home_from: str  # where CUDA_HOME came from: --prefix, the spec, CUDA_HOME, nvcc on PATH
-    python_packages: dict[str, str] = field(default_factory=dict)  # probed distribution -> version
-    cuda_available: bool | None = None  # torch.cuda.is_available(), False for CPU torch or no driver
-    flash_attn: FlashAttnProbe | None = None
-    nvcc_max_gcc: int | None = None  # from nvcc's crt/host_config.h
-    conda_packages: dict[str, str] | None = None  # name -> "version=build" of the conda prefix, if any
-    error: str | None = None  # the probe itself failed (timeout, broken python)
-    env_missing: str | None = None  # the locked line's prefix, not installed: its toolchain was not probed
-
-    @staticmethod
-    def from_dict(data: dict) -> Probe:
-        data = dict(data)
-        fa = data.get("flash_attn")
-        if fa:
-            fa = {**fa, "cubins": _tuple(fa.get("cubins")), "ptx": _tuple(fa.get("ptx"))}
-        data["flash_attn"] = FlashAttnProbe(**fa) if fa else None
-        return Probe(**data)
-
-
-def _tuple(items: list | None) -> tuple | None:
-    return None if items is None else tuple(items)
-
-
-@dataclass(frozen=True)
-class LineFacts:
-    """A line's spec and whatever its later stages left on disk (lock, env, build record)."""
-
-    name: str
-    spec: EnvSpec | None
-    spec_error: str | None
-    lock_file: Path
-    lock_problem: str | None  # unreadable / stale lock; None when fine or absent
-    locked: tuple[LockedPackage, ...] | None  # None: no lock
-    env_prefix: Path | None  # the conda prefix a locked line installs into
-    wheel_dir: Path  # wheelhouse/<line>: built wheels and their build records
-    record: BuildRecord | None  # the newest build record
-    record_error: str | None
 
 
 @dataclass(frozen=True)
@@ -252,11 +171,6 @@ def flash_attn_problem(f: Facts) -> str | None:
     return f"no kernels for sm_{', sm_'.join(g.sm for g in missing)}" if missing else None
 
 
-def _short(text: str, limit: int = 160) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else text
-    return first if len(first) <= limit else first[:limit - 3] + "..."
-
-
 # ---------------------------------------------------------------- machine checks (each: Facts -> Row | None)
 
 
@@ -364,7 +278,7 @@ def check_flash_attn(f: Facts) -> Row:
     dist = f.probe.python_packages.get("flash-attn", "unknown")
     if fa.import_error:
         cause, fix = explain_import_error(fa.import_error, f)
-        return Row("flash-attn", "fail", f"{dist}: import fails: {_short(fa.import_error)}", f"{cause}: {fix}")
+        return Row("flash-attn", "fail", f"{dist}: import fails: {first_line(fa.import_error)}", f"{cause}: {fix}")
     return Row("flash-attn", "ok", f"{dist} (flash_attn {fa.version}), extension {fa.extension}")
 
 
@@ -704,149 +618,6 @@ def evaluate(f: Facts) -> list[Row]:
 # ---------------------------------------------------------------- gathering
 
 
-@dataclass(frozen=True)
-class ToolchainChoice:
-    cuda_home: str | None
-    python: str | None
-    cxx: str | None
-    path_env: str | None
-    cuda_home_from: str
-    env_prefix: Path | None  # the conda prefix whose conda-meta is compared with the lock
-    env_missing: Path | None = None  # a locked line's prefix that is not installed (nothing is probed)
-
-
-def choose_toolchain(prefix: Path | None, spec: EnvSpec | None) -> ToolchainChoice:
-    """With a line, the toolchain `toolkit build` would use (external: the spec's paths; locked: the
-    installed prefix); --prefix alone, that conda env; else this shell's (CUDA_HOME or the nvcc on PATH)."""
-    from toolkit.build import resolve_toolchain
-
-    if prefix is not None and not prefix.is_dir():
-        raise ToolkitError(f"{prefix}: no such environment prefix (pass the directory of a conda env)")
-    if spec is not None:
-        try:
-            tc = resolve_toolchain(spec, prefix)
-        except ToolkitError:  # a locked line not installed yet: no toolchain of its own to probe
-            missing = Path(display_path((prefix or Workspace().prefix(spec.line)).absolute()))
-            return ToolchainChoice(None, None, None, "", "nothing: the line's environment is missing", None, missing)
-        else:
-            locked = tc.kind == "locked"
-            source = f"prefix {display_path(tc.cuda_home)}" if locked else f"{display_path(spec.path)} toolchain"
-            return ToolchainChoice(str(tc.cuda_home), str(tc.python), str(tc.cxx) if tc.cxx else None, tc.path_env,
-                                   source, tc.cuda_home if locked else None)
-    if prefix is not None:
-        root = prefix.absolute()
-        path_env = f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-        return ToolchainChoice(str(root), str(root / "bin" / "python"), None, path_env, f"prefix {display_path(root)}",
-                               root)
-    variable = next((v for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)), None)
-    return ToolchainChoice(os.environ[variable] if variable else None, None, None, None,
-                           variable or "nvcc on PATH", None)
-
-
-def _conda_packages(prefix: Path | None) -> dict[str, str] | None:
-    meta = prefix / "conda-meta" if prefix else None
-    if meta is None or not meta.is_dir():
-        return None
-    packages = {}
-    for record in sorted(meta.glob("*.json")):
-        try:
-            data = json.loads(record.read_text())
-            packages[data["name"]] = f"{data['version']}={data['build']}"
-        except (OSError, ValueError, KeyError) as exc:
-            raise ToolkitError(f"{record}: unreadable conda package record ({exc.__class__.__name__}; "
-                               f"re-install the env)") from None
-    return packages
-
-
-def _extension_archs(extension: str | None) -> dict:
-    if not extension:
-        return {}
-    from toolkit.archs import fatbin_entries  # reads the .so's .nv_fatbin section, no cuobjdump needed
-
-    try:
-        entries = fatbin_entries(Path(extension))
-    except ToolkitError as exc:
-        return {"archs_error": str(exc)}
-    by_kind = lambda kind: tuple(sorted({e.arch for e in entries if e.kind == kind}, key=arch_number))  # noqa: E731
-    return {"cubins": by_kind("elf"), "ptx": by_kind("ptx")}
-
-
-def probe_environment(fp: Fingerprint, choice: ToolchainChoice, packages: tuple[str, ...]) -> Probe:
-    """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = Probe(cuda_home_from=choice.cuda_home_from, nvcc_max_gcc=checks.host_gcc_cap(fp.host_config_h),
-                  conda_packages=_conda_packages(choice.env_prefix),
-                  env_missing=str(choice.env_missing) if choice.env_missing else None)
-    if not fp.python_version or not fp.python_path:
-        return facts
-    could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
-    try:
-        done = subprocess.run([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return replace(facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
-    except OSError as exc:
-        return replace(facts, error=str(exc))
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):  # it crashed (a segfault in an extension's import, a broken site-packages)
-        return replace(facts, error=_short(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
-                                           else f"exit status {done.returncode}"))
-    fa = found["flash_attn"]
-    flash_attn = FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
-    cuda = found["cuda_available"] if found["cuda_available"] is not None else (False if fp.torch else None)
-    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn)
-
-
-def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
-                workspace: Workspace = DEFAULT) -> LineFacts:
-    """The line's lock, env prefix and build record, each tolerated absent."""
-    from toolkit.lockfile import lock_path, read_lock, stale_reason
-    from toolkit.wheelhouse import records
-
-    lock_file, wheel_dir = lock_path(name, workspace.locks), workspace.wheel_dir(name)
-    lock_problem, locked = None, None
-    if lock_file.exists():
-        try:
-            lock = read_lock(lock_file)
-            locked = tuple(lock.packages_for(CONDA_PLATFORMS.get(machine, "")))
-            lock_problem = stale_reason(spec, lock) if spec else None
-        except ToolkitError as exc:
-            lock_problem = str(exc)
-    record, record_error = None, None
-    if wheel_dir.is_dir():
-        try:
-            found = records(wheel_dir)
-            record = found[0][1] if found else None
-        except ToolkitError as exc:
-            record_error = str(exc)
-    env_prefix = workspace.prefix(name) if spec and spec.toolchain.kind == "locked" else None
-    return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
-                     record, record_error)
-
-
-def load_line(name: str, envs_dir: Path) -> tuple[EnvSpec | None, str | None]:
-    """The checked spec, or the first problem as text (a broken spec is a row, not an abort)."""
-    from toolkit.rules import checked_spec
-
-    path = resolve_spec_arg(name, envs_dir)
-    try:
-        return checked_spec(path), None
-    except ToolkitError as exc:
-        return None, str(exc)
-
-
-def read_report(path: Path) -> tuple[Fingerprint, Probe, str | None]:
-    """A recorded `toolkit doctor --json` report: its fingerprint, probe and line."""
-    try:
-        data = json.loads(path.read_text())
-        return from_dict(data["fingerprint"]), Probe.from_dict(data["probe"]), data.get("line")
-    except FileNotFoundError:
-        raise ToolkitError(f"{path}: file not found (pass a report written by `toolkit doctor --json`)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{path}: not a doctor report ({exc.__class__.__name__}: {_short(str(exc), 80)}; "
-                           f"write one with `toolkit doctor --json > FILE`)") from None
-
-
 def gather(args: argparse.Namespace) -> Facts:
     """This machine's facts, or a recorded report's; plus the line's files when a line is named."""
     line_name = args.line
@@ -855,12 +626,15 @@ def gather(args: argparse.Namespace) -> Facts:
         line_name = line_name or recorded_line
     spec, spec_error = load_line(line_name, args.envs) if line_name else (None, None)
     machine = fp.machine if args.fingerprint else platform.machine()
-    line = gather_line(line_name, spec, spec_error, machine, Workspace.from_args(args)) if line_name else None
+    workspace = Workspace.from_args(args)
+    line = gather_line(line_name, spec, spec_error, machine, workspace, args.prefix) if line_name else None
     if not args.fingerprint:
-        choice = choose_toolchain(args.prefix, spec)
-        fp = probe(choice.cuda_home, choice.python, cxx=choice.cxx, path_env=choice.path_env)
+        if args.prefix is not None and not args.prefix.is_dir():
+            raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env)")
+        env = line_env.resolve(spec, args.prefix)
+        fp = env.fingerprint()
         locked_pip = tuple(p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip")
-        found = probe_environment(fp, choice, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
+        found = probe_environment(fp, env, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
     return Facts(fp, found, line)
 
 

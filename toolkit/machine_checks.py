@@ -8,18 +8,15 @@ CUDA majors it raises, within a major it only logs a warning and builds.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import load_knowledge, minor_of
+from toolkit.nvcc_gcc import gcc_cap
 from toolkit.paths import display_path
 from toolkit.spec import EnvSpec
-
-CUDA_LINES_FILE = "toolkit/knowledge/cuda_lines.yaml"
 
 
 @dataclass(frozen=True)
@@ -34,17 +31,6 @@ class Finding:
     def line(self) -> str:
         """The house one-line form, `where: problem (fix)`, as preflight reports it."""
         return f"{self.where}: {self.message}" + (f" ({self.fix})" if self.fix else "")
-
-
-def host_gcc_cap(host_config_h: str | None) -> int | None:
-    """`#if __GNUC__ > 15` in nvcc's crt/host_config.h -> 15 (the check behind 'unsupported GNU version')."""
-    if not host_config_h:
-        return None
-    try:
-        match = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
 
 
 def cuda_tag(cuda: str) -> str:
@@ -140,8 +126,8 @@ def cuda_headers(fp: Fingerprint) -> Finding | None:
 
 
 def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
-    """A host g++ that runs and that nvcc accepts: its crt/host_config.h cap where read (`host_cap`), else
-    the line's cap in toolkit/knowledge/cuda_lines.yaml."""
+    """A host g++ that runs and that nvcc accepts (nvcc_gcc.gcc_cap: its crt/host_config.h cap where read,
+    `host_cap`, else the line's in the knowledge)."""
     if fp.cxx_path and not fp.gcc_version:
         return Finding("fail", fp.cxx_path, "does not run or prints no version for -dumpfullversion",
                        "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
@@ -149,12 +135,12 @@ def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
     if not fp.cxx_path or not fp.gcc_major:
         return Finding("fail", fp.cxx_path or "g++", "no host C++ compiler (g++ on PATH)",
                        "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
-    line = load_knowledge().cuda_lines.get(fp.nvcc_line or "")
-    cap, source = (host_cap, fp.host_config_h) if host_cap else (line.max_gcc if line else None, CUDA_LINES_FILE)
+    cap = gcc_cap(fp.nvcc_line, load_knowledge(), host_cap, fp.host_config_h)
     if cap is None:
         return Finding("ok", fp.cxx_path, f"{fp.gcc_version} at {fp.cxx_path}")
-    if int(fp.gcc_major) > cap:
+    if not cap.accepts(int(fp.gcc_major)):
+        most = cap.max_gcc
         return Finding("fail", fp.cxx_path, f"gcc {fp.gcc_version} is newer than nvcc {fp.nvcc_line} accepts "
-                                            f"(max gcc {cap}, per {source})",
-                       f"use gcc <= {cap}: conda gxx {cap}.*, or CC=gcc-{cap} CXX=g++-{cap}")
-    return Finding("ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap})")
+                                            f"(max gcc {most}, per {cap.source})",
+                       f"use gcc <= {most}: conda gxx {most}.*, or CC=gcc-{most} CXX=g++-{most}")
+    return Finding("ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap.max_gcc})")

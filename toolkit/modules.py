@@ -23,6 +23,7 @@ from string import Template
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolkit import line_env
 from toolkit.atomic import write_atomic
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
@@ -88,6 +89,7 @@ class InstalledEnv:
     target: str | None  # a --target site dir the interpreter would not search by itself
     man_dir: str | None
     venv: bool  # the external interpreter is a venv (VIRTUAL_ENV applies)
+    cuda_home: str  # the conda prefix (conda's nvcc and CUDA headers live there), or the toolchain's CUDA_HOME
     python: str
     cuda: str
     torch: str
@@ -170,6 +172,7 @@ def read_conda_prefix(spec: EnvSpec, prefix: Path) -> InstalledEnv:
         target=None,
         man_dir=safe_path(man_dir, prefix_text, "share/man") if man_dir.is_dir() else None,
         venv=False,
+        cuda_home=prefix_text,
         python=safe("name", conda.get("python") or site.parent.name.removeprefix("python"), meta, "python version"),
         cuda=safe("name", conda.get("cuda-nvcc") or conda.get("cuda-version") or spec.cuda, meta, "cuda-nvcc version"),
         torch=safe("name", torch.version, site, "torch version"),
@@ -184,10 +187,10 @@ INTERPRETER_PROBE = ("import json, sys, sysconfig; print(json.dumps({'prefix': s
                      "'python': '.'.join(map(str, sys.version_info[:3]))}))")
 
 
-def read_external(spec: EnvSpec, target: Path | None) -> InstalledEnv:
+def read_external(spec: EnvSpec, found: line_env.LineEnvironment, target: Path | None) -> InstalledEnv:
     """An external line: the wheel went into the toolchain's interpreter (or a --target site dir)."""
     where = spec.where("toolchain.python_executable")
-    python = safe("path", spec.toolchain.python_executable, where, "toolchain.python_executable")
+    python = safe("path", str(found.python), where, "toolchain.python_executable")
     if not Path(python).is_file():
         raise NotInstalled(f"{where}: toolchain.python_executable: {python} is not on this machine "
                            f"(generate the module where the toolchain lives)")
@@ -222,6 +225,7 @@ def read_external(spec: EnvSpec, target: Path | None) -> InstalledEnv:
         target=safe_path(target, "--target", "site dir") if target else None,
         man_dir=safe_path(man_dir, python, "share/man") if man_dir.is_dir() else None,
         venv=(prefix / "pyvenv.cfg").is_file(),
+        cuda_home=safe_path(str(found.cuda_home), spec.where("toolchain.cuda_home"), "toolchain.cuda_home"),
         python=safe("name", info["python"], python, "python version"),
         cuda=safe("name", spec.toolchain.nvcc, spec.where("toolchain.nvcc"), "toolchain.nvcc"),
         torch=safe("name", torch.version, purelib, "torch version"),
@@ -352,19 +356,14 @@ def environment_changes(spec: EnvSpec, env: InstalledEnv, options: ModuleOptions
     if env.target:
         prepend.append(("PYTHONPATH", env.target))  # a --target dir is on no interpreter's path by itself
     if env.kind == "locked":
-        cuda_home = env.prefix  # conda's nvcc and CUDA headers live in the prefix
         if options.ld_library_path:
             prepend.append(("LD_LIBRARY_PATH", safe_path(Path(env.prefix) / "lib", env.prefix, "lib")))
         activation = [("CONDA_PREFIX", env.prefix), ("CONDA_DEFAULT_ENV", env.prefix)]
     else:
-        where = spec.where("toolchain.cuda_home")
-        if not spec.toolchain.cuda_home:
-            raise ToolkitError(f"{where}: toolchain.cuda_home: an external line needs one (set it in the spec)")
-        cuda_home = safe_path(spec.toolchain.cuda_home, where, "toolchain.cuda_home")
         if options.ld_library_path:
-            prepend.append(("LD_LIBRARY_PATH", safe_path(Path(cuda_home) / "lib64", where, "toolchain.cuda_home")))
+            prepend.append(("LD_LIBRARY_PATH", safe_path(Path(env.cuda_home) / "lib64", env.cuda_home, "lib64")))
         activation = [("VIRTUAL_ENV", env.prefix)] if env.venv else []
-    push = [("FLASH_ATTN_ROOT", env.target or env.prefix), ("CUDA_HOME", cuda_home)] + activation
+    push = [("FLASH_ATTN_ROOT", env.target or env.prefix), ("CUDA_HOME", env.cuda_home)] + activation
     return prepend, push
 
 
@@ -532,10 +531,8 @@ class Sources:
 
 def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modulefile:
     """Read one line's installed env, lock and build record into its Modulefile (nothing written yet)."""
-    if spec.toolchain.kind == "external":
-        env = read_external(spec, sources.target)
-    else:
-        env = read_conda_prefix(spec, sources.prefix or sources.workspace.prefix(spec.line))
+    found = line_env.resolve(spec, sources.prefix, workspace=sources.workspace)
+    env = read_conda_prefix(spec, found.root) if found.root else read_external(spec, found, sources.target)
     lock_file = sources.workspace.lock_file(spec.line)
     builds_dir = sources.workspace.wheel_dir(spec.line)
     provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env))

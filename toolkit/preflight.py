@@ -25,6 +25,7 @@ from toolkit import machine_checks as checks
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
 from toolkit.knowledge import arch_number, load_knowledge
+from toolkit.nvcc_gcc import host_config_cap
 from toolkit.spec import EnvSpec
 
 # Unpacked sdist + objects + wheel of a flash-attn build: about 3 GB for four archs; keep headroom.
@@ -277,7 +278,7 @@ def warnings(p: PreflightInput) -> list[str]:
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
                     build_dir: Path, compile_env: dict[str, str] | None = None) -> PreflightInput:
     return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
-                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=checks.host_gcc_cap(fp.host_config_h),
+                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_config_cap(fp.host_config_h),
                           compile_env=compile_env)
 
 

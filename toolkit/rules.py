@@ -17,6 +17,7 @@ from packaging.version import Version
 from toolkit import fa4_rules, patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.nvcc_gcc import gcc_cap, lines_accepting
 from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -121,14 +122,14 @@ def python_has_torch_wheel(spec: EnvSpec, kb: Knowledge) -> str | None:
 
 
 def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
-    line = kb.cuda_lines.get(spec.cuda)
-    if not line or int(spec.gcc) <= line.max_gcc:
+    cap = gcc_cap(spec.cuda, kb)
+    if not cap or cap.accepts(int(spec.gcc)):
         return None
-    newer = [v for v, other in kb.cuda_lines.items() if other.max_gcc >= int(spec.gcc)
-             and (spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc)))]
+    newer = [v for v in lines_accepting(int(spec.gcc), kb)
+             if spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc))]
     alternative = f" or CUDA {newer[0]}+" if newer else ""
     return (f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
-            f"(max gcc {line.max_gcc}: use gcc <= {line.max_gcc}{alternative})")
+            f"(max gcc {cap.max_gcc}: use gcc <= {cap.max_gcc}{alternative})")
 
 
 def conda_allows(kb: Knowledge, cuda: str, gcc: int) -> bool:
@@ -140,9 +141,9 @@ def conda_allows(kb: Knowledge, cuda: str, gcc: int) -> bool:
 def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     """conda-forge's cuda-nvcc-impl constrains gcc_impl more tightly than nvcc does: the lock cannot solve.
     Silent where nvcc itself refuses the gcc (gcc-accepted-by-nvcc says so)."""
-    line = kb.cuda_lines.get(spec.cuda)
+    cap = gcc_cap(spec.cuda, kb)
     gcc = int(spec.gcc)
-    if (spec.toolchain.kind != "locked" or not line or gcc > line.max_gcc
+    if (spec.toolchain.kind != "locked" or not cap or not cap.accepts(gcc)
             or conda_allows(kb, spec.cuda, gcc)):
         return None
     packaging = kb.nvcc_packaging[spec.cuda]

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from toolkit.errors import ToolkitError
+from toolkit.paths import display_path
 from toolkit.workspace import Workspace, add_workspace_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the toolkit package
@@ -101,13 +102,6 @@ def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
 # ---------------------------------------------------------------- which python measures
 
 
-def environment_python(spec) -> Path:
-    """The line's python: the external toolchain's interpreter, or the locked env's .envs/<line>/bin/python."""
-    if spec.toolchain.kind == "external":
-        return Path(spec.toolchain.python_executable)
-    return Workspace().prefix(spec.line) / "bin" / "python"
-
-
 def is_current_interpreter(python: Path) -> bool:
     """Same environment as this process? A venv's python is a symlink to the base interpreter, so compare
     the environments (the folder above bin/), not the executables."""
@@ -141,13 +135,16 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
 
     Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
     """
+    from toolkit import line_env
     from toolkit.rules import checked_spec
     from toolkit.spec import resolve_spec_arg
 
     workspace = Workspace.from_args(args)
     spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
     report_dir = args.report_dir or workspace.report_dir(spec.line)
-    python = args.python or environment_python(spec)
+    python = line_env.resolve(spec, python=args.python).python
+    if python is None:  # a line always names one (its prefix's bin/python or the toolchain's); kept for the type
+        raise ToolkitError(f"{display_path(spec.path)}: the line's environment has no python (pass --python)")
     report = report_dir / report_name
     before = report.stat().st_mtime_ns if report.exists() else None
     if is_current_interpreter(python):
