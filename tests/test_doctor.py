@@ -632,3 +632,27 @@ def test_a_locked_line_with_a_lock_but_no_environment_only_needs_install(workdir
     main(["doctor", "--line", "cu126", "--envs", str(ENVS), "--json"])
     env = row(json.loads(capsys.readouterr().out), "env")
     assert env["fix"].startswith("toolkit install cu126") and "nox -s env-cu126" in env["fix"]
+
+
+H200_RECOMMENDATION = ROOT / "docs" / "results" / "2026-12-01-h200-replica-and-fa4" / "fa4" / "recommendation-per-shape.json"
+
+
+def test_the_line_s_recommended_attention_is_a_row(workdir, capsys):
+    """reports/<line>/recommendation.json (the real one from the H200): ok on that GPU, a warning on another
+    GPU, and a file recommend did not write is a warning row, never an abort."""
+    rec = workdir / "reports" / "gpu-machine" / "recommendation.json"
+    rec.parent.mkdir(parents=True)
+    data = json.loads(H200_RECOMMENDATION.read_text())
+    rec.write_text(json.dumps(data))
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    attention = row(report, "attention")
+    assert attention["status"] == "ok", attention
+    assert "fa4 (attn_implementation=flash_attention_4)" in attention["value"]
+    assert "measured on NVIDIA H200 2026-12-01" in attention["value"]
+    rec.write_text(json.dumps({**data, "gpu": "NVIDIA A100-SXM4-80GB"}))
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    assert row(report, "attention")["status"] == "warn"
+    assert "toolkit fa4 recommend --line gpu-machine" in row(report, "attention")["fix"]
+    rec.write_text(json.dumps({**data, "rules": [{**data["rules"][0], "backend": "$(id)"}]}))
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    assert row(report, "attention")["status"] == "warn" and "not a recommendation" in row(report, "attention")["value"]

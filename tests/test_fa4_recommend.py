@@ -153,3 +153,15 @@ def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
     shapes = set(map(tuple, data["verified"]["fa4"]["shapes"]))
     assert ("bfloat16", 80, False) not in shapes and ("bfloat16", 128, False) in shapes
     assert data["worst_ratio"] >= 0.98
+
+
+def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["fa4", "recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
+            "--verify", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
+    assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give --line LINE")
+    assert main([*args, "--line", "gpu-machine"]) == 0
+    written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
+    rec = recommend.read_recommendation(written, fa4.knowledge()["attn_implementation"])
+    assert rec.gpu == "NVIDIA H200" and rec.date == "2026-12-01"
+    assert any("fa4 (attn_implementation=flash_attention_4)" in line for line in recommend.summary(rec))

@@ -536,3 +536,27 @@ def test_default_version_marking(project: Project, system) -> None:
     project.publish("--default", "cu126")
     output = system.run(script, project.site_modules, project.tree(system)).stdout
     assert CU126 in output and SITE not in output
+
+
+H200_RECOMMENDATION = REPO / "docs" / "results" / "2026-12-01-h200-replica-and-fa4" / "fa4" / "recommendation-per-shape.json"
+
+
+def test_help_names_the_recommended_attention_and_a_hostile_file_is_refused(project: Project) -> None:
+    """reports/<line>/recommendation.json (here the real one from the H200, 2026-12-01) reaches `module help`
+    as checked text; a GPU name that would close the Lua string is refused before anything is written."""
+    rec = project.root / "reports" / "cu126" / "recommendation.json"
+    rec.parent.mkdir(parents=True)
+    shutil.copy(H200_RECOMMENDATION, rec)
+    project.publish("cu126", "--format", "lmod")
+    text = (project.modules / "lmod" / f"{CU126}.lua").read_text()
+    assert f"Attention:    fastest verified on NVIDIA H200 2026-12-01 ({rec}):" in text
+    assert "bfloat16 d128 fwd: seqlen 0-2047: sdpa-cudnn (attn_implementation=sdpa + " \
+           "sdpa_kernel(SDPBackend.CUDNN_ATTENTION)); seqlen 2048+: fa4 (attn_implementation=flash_attention_4)" in text
+    shutil.rmtree(project.modules)
+    data = json.loads(rec.read_text())
+    data["gpu"] = 'H200"); os.execute("id") --'
+    rec.write_text(json.dumps(data))
+    code, output = project.toolkit("modules", "--root", str(project.modules), "cu126")
+    assert code == 1 and output.count("\n") == 1, output
+    assert output.startswith("error: reports/cu126/recommendation.json: not a recommendation"), output
+    assert not project.modules.exists()

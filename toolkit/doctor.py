@@ -591,14 +591,33 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
                               "this shell's own tools are not what the line builds with)", fix)
 
 
+def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    """The fastest verified attention `toolkit fa4 recommend --line` found for this line, when it ran: on
+    which GPU, and what to ask transformers for (bf16, head dim 128; the file has every measured shape)."""
+    from toolkit.attention.recommend import summary
+
+    if line.recommendation_error:
+        return Row("attention", "warn", line.recommendation_error, f"toolkit fa4 recommend --line {line.name} ...")
+    rec = line.recommendation
+    if rec is None:
+        return None
+    where = f"{display_path(rec.path)}, measured on {rec.gpu} {rec.date}".rstrip()
+    text = "; ".join(summary(rec)) or "no bf16 d128 shape in it"
+    here = {gpu.name for gpu in f.fingerprint.gpus}
+    if here and rec.gpu not in here:
+        return Row("attention", "warn", f"{text} ({where}; this machine has {', '.join(sorted(here))})",
+                   f"measure here: toolkit bench {line.name}, then toolkit fa4 recommend --line {line.name}")
+    return Row("attention", "ok" if here else "info", f"{text} ({where})")
+
+
 LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
 LINE_CHECKS: tuple[LineCheck, ...] = (
     check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
-    check_record, check_record_toolchain,
+    check_record, check_record_toolchain, check_recommendation,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.
 WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset({check_driver, check_gpus, check_env, check_line_driver,
-                                                           check_line_archs, check_lock})
+                                                           check_line_archs, check_lock, check_recommendation})
 
 
 def evaluate(f: Facts) -> list[Row]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolkit import line_env
+from toolkit.attention.recommend import Recommendation
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, from_dict
@@ -114,6 +115,8 @@ class LineFacts:
     wheel_dir: Path  # wheelhouse/<line>: built wheels and their build records
     record: BuildRecord | None  # the newest build record
     record_error: str | None
+    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit fa4 recommend)
+    recommendation_error: str | None = None
 
 
 def _conda_packages(prefix: Path | None) -> dict[str, str] | None:
@@ -193,8 +196,17 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
         except ToolkitError as exc:
             record_error = str(exc)
     env_prefix = line_env.resolve(spec, prefix, workspace=workspace).root if spec else None
+    recommendation, recommendation_error = None, None
+    if workspace.recommendation_file(name).is_file():
+        from toolkit.attention.recommend import read_recommendation
+        from toolkit.fa4 import knowledge
+
+        try:
+            recommendation = read_recommendation(workspace.recommendation_file(name), knowledge()["attn_implementation"])
+        except ToolkitError as exc:
+            recommendation_error = str(exc)
     return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
-                     record, record_error)
+                     record, record_error, recommendation, recommendation_error)
 
 
 def load_line(name: str, envs_dir: Path) -> tuple[EnvSpec | None, str | None]:

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from toolkit import line_env
 from toolkit.atomic import write_atomic
+from toolkit.attention.recommend import Recommendation, read_recommendation, summary
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import load_knowledge, minor_of
@@ -258,6 +259,7 @@ class Provenance:
     lock: LockedEnv | None
     builds_dir: Path
     build: BuildSummary | None
+    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json, checked
 
 
 def same_version(a: object, b: str) -> bool:
@@ -408,6 +410,12 @@ def help_lines(module_full: str, spec: EnvSpec, env: InstalledEnv, provenance: P
     else:
         builds_text = safe_path(provenance.builds_dir, "--wheelhouse", "build records")
         lines += [f"Build:        no record in {builds_text} of building {PACKAGE} {env.flash_attn}"]
+    rec = provenance.recommendation
+    if rec:
+        where = safe_path(rec.path, "--reports", "recommendation")
+        lines += [f"Attention:    fastest verified on {safe('text', rec.gpu, where, 'gpu')} "
+                  f"{safe('text', rec.date, where, 'date')} ({where}):"]
+        lines += [f"              {safe('text', text, where, 'rules')}" for text in summary(rec)]
     if prereqs:
         how = "loaded with this module" if options.prereq_style == "depends_on" else "load them first"
         lines += [f"Requires:     {' '.join(prereqs)} ({how})"]
@@ -535,8 +543,16 @@ def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modu
     env = read_conda_prefix(spec, found.root) if found.root else read_external(spec, found, sources.target)
     lock_file = sources.workspace.lock_file(spec.line)
     builds_dir = sources.workspace.wheel_dir(spec.line)
-    provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env))
+    provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env),
+                            read_recommendation_if_any(sources.workspace.recommendation_file(spec.line)))
     return modulefile_for(spec, env, provenance, options)
+
+
+def read_recommendation_if_any(path: Path) -> Recommendation | None:
+    """The line's measured attention recommendation (refused in one line when not what recommend writes)."""
+    from toolkit.fa4 import knowledge
+
+    return read_recommendation(path, knowledge()["attn_implementation"]) if path.is_file() else None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

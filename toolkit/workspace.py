@@ -70,6 +70,10 @@ class Workspace:
     def report_dir(self, line: str) -> Path:
         return self.reports / checked_line(line)
 
+    def recommendation_file(self, line: str) -> Path:
+        """`toolkit fa4 recommend --line`'s output, which doctor and the modulefile help read back."""
+        return self.report_dir(line) / "recommendation.json"
+
     @property
     def cache(self) -> Path:
         """sdists and build directories: $TOOLKIT_CACHE, else .cache in the working directory."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -148,6 +149,64 @@ def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: 
     return lookup_rules([Rule(**r) for r in data["rules"]], dtype, head_dim, causal, mode, seqlen)
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """A recommendation file as doctor and the modulefile help read it back: every value checked, so what
+    they print is the GPU's name, a date and rules over known backends, never text from the file as is."""
+
+    path: Path
+    gpu: str
+    date: str
+    rules: tuple[Rule, ...]
+
+
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
+DTYPES, MODES = ("bfloat16", "float16"), ("fwd", "fwd+bwd")
+
+
+def read_recommendation(path: Path, backends: dict[str, dict]) -> Recommendation:
+    """`toolkit fa4 recommend`'s file, checked: backends are the knowledge's attn_implementation names."""
+    problem = f"{path}: not a recommendation `toolkit fa4 recommend` writes"
+    try:
+        data = json.loads(Path(path).read_text())
+        rules = tuple(Rule(**r) for r in data["rules"])
+        gpu, date = data["gpu"], str(data.get("date") or "")[:10]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ToolkitError(f"{problem} ({type(exc).__name__}) (run it again)") from None
+    for rule in rules:
+        ok = (rule.backend in backends and rule.best_backend in backends and rule.dtype in DTYPES
+              and rule.mode in MODES and isinstance(rule.head_dim, int) and isinstance(rule.seqlen_min, int)
+              and (rule.seqlen_max is None or isinstance(rule.seqlen_max, int))
+              and all(isinstance(v, str) and NAME.fullmatch(v) for v in rule.attn_implementation.values()))
+        if not ok:
+            raise ToolkitError(f"{problem}: a rule names {rule.backend!r} for {rule.dtype!r} d{rule.head_dim!r} "
+                               f"(known backends: {', '.join(backends)}; run it again)")
+    if not (isinstance(gpu, str) and NAME.fullmatch(gpu)) or not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", date):
+        raise ToolkitError(f"{problem}: gpu {gpu!r} or date {date!r} is not plain text (run it again)")
+    return Recommendation(Path(path), gpu, date, rules)
+
+
+def how_to_ask(rule: Rule) -> str:
+    """What a user writes to get the backend: transformers' attn_implementation (+ the SDPA backend)."""
+    impl = rule.attn_implementation
+    sdpa = f" + sdpa_kernel(SDPBackend.{impl['sdpa_backend']})" if impl.get("sdpa_backend") else ""
+    return f"attn_implementation={impl.get('name', rule.backend)}{sdpa}"
+
+
+def summary(rec: Recommendation, dtype: str = "bfloat16", head_dim: int = 128, causal: bool = False) -> list[str]:
+    """One line per mode: the recommended backend in each seqlen band of one shape family."""
+    lines = []
+    for mode in MODES:
+        bands = sorted((r for r in rec.rules if (r.dtype, r.head_dim, r.causal, r.mode) == (dtype, head_dim, causal,
+                                                                                             mode)),
+                       key=lambda r: r.seqlen_min)
+        if bands:
+            parts = [f"seqlen {r.seqlen_min}{'+' if r.seqlen_max is None else f'-{r.seqlen_max}'}: {r.backend} "
+                     f"({how_to_ask(r)})" for r in bands]
+            lines.append(f"{dtype} d{head_dim}{' causal' if causal else ''} {mode}: {'; '.join(parts)}")
+    return lines
+
+
 def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
     """Issue 16's ratio targets: FA4 over each named backend on one shape (FA2's committed number
     where this run has no flash-attn row, said so in `fa2_source`)."""
@@ -190,7 +249,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
     parser.add_argument("--verify", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
                         help="a packaged backend's verification report (fa4=..., flash-attn=...)")
-    parser.add_argument("--out", type=Path, required=True, help="recommendation JSON to write")
+    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with --line: "
+                                                 "reports/LINE/recommendation.json, where doctor and modules read it)")
+    parser.add_argument("--line", help="the line the bench ran for (its reports folder gets the file)")
     parser.set_defaults(func=_recommend_command)
 
 
@@ -203,7 +264,11 @@ def _read_json(path: Path) -> dict:
 
 def _recommend_command(args: argparse.Namespace) -> int:
     from toolkit.fa4 import knowledge
+    from toolkit.workspace import Workspace
 
+    if args.out is None and args.line is None:
+        raise ToolkitError("fa4 recommend: give --line LINE (writes reports/LINE/recommendation.json) or --out FILE")
+    args.out = args.out or Workspace().recommendation_file(args.line)
     reports = {}
     for item in args.verify:
         backend, sep, path = item.partition("=")
