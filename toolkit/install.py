@@ -23,8 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -39,13 +37,12 @@ from toolkit.atomic import (
     clean_stale,
     exchange,
     owned_dir,
-    owned_temp,
     remove_path,
     run_temporaries,
     temp_name,
     write_atomic,
 )
-from toolkit.digest import sha256_file
+from toolkit.download import fetch_verified
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.lock import choose_backend, conda_executable, console, locking_environment, run_isolated
@@ -54,7 +51,6 @@ from toolkit.spec import display_path, load_spec
 from toolkit.workspace import Workspace, add_workspace_options
 
 RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -96,46 +92,17 @@ def running_platform() -> str:
 # ---------------------------------------------------------------- verified downloads
 
 
-def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress) -> Path:
-    """A local copy of the package's archive whose sha256 is the lock's; one-line error naming it if not.
-
-    read_lock already checked that sha256 and file name have their strict form, so the cache path
-    stays inside the cache."""
-    target = Workspace().conda_package_cache / package.sha256 / package.filename
-    if target.exists() and sha256_file(target) == package.sha256:
-        return target
-    clean_stale(target.parent)  # a partial download of a killed install
-    task = progress.add_task(package.filename, total=None)
-    with owned_temp(target.parent, target.name) as partial:
-        try:
-            with urllib.request.urlopen(package.url, timeout=60) as response, partial.open("xb") as out:
-                progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    progress.advance(task, len(chunk))
-                    checkpoint("install:download")
-        except (urllib.error.URLError, OSError) as exc:
-            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: cannot fetch "
-                               f"{package.url} ({getattr(exc, 'reason', exc)}; is the channel reachable?)") from None
-        finally:
-            progress.remove_task(task)
-        actual = sha256_file(partial)
-        if actual != package.sha256:
-            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "
-                               f"{package.url} (lock {package.sha256[:12]}..., archive {actual[:12]}...): the "
-                               f"archive was changed or the channel serves another file; nothing was installed")
-        check_conda_archive(partial)  # the cache holds only archives that write inside their prefix
-        os.replace(partial, target)
-    return target
-
-
 def verify_all(packages: list[LockedPackage], lock_file: Path) -> list[tuple[LockedPackage, Path]]:
+    """A verified local copy of every archive (toolkit/download.py); only archives that write inside
+    their prefix enter the cache (archives.check_conda_archive)."""
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         overall = progress.add_task(f"verifying {len(packages)} conda archives", total=len(packages))
         verified = []
         for package in packages:
-            verified.append((package, verified_archive(package, lock_file, progress)))
+            what = f"{display_path(lock_file)}: {package.name} {package.version}"
+            verified.append((package, fetch_verified(package, Workspace().conda_package_cache, what,
+                                                     check_conda_archive, progress)))
             progress.advance(overall)
     return verified
 

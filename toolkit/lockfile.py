@@ -59,14 +59,6 @@ class LockedSdist:
     filename: str
     sha256: str
 
-    def cache_entry(self, cache: Path) -> Path:
-        """<cache>/sdist/<sha256>/<filename>, refused unless both parts have their strict form."""
-        for field, value, pattern in (("sha256", self.sha256, SHA256), ("filename", self.filename, FILE_NAME)):
-            if not pattern.fullmatch(value):
-                raise ToolkitError(f"flash-attn sdist: {field}: {value!r} is not a {_FORM[field]} "
-                                   f"(re-lock with `toolkit lock`)")
-        return Path(cache) / "sdist" / self.sha256 / self.filename
-
 
 @dataclass(frozen=True)
 class LockedPackage:
