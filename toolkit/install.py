@@ -1,8 +1,9 @@
 """Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer).
 
-Backends: `conda-lock install` where micromamba/mamba/conda is on PATH, else the embedded py-rattler
-installer. The embedded path checks every archive's sha256 itself before py-rattler sees it (py-rattler
-does not for file:// channels) and installs only from those verified copies.
+Engines (toolkit/engine.py, chosen once): `conda-lock install` where micromamba/mamba/conda is on PATH,
+else the embedded py-rattler installer. The embedded one checks every archive's sha256 itself before
+py-rattler sees it (py-rattler does not for file:// channels) and installs only from those verified copies.
+This module owns where the environment goes: the prefix checks, the swap, the install record.
 
 The embedded path builds the environment in an owned temporary folder beside the target (files patched
 for the final path) and swaps it into place at the end, so an interrupted install never leaves something
@@ -21,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.console import Console
 
-from toolkit.archives import check_conda_archive
 from toolkit.atomic import (
     TEMP_PREFIX,
     checkpoint,
@@ -42,15 +41,15 @@ from toolkit.atomic import (
     temp_name,
     write_atomic,
 )
-from toolkit.download import fetch_verified
+from toolkit.engine import BACKENDS, CondaEngine, InstallJob, choose_engine
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
-from toolkit.lock import choose_backend, conda_executable, console, locking_environment, run_isolated
-from toolkit.lockfile import LockedEnv, LockedPackage, environment_problem, read_lock, stale_reason
+from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.spec import display_path, load_spec
 from toolkit.workspace import Workspace, add_workspace_options
 
 RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
+console = Console(stderr=True, highlight=False)
 
 
 @dataclass(frozen=True)
@@ -89,126 +88,6 @@ def running_platform() -> str:
     return platforms[machine]
 
 
-# ---------------------------------------------------------------- verified downloads
-
-
-def verify_all(packages: list[LockedPackage], lock_file: Path) -> list[tuple[LockedPackage, Path]]:
-    """A verified local copy of every archive (toolkit/download.py); only archives that write inside
-    their prefix enter the cache (archives.check_conda_archive)."""
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task(f"verifying {len(packages)} conda archives", total=len(packages))
-        verified = []
-        for package in packages:
-            what = f"{display_path(lock_file)}: {package.name} {package.version}"
-            verified.append((package, fetch_verified(package, Workspace().conda_package_cache, what,
-                                                     check_conda_archive, progress)))
-            progress.advance(overall)
-    return verified
-
-
-# ---------------------------------------------------------------- conda layer
-
-
-def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_prefix: str, platform: str,
-                    package_cache: str) -> int:
-    """Install verified archives with py-rattler (runs inside run_isolated's worker).
-
-    archives: (local verified file, the lock's URL, its channel). Records are built from the verified
-    files themselves, so what is installed is what was hashed; conda-meta then names the lock's URL."""
-    import asyncio
-
-    import rattler
-
-    async def install() -> None:
-        records = []
-        for local, _url, channel in archives:
-            record = await rattler.RepoDataRecord.from_package_archive(local)
-            records.append(rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel))
-        await rattler.install(records, target_prefix=prefix, cache_dir=package_cache,
-                              platform=rattler.Platform(platform), alternative_target_prefix=final_prefix,
-                              show_progress=sys.stderr.isatty())
-
-    asyncio.run(install())
-    checkpoint("install:worker")
-    by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
-    for meta in Path(prefix, "conda-meta").glob("*.json"):
-        record = json.loads(meta.read_text())
-        if record.get("fn") in by_file:
-            record["url"], record["channel"] = by_file[record["fn"]]
-            meta.write_text(json.dumps(record, indent=2))
-    return len(records_installed(Path(prefix)))
-
-
-def records_installed(prefix: Path) -> list[Path]:
-    return sorted((prefix / "conda-meta").glob("*.json"))
-
-
-def install_conda_with_rattler(packages: list[LockedPackage], lock_file: Path, staging: Path, prefix: Path,
-                               platform: str) -> None:
-    """Verified archives into `staging` (patched for `prefix`); py-rattler's unpack cache lives beside it."""
-    verified = verify_all(packages, lock_file)
-    archives = [(str(path), package.url, package.channel) for package, path in verified]
-    with console.status(f"installing {len(archives)} conda packages (py-rattler)"):
-        count = run_isolated(rattler_install, archives, str(staging), str(prefix), platform,
-                             str(staging.parent / "pkgs"))
-    console.print(f"{count} conda packages installed")
-
-
-def install_with_conda_lock(lock_file: Path, staging: Path, conda_exe: str) -> None:
-    """`conda-lock install` (conda and pip layers) with a real micromamba/mamba/conda."""
-    with console.status(f"conda-lock install with {Path(conda_exe).name}"):
-        result = subprocess.run([sys.executable, "-m", "conda_lock", "install", "--conda", conda_exe,
-                                 "--prefix", str(staging), str(lock_file)], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr)
-        last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), "no output")
-        raise ToolkitError(f"{display_path(lock_file)}: conda-lock install failed ({last.strip()}; output above)")
-
-
-# ---------------------------------------------------------------- pip layer
-
-
-def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path) -> None:
-    """The lock's wheels by URL, hash-checked by pip (--require-hashes), no resolution (--no-deps)."""
-    if not packages:
-        return
-    python = staging / "bin" / "python"
-    if not python.exists():
-        raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
-    requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
-    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
-    console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
-                             "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
-                             "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
-        mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in result.stderr
-                      and any(line.replace(" ", "").startswith(f"{p.name}@") for line in lines)]
-        problem = (f"{mismatched[0].name} {mismatched[0].version}: hash mismatch for {mismatched[0].url} (the wheel "
-                   f"was changed or the index serves another file)") if mismatched \
-            else (lines[-1] if lines else "no output")
-        raise ToolkitError(f"pip layer: {problem}; nothing was installed")
-    relocate_scripts(staging, prefix)
-
-
-def relocate_scripts(staging: Path, prefix: Path) -> None:
-    """pip writes its interpreter's path into script shebangs: point them at the final prefix."""
-    old, new = str(staging).encode(), str(prefix).encode()
-    for script in (staging / "bin").iterdir():
-        if not script.is_file() or script.is_symlink():
-            continue
-        with script.open("rb") as stream:
-            head = stream.read(2)
-        if head == b"#!":
-            data = script.read_bytes()
-            first, _, rest = data.partition(b"\n")
-            if old in first:
-                script.write_bytes(first.replace(old, new) + b"\n" + rest)
-
-
 # ---------------------------------------------------------------- the whole install
 
 
@@ -233,20 +112,17 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
     prefix.parent.mkdir(parents=True, exist_ok=True)
     record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
+    engine = choose_engine(backend, conda_exe, console)
     with locked(prefix):
         clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
-        conda_exe = conda_exe or conda_executable()
-        if choose_backend(backend, conda_exe) == "conda-lock":
-            install_in_place_with_conda_lock(lock_file, prefix, conda_exe, record)
+        if not engine.relocates:
+            install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
             return prefix
         with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
             staging = work / "env"
             staging.mkdir()
-            install_conda_with_rattler(locked_env.packages_for(platform, "conda"), lock_file, staging, prefix,
-                                       platform)
-            checkpoint("install:pip")
-            install_pip_layer(locked_env.packages_for(platform, "pip"), staging, prefix)
+            engine.install(InstallJob.of(locked_env, platform, staging, prefix))
             write_record(staging, record)
             replace_prefix(staging, prefix)
     return prefix
@@ -326,14 +202,13 @@ def old_env_aside(prefix: Path) -> Iterator[None]:
             raise
 
 
-def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
-    """micromamba/conda write the prefix into files and cannot relocate an environment, so this backend
-    builds at the final path with an older environment set aside, and writes the fa-envkit record (what
-    marks it finished) last."""
-    with old_env_aside(prefix):
+def install_in_place(engine: CondaEngine, job: InstallJob, record: InstallRecord) -> None:
+    """An engine that cannot relocate (micromamba/conda write the prefix into files) builds at the final
+    path with an older environment set aside, and the fa-envkit record (what marks it finished) last."""
+    with old_env_aside(job.prefix):
         checkpoint("install:in-place")
-        install_with_conda_lock(lock_file, prefix, conda_exe)
-        write_record(prefix, record)
+        engine.install(job)
+        write_record(job.prefix, record)
 
 
 def replace_prefix(staging: Path, prefix: Path) -> None:
@@ -360,7 +235,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "renamed into place.")
     parser.add_argument("line", metavar="LINE", help="line name (cu126)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
-    parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
                         help="installer (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
     parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
     add_workspace_options(parser)
