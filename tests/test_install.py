@@ -26,7 +26,8 @@ from toolkit import engine
 from toolkit.cli import main
 from toolkit.engine import InstallJob, RattlerEngine
 from toolkit.errors import ToolkitError
-from toolkit.install import RECORD_FILE, install_line
+from toolkit.install import install_line
+from toolkit.install_record import PrefixRecord
 from toolkit.lock import lock_line
 from toolkit.lockfile import LockedPackage
 from toolkit.rules import checked_spec
@@ -62,7 +63,8 @@ def test_install_creates_the_locked_prefix(lock_over_http, tmp_path, isolated_ca
     assert (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n"  # placeholder -> final prefix
     assert (prefix / "lib" / "python3.11" / "site-packages" / "pip" / "__init__.py").exists()  # noarch: python
     assert (prefix / "lib" / "python3.11" / "site-packages" / "torch-2.9.1.dist-info").is_dir()  # pip layer
-    assert json.loads((prefix / RECORD_FILE).read_text())["line"] == "cu126"
+    record = PrefixRecord.read(prefix)  # written by the real install, read back through the one reader
+    assert record is not None and (record.line, record.platform) == ("cu126", "linux-64")
     assert leftovers(prefix.parent, prefix.name) == []
 
 

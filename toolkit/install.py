@@ -20,12 +20,10 @@ a rerun removes those of a killed run (toolkit/atomic.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -39,42 +37,16 @@ from toolkit.atomic import (
     remove_path,
     run_temporaries,
     temp_name,
-    write_atomic,
 )
 from toolkit.engine import BACKENDS, CondaEngine, InstallJob, choose_engine
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
+from toolkit.install_record import PrefixRecord
 from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.spec import display_path, load_spec
 from toolkit.workspace import Workspace, add_workspace_options
 
-RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
 console = Console(stderr=True, highlight=False)
-
-
-@dataclass(frozen=True)
-class InstallRecord:
-    """etc/fa-envkit/lock.json in a prefix: which lock made it. Written last (atomically), it is what
-    marks an environment finished and the toolkit's own: only such a prefix is ever replaced."""
-
-    line: str
-    lock: str
-    platform: str
-    input_hash: str
-    lock_sha256: str
-    schema: int = 1
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-    @classmethod
-    def read(cls, prefix: Path) -> InstallRecord | None:
-        """The prefix's record, or None when it has none (or one this toolkit did not write)."""
-        try:
-            data = json.loads((Path(prefix) / RECORD_FILE).read_text())
-            return cls(**data) if isinstance(data, dict) and data.get("schema", 1) == 1 else None  # 1: also unnamed
-        except (OSError, ValueError, TypeError):
-            return None
 
 
 def running_platform() -> str:
@@ -110,7 +82,7 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
     prefix = Path(prefix or Workspace().prefix(line)).absolute()
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
+    record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
     engine = choose_engine(backend, conda_exe, console)
     with locked(prefix):
@@ -123,7 +95,7 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
             staging = work / "env"
             staging.mkdir()
             engine.install(InstallJob.of(locked_env, platform, staging, prefix))
-            write_record(staging, record)
+            record.write(staging)  # last: an environment without it is not a finished one
             replace_prefix(staging, prefix)
     return prefix
 
@@ -154,14 +126,9 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
         return
     if not prefix.is_dir():
         raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
-    if next(prefix.iterdir(), None) is not None and InstallRecord.read(prefix) is None and not recovering:
-        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {RECORD_FILE}); "
+    if next(prefix.iterdir(), None) is not None and PrefixRecord.read(prefix) is None and not recovering:
+        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
                            f"nothing was changed ({fix})")
-
-
-def write_record(prefix: Path, record: InstallRecord) -> None:
-    """Written last: an environment without it is not a finished one."""
-    write_atomic(prefix / RECORD_FILE, record.to_json())
 
 
 def retired_tag(prefix: Path) -> str:
@@ -178,7 +145,7 @@ def restore_retired(entry: Path, prefix: Path) -> bool:
     old = entry / prefix.name
     if not entry.name.startswith(retired_tag(prefix)) or not old.is_dir():
         return entry.is_dir() and next(entry.iterdir(), None) is None
-    if InstallRecord.read(old) is not None and InstallRecord.read(prefix) is None:
+    if PrefixRecord.read(old) is not None and PrefixRecord.read(prefix) is None:
         remove_path(prefix)
         os.replace(old, prefix)
     return True
@@ -202,13 +169,13 @@ def old_env_aside(prefix: Path) -> Iterator[None]:
             raise
 
 
-def install_in_place(engine: CondaEngine, job: InstallJob, record: InstallRecord) -> None:
+def install_in_place(engine: CondaEngine, job: InstallJob, record: PrefixRecord) -> None:
     """An engine that cannot relocate (micromamba/conda write the prefix into files) builds at the final
     path with an older environment set aside, and the fa-envkit record (what marks it finished) last."""
     with old_env_aside(job.prefix):
         checkpoint("install:in-place")
         engine.install(job)
-        write_record(job.prefix, record)
+        record.write(job.prefix)
 
 
 def replace_prefix(staging: Path, prefix: Path) -> None:
