@@ -67,3 +67,15 @@ def test_both_engines_solve_a_locked_line_to_the_same_packages(channel_dir, tmp_
     assert by_cli.packages and by_cli.content_hash == by_rattler.content_hash
     assert sorted((p.platform, p.name, p.hash.sha256) for p in by_cli.packages) == \
         sorted((p.platform, p.name, p.hash.sha256) for p in by_rattler.packages)
+
+
+def test_lock_and_install_declare_the_engine_options_once():
+    from toolkit.cli import build_parser
+
+    parser = build_parser()
+    for verb in ("lock", "install"):
+        args = parser.parse_args([verb, "cu126", "--backend", "conda-lock", "--conda", "/opt/mm/bin/micromamba"])
+        assert (args.backend, args.conda) == ("conda-lock", "/opt/mm/bin/micromamba")
+        assert parser.parse_args([verb, "cu126"]).backend == "auto"
+        with pytest.raises(SystemExit):
+            parser.parse_args([verb, "cu126", "--backend", "mamba-cli"])

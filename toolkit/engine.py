@@ -16,6 +16,7 @@ inside functions, so importing this module (reading a lock) needs neither.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -117,6 +118,13 @@ def choose_engine(backend: str, conda_exe: str | None, console: Console) -> Cond
     if backend in ("auto", "conda-lock") and conda_exe:
         return CondaLockEngine(conda_exe, console)
     return RattlerEngine(console)
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--backend and --conda, declared once for every verb that solves or installs a conda layer."""
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="conda engine (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
+    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
 
 
 def locking_environment() -> dict[str, str]:

@@ -38,7 +38,7 @@ from toolkit.atomic import (
     run_temporaries,
     temp_name,
 )
-from toolkit.engine import BACKENDS, CondaEngine, InstallJob, choose_engine
+from toolkit.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.install_record import PrefixRecord
@@ -202,9 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "renamed into place.")
     parser.add_argument("line", metavar="LINE", help="line name (cu126)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="installer (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=run_install)
 

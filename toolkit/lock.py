@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from toolkit.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
-from toolkit.engine import BACKENDS, CondaLayer, CondaRequest, choose_engine, locking_environment
+from toolkit.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.errors import ToolkitError
 from toolkit.lockfile import (
     KEY_DIGEST,
@@ -406,9 +406,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
                         help="only say which locks are missing, stale or broken (exit 1 if any)")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="conda solver (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    add_engine_options(parser)
     parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
