@@ -26,7 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from toolkit.lock import conda_executable, conda_request, rattler_solve, solve_with_conda_lock  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from toolkit.engine import CondaLockEngine, conda_executable, rattler_solve  # noqa: E402
+from toolkit.lock import conda_request  # noqa: E402
 from toolkit.spec import load_spec  # noqa: E402
 from toolkit.workspace import Workspace  # noqa: E402
 
@@ -143,7 +146,7 @@ def main() -> None:
         exe = conda_executable()
         if exe:
             started = time.perf_counter()
-            layer = solve_with_conda_lock(request, exe)
+            layer = CondaLockEngine(exe, Console(stderr=True, highlight=False)).solve(request)
             results.append((f"conda-lock + {Path(exe).name}", time.perf_counter() - started, len(layer.packages)))
         print(f"line {args.line}: {len(request.specs)} specs, platform {PLATFORM}, __cuda={spec.cuda}")
         print(f"{'backend':<28}{'solve (s)':>10}{'packages':>10}")

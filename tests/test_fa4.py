@@ -22,6 +22,7 @@ import pytest
 from toolkit import fa4
 from toolkit.cli import main
 from toolkit.errors import ToolkitError
+from toolkit.install_record import Fa4Record
 
 ROOT = Path(__file__).resolve().parent.parent
 FETCHED = ROOT / ".whl-fa4"
@@ -248,7 +249,7 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     record = fa4.install(fa4.release(), "13", joined, target, str(python))
     assert "nvidia-cutlass-dsl-libs-cu13==4.8.1" in record.installed
     assert not any("libs-cu12" in name for name in record.installed)
-    assert json.loads((target / fa4.RECORD_NAME).read_text())["python_path"] == record.python_path
+    assert Fa4Record.read(target) == record  # written (atomically) as returned
     assert (target / "nvidia_cutlass_dsl_packages.pth").is_file()  # pip copies it; nothing processes it
     probe = [str(python), "-c", "import cutlass; print(cutlass.__version__)"]
     plain = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)})
@@ -278,14 +279,13 @@ def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_s
     install_fa2_files(pinned_sdist, target)
     record = fa4.install(fa4.release(), "13", joined, target, str(python))
     assert record.flash_attn_2 == "2.8.3.post2" and len(record.replaced_from_flash_attn_2) == 21
-    assert json.loads((target / fa4.RECORD_NAME).read_text())["flash_attn_2"] == "2.8.3.post2"
+    assert json.loads((target / Fa4Record.FILE).read_text())["flash_attn_2"] == "2.8.3.post2"
     assert (target / "flash_attn" / "flash_attn_interface.py").is_file()
     assert "def flash_attn_varlen_func" in (target / "flash_attn" / "cute" / "interface.py").read_text()
 
 
 def test_env_verb_prints_data_lines(tmp_path, capsys):
-    record = fa4.InstallRecord("4.0.0b36", "13", str(tmp_path), sys.executable, [], {}, fa4.python_path(tmp_path))
-    (tmp_path / fa4.RECORD_NAME).write_text(json.dumps(record.__dict__))
+    Fa4Record("4.0.0b36", "13", str(tmp_path), sys.executable, [], {}, fa4.python_path(tmp_path)).write(tmp_path)
     assert main(["fa4", "env", "--target", str(tmp_path), "--cache-dir", str(tmp_path / "c")]) == 0
     lines = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
     assert lines["PYTHONPATH"] == f"{tmp_path}:{tmp_path / 'nvidia_cutlass_dsl' / 'dsl_packages'}"
@@ -372,7 +372,7 @@ def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
     """FA2 after FA4 in one --target: pip would swap the whole flash_attn/ folder and FA4's cute with it."""
     from toolkit.wheel_check import install_and_import
 
-    (tmp_path / fa4.RECORD_NAME).write_text("{}")
+    (tmp_path / Fa4Record.FILE).write_text("{}")
     with pytest.raises(ToolkitError, match="holds flash-attn-4; pip --target would replace"):
         install_and_import(None, tmp_path / "flash_attn-2.8.3.post2-cp312-linux_x86_64.whl", [], tmp_path,  # type: ignore[arg-type]
                            tmp_path / "log")

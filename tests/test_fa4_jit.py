@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 
 from toolkit import fa4_jit
 from toolkit.errors import ToolkitError
+from toolkit.install_record import Fa4Record
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "fa4_double"
@@ -114,7 +115,6 @@ def test_a_spent_budget_lists_the_variants_not_reached(tmp_path):
 
 def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, tmp_path, capsys):
     """The record's key is read from the install's python; FA4 and cutlass-dsl are dist-info STAND-INS here."""
-    from toolkit import fa4
     from toolkit.cli import main
 
     tmp, _, _, latency = warmed
@@ -123,8 +123,8 @@ def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, t
         (site / f"{name}-{version}.dist-info").mkdir(parents=True)
         (site / f"{name}-{version}.dist-info" / "METADATA").write_text(
             f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
-    record = fa4.InstallRecord("4.0.0b36", "13", str(site), sys.executable, [], {}, [str(site)])
-    (site / fa4.RECORD_NAME).write_text(json.dumps(record.__dict__))
+    record = Fa4Record("4.0.0b36", "13", str(site), sys.executable, [], {}, [str(site)])
+    record.write(site)
     key = fa4_jit.cache_key(sys.executable, record.env(), "90")
     assert (key["flash_attn_4"], key["cutlass_dsl"], key["arch"]) == ("4.0.0b36", "4.8.1", "90")
     _, record_path = fa4_jit.pack(tmp / "cache", tmp_path / "wheelhouse", key, latency)

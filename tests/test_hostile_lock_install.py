@@ -28,6 +28,7 @@ import yaml
 from conda_channel import channel_dir, file_url, isolated_caches, pip_index, write_project  # noqa: F401
 
 from toolkit.cli import main
+from toolkit.download import cache_entry
 from toolkit.errors import ToolkitError
 from toolkit.lock import lock_line
 from toolkit.lockfile import KEY_DIGEST, KEY_SDIST_FILENAME, KEY_SDIST_SHA256, LockedSdist, lock_digest, read_lock
@@ -269,7 +270,7 @@ def pause_and_signal(args: list[str], tmp_path: Path, phase: str, signum: int,
     return process.returncode, err
 
 
-INSTALL_PHASES = ("install:download", "install:worker", "install:pip", "install:replace")
+INSTALL_PHASES = ("download", "install:worker", "install:pip", "install:replace")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["INT", "TERM", "KILL"])
@@ -277,7 +278,7 @@ INSTALL_PHASES = ("install:download", "install:worker", "install:pip", "install:
 def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tmp_path, phase, signum):
     prefix = tmp_path / "envs" / "cu126"
     assert main(install_args(fresh, prefix)) == 0
-    if phase == "install:download":  # a fresh cache, so the archives are downloaded again
+    if phase == "download":  # a fresh cache, so the archives are downloaded again
         shutil.rmtree(tmp_path / "cache")
     (prefix / "marker-of-the-old-env").write_text("old")
     rc, err = pause_and_signal(install_args(fresh, prefix), tmp_path, phase, signum)
@@ -461,9 +462,9 @@ def test_any_resigned_edit_of_a_lock_reads_safely_or_is_refused_in_one_line(pris
         assert "\n" not in str(exc) and path.name in str(exc)
         return
     cache = tmp_path / "cache"  # what was accepted can only name paths inside the caches
-    assert inside(locked.sdist.cache_entry(cache), cache)
+    assert inside(cache_entry(cache, locked.sdist), cache)
     for package in locked.packages:
-        assert inside(cache / package.sha256 / package.filename, cache) or package.manager == "pip"
+        assert package.manager == "pip" or inside(cache_entry(cache, package), cache)
         assert package.url.split(":", 1)[0] in ("https", "http", "file") and "\n" not in package.url
     assert len({(p.platform, p.manager, p.name) for p in locked.packages}) == len(locked.packages)
 
@@ -508,7 +509,7 @@ def test_a_cache_that_cannot_be_written_is_one_line(fresh, tmp_path, capsys, mon
     not_a_folder.write_text("x")
     monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
     assert main(install_args(fresh, tmp_path / "env")) == 1
-    assert "cannot write a temporary file" in one_line_error(capsys.readouterr().err)
+    assert "cannot create the lock file" in one_line_error(capsys.readouterr().err)  # the cache entry's lock
     assert not (tmp_path / "env").exists() and ours_left(tmp_path) == []
 
 
@@ -519,11 +520,11 @@ def test_cache_entries_and_temporaries_stay_in_their_folder(tmp_path, filename, 
 
     cache = tmp_path / "cache"
     try:
-        entry = LockedSdist("https://h/x.tar.gz", filename, sha256).cache_entry(cache)
+        entry = cache_entry(cache, LockedSdist("https://h/x.tar.gz", filename, sha256))
     except ToolkitError as exc:
         assert "\n" not in str(exc)
     else:
-        assert inside(entry, cache) and entry.parent.parent == cache / "sdist"
+        assert inside(entry, cache) and entry.parent.parent == cache
     with owned_temp(tmp_path / "t", tag) as temporary:
         assert temporary.parent == tmp_path / "t" and "/" not in temporary.name
     assert list((tmp_path / "t").iterdir()) == []

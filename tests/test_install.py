@@ -20,12 +20,16 @@ from conda_channel import (  # noqa: F401
     write_project,
 )
 from conda_lock.lockfile import parse_conda_lock_file
+from rich.console import Console
 
-import toolkit.install as install
+from toolkit import engine
 from toolkit.cli import main
+from toolkit.engine import InstallJob, RattlerEngine
 from toolkit.errors import ToolkitError
-from toolkit.install import RECORD_FILE, install_line
+from toolkit.install import install_line
+from toolkit.install_record import PrefixRecord
 from toolkit.lock import lock_line
+from toolkit.lockfile import LockedPackage
 from toolkit.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +63,8 @@ def test_install_creates_the_locked_prefix(lock_over_http, tmp_path, isolated_ca
     assert (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n"  # placeholder -> final prefix
     assert (prefix / "lib" / "python3.11" / "site-packages" / "pip" / "__init__.py").exists()  # noarch: python
     assert (prefix / "lib" / "python3.11" / "site-packages" / "torch-2.9.1.dist-info").is_dir()  # pip layer
-    assert json.loads((prefix / RECORD_FILE).read_text())["line"] == "cu126"
+    record = PrefixRecord.read(prefix)  # written by the real install, read back through the one reader
+    assert record is not None and (record.line, record.platform) == ("cu126", "linux-64")
     assert leftovers(prefix.parent, prefix.name) == []
 
 
@@ -96,7 +101,7 @@ def test_an_interrupted_install_leaves_no_prefix(lock_over_http, tmp_path, isola
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(install, "install_pip_layer", interrupted)  # stop after the conda layer is in place
+    monkeypatch.setattr(engine, "install_pip_layer", interrupted)  # stop after the conda layer is in place
     with pytest.raises(KeyboardInterrupt):
         install_line("cu126", tmp_path / "cu126", lock_over_http.parent, backend="rattler", platform="linux-64")
     assert not (tmp_path / "cu126").exists() and leftovers(tmp_path, "cu126") == []
@@ -126,9 +131,10 @@ def test_aarch64_lock_installs_on_this_host_as_files(lock_over_http, tmp_path, i
     """The other platform's conda layer unpacks too (its pip layer needs an aarch64 python, so stop before it)."""
     prefix = tmp_path / "arm"
     locked = [p for p in parse_conda_lock_file(lock_over_http).package if p.platform == "linux-aarch64"]
-    conda = [install.LockedPackage(p.manager, p.name, p.version, p.url, p.hash.sha256) for p in locked
+    conda = [LockedPackage(p.manager, p.name, p.version, p.url, p.hash.sha256) for p in locked
              if p.manager == "conda"]
     staging = tmp_path / ".arm.installing"
     staging.mkdir()
-    install.install_conda_with_rattler(conda, lock_over_http, staging, prefix, "linux-aarch64")
+    job = InstallJob(lock_over_http, "linux-aarch64", conda=tuple(conda), pip=(), staging=staging, prefix=prefix)
+    RattlerEngine(Console(stderr=True)).install(job)
     assert (staging / "bin" / "aarch64-conda-linux-gnu-g++").exists()

@@ -18,8 +18,10 @@ import pytest
 import yaml
 from conda_channel import channel_dir, file_url, pip_index, serve_directory, write_project  # noqa: F401
 from conda_lock.lockfile import parse_conda_lock_file
+from rich.console import Console
 
 from toolkit.cli import main
+from toolkit.engine import CondaLockEngine, RattlerEngine, choose_engine
 from toolkit.errors import ToolkitError
 from toolkit.lock import (
     KEY_DIGEST,
@@ -27,16 +29,12 @@ from toolkit.lock import (
     LockedSdist,
     PipTarget,
     check_locks,
-    choose_backend,
-    conda_executable,
     conda_request,
     lock_line,
     lock_path,
     lock_pip_requirements,
     read_lock,
     requirements_path,
-    solve_with_conda_lock,
-    solve_with_rattler,
     stale_reason,
     write_lock,
 )
@@ -45,6 +43,8 @@ from toolkit.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "cu126.conda-lock.yml"
+CONSOLE = Console(stderr=True, highlight=False)
+RATTLER = RattlerEngine(CONSOLE)
 FIXED_SDIST = LockedSdist(url="https://files.example/flash_attn-2.8.3.post2.tar.gz",
                           filename="flash_attn-2.8.3.post2.tar.gz", sha256="ab" * 32)
 
@@ -151,12 +151,13 @@ def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monk
     standin.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "micromamba_standin.py"}" "$@"\n')
     standin.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert choose_backend("auto", conda_executable()) == "conda-lock"  # a micromamba on PATH means conda-lock
+    assert isinstance(choose_engine("auto", None, CONSOLE), CondaLockEngine)  # a micromamba on PATH: conda-lock
+    assert isinstance(choose_engine("rattler", None, CONSOLE), RattlerEngine)
     envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/simple")
     spec = checked_spec(envs / "cu126.yaml")
-    by_cli = write_lock(spec, solve_with_conda_lock(conda_request(spec), str(standin)), [], FIXED_SDIST,
+    by_cli = write_lock(spec, CondaLockEngine(str(standin), CONSOLE).solve(conda_request(spec)), [], FIXED_SDIST,
                         tmp_path / "cli")
-    by_rattler = write_lock(spec, solve_with_rattler(conda_request(spec)), [], FIXED_SDIST, tmp_path / "rattler")
+    by_rattler = write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, tmp_path / "rattler")
     assert by_cli.read_text() == by_rattler.read_text()  # content hash included: conda-lock computed the CLI's
 
 
@@ -166,7 +167,7 @@ def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monk
 def conda_only_lock(tmp_path: Path, channel: str, extra: str = "", cuda: str = "12.6", line: str = "cu126") -> Path:
     envs = write_project(tmp_path, channel, "http://127.0.0.1:9/simple", line=line, cuda=cuda, extra=extra)
     spec = checked_spec(envs / f"{line}.yaml")
-    return write_lock(spec, solve_with_rattler(conda_request(spec)), [], FIXED_SDIST, tmp_path / "locks")
+    return write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, tmp_path / "locks")
 
 
 def test_http_channel_locks_the_same_packages_as_file_channel(channel_dir, tmp_path):
@@ -199,7 +200,7 @@ def test_cuda_virtual_package_picks_the_lines_cuda_version(channel_dir, tmp_path
     for cuda, line in (("12.6", "cu126"), ("13.0", "cu130")):
         envs = write_project(tmp_path / line, file_url(channel_dir), "http://127.0.0.1:9/simple", line=line,
                              cuda=cuda, extra='conda_packages:\n  cuda-version: "*"\n')
-        layer = solve_with_rattler(conda_request(load_spec(envs / f"{line}.yaml")))
+        layer = RATTLER.solve(conda_request(load_spec(envs / f"{line}.yaml")))
         assert {p.version for p in layer.packages if p.name == "cuda-version"} == {cuda}
 
 
@@ -264,7 +265,7 @@ def test_unreachable_torch_index_is_one_line_naming_the_index(channel_dir, pip_i
 def test_unreachable_channel_is_one_line(tmp_path):
     envs = write_project(tmp_path, "http://127.0.0.1:9/conda-forge", "http://127.0.0.1:9/simple")
     with pytest.raises(ToolkitError) as caught:
-        solve_with_rattler(conda_request(checked_spec(envs / "cu126.yaml")))
+        RATTLER.solve(conda_request(checked_spec(envs / "cu126.yaml")))
     assert "\n" not in str(caught.value) and "cannot read channels http://127.0.0.1:9/conda-forge" in str(caught.value)
 
 

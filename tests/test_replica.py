@@ -34,9 +34,10 @@ from conda_forge_replica.replica import (
 )
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 
+from toolkit.engine import rattler_solve
 from toolkit.errors import ToolkitError
 from toolkit.line_env import include_environment
-from toolkit.lock import LockedSdist, conda_request, rattler_solve
+from toolkit.lock import LockedSdist, conda_request
 from toolkit.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

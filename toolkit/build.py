@@ -18,7 +18,6 @@ import subprocess
 import tarfile
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,14 +26,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from toolkit import line_env, patches
-from toolkit.atomic import Terminated, clean_stale, owned_temp
+from toolkit.atomic import Terminated
 from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
 from toolkit.build_timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
 from toolkit.diagnose import explain_file
 from toolkit.digest import sha256_file
+from toolkit.download import fetch_verified
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint
-from toolkit.fslock import locked
 from toolkit.knowledge import arch_number, minor_of
 from toolkit.line_env import LineEnvironment
 from toolkit.lock import LockedEnv, LockedSdist, read_lock, stale_reason
@@ -95,40 +94,9 @@ class BuildResult:
 
 
 def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
-    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent.
-
-    The entry is locked while checked or written: builds of several lines (Slurm array tasks on nodes
-    sharing the cache) never download into, or delete, the same file at once. The path is made only
-    from a sha256 and a plain file name (LockedSdist.cache_entry refuses anything else).
-    """
-    dest = sdist.cache_entry(cache)
-    with locked(dest.parent):
-        return _fetch_sdist_locked(sdist, dest)
-
-
-def _fetch_sdist_locked(sdist: LockedSdist, dest: Path) -> Path:
-    if dest.exists():
-        actual = sha256_file(dest)
-        if actual == sdist.sha256:
-            return dest
-        dest.unlink()
-        raise ToolkitError(f"{display_path(dest)}: sha256 {actual} is not the lock's {sdist.sha256} "
-                           f"(removed the file; re-run to download it again)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(dest.parent)  # partial downloads of killed builds
-    with owned_temp(dest.parent, dest.name) as partial:
-        try:
-            with urllib.request.urlopen(sdist.url, timeout=60) as response, open(partial, "xb") as out:
-                shutil.copyfileobj(response, out)
-        except (OSError, ValueError) as exc:
-            raise ToolkitError(f"{sdist.url}: download failed ({exc}; without network, put the file at "
-                               f"{display_path(dest)})") from None
-        actual = sha256_file(partial)
-        if actual != sdist.sha256:
-            raise ToolkitError(f"{sdist.url}: downloaded file has sha256 {actual}, the lock pins {sdist.sha256} "
-                               f"(the index served other bytes: re-lock or check the mirror)")
-        os.replace(partial, dest)
-    return dest
+    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent
+    (toolkit/download.py: the hash-verified cache that conda archives use too)."""
+    return fetch_verified(sdist, Path(cache) / "sdist", f"flash-attn sdist {sdist.filename}")
 
 
 def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
@@ -30,12 +30,12 @@ from toolkit import knowledge_files
 from toolkit.atomic import copy_atomic, owned_dir, publish_dir, publish_file, remove_path, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
+from toolkit.install_record import Fa4Record
 from toolkit.workspace import Workspace, add_workspace_options
 
 KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
 DEFAULT_RELEASE = "4.0.0b36"
 DSL_PACKAGES = Path("nvidia_cutlass_dsl") / "dsl_packages"  # where `cutlass` lives (knowledge: pth)
-RECORD_NAME = "fa4-install.json"
 # The pinned wheels are built for one interpreter; pip download asks PyPI for exactly these tags.
 DOWNLOAD_TAGS = ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3",
                  "--abi", "none", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
@@ -304,22 +304,6 @@ def _unmet(metadata: list[dict], available: dict[str, str], replaced: dict[str, 
 # ---------------------------------------------------------------- install
 
 
-@dataclass
-class InstallRecord:
-    release: str
-    cuda_major: str
-    target: str
-    python: str
-    installed: list[str]  # name==version
-    from_base: dict[str, str]  # distributions the target python already had and that were used
-    python_path: list[str]  # what PYTHONPATH must hold for `import flash_attn.cute`
-    flash_attn_2: str | None = None  # the flash-attn 2.x version in the same folder, if any
-    replaced_from_flash_attn_2: list[str] = field(default_factory=list)  # its flash_attn/cute files, given way
-
-    def env(self) -> dict[str, str]:
-        return {"PYTHONPATH": os.pathsep.join(self.python_path)}
-
-
 _PROBE = ("import importlib.metadata as m, json, platform, sys\n"
           "from packaging.markers import default_environment\n"
           "print(json.dumps({'dists': {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']},"
@@ -368,7 +352,7 @@ def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: di
     return chosen
 
 
-def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python: str) -> InstallRecord:
+def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python: str) -> Fa4Record:
     """Install the pinned wheels into `target` for `python`, check every requirement, record it."""
     from packaging.utils import canonicalize_name
 
@@ -406,12 +390,12 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
     used_base.update({p.name: present[canonicalize_name(p.name)] for p in rel.wheels_for(cuda_major)
                       if p.if_missing and p not in chosen})  # present and good enough
-    record = InstallRecord(rel.version, cuda_major, str(target), python, [f"{p.name}=={p.version}" for p in chosen],
-                           used_base, python_path(target), beside.version if beside else None, handed_over)
+    record = Fa4Record(rel.version, cuda_major, str(target), python, [f"{p.name}=={p.version}" for p in chosen],
+                       used_base, python_path(target), beside.version if beside else None, handed_over)
     if not (target / DSL_PACKAGES / "cutlass").is_dir():
         raise ToolkitError(f"{target}: no {DSL_PACKAGES}/cutlass after the install (the nvidia-cutlass-dsl "
                            f"layout changed: update {KNOWLEDGE_FILE.name})")
-    write_atomic(target / RECORD_NAME, json.dumps(asdict(record), indent=2) + "\n")
+    record.write(target)
     return record
 
 
@@ -493,16 +477,11 @@ def merge_into(staging: Path, target: Path) -> None:
         os.replace(entry, dest)
 
 
-def load_record(target: Path) -> InstallRecord:
-    path = target / RECORD_NAME
-    try:
-        return InstallRecord(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as exc:
-        raise ToolkitError(f"{path}: no readable install record ({type(exc).__name__}) "
-                           f"(run `toolkit fa4 install` first)") from None
+def load_record(target: Path) -> Fa4Record:
+    return Fa4Record.load(target, "run `toolkit fa4 install` first")
 
 
-def import_check(record: InstallRecord, env: dict[str, str] | None = None) -> tuple[bool, str]:
+def import_check(record: Fa4Record, env: dict[str, str] | None = None) -> tuple[bool, str]:
     """Does `import flash_attn.cute` work in a fresh process of the recorded python? (ok, last line)"""
     probe = "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"
     done = subprocess.run([record.python, "-c", probe],

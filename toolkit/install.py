@@ -1,8 +1,9 @@
 """Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer).
 
-Backends: `conda-lock install` where micromamba/mamba/conda is on PATH, else the embedded py-rattler
-installer. The embedded path checks every archive's sha256 itself before py-rattler sees it (py-rattler
-does not for file:// channels) and installs only from those verified copies.
+Engines (toolkit/engine.py, chosen once): `conda-lock install` where micromamba/mamba/conda is on PATH,
+else the embedded py-rattler installer. The embedded one checks every archive's sha256 itself before
+py-rattler sees it (py-rattler does not for file:// channels) and installs only from those verified copies.
+This module owns where the environment goes: the prefix checks, the swap, the install record.
 
 The embedded path builds the environment in an owned temporary folder beside the target (files patched
 for the final path) and swaps it into place at the end, so an interrupted install never leaves something
@@ -19,67 +20,33 @@ a rerun removes those of a killed run (toolkit/atomic.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.console import Console
 
-from toolkit.archives import check_conda_archive
 from toolkit.atomic import (
     TEMP_PREFIX,
     checkpoint,
     clean_stale,
     exchange,
     owned_dir,
-    owned_temp,
     remove_path,
     run_temporaries,
     temp_name,
-    write_atomic,
 )
-from toolkit.digest import sha256_file
+from toolkit.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
-from toolkit.lock import choose_backend, conda_executable, console, locking_environment, run_isolated
-from toolkit.lockfile import LockedEnv, LockedPackage, environment_problem, read_lock, stale_reason
+from toolkit.install_record import PrefixRecord
+from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.spec import display_path, load_spec
 from toolkit.workspace import Workspace, add_workspace_options
 
-RECORD_FILE = Path("etc") / "fa-envkit" / "lock.json"  # inside the prefix: which lock made it
-CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class InstallRecord:
-    """etc/fa-envkit/lock.json in a prefix: which lock made it. Written last (atomically), it is what
-    marks an environment finished and the toolkit's own: only such a prefix is ever replaced."""
-
-    line: str
-    lock: str
-    platform: str
-    input_hash: str
-    lock_sha256: str
-    schema: int = 1
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
-
-    @classmethod
-    def read(cls, prefix: Path) -> InstallRecord | None:
-        """The prefix's record, or None when it has none (or one this toolkit did not write)."""
-        try:
-            data = json.loads((Path(prefix) / RECORD_FILE).read_text())
-            return cls(**data) if isinstance(data, dict) and data.get("schema", 1) == 1 else None  # 1: also unnamed
-        except (OSError, ValueError, TypeError):
-            return None
+console = Console(stderr=True, highlight=False)
 
 
 def running_platform() -> str:
@@ -91,155 +58,6 @@ def running_platform() -> str:
         raise ToolkitError(f"this machine ({sys.platform} {machine}) is not a platform the locks cover "
                            f"(linux-64, linux-aarch64)")
     return platforms[machine]
-
-
-# ---------------------------------------------------------------- verified downloads
-
-
-def verified_archive(package: LockedPackage, lock_file: Path, progress: Progress) -> Path:
-    """A local copy of the package's archive whose sha256 is the lock's; one-line error naming it if not.
-
-    read_lock already checked that sha256 and file name have their strict form, so the cache path
-    stays inside the cache."""
-    target = Workspace().conda_package_cache / package.sha256 / package.filename
-    if target.exists() and sha256_file(target) == package.sha256:
-        return target
-    clean_stale(target.parent)  # a partial download of a killed install
-    task = progress.add_task(package.filename, total=None)
-    with owned_temp(target.parent, target.name) as partial:
-        try:
-            with urllib.request.urlopen(package.url, timeout=60) as response, partial.open("xb") as out:
-                progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
-                while chunk := response.read(CHUNK):
-                    out.write(chunk)
-                    progress.advance(task, len(chunk))
-                    checkpoint("install:download")
-        except (urllib.error.URLError, OSError) as exc:
-            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: cannot fetch "
-                               f"{package.url} ({getattr(exc, 'reason', exc)}; is the channel reachable?)") from None
-        finally:
-            progress.remove_task(task)
-        actual = sha256_file(partial)
-        if actual != package.sha256:
-            raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version}: sha256 mismatch for "
-                               f"{package.url} (lock {package.sha256[:12]}..., archive {actual[:12]}...): the "
-                               f"archive was changed or the channel serves another file; nothing was installed")
-        check_conda_archive(partial)  # the cache holds only archives that write inside their prefix
-        os.replace(partial, target)
-    return target
-
-
-def verify_all(packages: list[LockedPackage], lock_file: Path) -> list[tuple[LockedPackage, Path]]:
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task(f"verifying {len(packages)} conda archives", total=len(packages))
-        verified = []
-        for package in packages:
-            verified.append((package, verified_archive(package, lock_file, progress)))
-            progress.advance(overall)
-    return verified
-
-
-# ---------------------------------------------------------------- conda layer
-
-
-def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_prefix: str, platform: str,
-                    package_cache: str) -> int:
-    """Install verified archives with py-rattler (runs inside run_isolated's worker).
-
-    archives: (local verified file, the lock's URL, its channel). Records are built from the verified
-    files themselves, so what is installed is what was hashed; conda-meta then names the lock's URL."""
-    import asyncio
-
-    import rattler
-
-    async def install() -> None:
-        records = []
-        for local, _url, channel in archives:
-            record = await rattler.RepoDataRecord.from_package_archive(local)
-            records.append(rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel))
-        await rattler.install(records, target_prefix=prefix, cache_dir=package_cache,
-                              platform=rattler.Platform(platform), alternative_target_prefix=final_prefix,
-                              show_progress=sys.stderr.isatty())
-
-    asyncio.run(install())
-    checkpoint("install:worker")
-    by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
-    for meta in Path(prefix, "conda-meta").glob("*.json"):
-        record = json.loads(meta.read_text())
-        if record.get("fn") in by_file:
-            record["url"], record["channel"] = by_file[record["fn"]]
-            meta.write_text(json.dumps(record, indent=2))
-    return len(records_installed(Path(prefix)))
-
-
-def records_installed(prefix: Path) -> list[Path]:
-    return sorted((prefix / "conda-meta").glob("*.json"))
-
-
-def install_conda_with_rattler(packages: list[LockedPackage], lock_file: Path, staging: Path, prefix: Path,
-                               platform: str) -> None:
-    """Verified archives into `staging` (patched for `prefix`); py-rattler's unpack cache lives beside it."""
-    verified = verify_all(packages, lock_file)
-    archives = [(str(path), package.url, package.channel) for package, path in verified]
-    with console.status(f"installing {len(archives)} conda packages (py-rattler)"):
-        count = run_isolated(rattler_install, archives, str(staging), str(prefix), platform,
-                             str(staging.parent / "pkgs"))
-    console.print(f"{count} conda packages installed")
-
-
-def install_with_conda_lock(lock_file: Path, staging: Path, conda_exe: str) -> None:
-    """`conda-lock install` (conda and pip layers) with a real micromamba/mamba/conda."""
-    with console.status(f"conda-lock install with {Path(conda_exe).name}"):
-        result = subprocess.run([sys.executable, "-m", "conda_lock", "install", "--conda", conda_exe,
-                                 "--prefix", str(staging), str(lock_file)], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr)
-        last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), "no output")
-        raise ToolkitError(f"{display_path(lock_file)}: conda-lock install failed ({last.strip()}; output above)")
-
-
-# ---------------------------------------------------------------- pip layer
-
-
-def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path) -> None:
-    """The lock's wheels by URL, hash-checked by pip (--require-hashes), no resolution (--no-deps)."""
-    if not packages:
-        return
-    python = staging / "bin" / "python"
-    if not python.exists():
-        raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
-    requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
-    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
-    console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
-                             "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
-                             "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
-        mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in result.stderr
-                      and any(line.replace(" ", "").startswith(f"{p.name}@") for line in lines)]
-        problem = (f"{mismatched[0].name} {mismatched[0].version}: hash mismatch for {mismatched[0].url} (the wheel "
-                   f"was changed or the index serves another file)") if mismatched \
-            else (lines[-1] if lines else "no output")
-        raise ToolkitError(f"pip layer: {problem}; nothing was installed")
-    relocate_scripts(staging, prefix)
-
-
-def relocate_scripts(staging: Path, prefix: Path) -> None:
-    """pip writes its interpreter's path into script shebangs: point them at the final prefix."""
-    old, new = str(staging).encode(), str(prefix).encode()
-    for script in (staging / "bin").iterdir():
-        if not script.is_file() or script.is_symlink():
-            continue
-        with script.open("rb") as stream:
-            head = stream.read(2)
-        if head == b"#!":
-            data = script.read_bytes()
-            first, _, rest = data.partition(b"\n")
-            if old in first:
-                script.write_bytes(first.replace(old, new) + b"\n" + rest)
 
 
 # ---------------------------------------------------------------- the whole install
@@ -264,23 +82,20 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
     prefix = Path(prefix or Workspace().prefix(line)).absolute()
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    record = InstallRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
+    record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
+    engine = choose_engine(backend, conda_exe, console)
     with locked(prefix):
         clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
-        conda_exe = conda_exe or conda_executable()
-        if choose_backend(backend, conda_exe) == "conda-lock":
-            install_in_place_with_conda_lock(lock_file, prefix, conda_exe, record)
+        if not engine.relocates:
+            install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
             return prefix
         with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
             staging = work / "env"
             staging.mkdir()
-            install_conda_with_rattler(locked_env.packages_for(platform, "conda"), lock_file, staging, prefix,
-                                       platform)
-            checkpoint("install:pip")
-            install_pip_layer(locked_env.packages_for(platform, "pip"), staging, prefix)
-            write_record(staging, record)
+            engine.install(InstallJob.of(locked_env, platform, staging, prefix))
+            record.write(staging)  # last: an environment without it is not a finished one
             replace_prefix(staging, prefix)
     return prefix
 
@@ -311,14 +126,9 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
         return
     if not prefix.is_dir():
         raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
-    if next(prefix.iterdir(), None) is not None and InstallRecord.read(prefix) is None and not recovering:
-        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {RECORD_FILE}); "
+    if next(prefix.iterdir(), None) is not None and PrefixRecord.read(prefix) is None and not recovering:
+        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
                            f"nothing was changed ({fix})")
-
-
-def write_record(prefix: Path, record: InstallRecord) -> None:
-    """Written last: an environment without it is not a finished one."""
-    write_atomic(prefix / RECORD_FILE, record.to_json())
 
 
 def retired_tag(prefix: Path) -> str:
@@ -335,7 +145,7 @@ def restore_retired(entry: Path, prefix: Path) -> bool:
     old = entry / prefix.name
     if not entry.name.startswith(retired_tag(prefix)) or not old.is_dir():
         return entry.is_dir() and next(entry.iterdir(), None) is None
-    if InstallRecord.read(old) is not None and InstallRecord.read(prefix) is None:
+    if PrefixRecord.read(old) is not None and PrefixRecord.read(prefix) is None:
         remove_path(prefix)
         os.replace(old, prefix)
     return True
@@ -359,14 +169,13 @@ def old_env_aside(prefix: Path) -> Iterator[None]:
             raise
 
 
-def install_in_place_with_conda_lock(lock_file: Path, prefix: Path, conda_exe: str, record: InstallRecord) -> None:
-    """micromamba/conda write the prefix into files and cannot relocate an environment, so this backend
-    builds at the final path with an older environment set aside, and writes the fa-envkit record (what
-    marks it finished) last."""
-    with old_env_aside(prefix):
+def install_in_place(engine: CondaEngine, job: InstallJob, record: PrefixRecord) -> None:
+    """An engine that cannot relocate (micromamba/conda write the prefix into files) builds at the final
+    path with an older environment set aside, and the fa-envkit record (what marks it finished) last."""
+    with old_env_aside(job.prefix):
         checkpoint("install:in-place")
-        install_with_conda_lock(lock_file, prefix, conda_exe)
-        write_record(prefix, record)
+        engine.install(job)
+        record.write(job.prefix)
 
 
 def replace_prefix(staging: Path, prefix: Path) -> None:
@@ -393,9 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "renamed into place.")
     parser.add_argument("line", metavar="LINE", help="line name (cu126)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
-    parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
-                        help="installer (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=run_install)
 

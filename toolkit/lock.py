@@ -4,7 +4,8 @@ The file is conda-lock's unified format, written through conda-lock's own models
 `conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
-the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/lockfile.py.
+the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/lockfile.py;
+the conda solvers (conda-lock CLI, py-rattler) are toolkit/engine.py, chosen once by `--backend`.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -12,21 +13,17 @@ Reading a lock needs neither network nor py-rattler: heavy libraries are importe
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
-import pickle
 import platform as host
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +32,8 @@ import yaml
 from rich.console import Console
 
 from toolkit import knowledge_files
-from toolkit.atomic import checkpoint, clean_stale, die_with_parent, owned_dir, run_temporaries
+from toolkit.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
+from toolkit.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.errors import ToolkitError
 from toolkit.lockfile import (
     KEY_DIGEST,
@@ -61,20 +59,7 @@ from toolkit.workspace import Workspace, add_workspace_options
 PYPI_SIMPLE = "https://pypi.org/simple"
 SDIST_PROJECT = "flash-attn"
 VIRTUAL_PACKAGES_FILE = Path(__file__).parent / "knowledge" / "virtual_packages.yaml"
-CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 console = Console(stderr=True, highlight=False)
-
-
-@dataclass(frozen=True)
-class CondaRequest:
-    """The conda layer's inputs, derived from a spec: what either backend solves."""
-
-    line: str
-    spec_file: str  # for messages
-    channels: tuple[str, ...]  # channel names or URLs (local paths already made file:// URLs)
-    platforms: tuple[str, ...]
-    specs: tuple[str, ...]  # match specs; none for an external toolchain
-    virtual_packages: dict[str, dict[str, str]]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
 
 
 def channel_url(channel: str, relative_to: Path) -> str:
@@ -102,194 +87,6 @@ def conda_request(spec: EnvSpec) -> CondaRequest:
         specs=tuple(spec.conda_specs()) if spec.toolchain.kind == "locked" else (),
         virtual_packages=virtual_packages(spec),
     )
-
-
-def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Path, Path]:
-    """The environment file and virtual-package spec conda-lock reads (both backends hash the same)."""
-    environment = directory / f"{request.line}.environment.yml"
-    environment.write_text(yaml.safe_dump({
-        "name": request.line, "channels": list(request.channels), "platforms": list(request.platforms),
-        "dependencies": list(request.specs)}, sort_keys=False))
-    virtual = directory / f"{request.line}.virtual-packages.yml"
-    virtual.write_text(yaml.safe_dump({"subdirs": {p: {"packages": v} for p, v in request.virtual_packages.items()}}))
-    return environment, virtual
-
-
-# ---------------------------------------------------------------- conda layer
-
-
-@dataclass
-class CondaLayer:
-    """Solved conda packages of every platform, as conda-lock models, with conda-lock's content hash."""
-
-    packages: list[Any]  # conda_lock LockedDependency
-    content_hash: dict[str, str]
-    channels: list[Any]  # conda_lock Channel
-
-
-def conda_executable() -> str | None:
-    found = (shutil.which(name) for name in CONDA_EXECUTABLES)
-    return next((path for path in found if path), None)
-
-
-def choose_backend(backend: str, conda_exe: str | None) -> str:
-    """auto: the conda-lock CLI where a conda executable exists, else the embedded py-rattler solver."""
-    if backend == "conda-lock" and not conda_exe:
-        raise ToolkitError(f"--backend conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
-                           f"(install micromamba, pass --conda EXE, or use --backend rattler)")
-    if backend == "auto":
-        return "conda-lock" if conda_exe else "rattler"
-    return backend
-
-
-def solve_with_rattler(request: CondaRequest) -> CondaLayer:
-    """py-rattler solves (in a worker interpreter); conda-lock's own code turns the result into its models."""
-    from conda_lock.lookup import DEFAULT_MAPPING_URL
-    from conda_lock.src_parser import make_lock_spec
-
-    actions = run_isolated(rattler_fetch_actions, request) if request.specs else {p: [] for p in request.platforms}
-    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
-        environment, virtual = write_conda_lock_inputs(request, tmp)
-        lock_spec = make_lock_spec(src_files=[environment], mapping_url=DEFAULT_MAPPING_URL)
-        content_hash = _content_hashes(lock_spec, virtual)
-    packages = []
-    for platform in request.platforms:
-        requested = {d.name: d for d in lock_spec.dependencies[platform] if d.manager == "conda"}
-        packages += locked_from_fetch_actions(actions[platform], platform, lock_spec.channels, requested)
-    return CondaLayer(packages=packages, content_hash=content_hash, channels=list(lock_spec.channels))
-
-
-def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
-    from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.virtual_package import virtual_package_repo_from_specification
-
-    return compute_content_hashes(lock_spec, virtual_package_repo_from_specification(virtual_spec))
-
-
-def locked_from_fetch_actions(actions: list[dict], platform: str, channels: list[Any],
-                              requested: dict[str, Any]) -> list[Any]:
-    """FETCH actions (repodata records) -> conda-lock LockedDependency, exactly as conda-lock's
-    conda_solver.solve_conda converts a micromamba dry run, so both backends write the same file."""
-    from conda_lock.interfaces.vendored_conda import MatchSpec
-    from conda_lock.lockfile import apply_categories
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
-    from conda_lock.lookup import DEFAULT_MAPPING_URL
-    from conda_lock.models.channel import normalize_url_with_placeholders
-
-    planned = {}
-    for action in actions:
-        by_name: dict[str, list] = {}
-        for dep in action.get("depends") or []:
-            match = MatchSpec(dep)
-            by_name.setdefault(match.name, []).append(match)
-        dependencies = {}
-        for name, matches in by_name.items():
-            merged = matches[0] if len(matches) == 1 else MatchSpec.merge(matches)[0]
-            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
-        planned[action["name"]] = LockedDependency(
-            name=action["name"], version=action["version"], manager="conda", platform=platform,
-            dependencies=dependencies, url=normalize_url_with_placeholders(action["url"], channels=channels),
-            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")))
-    apply_categories(requested=requested, planned=planned, mapping_url=DEFAULT_MAPPING_URL)
-    return list(planned.values())
-
-
-def fetch_action(record: Any) -> dict:
-    """A py-rattler RepoDataRecord as the FETCH action a `micromamba create --dry-run --json` reports."""
-    return {
-        "name": record.name.normalized, "version": str(record.version), "build": str(record.build),
-        "build_number": record.build_number, "depends": list(record.depends),
-        "constrains": list(record.constrains), "url": record.url, "fn": record.file_name,
-        "md5": record.md5.hex() if record.md5 else "", "sha256": record.sha256.hex() if record.sha256 else None,
-        "subdir": record.subdir, "channel": record.channel or "",
-        "timestamp": int(record.timestamp.timestamp() * 1000) if record.timestamp else 0,
-    }
-
-
-def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
-    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
-
-    packages = []
-    for name, value in sorted(values.items()):
-        version, _, build = value.partition(" ")
-        packages.append(GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0")))
-    return packages
-
-
-def rattler_solve(channels: tuple[str, ...], specs: tuple[str, ...], platform: str,
-                  virtual: dict[str, str], gateway: Any = None) -> list[Any]:
-    """One platform's solve with py-rattler; solver and channel failures become one-line messages."""
-    import asyncio
-
-    import rattler
-    from rattler.exceptions import SolverError
-
-    try:
-        return asyncio.run(rattler.solve(
-            sources=[rattler.Channel(c) for c in channels], specs=list(specs), gateway=gateway or rattler.Gateway(),
-            platforms=[platform, "noarch"], virtual_packages=rattler_virtual_packages(virtual)))
-    except SolverError as exc:
-        raise ToolkitError(f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
-                           f"{_one_line(str(exc))}") from None
-    except Exception as exc:  # py-rattler raises one exception type per transport/parse failure
-        if exc.__class__.__module__ != "exceptions":
-            raise
-        causes = [part.strip() for part in str(exc).split("Caused by:")]
-        reason = causes[0] if len(causes) == 1 else f"{causes[0]}: {causes[-1]}"
-        raise ToolkitError(f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
-                           f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
-                           f"or lock on a machine that reaches it: see locks/README.md)") from None
-
-
-def _one_line(text: str) -> str:
-    """A solver's tree-shaped explanation on one line."""
-    parts = [line.strip(" │├└─") for line in text.splitlines()]
-    return "; ".join(part for part in parts if part)
-
-
-def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
-    """Solve every platform with py-rattler (runs inside run_isolated's worker)."""
-    import rattler
-
-    gateway = rattler.Gateway()
-    solved = {}
-    for platform in request.platforms:
-        started = time.perf_counter()
-        with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
-            try:
-                records = rattler_solve(request.channels, request.specs, platform,
-                                        request.virtual_packages[platform], gateway)
-            except ToolkitError as exc:
-                raise ToolkitError(f"{request.spec_file}: {exc}") from None
-        solved[platform] = [fetch_action(r) for r in records]
-        checkpoint("lock:solve")
-        console.print(f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
-                      f"in {time.perf_counter() - started:.2f} s")
-    return solved
-
-
-def solve_with_conda_lock(request: CondaRequest, conda_exe: str) -> CondaLayer:
-    """The `conda-lock lock` CLI, driving micromamba/mamba/conda, with the line's virtual packages."""
-    from conda_lock.lockfile import parse_conda_lock_file
-
-    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
-        environment, virtual = write_conda_lock_inputs(request, tmp)
-        output = tmp / f"{request.line}.conda-lock.yml"
-        command = [sys.executable, "-m", "conda_lock", "lock", "--conda", conda_exe, "-f", str(environment),
-                   "--virtual-package-spec", str(virtual), "--lockfile", str(output), "--log-level", "WARNING"]
-        started = time.perf_counter()
-        with console.status(f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
-                            f"(conda-lock with {Path(conda_exe).name})"):
-            result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.stderr.write(result.stderr)
-            last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), "no output")
-            raise ToolkitError(f"{request.spec_file}: conda-lock lock failed ({last.strip()}; its output is above)")
-        lockfile = parse_conda_lock_file(output)
-    console.print(f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
-                  f"in {time.perf_counter() - started:.2f} s")
-    return CondaLayer(packages=list(lockfile.package), content_hash=dict(lockfile.metadata.content_hash),
-                      channels=list(lockfile.metadata.channels))
 
 
 # ---------------------------------------------------------------- pip layer
@@ -335,15 +132,6 @@ class PipTarget:
                 "sys_platform": "linux", "platform_system": "Linux", "platform_machine": self.machine,
                 "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
                 "extra": ""}
-
-
-def locking_environment() -> dict[str, str]:
-    """The environment pip, pip-tools and uv lock in: no user or site index configuration, so the
-    lock names only PyPI and the line's own index (certificates and proxies still apply)."""
-    keep = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "UV_CACHE_DIR"}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k in keep}
-    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1")
-    return env
 
 
 def check_index_reachable(index_url: str, spec_file: str) -> None:
@@ -582,12 +370,7 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
             return path, False
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
     request = conda_request(spec)
-    conda_exe = conda_exe or conda_executable()
-    chosen = choose_backend(backend, conda_exe)
-    if chosen == "conda-lock" and request.specs:
-        conda = solve_with_conda_lock(request, conda_exe)
-    else:
-        conda = solve_with_rattler(request)
+    conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
     pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
@@ -624,9 +407,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
                         help="only say which locks are missing, stale or broken (exit 1 if any)")
-    parser.add_argument("--backend", choices=("auto", "conda-lock", "rattler"), default="auto",
-                        help="conda solver (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    add_engine_options(parser)
     parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
@@ -670,44 +451,3 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
             continue
         print(f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}")
     return 1 if failed else 0
-
-
-# ---------------------------------------------------------------- isolated worker
-
-
-def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
-    """Run function(*args) in a fresh interpreter that ends with os._exit.
-
-    py-rattler sometimes crashes at interpreter exit after a solve or install (3-10% of runs, see
-    docs/conda-offline.md); a worker that skips finalization avoids it, and keeps py-rattler's runtime
-    out of the caller's process. ToolkitErrors cross back as ToolkitErrors."""
-    with owned_dir(Path(tempfile.gettempdir()), "worker") as tmp:
-        job, result = tmp / "job.pickle", tmp / "result.pickle"
-        job.write_bytes(pickle.dumps((function.__module__, function.__qualname__, args)))
-        code = "from toolkit.lock import worker_main; worker_main()"
-        # an interruption kills and waits for the worker (subprocess.run does) before tmp is removed
-        process = subprocess.run([sys.executable, "-c", code, str(job), str(result), str(os.getpid())])
-        if not result.exists():
-            raise ToolkitError(f"{function.__qualname__}: worker process died (exit {process.returncode}; "
-                               f"re-run the same command)")
-        status, value = pickle.loads(result.read_bytes())
-    if status == "error":
-        raise ToolkitError(value)
-    return value
-
-
-def worker_main() -> None:
-    job, result = Path(sys.argv[1]), Path(sys.argv[2])
-    die_with_parent(int(sys.argv[3]))
-    module, name, args = pickle.loads(job.read_bytes())
-    try:
-        outcome = ("ok", getattr(importlib.import_module(module), name)(*args))
-    except ToolkitError as exc:
-        outcome = ("error", str(exc))
-    except Exception as exc:  # a bug, not bad input: keep its traceback visible
-        traceback.print_exc()
-        outcome = ("error", f"{name}: internal error {exc.__class__.__name__}: {exc} (traceback above)")
-    result.write_bytes(pickle.dumps(outcome))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,14 +59,6 @@ class LockedSdist:
     url: str
     filename: str
     sha256: str
-
-    def cache_entry(self, cache: Path) -> Path:
-        """<cache>/sdist/<sha256>/<filename>, refused unless both parts have their strict form."""
-        for field, value, pattern in (("sha256", self.sha256, SHA256), ("filename", self.filename, FILE_NAME)):
-            if not pattern.fullmatch(value):
-                raise ToolkitError(f"flash-attn sdist: {field}: {value!r} is not a {_FORM[field]} "
-                                   f"(re-lock with `toolkit lock`)")
-        return Path(cache) / "sdist" / self.sha256 / self.filename
 
 
 @dataclass(frozen=True)
@@ -113,6 +106,7 @@ class LockedEnv:
         return self.path.parent / self.sources[0] if self.sources else None
 
 
+Check = Callable[[str, object, bool, str], None]  # read_lock's check(field, value, ok, what): raises unless ok
 _FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file name (no / or ..)",
          "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
 
@@ -256,7 +250,7 @@ def _url_ok(url: object, file_name_suffixes: tuple[str, ...] | None = None) -> b
     return file_name_suffixes is None or (bool(FILE_NAME.fullmatch(name)) and name.endswith(file_name_suffixes))
 
 
-def _packages(document: dict, platforms: list[str], check) -> list[LockedPackage]:
+def _packages(document: dict, platforms: list[str], check: Check) -> list[LockedPackage]:
     packages, seen = [], set()
     for index, entry in enumerate(document.get("package") or []):
         name, platform, manager = entry.get("name"), entry.get("platform"), entry.get("manager")
@@ -268,9 +262,9 @@ def _packages(document: dict, platforms: list[str], check) -> list[LockedPackage
         check(f"{field}: url", entry.get("url"),
               _url_ok(entry.get("url"), CONDA_SUFFIXES if manager == "conda" else None),
               "a " + _FORM["url"] + (" naming a .conda/.tar.bz2 file" if manager == "conda" else ""))
-        sha256 = (entry.get("hash") or {}).get("sha256")
-        check(f"{field}: hash.sha256", sha256, isinstance(sha256, str) and bool(SHA256.fullmatch(sha256)),
-              "a " + _FORM["sha256"])
+        given = (entry.get("hash") or {}).get("sha256")
+        sha256 = given if isinstance(given, str) else ""
+        check(f"{field}: hash.sha256", given, bool(SHA256.fullmatch(sha256)), "a " + _FORM["sha256"])
         check(f"{field} ({platform}, {manager})", name, (platform, manager, name) not in seen,
               "listed once: it appears more than once")
         seen.add((platform, manager, name))
@@ -304,7 +298,7 @@ def environment_problem(spec: EnvSpec, locked: LockedEnv, platform: str) -> str 
     by_manager = {m: {p.name: p for p in locked.packages_for(platform, m)} for m in ("conda", "pip")}
     if not by_manager["conda"]:
         return f"{platform}: no conda packages for a locked toolchain ({relock})"
-    wanted = {"conda": list(spec.conda_packages),
+    wanted: dict[str, list[str]] = {"conda": list(spec.conda_packages),
               "pip": [canonicalize_name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0]) for r in spec.pip_requirements()]}
     for manager, names in wanted.items():
         for name in names:

@@ -14,6 +14,7 @@ from pathlib import Path
 from toolkit.archs import compiled_archs, missing_archs
 from toolkit.diagnose import explain
 from toolkit.errors import ToolkitError
+from toolkit.install_record import Fa4Record
 from toolkit.line_env import LineEnvironment
 from toolkit.paths import display_path
 
@@ -55,7 +56,7 @@ def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
 def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
                        log_path: Path) -> None:
     """Install the wheel into the environment (or --install-target) and import its extension modules."""
-    if target and (target / "fa4-install.json").is_file():  # toolkit/fa4.py RECORD_NAME
+    if target and (target / Fa4Record.FILE).is_file():
         raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
                            f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
                            f"`toolkit fa4 install --target` that folder)")
