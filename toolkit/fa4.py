@@ -85,14 +85,20 @@ def knowledge(path: Path = KNOWLEDGE_FILE) -> dict:
     return knowledge_files.read(path)
 
 
+def _wheel_pin(entry: dict) -> WheelPin:
+    """One `wheels:` entry; YAML reads versions like 13 or 4.8 as numbers, pins keep them as text."""
+    return WheelPin(name=entry["name"], version=str(entry["version"]), file=entry["file"], sha256=entry["sha256"],
+                    size=int(entry["size"]), cuda=None if entry.get("cuda") is None else str(entry["cuda"]),
+                    if_missing=bool(entry.get("if_missing", False)), replaces=entry.get("replaces"))
+
+
 def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Release:
     entry = knowledge(path)["releases"].get(version)
     if entry is None:
         known = ", ".join(knowledge(path)["releases"])
         raise ToolkitError(f"{path.name}: flash-attn-4 {version} is not in the knowledge (known: {known}; "
                            f"add it with its wheels' sha256)")
-    wheels = tuple(WheelPin(**{k: str(v) if k in ("version", "cuda") else v for k, v in w.items()})
-                   for w in entry["wheels"])
+    wheels = tuple(_wheel_pin(w) for w in entry["wheels"])
     return Release(version, entry["python"], int(entry["min_arch"]), tuple(entry["archs"]),
                    tuple(entry["cuda_majors"]), entry["torch"], wheels, tuple(entry["from_base"]))
 
@@ -341,8 +347,8 @@ def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: di
     pins = rel.wheels_for(cuda_major)
     chosen = [w for w in pins if not (w.if_missing and canonicalize_name(w.name) in present)]
     while metadata_of is not None:
-        available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
-        replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
+        available: dict[str, str] = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
+        replaced: dict[str, str] = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
         wanted = {canonicalize_name(Requirement(line).name) for _, line, _ in
                   _unmet([metadata_of(p) for p in chosen], available, replaced, environment or {})}
         extra = [w for w in pins if w not in chosen and canonicalize_name(w.name) in wanted]
@@ -370,8 +376,8 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
         check_wheel(wheel_dir / pin.file, pin)
     chosen = plan(rel, cuda_major, present, probe["env"], lambda pin: wheel_metadata(wheel_dir / pin.file))
     metadata = [wheel_metadata(wheel_dir / pin.file) for pin in chosen]
-    available = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
-    replaced = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
+    available: dict[str, str] = {**present, **{canonicalize_name(p.name): p.version for p in chosen}}
+    replaced: dict[str, str] = {canonicalize_name(p.replaces): p.name for p in chosen if p.replaces}
     problems = unmet_requirements(metadata, available, replaced, probe["env"])
     if problems:
         raise ToolkitError(f"{KNOWLEDGE_FILE.name}: flash-attn-4 {rel.version} pins leave requirements unmet: "
