@@ -228,9 +228,9 @@ def test_a_python_without_torch_is_refused_in_one_line(tmp_path, capsys, joined)
     assert not (tmp_path / "t").exists()
 
 
-@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
-def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp_path, joined):
-    """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
+def python312_base(tmp_path: Path) -> Path:
+    """A real Python 3.12 venv as the line's base python: torch a STAND-IN (dist-info metadata only, no code),
+    typing_extensions and packaging the real pure-Python modules cutlass and the probe import."""
     venv = tmp_path / "py312"
     subprocess.run([PY312, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -240,11 +240,18 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     import typing_extensions
 
     for name, version in (("torch", "2.11.0+cu130"), ("typing_extensions", "4.15.0")):
-        info = site / f"{name}-{version}.dist-info"  # torch: a STAND-IN, metadata only, no code
+        info = site / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    shutil.copy(typing_extensions.__file__, site)  # real pure-Python modules cutlass and the probe import
+    shutil.copy(typing_extensions.__file__, site)
     shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    return python
+
+
+@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
+def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp_path, joined):
+    """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
+    python = python312_base(tmp_path)
     target = tmp_path / "fa4"
     record = fa4.install(fa4.release(), "13", joined, target, str(python))
     assert "nvidia-cutlass-dsl-libs-cu13==4.8.1" in record.installed
@@ -263,18 +270,7 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
 
 @pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
 def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_sdist):
-    venv = tmp_path / "py312"
-    subprocess.run([PY312, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    import packaging
-
-    for name, version in (("torch", "2.11.0+cu130"), ("typing_extensions", "4.15.0")):
-        info = site / f"{name}-{version}.dist-info"  # STAND-INS, metadata only (see the module doc)
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    python = python312_base(tmp_path)
     target = tmp_path / "site"
     install_fa2_files(pinned_sdist, target)
     record = fa4.install(fa4.release(), "13", joined, target, str(python))
