@@ -502,6 +502,36 @@ def test_line_packages_are_the_verified_lock_of_this_platform(workdir):
     assert tampered.locked is None and "edited after locking" in (tampered.lock_problem or "")
 
 
+def test_the_prefix_s_install_record_is_checked_against_the_lock(workdir):
+    """The resolver reads the typed record `toolkit install` leaves (install_record.PrefixRecord): none is a
+    prefix made some other way, another digest an install from an older lock, the same digest ok."""
+    from toolkit.install_record import PrefixRecord
+    from toolkit.lockfile import read_lock
+
+    (workdir / "locks").mkdir()
+    lock = workdir / "locks" / "cu126.conda-lock.yml"
+    lock.write_text((ROOT / "tests" / "golden" / "cu126.conda-lock.yml").read_text())
+    prefix = workdir / ".envs" / "cu126"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    spec = load_spec(ENVS / "cu126.yaml")
+    fp, probe, _ = read_report(RECORDED / "nvcc-torch-mismatch.json")
+
+    def install_row():
+        line = gather_line("cu126", spec, None, "x86_64")
+        return {r.check: r for r in evaluate(Facts(fp, probe, line))}["install-record"]
+
+    assert install_row().status == "warn" and "no toolkit install record" in install_row().value
+    digest = read_lock(lock).digest
+    PrefixRecord(line="cu126", lock=str(lock), platform="linux-64", input_hash="0" * 64,
+                 lock_sha256="f" * 64).write(prefix)
+    assert install_row().status == "warn" and f"is now {digest[:12]}" in install_row().value
+    PrefixRecord(line="cu126", lock=str(lock), platform="linux-64", input_hash="0" * 64,
+                 lock_sha256=digest).write(prefix)
+    assert install_row() == Row("install-record", "ok", f"installed by `toolkit install` from this lock (linux-64, "
+                                                        f"digest {digest[:12]})")
+
+
 @pytest.mark.parametrize("file_name, build", [
     ("gxx-13.3.0-h9a4b1e8_1.conda", "h9a4b1e8_1"),
     ("python-3.12.3-h1_0_cpython.tar.bz2", "h1_0_cpython"),

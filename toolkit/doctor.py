@@ -526,6 +526,24 @@ def check_lock_conda(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     return _lock_rows(f, line, "conda", f.probe.conda_packages, display_path(line.env_prefix))
 
 
+def check_install_record(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    """Was the line's prefix made by `toolkit install`, and from the lock that is there now?"""
+    prefix = line.env_prefix
+    if prefix is None or line.lock_digest is None or not (prefix / "bin" / "python").exists():
+        return None
+    where, record = display_path(prefix), line.install_record
+    if record is None:
+        return Row("install-record", "warn", f"{where}: no toolkit install record (etc/fa-envkit/lock.json): not "
+                                             f"made by `toolkit install`, so nothing ties it to the lock",
+                   f"move it away, then toolkit install {line.name}")
+    if record.lock_sha256 != line.lock_digest:
+        return Row("install-record", "warn", f"{where}: installed from a lock with digest {record.lock_sha256[:12]}, "
+                                             f"{display_path(line.lock_file)} is now {line.lock_digest[:12]}",
+                   f"toolkit install {line.name}")
+    return Row("install-record", "ok", f"installed by `toolkit install` from this lock ({record.platform}, "
+                                       f"digest {record.lock_sha256[:12]})")
+
+
 def check_lock_pip(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     return _lock_rows(f, line, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
 
@@ -612,7 +630,8 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
 
 LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
 LINE_CHECKS: tuple[LineCheck, ...] = (
-    check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda, check_lock_pip,
+    check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda,
+    check_install_record, check_lock_pip,
     check_record, check_record_toolchain, check_recommendation,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.

@@ -18,6 +18,7 @@ from toolkit.attention.recommend import Recommendation
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, from_dict
+from toolkit.install_record import PrefixRecord
 from toolkit.knowledge import arch_number
 from toolkit.line_env import LineEnvironment
 from toolkit.lockfile import LockedPackage
@@ -115,6 +116,8 @@ class LineFacts:
     wheel_dir: Path  # wheelhouse/<line>: built wheels and their build records
     record: BuildRecord | None  # the newest build record
     record_error: str | None
+    install_record: PrefixRecord | None = None  # what `toolkit install` recorded in the line's prefix
+    lock_digest: str | None = None  # the lock file's own digest, to compare with the record's
     recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit fa4 recommend)
     recommendation_error: str | None = None
 
@@ -180,10 +183,11 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
     from toolkit.wheelhouse import records
 
     lock_file, wheel_dir = lock_path(name, workspace.locks), workspace.wheel_dir(name)
-    lock_problem, locked = None, None
+    lock_problem, locked, lock_digest = None, None, None
     if lock_file.exists():
         try:
             lock = read_lock(lock_file)
+            lock_digest = lock.digest
             locked = tuple(lock.packages_for(CONDA_PLATFORMS.get(machine, "")))
             lock_problem = stale_reason(spec, lock) if spec else None
         except ToolkitError as exc:
@@ -195,7 +199,8 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
             record = found[0][1] if found else None
         except ToolkitError as exc:
             record_error = str(exc)
-    env_prefix = line_env.resolve(spec, prefix, workspace=workspace).root if spec else None
+    env = line_env.resolve(spec, prefix, workspace=workspace) if spec else None
+    env_prefix, install_record = (env.root, env.install_record()) if env else (None, None)
     recommendation, recommendation_error = None, None
     if workspace.recommendation_file(name).is_file():
         from toolkit.attention.recommend import read_recommendation
@@ -206,7 +211,7 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
         except ToolkitError as exc:
             recommendation_error = str(exc)
     return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
-                     record, record_error, recommendation, recommendation_error)
+                     record, record_error, install_record, lock_digest, recommendation, recommendation_error)
 
 
 def load_line(name: str, envs_dir: Path) -> tuple[EnvSpec | None, str | None]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, cuda_include_dirs, probe
+from toolkit.install_record import PrefixRecord
 from toolkit.paths import display_path
 from toolkit.spec import EnvSpec
 from toolkit.workspace import DEFAULT, Workspace
@@ -39,6 +40,11 @@ class LineEnvironment:
     def missing(self) -> bool:
         """A locked line whose prefix is not installed (no bin/python): it has no tools of its own."""
         return self.kind == "locked" and not (self.python and self.python.exists())
+
+    def install_record(self) -> PrefixRecord | None:
+        """The record `toolkit install` leaves in a prefix it made (which lock, which digest), or None: a
+        prefix without one was made some other way, and nothing proves it is the lock's."""
+        return PrefixRecord.read(self.root) if self.root else None
 
     def require_installed(self, line: str) -> LineEnvironment:
         """This environment, or the one-line error saying how to install it."""
