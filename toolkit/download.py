@@ -19,7 +19,7 @@ from typing import Protocol
 
 from rich.progress import Progress
 
-from toolkit.atomic import checkpoint, clean_stale, owned_temp
+from toolkit.atomic import checkpoint, clean_stale, publish_file
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -61,7 +61,7 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
             return _cached(entry, pin)
         entry.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(entry.parent)  # partial downloads of killed runs
-        with owned_temp(entry.parent, entry.name) as partial:
+        with publish_file(entry) as partial:  # renamed into place only once checked
             _download(pin, partial, what, entry, progress)
             actual = sha256_file(partial)
             if actual != pin.sha256:
@@ -70,7 +70,6 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
                                    f"serves another file; nothing was kept or installed)")
             if check:
                 check(partial)
-            partial.replace(entry)
     return entry
 
 
