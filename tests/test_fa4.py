@@ -435,3 +435,35 @@ def test_fetch_publishes_only_a_wheel_matching_its_pin(tmp_path):
     assert list(dest.iterdir()) == []
     assert fa4.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, good, pin.file)) == [dest / pin.file]
     assert [p.name for p in dest.iterdir()] == [pin.file] and (dest / pin.file).read_bytes() == good
+
+
+@needs_wheels
+def test_fa2_installed_into_an_env_holding_fa4_gives_fa4_its_files_back(tmp_path, pinned_sdist):
+    """A locked line's prefix gets FA4 from the lock's pip layer, then the build pip-installs FA2 over it, which
+    writes FA2's old flash_attn/cute over FA4's. The real FA4 wheel (pure Python) in a real venv; FA2 is the
+    real pinned sdist's package files laid in as its wheel's install writes them (see install_fa2_files)."""
+    import hashlib
+    import zipfile
+
+    wheel = next((FETCHED / "part1").glob("flash_attn_4-*.whl"))
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    python = str(env / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)], check=True)
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    install_fa2_files(pinned_sdist, site)  # FA2's pip install: its cute copy now sits where FA4's files were
+    with zipfile.ZipFile(wheel) as archive:
+        fa4_cute = {n: archive.read(n) for n in archive.namelist() if n.startswith("flash_attn/cute/")}
+    assert any((site / n).read_bytes() != b for n, b in fa4_cute.items())  # FA4 is broken now
+
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    handed = fa4.restore_after_flash_attn_2(python, wheel.as_uri(), sha, tmp_path / "build.log")
+
+    assert len(handed) == 21
+    now = {p.relative_to(site).as_posix(): p.read_bytes() for p in (site / "flash_attn" / "cute").rglob("*.py")}
+    assert now == {n: b for n, b in fa4_cute.items() if n.endswith(".py")}  # FA4's cute, whole and only
+    assert (site / "flash_attn" / "__init__.py").read_text().startswith('__version__ = "2.8.3.post2"')
+    assert "flash_attn/cute/" not in (site / "flash_attn-2.8.3.post2.dist-info" / "RECORD").read_text()
+    with pytest.raises(ToolkitError, match="could not be reinstalled"):
+        fa4.restore_after_flash_attn_2(python, wheel.as_uri(), "0" * 64, tmp_path / "build.log")  # wrong pin

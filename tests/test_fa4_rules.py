@@ -37,7 +37,7 @@ def test_the_fa4_line_of_the_gpu_machine_passes_every_rule():
 
 def test_fa4_on_sm80_is_refused_with_the_file_and_line(tmp_path):
     path = line(tmp_path, 'extends: cu130\narchs: ["80", "90"]\nflash_attn_4:\n  version: "4.0.0b36"\n'
-                          '  with_flash_attn_2: false\n')
+                          '  with_flash_attn_2: false\nplatforms: [linux-64]\n')
     found = messages(path)
     assert list(found) == ["archs"]
     assert found["archs"].startswith(f"{path.name}:2: archs: flash-attn-4 4.0.0b36 needs sm_90+") or \
@@ -56,6 +56,14 @@ def test_beside_fa2_is_allowed_for_a_read_fa2_and_refused_for_another(tmp_path):
     assert "flash_attn_4.with_flash_attn_2" in found, found
     assert "both install flash_attn/cute" in found["flash_attn_4.with_flash_attn_2"]
     assert "2.8.3.post2" in found["flash_attn_4.with_flash_attn_2"]
+
+
+def test_a_platform_without_pinned_wheels_is_refused(tmp_path):
+    found = messages(line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn_4:\n  version: "4.0.0b36"\n'))
+    assert "pinned for linux-64 only, the line also locks linux-aarch64" in found.get("platforms", ""), found
+    found = messages(line(tmp_path, 'extends: cu130\narchs: ["90"]\nplatforms: [linux-64]\nflash_attn_4:\n'
+                                    '  version: "4.0.0b36"\n'))
+    assert "platforms" not in found, found
 
 
 @pytest.mark.parametrize("text,field,words", [
@@ -82,7 +90,7 @@ def test_the_cutlass_dsl_flavor_must_exist_and_be_pinned_for_the_cuda_major(tmp_
 
 def test_toolkit_check_reports_it_in_one_line_per_problem(tmp_path, capsys):
     path = line(tmp_path, 'extends: cu130\narchs: ["80"]\npython: "3.11"\nflash_attn_4:\n  version: "4.0.0b36"\n')
-    assert main(["check", str(path)]) == 1
+    assert main(["check", str(path)]) == 1  # archs, python and platforms (cu130 also locks linux-aarch64)
     out = capsys.readouterr()
     lines = [x for x in (out.out + out.err).splitlines() if "flash-attn-4" in x]
-    assert len(lines) == 2 and all(x.count("\n") == 0 for x in lines)
+    assert len(lines) == 3 and all(x.count("\n") == 0 for x in lines)

@@ -303,3 +303,50 @@ def test_benchmark_runs_at_a_small_size():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "py-rattler (embedded)" in result.stdout and "3,179 records" in result.stdout
+
+
+# ---------------------------------------------------------------- FlashAttention-4 in the pip layer
+# Real data: PyPI's PEP 691 JSON of each pinned FA4 project as recorded 2026-12-01 (tests/fixtures/fa4_pypi)
+# and the pins of toolkit/knowledge/flash_attn_4.yaml; the conda layer is the fixture channel's.
+FA4_PYPI = Path(__file__).parent / "fixtures" / "fa4_pypi"
+FA4_LINE = ('extends: base\ncuda: "13.0"\npython: "3.12"\ngcc: 13\nplatforms: [linux-64]\nchannels: [{channel}]\n'
+            'pip_packages: null\ntorch:\n  version: "2.9.1"\n  index: http://127.0.0.1:9/simple\narchs: ["90"]\n'
+            'flash_attn_4:\n  version: "4.0.0b36"\n  with_flash_attn_2: false\n')
+
+
+def recorded_fa4_pypi(project: str) -> list[dict]:
+    import json
+
+    return json.loads((FA4_PYPI / f"{project}.json").read_text())["files"]
+
+
+def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp_path):
+    """The lock's pip layer carries FA4's 13 pins as the knowledge has them (libs-cu13 for a CUDA 13 line, never
+    the libs-cu12 the meta package requires), with PyPI's URLs; a pin the layer already has is left to it."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    from toolkit import fa4
+    from toolkit.lock import PipLayer, with_flash_attn_4
+
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "base.yaml").write_text((ROOT / "envs" / "base.yaml").read_text())
+    (tmp_path / "envs" / "cu130fa4.yaml").write_text(FA4_LINE.format(channel=file_url(channel_dir)))
+    spec = checked_spec(tmp_path / "envs" / "cu130fa4.yaml")
+    torch_layer = PipLayer("linux-64", "pip-tools (test)", "", [LockedDependency(
+        name="typing-extensions", version="4.16.0", manager="pip", platform="linux-64", dependencies={},
+        url="https://files.example/typing_extensions-4.16.0-py3-none-any.whl", hash=HashModel(sha256="ab" * 32),
+        categories={"main"})])
+    layer = with_flash_attn_4(spec, torch_layer, recorded_fa4_pypi)
+    pins = {p.name: p for p in fa4.release().wheels_for("13")}
+    added = {p.name: p for p in layer.packages[1:]}
+    assert set(added) == set(pins) - {"typing-extensions"} and "nvidia-cutlass-dsl-libs-cu12" not in added
+    assert all(added[n].hash.sha256 == pins[n].sha256 and added[n].url.endswith(pins[n].file) for n in added)
+    assert "flash-attn-4 4.0.0b36: 12 pinned wheels" in layer.resolver
+    path = write_lock(spec, RATTLER.solve(conda_request(spec)), [layer], FIXED_SDIST, tmp_path / "locks")
+    locked = {p.name: p for p in read_lock(path).packages_for("linux-64") if p.manager == "pip"}
+    assert locked["flash-attn-4"].version == "4.0.0b36" and locked["typing-extensions"].version == "4.16.0"
+    assert locked["nvidia-cutlass-dsl-libs-cu13"].sha256 == pins["nvidia-cutlass-dsl-libs-cu13"].sha256
+    quack = torch_layer.packages[0].model_copy(update={"name": "quack-kernels", "version": "0.6.4"})
+    clash = PipLayer("linux-64", "x", "", [quack])
+    with pytest.raises(ToolkitError, match="already pins quack-kernels 0.6.4 and flash-attn-4 4.0.0b36 pins 0.6.5"):
+        with_flash_attn_4(spec, clash, recorded_fa4_pypi)

@@ -375,7 +375,8 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
         version, modules, so_archs = verify_wheel(built, archs, inputs["local_version"], build_dir / "verify", log_path)
         if options.install:
-            install_and_import(tc, built, modules, options.install_target, log_path)
+            fa4_pin = next((p for p in locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
+            install_and_import(tc, built, modules, options.install_target, log_path, fa4_pin)
         objects = ninja_objects(src_dir)
         record = BuildRecord(
             inputs_key=key,

@@ -65,6 +65,7 @@ class Release:
     torch: str
     wheels: tuple[WheelPin, ...]
     from_base: tuple[str, ...]
+    platforms: tuple[str, ...] = ("linux-64",)  # the conda platforms the compiled pins are for
 
     @property
     def pinned_cuda_majors(self) -> tuple[str, ...]:
@@ -100,7 +101,8 @@ def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Rele
                            f"add it with its wheels' sha256)")
     wheels = tuple(_wheel_pin(w) for w in entry["wheels"])
     return Release(version, entry["python"], int(entry["min_arch"]), tuple(entry["archs"]),
-                   tuple(entry["cuda_majors"]), entry["torch"], wheels, tuple(entry["from_base"]))
+                   tuple(entry["cuda_majors"]), entry["torch"], wheels, tuple(entry["from_base"]),
+                   tuple(entry["platforms"]))
 
 
 # ---------------------------------------------------------------- wheels on disk
@@ -466,6 +468,32 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
             (root / name).unlink(missing_ok=True)
         shutil.rmtree(root / "flash_attn" / "cute" / "__pycache__", ignore_errors=True)
     return ours
+
+
+def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) -> list[str]:
+    """flash-attn 2.x installed by pip into an environment that holds FA4 (a locked line's prefix, where the
+    lock's pip layer put FA4 first) writes its own flash_attn/cute over FA4's. FA2's copy gives way again
+    (hand_over_cute), then FA4's wheel is reinstalled from the lock's pin (pip checks its sha256), so both
+    import. Returns the FA2 files that gave way ([] where the environment holds no FA4)."""
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    if not any(site.glob("flash_attn_4-*.dist-info")):
+        return []
+    beside = flash_attn_2_beside(site)
+    handed = hand_over_cute(beside) if beside else []
+    with owned_dir(log.parent, "fa4-restore") as scratch:
+        requirement = scratch / "requirements.txt"
+        requirement.write_text(f"flash-attn-4 @ {url} --hash=sha256:{sha256}\n")
+        done = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
+                               "--no-index", "--quiet", "--requirement", str(requirement)],
+                              capture_output=True, text=True, errors="replace")
+    with open(log, "a") as out:
+        out.write(f"\n$ pip install --force-reinstall flash-attn-4 @ {url}\n{done.stdout}{done.stderr}")
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"{site}: flash-attn-4 could not be reinstalled after flash-attn 2.x ({tail}; is {url} "
+                           f"reachable?)")
+    return handed
 
 
 def merge_into(staging: Path, target: Path) -> None:

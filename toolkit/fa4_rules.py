@@ -63,6 +63,16 @@ def cuda_flavor(spec: EnvSpec, kb) -> str | None:
     return None
 
 
+def platforms_pinned(spec: EnvSpec, kb) -> str | None:
+    """The lock pins FA4's compiled wheels per conda platform; a platform without pins cannot be locked."""
+    rel = _release(spec)
+    unpinned = [p for p in spec.platforms if p not in rel.platforms] if rel else []
+    if rel is None or not unpinned:
+        return None
+    return (f"flash-attn-4 {rel.version} is pinned for {', '.join(rel.platforms)} only, the line also locks "
+            f"{', '.join(unpinned)} (drop those platforms, or pin that platform's wheels in flash_attn_4.yaml)")
+
+
 def python_pinned(spec: EnvSpec, kb) -> str | None:
     """The release's Requires-Python, and the interpreter tag its compiled wheels were pinned for."""
     rel = _release(spec)
@@ -98,5 +108,6 @@ CHECKS = (
     ("fa4-archs-supported", "archs", archs_supported),
     ("fa4-cuda-flavor", "cuda", cuda_flavor),
     ("fa4-python-pinned", "python", python_pinned),
+    ("fa4-platforms-pinned", "platforms", platforms_pinned),
     ("fa4-beside-flash-attn-2-known", "flash_attn_4.with_flash_attn_2", beside_flash_attn_2_known),
 )

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -270,8 +270,40 @@ def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) ->
         return PipLayer(platform=target.platform, resolver="none: external toolchain (the machine provides python, "
                         "torch and the build dependencies; `toolkit build` checks its fingerprint)", requirements="")
     check_index_reachable(spec.torch_index, display_path(spec.path))
-    return lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target,
-                                 f"toolkit lock {spec.line}")
+    layer = lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}")
+    return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
+
+
+def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer:
+    """The layer plus FlashAttention-4's exact wheels (knowledge/flash_attn_4.yaml, the line's CUDA-major flavor of
+    nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
+    requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
+    An `if_missing` pin the layer already has is left to the layer's version."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.utils import canonicalize_name
+
+    from toolkit import fa4
+
+    assert spec.flash_attn_4 is not None
+    rel = fa4.release(spec.flash_attn_4.version)
+    if layer.platform not in rel.platforms:
+        raise ToolkitError(f"{spec.where('flash_attn_4')}: flash-attn-4 {rel.version} is pinned for "
+                           f"{', '.join(rel.platforms)} only, the line locks {layer.platform} (drop that platform)")
+    have = {canonicalize_name(p.name): p.version for p in layer.packages}
+    entries = fa4.lock_entries(rel, spec.cuda.split(".")[0], files_of or fa4.pypi_files)
+    added = []
+    for entry in entries:
+        name = canonicalize_name(entry["name"])
+        if name in have:
+            if entry["if_missing"]:
+                continue
+            raise ToolkitError(f"{spec.where('flash_attn_4')}: the pip layer already pins {name} {have[name]} and "
+                               f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)")
+        added.append(LockedDependency(name=name, version=entry["version"], manager="pip", platform=layer.platform,
+                                      dependencies={}, url=entry["url"], hash=HashModel(sha256=entry["sha256"]),
+                                      categories={"main"}))
+    resolver = f"{layer.resolver}; + flash-attn-4 {rel.version}: {len(added)} pinned wheels (knowledge, not resolved)"
+    return replace(layer, packages=[*layer.packages, *added], resolver=resolver)
 
 
 # ---------------------------------------------------------------- flash-attn sdist

@@ -16,6 +16,7 @@ from toolkit.diagnose import explain
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
 from toolkit.line_env import LineEnvironment
+from toolkit.lockfile import LockedPackage
 from toolkit.paths import display_path
 
 
@@ -54,8 +55,9 @@ def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
 
 
 def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
-                       log_path: Path) -> None:
-    """Install the wheel into the environment (or --install-target) and import its extension modules."""
+                       log_path: Path, fa4_pin: LockedPackage | None = None) -> None:
+    """Install the wheel into the environment (or --install-target) and import its extension modules.
+    `fa4_pin`: the lock's flash-attn-4 wheel, which an environment holding FA4 gets back after FA2's files."""
     if target and (target / Fa4Record.FILE).is_file():
         raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
                            f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
@@ -79,3 +81,7 @@ def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], tar
             if done.returncode != 0:
                 raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
                                    f"(full output in {display_path(log_path)})")
+            if step == "install" and fa4_pin and not target and fa4_pin.url:
+                from toolkit.fa4 import restore_after_flash_attn_2
+
+                restore_after_flash_attn_2(str(tc.python), fa4_pin.url, fa4_pin.sha256, log_path)
