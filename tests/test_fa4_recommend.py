@@ -165,3 +165,28 @@ def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, mon
     rec = recommend.read_recommendation(written, fa4.knowledge()["attn_implementation"])
     assert rec.gpu == "NVIDIA H200" and rec.date == "2026-12-01"
     assert any("fa4 (attn_implementation=flash_attention_4)" in line for line in recommend.summary(rec))
+
+
+def test_the_parity_report_names_the_recommended_attn_implementation(tmp_path, monkeypatch):
+    """The parity model's shape (bf16, head dim 64, causal, seqlen 32) looked up in the real H200 recommendation,
+    and the line the report prints; a broken file is named, not a crash."""
+    import shutil
+
+    from toolkit.verify import parity_recommendation
+    from toolkit.verify.report import recommended_line
+
+    monkeypatch.chdir(tmp_path)
+    assert parity_recommendation("gpu-machine") is None
+    target = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
+    target.parent.mkdir(parents=True)
+    shutil.copy(H200_RUN / "recommendation-per-shape.json", target)
+    found = parity_recommendation("gpu-machine")
+    data = json.loads(target.read_text())
+    rule = recommend.lookup_rules([recommend.Rule(**r) for r in data["rules"]], "bfloat16", 64, True, "fwd", 32)
+    assert rule is not None and found["backend"] == rule.backend
+    assert found["attn_implementation"] == rule.attn_implementation and found["gpu"] == "NVIDIA H200"
+    line = recommended_line({"recommended": found})
+    assert line.startswith("recommended attention for bfloat16 d64 causal fwd seqlen 32 on NVIDIA H200")
+    assert f"attn_implementation={rule.attn_implementation['name']}" in line
+    target.write_text("{}")
+    assert "not a recommendation" in recommended_line({"recommended": parity_recommendation("gpu-machine")})

@@ -207,6 +207,26 @@ def summary(rec: Recommendation, dtype: str = "bfloat16", head_dim: int = 128, c
     return lines
 
 
+def for_parity(path: Path, head_dim: int, seqlen: int, causal: bool = True) -> dict | None:
+    """What the line's recommendation names for transformers' parity model (bf16, forward), so the parity
+    report says which attn_implementation the toolkit recommends beside the ones it checked. None without
+    a recommendation file; its problem as `error` when the file is not one recommend wrote."""
+    from toolkit import knowledge_files
+
+    if not Path(path).is_file():
+        return None
+    try:
+        rec = read_recommendation(path, knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
+    except ToolkitError as exc:
+        return {"error": str(exc)}
+    rule = lookup_rules(list(rec.rules), "bfloat16", head_dim, causal, "fwd", seqlen)
+    shape = f"bfloat16 d{head_dim}{' causal' if causal else ''} fwd seqlen {seqlen}"
+    return {"from": str(path), "gpu": rec.gpu, "date": rec.date, "shape": shape,
+            "backend": rule.backend if rule else None,
+            "attn_implementation": rule.attn_implementation if rule else None,
+            "how": how_to_ask(rule) if rule else "no measured band covers this shape"}
+
+
 def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
     """Issue 16's ratio targets: FA4 over each named backend on one shape (FA2's committed number
     where this run has no flash-attn row, said so in `fa2_source`)."""

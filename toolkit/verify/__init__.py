@@ -67,8 +67,21 @@ def measure(line: str, level: str, report_dir: Path, command: str) -> int:
         if level in WITH_PARITY:
             parity = run_parity(DEVICE)
     data = report.build_report(line, level, environment, results, parity, time.perf_counter() - start, import_error)
+    if level in WITH_PARITY:
+        data["recommended"] = parity_recommendation(line)
     report.write_reports(data, report_dir)
     return 0 if report.passed(data) else 1
+
+
+def parity_recommendation(line: str) -> dict | None:
+    """The attn_implementation the line's recommendation names for the parity model's shape (head dim 64,
+    causal, bf16, the parity's seqlen), recorded beside the parity rows."""
+    from toolkit.attention.recommend import for_parity
+    from toolkit.verify.parity import SEQLEN, tiny_llama_config
+    from toolkit.workspace import Workspace
+
+    config = tiny_llama_config()
+    return for_parity(Workspace().recommendation_file(line), config.hidden_size // config.num_attention_heads, SEQLEN)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,6 +241,9 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
         parity = run_fa4_parity(DEVICE)
         data = report.build_report(line, "fa4-parity", environment, [], parity, time.perf_counter() - start,
                                    import_error)
+        from toolkit.verify import parity_recommendation
+
+        data["recommended"] = parity_recommendation(line)
         report.write_reports(data, report_dir)
         return 0 if report.passed(data) else 1
     if module is not None:

@@ -155,3 +155,17 @@ def show(report_path: Path, console) -> None:
     report = json.loads(Path(report_path).read_text())
     print_tables(report, console)
     console.print(summary_line(report, Path(report_path).parent))
+    line = recommended_line(report)
+    if line:
+        console.print(line, markup=False)
+
+
+def recommended_line(report: dict) -> str:
+    """The parity report's "recommended" entry as one line ("" where the run recorded none)."""
+    rec = report.get("recommended")
+    if not rec:
+        return ""
+    if "error" in rec:
+        return f"recommended attention: {rec['error']}"
+    return (f"recommended attention for {rec['shape']} on {rec['gpu']} ({rec['from']}): {rec['backend']}, "
+            f"{rec['how']}")
