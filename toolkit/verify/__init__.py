@@ -11,9 +11,30 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 LEVELS = ("smoke", "full", "parity")
+
+
+@dataclass(frozen=True)
+class ParityModel:
+    """transformers' tiny Llama of the parity check (verify/parity.py builds it); here, where no torch is needed."""
+
+    hidden_size: int = 256
+    intermediate_size: int = 512
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    vocab_size: int = 1000
+    seqlen: int = 32
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+PARITY = ParityModel()
 WITH_PARITY = ("full", "parity")
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
 
@@ -77,11 +98,9 @@ def parity_recommendation(line: str) -> dict | None:
     """The attn_implementation the line's recommendation names for the parity model's shape (head dim 64,
     causal, bf16, the parity's seqlen), recorded beside the parity rows."""
     from toolkit.attention.recommend import for_parity
-    from toolkit.verify.parity import SEQLEN, tiny_llama_config
     from toolkit.workspace import Workspace
 
-    config = tiny_llama_config()
-    return for_parity(Workspace().recommendation_file(line), config.hidden_size // config.num_attention_heads, SEQLEN)
+    return for_parity(Workspace().recommendation_file(line), PARITY.head_dim, PARITY.seqlen)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
+from toolkit.verify import PARITY
+
 IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
 FACTOR = 2.0
 SCALE_FRACTION = 0.01
-BATCH, SEQLEN = 3, 32
+BATCH, SEQLEN = 3, PARITY.seqlen
 
 
 @dataclass
@@ -37,14 +39,16 @@ class ParityResult:
 def tiny_llama_config():
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, vocab_size=1000, max_position_embeddings=4 * SEQLEN)
+    return LlamaConfig(hidden_size=PARITY.hidden_size, intermediate_size=PARITY.intermediate_size,
+                       num_hidden_layers=PARITY.num_hidden_layers, num_attention_heads=PARITY.num_attention_heads,
+                       num_key_value_heads=PARITY.num_key_value_heads, vocab_size=PARITY.vocab_size,
+                       max_position_embeddings=4 * SEQLEN)
 
 
 def scenarios(device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """name -> (input_ids, attention_mask); 'padding' has a right-padded and a left-padded row."""
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 1000, (BATCH, SEQLEN), generator=generator)
+    ids = torch.randint(0, PARITY.vocab_size, (BATCH, SEQLEN), generator=generator)
     full = torch.ones(BATCH, SEQLEN, dtype=torch.long)
     padded = full.clone()
     padded[1, SEQLEN - 10:] = 0  # right padding
