@@ -162,7 +162,7 @@ def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, mon
     assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give --line LINE")
     assert main([*args, "--line", "gpu-machine"]) == 0
     written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
-    rec = recommend.read_recommendation(written, fa4.knowledge()["attn_implementation"])
+    rec = recommend.read_recommendation(written)
     assert rec.gpu == "NVIDIA H200" and rec.date == "2026-12-01"
     assert any("fa4 (attn_implementation=flash_attention_4)" in line for line in recommend.summary(rec))
 

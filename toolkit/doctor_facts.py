@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolkit import line_env
-from toolkit.attention.recommend import Recommendation
+from toolkit.attention.recommend import Recommendation, read_if_any
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, from_dict
@@ -202,14 +202,10 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
     env = line_env.resolve(spec, prefix, workspace=workspace) if spec else None
     env_prefix, install_record = (env.root, env.install_record()) if env else (None, None)
     recommendation, recommendation_error = None, None
-    if workspace.recommendation_file(name).is_file():
-        from toolkit.attention.recommend import read_recommendation
-        from toolkit.fa4 import knowledge
-
-        try:
-            recommendation = read_recommendation(workspace.recommendation_file(name), knowledge()["attn_implementation"])
-        except ToolkitError as exc:
-            recommendation_error = str(exc)
+    try:
+        recommendation = read_if_any(workspace.recommendation_file(name))
+    except ToolkitError as exc:
+        recommendation_error = str(exc)
     return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
                      record, record_error, install_record, lock_digest, recommendation, recommendation_error)
 

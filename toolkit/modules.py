@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from toolkit import line_env
 from toolkit.atomic import write_atomic
-from toolkit.attention.recommend import Recommendation, read_recommendation, summary
+from toolkit.attention.recommend import Recommendation, read_if_any, summary
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import load_knowledge, minor_of
@@ -544,15 +544,8 @@ def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modu
     lock_file = sources.workspace.lock_file(spec.line)
     builds_dir = sources.workspace.wheel_dir(spec.line)
     provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env),
-                            read_recommendation_if_any(sources.workspace.recommendation_file(spec.line)))
+                            read_if_any(sources.workspace.recommendation_file(spec.line)))
     return modulefile_for(spec, env, provenance, options)
-
-
-def read_recommendation_if_any(path: Path) -> Recommendation | None:
-    """The line's measured attention recommendation (refused in one line when not what recommend writes)."""
-    from toolkit.fa4 import knowledge
-
-    return read_recommendation(path, knowledge()["attn_implementation"]) if path.is_file() else None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -142,11 +142,9 @@ def lookup_rules(rules: list[Rule], dtype: str, head_dim: int, causal: bool, mod
 
 
 def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: str, seqlen: int) -> Rule | None:
-    """What the toolkit reads back: the rule for a shape on a GPU from a recommendation file."""
-    data = json.loads(Path(path).read_text())
-    if data.get("gpu") != gpu:
-        return None
-    return lookup_rules([Rule(**r) for r in data["rules"]], dtype, head_dim, causal, mode, seqlen)
+    """What the toolkit reads back: the rule for a shape on a GPU from a (checked) recommendation file."""
+    rec = read_recommendation(path)
+    return lookup_rules(list(rec.rules), dtype, head_dim, causal, mode, seqlen) if rec.gpu == gpu else None
 
 
 @dataclass(frozen=True)
@@ -164,8 +162,16 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA
 DTYPES, MODES = ("bfloat16", "float16"), ("fwd", "fwd+bwd")
 
 
-def read_recommendation(path: Path, backends: dict[str, dict]) -> Recommendation:
+def read_if_any(path: Path) -> Recommendation | None:
+    """The line's recommendation, None where `toolkit fa4 recommend --line` never wrote one."""
+    return read_recommendation(path) if Path(path).is_file() else None
+
+
+def read_recommendation(path: Path) -> Recommendation:
     """`toolkit fa4 recommend`'s file, checked: backends are the knowledge's attn_implementation names."""
+    from toolkit import knowledge_files
+
+    backends = knowledge_files.read("flash_attn_4.yaml")["attn_implementation"]
     problem = f"{path}: not a recommendation `toolkit fa4 recommend` writes"
     try:
         data = json.loads(Path(path).read_text())
@@ -211,14 +217,12 @@ def for_parity(path: Path, head_dim: int, seqlen: int, causal: bool = True) -> d
     """What the line's recommendation names for transformers' parity model (bf16, forward), so the parity
     report says which attn_implementation the toolkit recommends beside the ones it checked. None without
     a recommendation file; its problem as `error` when the file is not one recommend wrote."""
-    from toolkit import knowledge_files
-
-    if not Path(path).is_file():
-        return None
     try:
-        rec = read_recommendation(path, knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
+        rec = read_if_any(path)
     except ToolkitError as exc:
         return {"error": str(exc)}
+    if rec is None:
+        return None
     rule = lookup_rules(list(rec.rules), "bfloat16", head_dim, causal, "fwd", seqlen)
     shape = f"bfloat16 d{head_dim}{' causal' if causal else ''} fwd seqlen {seqlen}"
     return {"from": str(path), "gpu": rec.gpu, "date": rec.date, "shape": shape,
