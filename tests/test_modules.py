@@ -23,8 +23,9 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 
 import toolkit.cli
-from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord, SdistPin
+from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord
 from toolkit.lock import KEY_DIGEST, lock_digest
+from toolkit.lockfile import LockedSdist
 from toolkit.spec import load_spec, spec_paths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ def write_build_record(wheelhouse: Path, line: str, python: str, version: str = 
                 "toolchain": {"kind": "locked", "nvcc": "12.6", "gcc": "13.3.0", "torch": "2.9.1+cu126",
                               "cxx11_abi": True, "ninja": None}},
         files={"spec": f"envs/{line}.yaml", "lock": f"locks/{line}.conda-lock.yml"},
-        sdist=SdistPin(filename="flash_attn-2.8.3.post2.tar.gz", sha256="ef" * 32,
+        sdist=LockedSdist(filename="flash_attn-2.8.3.post2.tar.gz", sha256="ef" * 32,
                        url="https://files.pythonhosted.org/packages/flash_attn-2.8.3.post2.tar.gz"),
         environment={"FLASH_ATTN_CUDA_ARCHS": "80;90"}, parallelism={"jobs": 4, "nvcc_threads": 1},
         outputs=replace(BuildOutputs(wheel=wheel, version=version, wheel_sha256="12" * 32, wheel_size=62700000,

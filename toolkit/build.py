@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from toolkit import line_env, patches
 from toolkit.atomic import Terminated
-from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime, SdistPin
+from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime
 from toolkit.build_timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
 from toolkit.diagnose import explain_file
 from toolkit.digest import sha256_file
@@ -382,7 +382,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             inputs_key=key,
             inputs=inputs,
             files={"spec": display_path(spec.path), "lock": display_path(lock_file)},
-            sdist=SdistPin(filename=locked.sdist.filename, sha256=locked.sdist.sha256, url=locked.sdist.url),
+            sdist=locked.sdist,
             patches=[asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
             environment=env,
             neutralised_environment=neutralised(dict(os.environ), env),

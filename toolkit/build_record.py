@@ -16,19 +16,11 @@ from typing import Any
 import pydantic
 
 from toolkit.errors import ToolkitError
+from toolkit.lockfile import LockedSdist
 from toolkit.paths import display_path
 
 RECORD_SCHEMA = 1
 RECORD_SUFFIX = ".build.json"
-
-
-@dataclass(frozen=True)
-class SdistPin:
-    """The flash-attn sdist the lock pinned and the build compiled."""
-
-    filename: str
-    sha256: str
-    url: str
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,7 @@ class BuildRecord:
     inputs_key: str  # sha256 of the canonical JSON of `inputs`: the cache key
     inputs: dict[str, Any]  # line, archs, lock digest, toolchain, ...: hashed as they are
     files: dict[str, str]  # spec and lock, as display paths
-    sdist: SdistPin
+    sdist: LockedSdist  # the lock's pin of the sdist the build compiled
     environment: dict[str, str]  # the variables the build ran with
     parallelism: dict[str, Any]
     outputs: BuildOutputs
