@@ -74,14 +74,17 @@ def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], tar
     if target:
         env["PYTHONPATH"] = str(target)
     with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
-        for step, command in (("install", cmd), ("import", [str(tc.python), "-c", code, *modules])):
+        def run(step: str, command: list[str]) -> None:
             done = subprocess.run(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
             with open(log_path, "a") as log:
                 log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
             if done.returncode != 0:
                 raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
                                    f"(full output in {display_path(log_path)})")
-            if step == "install" and fa4_pin and not target and fa4_pin.url:
-                from toolkit.fa4 import restore_after_flash_attn_2
 
-                restore_after_flash_attn_2(str(tc.python), fa4_pin.url, fa4_pin.sha256, log_path)
+        run("install", cmd)
+        if fa4_pin and fa4_pin.url and not target:  # a --target folder is handed over by `toolkit fa4 install`
+            from toolkit.fa4 import restore_after_flash_attn_2
+
+            restore_after_flash_attn_2(str(tc.python), fa4_pin.url, fa4_pin.sha256, log_path)
+        run("import", [str(tc.python), "-c", code, *modules])
