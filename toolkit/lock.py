@@ -282,13 +282,13 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.utils import canonicalize_name
 
-    from toolkit import fa4
+    from toolkit import fa4, fa4_rules
 
     assert spec.flash_attn_4 is not None
     rel = fa4.release(spec.flash_attn_4.version)
-    if layer.platform not in rel.platforms:
-        raise ToolkitError(f"{spec.where('flash_attn_4')}: flash-attn-4 {rel.version} is pinned for "
-                           f"{', '.join(rel.platforms)} only, the line locks {layer.platform} (drop that platform)")
+    unpinned = fa4_rules.platforms_pinned(spec, None)  # `toolkit check` refuses it first; a spec given directly too
+    if unpinned:
+        raise ToolkitError(f"{spec.where('platforms')}: {unpinned}")
     have = {canonicalize_name(p.name): p.version for p in layer.packages}
     entries = fa4.lock_entries(rel, spec.cuda.split(".")[0], files_of or fa4.pypi_files)
     added = []
