@@ -24,25 +24,8 @@ PY=$(command -v python3)
 mkdir -p "$OUT" "$RESULTS" "$WHEELS"
 export PYTHONUNBUFFERED=1
 
-step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to results/NAME.log, never abort
-  local name=$1 limit=$2 begin rc
-  shift 2
-  begin=$(date +%s)
-  timeout -k 10 "$limit" "$@" > "$RESULTS/$name.log" 2>&1
-  rc=$?
-  echo "$(date -u +%H:%M:%S) $name rc=$rc $(( $(date +%s) - begin ))s" | tee -a "$RESULTS/steps.txt"
-  tail -n "${TAIL:-12}" "$RESULTS/$name.log"
-}
-
-fa4_env() {  # export what the install and its cache need; the toolkit prints NAME=VALUE, read as data
-  local name value
-  while IFS='=' read -r name value; do
-    case "$name" in
-      PYTHONPATH) export PYTHONPATH="$PWD:$value" ;;
-      FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED|FLASH_ATTENTION_CUTE_DSL_CACHE_DIR|CUTE_DSL_CACHE_DIR) export "$name=$value" ;;
-    esac
-  done < <("$PY" -m toolkit.fa4 env --target "$TARGET" --cache-dir "$CACHE")
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # step, fa4_env
 
 pack() {  # the reports (small) straight into $OUT, everything else in one archive
   cp "$RESULTS"/steps.txt "$OUT"/ 2>/dev/null
@@ -70,7 +53,7 @@ case "${1:-}" in
       --target "$TARGET" --python "$PY"
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
-    fa4_env
+    fa4_env "$TARGET" "$CACHE"
     step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"
     step parity-fa4 90 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level parity --report-dir "$RESULTS/parity-fa4"
@@ -81,7 +64,7 @@ case "${1:-}" in
     [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --arch 90 \
       --record "$record" --dest "$STATE/cache-from-artifact"
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
-    fa4_env
+    fa4_env "$TARGET" "$CACHE"
     began=$(date +%s)
     step bench 360 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     # the verb checks the line's spec first; if that refused quickly, measure without it (no peak/targets/plot)
@@ -92,7 +75,7 @@ case "${1:-}" in
       --verify "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
     ;;
   verify-full)
-    fa4_env
+    fa4_env "$TARGET" "$CACHE"
     step verify-fa4-full 520 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level full \
       --report-dir "$RESULTS/verify-fa4-full"
     ;;

@@ -25,14 +25,8 @@ T0=$(date +%s)
 mkdir -p "$OUT" "$RESULTS" "$STATE/wheels"
 export PYTHONUNBUFFERED=1
 
-step() {  # step NAME SECONDS COMMAND...: time-limited, logged to results/NAME.log, never aborts the pipeline
-  local name=$1 limit=$2 begin rc
-  shift 2
-  begin=$(date +%s)
-  timeout -k 10 "$limit" "$@" > "$RESULTS/$name.log" 2>&1
-  rc=$?
-  echo "$(date -u +%H:%M:%S) $name rc=$rc $(( $(date +%s) - begin ))s" >> "$RESULTS/steps.txt"
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # step, fa4_env
 
 pipeline() {  # runs detached: build (poll inside), FA2 checks, FA4 beside it, bench, recommend
   export PYTHONPATH=$PWD
@@ -49,13 +43,7 @@ pipeline() {  # runs detached: build (poll inside), FA2 checks, FA4 beside it, b
     --target "$SITE" --python "$PY"
   step fa4-warm 300 "$PY" -m toolkit.fa4 warm --target "$SITE" --cache-dir "$STATE/kernel-cache" \
     --wheelhouse "$STATE/fa4-wheelhouse" --arch 90 --report "$RESULTS/latency.json" --budget-s 150 --jobs 8
-  local name value
-  while IFS='=' read -r name value; do  # data lines, never eval'd
-    case "$name" in
-      PYTHONPATH) export PYTHONPATH="$PWD:$value" ;;
-      FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED|FLASH_ATTENTION_CUTE_DSL_CACHE_DIR|CUTE_DSL_CACHE_DIR) export "$name=$value" ;;
-    esac
-  done < <("$PY" -m toolkit.fa4 env --target "$SITE" --cache-dir "$STATE/kernel-cache")
+  fa4_env "$SITE" "$STATE/kernel-cache"
   step both-import 120 "$PY" -c "import torch, flash_attn, flash_attn.cute as c; print(flash_attn.__version__, \
 flash_attn.flash_attn_func.__module__, c.__file__, c.flash_attn_func.__module__)"
   step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
@@ -96,7 +84,7 @@ case "${1:-}" in
     "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler 2>&1 | tail -2
     "$PY" -c "import rattler, pydantic, zstandard; print('toolkit deps ok')"
     rm -rf /tmp/fa-replica "$RESULTS" && mkdir -p "$RESULTS"
-    export -f pipeline step
+    export -f pipeline step fa4_env
     export STATE RESULTS SITE LINE PY
     # the carried .cache/sdist and .gpu-carry are read in the build's first minute (gpu_replica_build.sh setup)
     setsid nohup bash -c pipeline > "$STATE/pipeline.log" 2>&1 < /dev/null &
