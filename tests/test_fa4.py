@@ -467,3 +467,22 @@ def test_fa2_installed_into_an_env_holding_fa4_gives_fa4_its_files_back(tmp_path
     assert "flash_attn/cute/" not in (site / "flash_attn-2.8.3.post2.dist-info" / "RECORD").read_text()
     with pytest.raises(ToolkitError, match="could not be reinstalled"):
         fa4.restore_after_flash_attn_2(python, wheel.as_uri(), "0" * 64, tmp_path / "build.log")  # wrong pin
+
+
+def test_the_hand_over_never_removes_files_through_a_symlinked_package(tmp_path):
+    """FA2's RECORD names flash_attn/cute/x.py; with flash_attn/cute a symlink to another folder, nothing there
+    is deleted and the RECORD is left as it was."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.py").write_text("precious\n")
+    site = tmp_path / "site"
+    (site / "flash_attn").mkdir(parents=True)
+    (site / "flash_attn" / "__init__.py").write_text("")
+    (site / "flash_attn" / "cute").symlink_to(elsewhere)
+    dist_info = site / "flash_attn-2.8.3.post2.dist-info"
+    dist_info.mkdir()
+    record = "flash_attn/__init__.py,,\nflash_attn/cute/x.py,,\n"
+    (dist_info / "RECORD").write_text(record)
+    with pytest.raises(ToolkitError, match="is a symlink; nothing is removed through it"):
+        fa4.hand_over_cute(fa4.Fa2Install("2.8.3.post2", dist_info))
+    assert (elsewhere / "x.py").read_text() == "precious\n" and (dist_info / "RECORD").read_text() == record

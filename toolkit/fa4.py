@@ -456,6 +456,10 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
     rows = _record_rows(fa2.record_file)
     prefix = "flash_attn/cute/"
     ours = [row[0] for row in rows if row[0].startswith(prefix) and ".." not in Path(row[0]).parts]
+    package = fa2.dist_info.parent / "flash_attn"
+    if ours and (package.is_symlink() or (package / "cute").is_symlink()):  # its files would be another folder's
+        raise ToolkitError(f"{package}: flash_attn or flash_attn/cute is a symlink; nothing is removed through it "
+                           f"(reinstall flash-attn 2.x as a plain folder)")
     if ours:
         import csv
         import io
