@@ -15,7 +15,7 @@
 #     .cache/sdist/d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b/flash_attn-2.8.3.post2.tar.gz \
 #     https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/flash_attn-2.8.3.post2.tar.gz
 #
-# `start` (about 9 minutes): replica prefix; a direct g++ compile of flash_api.cpp with torch's own include
+# `start` (about 9 minutes): replica prefix; (unless PROBE=0) a direct g++ compile of flash_api.cpp with torch's own include
 # paths (expected: cuda_runtime.h not found) and with the toolkit's CPATH (expected: compiles); then the
 # toolkit build detached, polled until ~8.5 minutes. flash_api.cpp is the first source of setup.py, so it and
 # the first kernels compile in the first minutes; a whole build takes about 17 minutes on 16 cores (`wait`).
@@ -136,7 +136,7 @@ wait_for_build() {  # poll until the build ends or this call's 9 minutes are nea
 }
 
 case "${1:-}" in
-    start) setup; probe; start_build; sleep 5; wait_for_build "${WAIT_S:-500}" ;;
+    start) setup; [ "${PROBE:-1}" = 0 ] || probe; start_build; sleep 5; wait_for_build "${WAIT_S:-500}" ;;
     wait) wait_for_build "${WAIT_S:-520}" ;;
     probe) setup; probe ;;  # the include-path proof alone (about a minute)
     build) start_build; sleep 5; wait_for_build "${WAIT_S:-500}" ;;  # the build alone, on a laid-out prefix
