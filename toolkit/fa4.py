@@ -647,6 +647,9 @@ def _install_command(args: argparse.Namespace) -> int:
     print(f"installed {', '.join(record.installed)} into {record.target}")
     print(f"from the base python: {', '.join(f'{k}=={v}' for k, v in record.from_base.items())}")
     print(f"PYTHONPATH={os.pathsep.join(record.python_path)}")
+    if record.flash_attn_2:
+        print(f"beside flash-attn {record.flash_attn_2}: its {len(record.replaced_from_flash_attn_2)} flash_attn/cute "
+              f"files gave way to FA4's (and left its RECORD)")
     ok, line = import_check(record)
     print(f"import flash_attn.cute: {'ok' if ok else 'FAILED'}: {line}")
     return 0 if ok else 1
