@@ -303,6 +303,17 @@ def test_gpu_script_is_valid_bash_and_names_its_carries():
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "fetch_fa4_wheels.sh")]).returncode == 0
 
 
+def test_gpu_hold_refuses_to_poll_a_machine_that_did_not_start_its_pipeline(tmp_path):
+    """A lent machine goes back 30 s after a call: the next call may reach a fresh one, which must say so at
+    once instead of spending the hold polling for a pipeline that is not there."""
+    script = ROOT / "scripts" / "gpu_hold.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    for phase in ("carry1", "carry2", "wait"):
+        done = subprocess.run(["bash", str(script), phase], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "STATE": str(tmp_path / "state"), "OUT": str(tmp_path / "out")})
+        assert done.returncode == 3 and "FRESH MACHINE" in done.stdout, (phase, done.stdout, done.stderr)
+
+
 # ---------------------------------------------------------------- the line's FA4 lock
 # Real data: PyPI's PEP 691 JSON for each pinned project, recorded 2026-12-01 and trimmed to the pinned files
 # (tests/fixtures/fa4_pypi/<project>.json).
