@@ -95,9 +95,12 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def toolkit(args: list[str], tmp_path: Path, **extra: str) -> subprocess.Popen:
-    """A real `python -m toolkit` in its own session (process group), as a terminal runs a command."""
+    """A real `python -m toolkit` in its own session (process group), as a terminal runs a command. SIGINT is
+    reset to its default there: a test run started in the background (`nohup ... &`) inherits it ignored, and
+    a command a terminal runs in the foreground does not."""
     return subprocess.Popen([sys.executable, "-m", "toolkit", *args], cwd=tmp_path, env=child_env(tmp_path, **extra),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def installed_ok(prefix: Path) -> bool:
