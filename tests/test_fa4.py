@@ -480,20 +480,97 @@ def test_fa2_installed_into_an_env_holding_fa4_gives_fa4_its_files_back(tmp_path
         fa4.restore_after_flash_attn_2(python, wheel.as_uri(), "0" * 64, tmp_path / "build.log")  # wrong pin
 
 
-def test_the_hand_over_never_removes_files_through_a_symlinked_package(tmp_path):
-    """FA2's RECORD names flash_attn/cute/x.py; with flash_attn/cute a symlink to another folder, nothing there
-    is deleted and the RECORD is left as it was."""
+@pytest.mark.parametrize("linked", ["flash_attn/cute", "flash_attn/cute/sub"])
+def test_the_hand_over_never_removes_files_through_a_symlinked_folder(tmp_path, linked):
+    """FA2's RECORD names a file under flash_attn/cute; with cute, or a folder inside it, a symlink to another
+    folder, nothing there is deleted and the RECORD is left as it was."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "x.py").write_text("precious\n")
     site = tmp_path / "site"
-    (site / "flash_attn").mkdir(parents=True)
+    (site / linked).parent.mkdir(parents=True)
     (site / "flash_attn" / "__init__.py").write_text("")
-    (site / "flash_attn" / "cute").symlink_to(elsewhere)
+    (site / linked).symlink_to(elsewhere)
     dist_info = site / "flash_attn-2.8.3.post2.dist-info"
     dist_info.mkdir()
-    record = "flash_attn/__init__.py,,\nflash_attn/cute/x.py,,\n"
+    record = f"flash_attn/__init__.py,,\n{linked}/x.py,,\n"
     (dist_info / "RECORD").write_text(record)
-    with pytest.raises(ToolkitError, match="is a symlink; nothing is removed through it"):
+    with pytest.raises(ToolkitError, match="reached through a symlink"):
         fa4.hand_over_cute(fa4.Fa2Install("2.8.3.post2", dist_info))
     assert (elsewhere / "x.py").read_text() == "precious\n" and (dist_info / "RECORD").read_text() == record
+
+
+def pip_target(wheels: list[Path], dest: Path) -> Path:
+    """What `toolkit fa4 install` stages: pip's --target install of real pinned wheels (pure ones, so this
+    python's pip installs them)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile",
+                    "--ignore-requires-python", "--target", str(dest), *map(str, wheels)], check=True)
+    return dest
+
+
+@needs_wheels
+def test_an_install_replaces_only_what_an_earlier_install_wrote(tmp_path):
+    wheels = [next((FETCHED / "part1").glob(f"{name}-*.whl")) for name in ("flash_attn_4", "einops")]
+    staging = pip_target(wheels, tmp_path / "staging")
+    target = pip_target(wheels, tmp_path / "target")  # the earlier install of the same wheels
+    rel = fa4.release()
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == []
+    (target / "einops" / "mine.py").write_text("a user's file\n")
+    (target / "flash_attn" / "cute" / "notes").mkdir()
+    (target / "flash_attn" / "cute" / "notes" / "todo.txt").write_text("mine\n")
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == [
+        "einops/mine.py", "flash_attn/cute/notes/todo.txt"]
+
+
+@needs_wheels
+def test_a_users_files_of_the_same_names_are_foreign_and_console_scripts_are_owned(tmp_path):
+    """pip --target writes a console script's RECORD row as ../../bin/NAME (apache-tvm-ffi 0.1.15.post2's real
+    RECORD: `../../bin/tvm-ffi-config,sha256=g2rW79G5...,233`) and moves it to TARGET/bin/NAME."""
+    staging = pip_target([next((FETCHED / "part1").glob("einops-*.whl"))], tmp_path / "staging")
+    (staging / "bin").mkdir()
+    (staging / "bin" / "tvm-ffi-config").write_text("#!/bin/sh\n")
+    target = tmp_path / "target"
+    (target / "bin").mkdir(parents=True)
+    (target / "bin" / "tvm-ffi-config").write_text("#!/bin/sh\n")
+    (target / "einops").mkdir()
+    (target / "einops" / "__init__.py").write_text("someone else's einops\n")
+    rel = fa4.release()
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == [
+        "bin/tvm-ffi-config", "einops/__init__.py"]
+    dist_info = target / "apache_tvm_ffi-0.1.15.post2.dist-info"
+    dist_info.mkdir()
+    (dist_info / "RECORD").write_text("../../bin/tvm-ffi-config,sha256=g2rW79G5or37hxv8XmJFaQ5S-CmP_CUm2JG2QrFa0dY,233\n")
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == ["einops/__init__.py"]
+
+
+@needs_wheels
+def test_beside_fa2_only_its_recorded_cute_files_are_owned(tmp_path, pinned_sdist):
+    staging = pip_target([next((FETCHED / "part1").glob("flash_attn_4-*.whl"))], tmp_path / "staging")
+    target = tmp_path / "site"
+    install_fa2_files(pinned_sdist, target)
+    beside = fa4.flash_attn_2_beside(target)
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4.release(), beside)) == []
+    (target / "flash_attn" / "cute" / "user_extra.py").write_text("mine\n")
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4.release(), beside)) == [
+        "flash_attn/cute/user_extra.py"]
+    (target / "flash_attn" / "cute" / "user_extra.py").unlink()
+    moved = tmp_path / "flash_attn-real"
+    (target / "flash_attn").rename(moved)
+    (target / "flash_attn").symlink_to(moved)
+    assert fa4.foreign_entries(staging, target, set()) == ["flash_attn (a symlink)"]
+
+
+@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
+def test_install_into_a_folder_with_a_users_files_of_the_same_name_changes_nothing(tmp_path, joined):
+    python = python312_base(tmp_path)
+    target = tmp_path / "site"
+    (target / "bin").mkdir(parents=True)
+    (target / "bin" / "my-tool").write_text("precious\n")
+    (target / "notes.txt").write_text("kept\n")
+    before = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
+    with pytest.raises(ToolkitError, match="would replace 1 file.*bin/my-tool .*nothing was changed"):
+        fa4.install(fa4.release(), "13", joined, target, str(python))
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
+    assert (target / "bin" / "my-tool").read_text() == "precious\n"
+
+

@@ -393,6 +393,11 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
         if done.returncode != 0:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ToolkitError(f"pip install --target {target}: {tail}")
+        foreign = foreign_entries(staging, target, owned_paths(target, rel, beside))
+        if foreign:
+            raise ToolkitError(f"{target}: installing FA4 here would replace {len(foreign)} file(s) no earlier FA4 "
+                               f"or flash-attn 2.x install wrote, e.g. {foreign[0]} (nothing was changed; install "
+                               f"into an empty --target folder, or move those files away)")
         handed_over = hand_over_cute(beside) if beside else []
         merge_into(staging, target)
     used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
@@ -456,10 +461,11 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
     rows = _record_rows(fa2.record_file)
     prefix = "flash_attn/cute/"
     ours = [row[0] for row in rows if row[0].startswith(prefix) and ".." not in Path(row[0]).parts]
-    package = fa2.dist_info.parent / "flash_attn"
-    if ours and (package.is_symlink() or (package / "cute").is_symlink()):  # its files would be another folder's
-        raise ToolkitError(f"{package}: flash_attn or flash_attn/cute is a symlink; nothing is removed through it "
-                           f"(reinstall flash-attn 2.x as a plain folder)")
+    root = fa2.dist_info.parent
+    linked = next((name for name in ours if _through_link(root, name) or (root / name).is_dir()), None)
+    if linked:  # unlinking through a link would delete another folder's file
+        raise ToolkitError(f"{root / linked}: a folder, or reached through a symlink (flash_attn, flash_attn/cute or "
+                           f"a folder in it); nothing is removed (reinstall flash-attn 2.x as a plain folder)")
     if ours:
         import csv
         import io
@@ -467,11 +473,16 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
         kept = io.StringIO()
         csv.writer(kept, lineterminator="\n").writerows(row for row in rows if row[0] not in ours)
         write_atomic(fa2.record_file, kept.getvalue())
-        root = fa2.dist_info.parent
         for name in ours:
             (root / name).unlink(missing_ok=True)
         shutil.rmtree(root / "flash_attn" / "cute" / "__pycache__", ignore_errors=True)
     return ours
+
+
+def _through_link(root: Path, name: str) -> bool:
+    """Does RECORD path `name` under `root` pass through a symlinked folder (flash_attn/, cute/, ...)?"""
+    parts = Path(name).parts
+    return any((root.joinpath(*parts[:depth])).is_symlink() for depth in range(1, len(parts)))
 
 
 def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) -> list[str]:
@@ -500,19 +511,69 @@ def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) ->
     return handed
 
 
-def merge_into(staging: Path, target: Path) -> None:
-    """Move what pip installed into `staging` into `target` the way `pip install --target --upgrade` does
-    (an existing entry of the same name is replaced), except that flash_attn/ is merged one level down:
-    FA4 adds flash_attn/cute to a package flash-attn 2.x may own."""
+def merge_plan(staging: Path, target: Path) -> list[tuple[Path, Path]]:
+    """(staged entry, its place in `target`) for each entry the install moves in, as `pip install --target
+    --upgrade` would, except that flash_attn/ is merged one level down: FA4 adds flash_attn/cute to a package
+    flash-attn 2.x may own."""
+    pairs = []
     for entry in sorted(staging.iterdir()):
         if entry.name == "flash_attn" and entry.is_dir():
-            (target / "flash_attn").mkdir(exist_ok=True)
-            merge_into(entry, target / "flash_attn")
-            continue
-        dest = target / entry.name
+            pairs += [(sub, target / "flash_attn" / sub.name) for sub in sorted(entry.iterdir())]
+        else:
+            pairs.append((entry, target / entry.name))
+    return pairs
+
+
+def merge_into(staging: Path, target: Path) -> None:
+    """Move the staged install into `target`, replacing the entries of the same name (foreign_entries has
+    checked that each one is an earlier install's)."""
+    for entry, dest in merge_plan(staging, target):
+        dest.parent.mkdir(exist_ok=True)
         if dest.exists() or dest.is_symlink():
             remove_path(dest)
         os.replace(entry, dest)
+
+
+def _pip_target_path(row: str) -> str:
+    """A RECORD path of a `pip install --target` install, relative to the target: pip writes console scripts
+    as ../../bin/NAME (relative to its temporary lib/python) and moves them to TARGET/bin/NAME."""
+    return "bin/" + row[len("../../bin/"):] if row.startswith("../../bin/") else row
+
+
+def owned_paths(target: Path, rel: Release, beside: Fa2Install | None) -> set[str]:
+    """The files of `target` an install may replace: those the RECORDs of an earlier install of this
+    release's wheels list, and the flash_attn/cute rows of the flash-attn 2.x beside it."""
+    from packaging.utils import canonicalize_name
+
+    projects = {canonicalize_name(pin.name) for pin in rel.wheels}
+    owned: set[str] = set()
+    for dist_info in target.glob("*.dist-info"):
+        project = dist_info.name[:-len(".dist-info")].rsplit("-", 1)[0]
+        if canonicalize_name(project) in projects and (dist_info / "RECORD").is_file():
+            owned.update(_pip_target_path(row[0]) for row in _record_rows(dist_info / "RECORD"))
+    if beside:
+        owned.update(row[0] for row in _record_rows(beside.record_file) if row[0].startswith("flash_attn/cute/"))
+    return owned
+
+
+def foreign_entries(staging: Path, target: Path, owned: set[str]) -> list[str]:
+    """What merging `staging` into `target` would replace or write through that no `owned` path covers:
+    a user's file, a symlink, a folder with files an install did not write. Compiled __pycache__ files
+    of owned sources are the install's too."""
+    if (target / "flash_attn").is_symlink():
+        return ["flash_attn (a symlink)"]
+    foreign = []
+    for _, dest in merge_plan(staging, target):
+        if not (dest.exists() or dest.is_symlink()):
+            continue
+        if dest.is_symlink() or not dest.is_dir():
+            found = [dest]
+        else:
+            found = [Path(root) / name for root, dirs, files in os.walk(dest)
+                     for name in files + [d for d in dirs if (Path(root) / d).is_symlink()]]
+        foreign += [rel for rel in (path.relative_to(target).as_posix() for path in found)
+                    if rel not in owned and "__pycache__" not in rel.split("/")]
+    return sorted(foreign)
 
 
 def load_record(target: Path) -> Fa4Record:
