@@ -228,6 +228,81 @@ def test_a_python_without_torch_is_refused_in_one_line(tmp_path, capsys, joined)
     assert not (tmp_path / "t").exists()
 
 
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_odd_targets_pythons_and_join_folders_are_one_line(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("mine\n")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    wheels = str(tmp_path / "wheels")
+    for target in ("a-file", "dangling"):
+        assert main(["fa4", "install", "--wheels", wheels, "--target", str(tmp_path / target)]) == 1
+        assert "not a folder" in one_error_line(capsys)
+    for python, says in (("/nonexistent/python", "cannot be run"), ("/bin/echo", "did not answer as a Python")):
+        assert main(["fa4", "install", "--wheels", wheels, "--target", str(tmp_path / "t"), "--python", python]) == 1
+        assert says in one_error_line(capsys)
+    assert (tmp_path / "a-file").read_text() == "mine\n" and not (tmp_path / "t").exists()
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "w.whl.part000").write_bytes(b"abc")
+    (parts / "w.whl.parts.json").write_text('{"file": "w.whl", "parts": ["w.whl.part000"]}')
+    assert main(["fa4", "join", "--dest", str(tmp_path / "joined"), str(parts)]) == 1
+    assert "not a readable parts manifest" in one_error_line(capsys)
+    assert main(["fa4", "join", "--dest", str(tmp_path / "a-file"), str(parts)]) == 1
+    assert "not a folder" in one_error_line(capsys)
+
+
+def tampered_lock(tmp_path: Path, edit) -> Path:
+    """The committed lock with `edit` applied and its digest recomputed (the digest is a checksum, not a
+    signature: anyone can recompute it)."""
+    from toolkit.digest import sha256_json
+
+    data = json.loads((ROOT / "locks" / "gpu-machine-fa4.fa4-lock.json").read_text())
+    data.pop("digest")
+    data = edit(data)
+    if isinstance(data, dict):
+        data["digest"] = sha256_json(data)
+    path = tmp_path / "edited.fa4-lock.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: [1, 2],
+    lambda d: {k: v for k, v in d.items() if k != "release"},
+    lambda d: {**d, "release": ["4.0.0b36"]},
+    lambda d: {**d, "wheels": None},
+    lambda d: {**d, "wheels": [{"file": "a.whl"}]},
+    lambda d: {**d, "cuda_major": 13},
+], ids=["a-list", "no-release", "release-a-list", "wheels-null", "wheel-without-sha256", "cuda-major-a-number"])
+def test_a_tampered_fa4_lock_with_a_recomputed_digest_is_one_line(tmp_path, capsys, edit):
+    lock = tampered_lock(tmp_path, edit)
+    assert main(["fa4", "install", "--lock", str(lock), "--wheels", str(tmp_path), "--target",
+                 str(tmp_path / "t")]) == 1
+    assert str(lock) in one_error_line(capsys)
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r, t: {**r, "python_path": [f"{t}\nLD_PRELOAD=/tmp/evil.so"]}, "not a plain absolute path"),
+    (lambda r, t: {**r, "python_path": [f"{t}:/tmp/evil"]}, "not a plain absolute path"),
+    (lambda r, t: {**r, "python_path": ["/etc"]}, "is outside"),
+    (lambda r, t: {**r, "target": "/etc"}, "not this folder"),
+    (lambda r, t: {**r, "python": "/bin/sh\n"}, "not a plain absolute path"),
+], ids=["newline", "pathsep", "outside", "another-target", "python-newline"])
+def test_env_refuses_an_edited_record_and_prints_nothing(tmp_path, capsys, edit, says):
+    """`fa4 env` output is read by a shell as NAME=VALUE lines: no record value may add a line or an entry."""
+    Fa4Record("4.0.0b36", "13", str(tmp_path), sys.executable, [], {}, fa4.python_path(tmp_path)).write(tmp_path)
+    path = tmp_path / Fa4Record.FILE
+    path.write_text(json.dumps(edit(json.loads(path.read_text()), tmp_path)))
+    assert main(["fa4", "env", "--target", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err
+
+
 def python312_base(tmp_path: Path) -> Path:
     """A real Python 3.12 venv as the line's base python: torch a STAND-IN (dist-info metadata only, no code),
     typing_extensions and packaging the real pure-Python modules cutlass and the probe import."""

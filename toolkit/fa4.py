@@ -31,6 +31,7 @@ from toolkit.atomic import copy_atomic, owned_dir, publish_dir, publish_file, re
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
+from toolkit.paths import display_path
 from toolkit.workspace import Workspace, add_workspace_options
 
 KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
@@ -139,6 +140,13 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
     return paths
 
 
+def folder_argument(path: Path, option: str) -> Path:
+    """`path` as an absolute folder to fill: a folder, or nothing yet; never a file or a symlink."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise ToolkitError(f"{option} {path}: not a folder (pass a folder, or a path that does not exist yet)")
+    return path.absolute()
+
+
 def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Path]:
     """Cut a file too large to carry into numbered parts beside a manifest holding the whole file's hash."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -159,7 +167,9 @@ def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
     try:
         manifest = json.loads(manifest_path.read_text())
         names = [manifest["file"], *manifest["parts"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not (isinstance(manifest["sha256"], str) and len(manifest["sha256"]) == 64):
+            raise ValueError("sha256")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ToolkitError(f"{manifest_path}: not a readable parts manifest ({type(exc).__name__}) "
                            f"(split again with scripts/fetch_fa4_wheels.sh)") from None
     if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..") for n in names):
@@ -256,11 +266,17 @@ def read_lock(path: Path) -> tuple[Release, str]:
     try:
         data = json.loads(Path(path).read_text())
         digest = data.pop("digest")
-    except (OSError, ValueError, KeyError, AttributeError) as exc:
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError) as exc:
         raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) "
                            f"(run `toolkit fa4 lock LINE`)") from None
     if sha256_json(data) != digest:
         raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
+    wheels = data.get("wheels")
+    if not (isinstance(data.get("release"), str) and isinstance(data.get("cuda_major"), str)
+            and isinstance(wheels, list) and all(isinstance(w, dict) and isinstance(w.get("file"), str)
+                                                 and isinstance(w.get("sha256"), str) for w in wheels)):
+        raise ToolkitError(f"{path}: release, cuda_major (strings) and wheels (file, sha256 each) are not all "
+                           f"there (run `toolkit fa4 lock LINE` again)")
     rel = release(data["release"])
     pinned = {p.file: p.sha256 for p in rel.wheels_for(data["cuda_major"])}
     if {w["file"]: w["sha256"] for w in data["wheels"]} != pinned:
@@ -321,12 +337,19 @@ _PROBE = ("import importlib.metadata as m, json, platform, sys\n"
 def probe_python(python: str, extra_path: list[str] | None = None) -> dict:
     """What the target interpreter has: distributions, marker environment, python minor."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(extra_path or [])}
-    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+    fix = "pass --python of an interpreter with torch and packaging"
+    try:
+        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+    except OSError as exc:
+        raise ToolkitError(f"{python}: cannot be run ({exc.strerror or type(exc).__name__}) ({fix})") from None
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"{python}: cannot be inspected ({tail}) (pass --python of an interpreter with "
-                           f"torch and packaging)")
-    data = json.loads(done.stdout)
+        raise ToolkitError(f"{python}: cannot be inspected ({tail}) ({fix})")
+    try:
+        data = json.loads(done.stdout)
+        data["dists"].items()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ToolkitError(f"{python}: did not answer as a Python interpreter does ({fix})") from None
     from packaging.utils import canonicalize_name
 
     data["dists"] = {canonicalize_name(k): v for k, v in data["dists"].items()}
@@ -364,6 +387,8 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     """Install the pinned wheels into `target` for `python`, check every requirement, record it."""
     from packaging.utils import canonicalize_name
 
+    target = folder_argument(target, "--target")
+    python = shutil.which(python) or python  # the record names the interpreter by its absolute path
     probe = probe_python(python)
     from packaging.specifiers import SpecifierSet
 
@@ -577,7 +602,25 @@ def foreign_entries(staging: Path, target: Path, owned: set[str]) -> list[str]:
 
 
 def load_record(target: Path) -> Fa4Record:
-    return Fa4Record.load(target, "run `toolkit fa4 install` first")
+    """The folder's install record, with the values the env, warm and cache-install verbs hand to a shell or
+    run checked: written for this folder, PYTHONPATH entries inside it, no control character or path separator."""
+    record = Fa4Record.load(target, "run `toolkit fa4 install` first")
+    path = display_path(target / Fa4Record.FILE)
+    fix = f"install again: toolkit fa4 install --target {target}"
+    if Path(record.target).resolve() != target.resolve():
+        raise ToolkitError(f"{path}: target: written for {record.target!r}, not this folder ({fix})")
+    odd = next((v for v in (record.python, *record.python_path) if not plain_path(v)), None)
+    if odd is not None:
+        raise ToolkitError(f"{path}: {odd!r} is not a plain absolute path ({fix})")
+    outside = next((p for p in record.python_path if not Path(p).resolve().is_relative_to(target.resolve())), None)
+    if outside is not None:
+        raise ToolkitError(f"{path}: python_path: {outside} is outside {target} ({fix})")
+    return record
+
+
+def plain_path(value: str) -> bool:
+    """An absolute path with no control character and no os.pathsep: one PYTHONPATH entry, one line."""
+    return value.startswith("/") and os.pathsep not in value and all(ch.isprintable() for ch in value)
 
 
 def import_check(record: Fa4Record, env: dict[str, str] | None = None) -> tuple[bool, str]:
@@ -672,7 +715,7 @@ def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tup
 
 
 def _join_command(args: argparse.Namespace) -> int:
-    args.dest.mkdir(parents=True, exist_ok=True)
+    folder_argument(args.dest, "--dest").mkdir(parents=True, exist_ok=True)
     manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
     for wheel in (w for folder in args.parts for w in folder.glob("*.whl")):
         copy_atomic(wheel, args.dest / wheel.name)
@@ -687,6 +730,9 @@ def _env_command(args: argparse.Namespace) -> int:
 
     env = load_record(args.target).env()
     env.update(cache_env(args.cache_dir.absolute()) if args.cache_dir else {})
+    odd = next((value for value in env.values() if not all(ch.isprintable() for ch in value)), None)
+    if odd is not None:
+        raise ToolkitError(f"--cache-dir {odd!r}: holds a control character (pass a plain folder path)")
     for name, value in env.items():
         print(f"{name}={value}")
     return 0
