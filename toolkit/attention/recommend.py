@@ -16,27 +16,74 @@ import json
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal, get_args
+
+import pydantic
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.spec import shown
 
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
+Dtype = Literal["bfloat16", "float16"]  # what `toolkit bench` measures
+Mode = Literal["fwd", "fwd+bwd"]
+DTYPES, MODES = get_args(Dtype), get_args(Mode)
+
+
+def _plain_name(value: str) -> str:
+    """Names reach doctor's rows and the modulefile help: letters, digits and a few signs, nothing a Lua or
+    Tcl string or a shell line could take as syntax."""
+    if not NAME.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not a name")
+    return value
+
+
+def _known_backend(value: str, info: pydantic.ValidationInfo) -> str:
+    """A backend the knowledge's attn_implementation table names (the table comes in the context)."""
+    known = (info.context or {}).get("backends", ())
+    if value not in known:
+        raise ValueError(f"{shown(value)} is not a backend (known backends: {', '.join(known)})")
+    return value
+
+
+def _day(value: str | None) -> str:
+    """A date as doctor shows it: the day of an ISO timestamp, or nothing."""
+    day = (value or "")[:10]
+    if not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", day):
+        raise ValueError(f"{shown(value)} is not an ISO date")
+    return day
+
+
+Name = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_plain_name)]
+Backend = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_known_backend)]
+Count = Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
+HeadDim = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
+Tflops = Annotated[float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)]  # strict: an int, no str
+Flag = Annotated[bool, pydantic.Strict()]
+Day = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_day)]
+
+
+# transformers' attn_implementation for a backend, and the SDPA backend inside `sdpa`
+AttnImplementation = dict[Literal["name", "sdpa_backend"], Name]
 
 
 @dataclass(frozen=True)
 class Rule:
-    dtype: str
-    head_dim: int
-    causal: bool
-    mode: str
-    seqlen_min: int
-    seqlen_max: int | None  # None: and above
-    backend: str
-    attn_implementation: dict
-    tflops: float
-    best_tflops: float  # the fastest of ALL measured backends at seqlen_min (verified or not)
-    best_backend: str
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # every field strict: a typed copy of the file's
+
+    dtype: Dtype
+    head_dim: HeadDim
+    causal: Flag
+    mode: Mode
+    seqlen_min: Count
+    seqlen_max: Count | None  # None: and above
+    backend: Backend
+    attn_implementation: AttnImplementation
+    tflops: Tflops
+    best_tflops: Tflops  # the fastest of ALL measured backends at seqlen_min (verified or not)
+    best_backend: Backend
 
     @property
     def ratio(self) -> float:
@@ -150,16 +197,44 @@ def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: 
 @dataclass(frozen=True)
 class Recommendation:
     """A recommendation file as doctor and the modulefile help read it back: every value checked, so what
-    they print is the GPU's name, a date and rules over known backends, never text from the file as is."""
+    they print is the GPU's name, a date and rules over known backends, never text from the file as is.
+    The file's other entries (verified, shape_ratios, targets) are for people and are not read back."""
 
     path: Path
-    gpu: str
-    date: str
+    gpu: Name
     rules: tuple[Rule, ...]
+    date: Day = None
 
 
-NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
-DTYPES, MODES = ("bfloat16", "float16"), ("fwd", "fwd+bwd")
+_RECOMMENDATION = pydantic.TypeAdapter(Recommendation)
+NOT_WRITTEN, RERUN = "not a recommendation `toolkit fa4 recommend` writes", "run toolkit fa4 recommend again"
+
+
+def first_problem(exc: pydantic.ValidationError) -> str:
+    """pydantic's first complaint as "field.path: problem": `rules[3].attn_implementation.sdpa_backend: ']]' is
+    not a name`, so the one line says which value to fix."""
+    error = exc.errors()[0]
+    at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"] if part != "[key]")
+    if error["type"] == "value_error":
+        problem = str(error["ctx"]["error"])
+    elif error["type"] == "missing":
+        problem = "field required"
+    else:
+        problem = f"{error['msg'][0].lower()}{error['msg'][1:]}, not {shown(error['input'])}"
+    return f"{at.lstrip('.') or 'top level'}: {'key: ' if '[key]' in error['loc'] else ''}{problem}"
+
+
+def check_recommendation(data: object, path: Path) -> Recommendation:
+    """Parsed JSON as a Recommendation, or the first bad field as one ToolkitError line."""
+    from toolkit import knowledge_files
+
+    backends = tuple(knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
+    if not isinstance(data, dict):
+        raise ToolkitError(f"{path}: {NOT_WRITTEN}: a JSON {type(data).__name__}, not an object ({RERUN})")
+    try:
+        return _RECOMMENDATION.validate_python({**data, "path": Path(path)}, context={"backends": backends})
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{path}: {NOT_WRITTEN}: {first_problem(exc)} ({RERUN})") from None
 
 
 def read_if_any(path: Path) -> Recommendation | None:
@@ -168,28 +243,14 @@ def read_if_any(path: Path) -> Recommendation | None:
 
 
 def read_recommendation(path: Path) -> Recommendation:
-    """`toolkit fa4 recommend`'s file, checked: backends are the knowledge's attn_implementation names."""
-    from toolkit import knowledge_files
-
-    backends = knowledge_files.read("flash_attn_4.yaml")["attn_implementation"]
-    problem = f"{path}: not a recommendation `toolkit fa4 recommend` writes"
+    """`toolkit fa4 recommend`'s file, checked field by field (backends are the knowledge's attn_implementation
+    names); every problem, unreadable file included, is one ToolkitError, which is all doctor, modules and
+    the parity report catch."""
     try:
         data = json.loads(Path(path).read_text())
-        rules = tuple(Rule(**r) for r in data["rules"])
-        gpu, date = data["gpu"], str(data.get("date") or "")[:10]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{problem} ({type(exc).__name__}) (run it again)") from None
-    for rule in rules:
-        ok = (rule.backend in backends and rule.best_backend in backends and rule.dtype in DTYPES
-              and rule.mode in MODES and isinstance(rule.head_dim, int) and isinstance(rule.seqlen_min, int)
-              and (rule.seqlen_max is None or isinstance(rule.seqlen_max, int))
-              and all(isinstance(v, str) and NAME.fullmatch(v) for v in rule.attn_implementation.values()))
-        if not ok:
-            raise ToolkitError(f"{problem}: a rule names {rule.backend!r} for {rule.dtype!r} d{rule.head_dim!r} "
-                               f"(known backends: {', '.join(backends)}; run it again)")
-    if not (isinstance(gpu, str) and NAME.fullmatch(gpu)) or not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", date):
-        raise ToolkitError(f"{problem}: gpu {gpu!r} or date {date!r} is not plain text (run it again)")
-    return Recommendation(Path(path), gpu, date, rules)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ToolkitError(f"{path}: {NOT_WRITTEN} ({type(exc).__name__}; {RERUN})") from None
+    return check_recommendation(data, Path(path))
 
 
 def how_to_ask(rule: Rule) -> str:
