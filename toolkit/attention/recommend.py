@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 
@@ -56,13 +56,21 @@ def _day(value: str | None) -> str:
     return day
 
 
+def _stamp(value: str | None) -> str | None:
+    """A bench's ISO timestamp, kept whole: the recommendation copies it, and its reader takes the day."""
+    _day(value)
+    return value
+
+
 Name = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_plain_name)]
 Backend = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_known_backend)]
 Count = Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
-HeadDim = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
+Positive = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
 Tflops = Annotated[float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)]  # strict: an int, no str
 Flag = Annotated[bool, pydantic.Strict()]
 Day = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_day)]
+Stamp = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_stamp)]
+Text = Annotated[str, pydantic.Strict()]
 
 
 # transformers' attn_implementation for a backend, and the SDPA backend inside `sdpa`
@@ -74,7 +82,7 @@ class Rule:
     __pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # every field strict: a typed copy of the file's
 
     dtype: Dtype
-    head_dim: HeadDim
+    head_dim: Positive
     causal: Flag
     mode: Mode
     seqlen_min: Count
@@ -102,6 +110,73 @@ class Verified:
 
     def to_json(self) -> dict:
         return {"why": self.why, "shapes": None if self.shapes is None else [list(s) for s in sorted(self.shapes)]}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A `toolkit bench` row as recommend reads it (bench.Measurement; its other fields are not read here)."""
+
+    implementation: Backend
+    mode: Mode
+    causal: Flag
+    dtype: Dtype
+    head_dim: Positive
+    seqlen: Positive
+    status: Literal["ok", "skipped", "error"]
+    tflops: Tflops | None = None
+
+
+@dataclass(frozen=True)
+class Versions:
+    version: Text | None = None
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """The bench.json entries that reach the recommendation: a GPU name and a date its reader takes, versions
+    as text, finite TFLOP/s, and only backends the knowledge names (so nothing written is NaN or refused)."""
+
+    gpu: Name
+    measurements: list[Measurement]
+    date: Stamp = None
+    gpu_capability: Text | None = None
+    command: Text | None = None
+    torch: Text | None = None
+    flash_attn: Versions = field(default_factory=Versions)
+    flash_attn_4: Versions = field(default_factory=Versions)
+
+
+@dataclass(frozen=True)
+class CaseShape:
+    """The part of a verify case's params that says which shape it proved (verify.cases.Case)."""
+
+    dtype: Text
+    head_dim: Positive
+    causal: Flag
+
+
+@dataclass(frozen=True)
+class VerifyCase:
+    status: Text
+    params: CaseShape
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verified_backends` reads of a `toolkit verify` / `python -m toolkit.verify.fa4` report."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    cases: list[VerifyCase] | None = None
+    gpu: Text | None = None
+
+
+def check_input(model: type, data: object, path: Path, what: str, fix: str, backends: tuple[str, ...]) -> dict:
+    """`data` unchanged once it has `model`'s shape; else its first bad field, as one ToolkitError line."""
+    try:
+        pydantic.TypeAdapter(model).validate_python(data, context={"backends": backends})
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{path}: not a {what}: {first_problem(exc)} ({fix})") from None
+    return data  # type: ignore[return-value]  # validated: a dict of that shape
 
 
 def _shape(case: dict) -> tuple[str, int, bool]:
@@ -340,11 +415,48 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_recommend_command)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ToolkitError(f"{path}: not a readable JSON report ({type(exc).__name__})") from None
+
+
+def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[dict, dict[str, dict]]:
+    """The bench report and the --verify reports, each checked (`check_input`) before anything is built."""
+    packaged = [name for name in backends if name not in TORCH_BACKENDS]
+    reports = {}
+    for item in args.verify:
+        backend, sep, path = item.partition("=")
+        if not sep:
+            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
+        if backend not in packaged:
+            raise ToolkitError(f"--verify {shown(backend)}=PATH: not a packaged backend "
+                               f"(name one of: {', '.join(packaged)})")
+        reports[backend] = check_input(VerifyReport, _read_json(Path(path)), Path(path), "verify report",
+                                       "run the verification again", backends)
+    bench = check_input(BenchReport, _read_json(args.bench), args.bench, "`toolkit bench` report",
+                        "run toolkit bench again", backends)
+    return bench, reports
+
+
+def _summary_lines(data: dict, out: Path) -> list[str]:
+    """What the verb prints: one line per rule, one per target, and the worst shape's ratio."""
+    lines = []
+    for rule in data["rules"]:
+        upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
+        causal = "causal" if rule["causal"] else ""
+        lines.append(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
+                     f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
+    for target in data["targets"]:
+        ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
+        lines.append(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
+                     f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
+                     f"{target['min_ratio']}; {target['versus_source']})")
+    worst = data["worst_ratio"]
+    lines.append(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
+                 f"(needs >= {data['recommended_min_ratio']}); {out}")
+    return lines
 
 
 def _recommend_command(args: argparse.Namespace) -> int:
@@ -354,29 +466,15 @@ def _recommend_command(args: argparse.Namespace) -> int:
     if args.out is None and args.line is None:
         raise ToolkitError("fa4 recommend: give --line LINE (writes reports/LINE/recommendation.json) or --out FILE")
     args.out = args.out or Workspace().recommendation_file(args.line)
-    reports = {}
-    for item in args.verify:
-        backend, sep, path = item.partition("=")
-        if not sep:
-            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
-        reports[backend] = _read_json(Path(path))
+    facts = knowledge()
+    bench, reports = _read_reports(args, tuple(facts["attn_implementation"]))
+    data = build(bench, reports, facts)
+    check_recommendation(data, args.out)  # never write what doctor and modules would refuse
+    lines = _summary_lines(data, args.out)
     try:
-        data = build(_read_json(args.bench), reports, knowledge())
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ToolkitError(f"{args.bench}: not a `toolkit bench` report, or a --verify file is not a verify "
-                           f"report ({type(exc).__name__}: {exc})") from None
-    write_atomic(args.out, json.dumps(data, indent=2) + "\n")
-    for rule in data["rules"]:
-        upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
-        causal = "causal" if rule["causal"] else ""
-        print(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
-              f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
-    for target in data["targets"]:
-        ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
-        print(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
-              f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
-              f"{target['min_ratio']}; {target['versus_source']})")
-    worst = data["worst_ratio"]
-    print(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
-          f"(needs >= {data['recommended_min_ratio']}); {args.out}")
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:  # a ratio of two finite TFLOP/s can still overflow (1e308 / 1e-300)
+        raise ToolkitError(f"{args.bench}: a ratio of its TFLOP/s is not finite (run toolkit bench again)") from None
+    write_atomic(args.out, text)
+    print("\n".join(lines))
     return 0
