@@ -113,7 +113,7 @@ class Verified:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class BenchRow:
     """A `toolkit bench` row as recommend reads it (bench.Measurement; its other fields are not read here)."""
 
     implementation: Backend
@@ -137,7 +137,7 @@ class BenchReport:
     as text, finite TFLOP/s, and only backends the knowledge names (so nothing written is NaN or refused)."""
 
     gpu: Name
-    measurements: list[Measurement]
+    measurements: list[BenchRow]
     date: Stamp = None
     gpu_capability: Text | None = None
     command: Text | None = None
