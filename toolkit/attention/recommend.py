@@ -14,29 +14,84 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import pydantic
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.spec import shown
 
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
+Dtype = Literal["bfloat16", "float16"]  # what `toolkit bench` measures
+Mode = Literal["fwd", "fwd+bwd"]
+DTYPES, MODES = get_args(Dtype), get_args(Mode)
+
+
+def _plain_name(value: str) -> str:
+    """Names reach doctor's rows and the modulefile help: letters, digits and a few signs, nothing a Lua or
+    Tcl string or a shell line could take as syntax."""
+    if not NAME.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not a name")
+    return value
+
+
+def _known_backend(value: str, info: pydantic.ValidationInfo) -> str:
+    """A backend the knowledge's attn_implementation table names (the table comes in the context)."""
+    known = (info.context or {}).get("backends", ())
+    if value not in known:
+        raise ValueError(f"{shown(value)} is not a backend (known backends: {', '.join(known)})")
+    return value
+
+
+def _day(value: str | None) -> str:
+    """A date as doctor shows it: the day of an ISO timestamp, or nothing."""
+    day = (value or "")[:10]
+    if not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", day):
+        raise ValueError(f"{shown(value)} is not an ISO date")
+    return day
+
+
+def _stamp(value: str | None) -> str | None:
+    """A bench's ISO timestamp, kept whole: the recommendation copies it, and its reader takes the day."""
+    _day(value)
+    return value
+
+
+Name = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_plain_name)]
+Backend = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_known_backend)]
+Count = Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
+Positive = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
+Tflops = Annotated[float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)]  # strict: an int, no str
+Flag = Annotated[bool, pydantic.Strict()]
+Day = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_day)]
+Stamp = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_stamp)]
+Text = Annotated[str, pydantic.Strict()]
+
+
+# transformers' attn_implementation for a backend, and the SDPA backend inside `sdpa`
+AttnImplementation = dict[Literal["name", "sdpa_backend"], Name]
 
 
 @dataclass(frozen=True)
 class Rule:
-    dtype: str
-    head_dim: int
-    causal: bool
-    mode: str
-    seqlen_min: int
-    seqlen_max: int | None  # None: and above
-    backend: str
-    attn_implementation: dict
-    tflops: float
-    best_tflops: float  # the fastest of ALL measured backends at seqlen_min (verified or not)
-    best_backend: str
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # every field strict: a typed copy of the file's
+
+    dtype: Dtype
+    head_dim: Positive
+    causal: Flag
+    mode: Mode
+    seqlen_min: Count
+    seqlen_max: Count | None  # None: and above
+    backend: Backend
+    attn_implementation: AttnImplementation
+    tflops: Tflops
+    best_tflops: Tflops  # the fastest of ALL measured backends at seqlen_min (verified or not)
+    best_backend: Backend
 
     @property
     def ratio(self) -> float:
@@ -55,6 +110,73 @@ class Verified:
 
     def to_json(self) -> dict:
         return {"why": self.why, "shapes": None if self.shapes is None else [list(s) for s in sorted(self.shapes)]}
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """A `toolkit bench` row as recommend reads it (bench.Measurement; its other fields are not read here)."""
+
+    implementation: Backend
+    mode: Mode
+    causal: Flag
+    dtype: Dtype
+    head_dim: Positive
+    seqlen: Positive
+    status: Literal["ok", "skipped", "error"]
+    tflops: Tflops | None = None
+
+
+@dataclass(frozen=True)
+class Versions:
+    version: Text | None = None
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """The bench.json entries that reach the recommendation: a GPU name and a date its reader takes, versions
+    as text, finite TFLOP/s, and only backends the knowledge names (so nothing written is NaN or refused)."""
+
+    gpu: Name
+    measurements: list[BenchRow]
+    date: Stamp = None
+    gpu_capability: Text | None = None
+    command: Text | None = None
+    torch: Text | None = None
+    flash_attn: Versions = field(default_factory=Versions)
+    flash_attn_4: Versions = field(default_factory=Versions)
+
+
+@dataclass(frozen=True)
+class CaseShape:
+    """The part of a verify case's params that says which shape it proved (verify.cases.Case)."""
+
+    dtype: Text
+    head_dim: Positive
+    causal: Flag
+
+
+@dataclass(frozen=True)
+class VerifyCase:
+    status: Text
+    params: CaseShape
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verified_backends` reads of a `toolkit verify` / `python -m toolkit.verify.fa4` report."""
+
+    summary: dict[str, Any] = field(default_factory=dict)
+    cases: list[VerifyCase] | None = None
+    gpu: Text | None = None
+
+
+def check_input(model: type, data: object, path: Path, what: str, fix: str, backends: tuple[str, ...]) -> dict:
+    """`data` unchanged once it has `model`'s shape; else its first bad field, as one ToolkitError line."""
+    try:
+        pydantic.TypeAdapter(model).validate_python(data, context={"backends": backends})
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{path}: not a {what}: {first_problem(exc)} ({fix})") from None
+    return data  # type: ignore[return-value]  # validated: a dict of that shape
 
 
 def _shape(case: dict) -> tuple[str, int, bool]:
@@ -150,16 +272,44 @@ def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: 
 @dataclass(frozen=True)
 class Recommendation:
     """A recommendation file as doctor and the modulefile help read it back: every value checked, so what
-    they print is the GPU's name, a date and rules over known backends, never text from the file as is."""
+    they print is the GPU's name, a date and rules over known backends, never text from the file as is.
+    The file's other entries (verified, shape_ratios, targets) are for people and are not read back."""
 
     path: Path
-    gpu: str
-    date: str
+    gpu: Name
     rules: tuple[Rule, ...]
+    date: Day = None
 
 
-NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
-DTYPES, MODES = ("bfloat16", "float16"), ("fwd", "fwd+bwd")
+_RECOMMENDATION = pydantic.TypeAdapter(Recommendation)
+NOT_WRITTEN, RERUN = "not a recommendation `toolkit fa4 recommend` writes", "run toolkit fa4 recommend again"
+
+
+def first_problem(exc: pydantic.ValidationError) -> str:
+    """pydantic's first complaint as "field.path: problem": `rules[3].attn_implementation.sdpa_backend: ']]' is
+    not a name`, so the one line says which value to fix."""
+    error = exc.errors()[0]
+    at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"] if part != "[key]")
+    if error["type"] == "value_error":
+        problem = str(error["ctx"]["error"])
+    elif error["type"] == "missing":
+        problem = "field required"
+    else:
+        problem = f"{error['msg'][0].lower()}{error['msg'][1:]}, not {shown(error['input'])}"
+    return f"{at.lstrip('.') or 'top level'}: {'key: ' if '[key]' in error['loc'] else ''}{problem}"
+
+
+def check_recommendation(data: object, path: Path) -> Recommendation:
+    """Parsed JSON as a Recommendation, or the first bad field as one ToolkitError line."""
+    from toolkit import knowledge_files
+
+    backends = tuple(knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
+    if not isinstance(data, dict):
+        raise ToolkitError(f"{path}: {NOT_WRITTEN}: a JSON {type(data).__name__}, not an object ({RERUN})")
+    try:
+        return _RECOMMENDATION.validate_python({**data, "path": Path(path)}, context={"backends": backends})
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{path}: {NOT_WRITTEN}: {first_problem(exc)} ({RERUN})") from None
 
 
 def read_if_any(path: Path) -> Recommendation | None:
@@ -168,28 +318,14 @@ def read_if_any(path: Path) -> Recommendation | None:
 
 
 def read_recommendation(path: Path) -> Recommendation:
-    """`toolkit fa4 recommend`'s file, checked: backends are the knowledge's attn_implementation names."""
-    from toolkit import knowledge_files
-
-    backends = knowledge_files.read("flash_attn_4.yaml")["attn_implementation"]
-    problem = f"{path}: not a recommendation `toolkit fa4 recommend` writes"
+    """`toolkit fa4 recommend`'s file, checked field by field (backends are the knowledge's attn_implementation
+    names); every problem, unreadable file included, is one ToolkitError, which is all doctor, modules and
+    the parity report catch."""
     try:
         data = json.loads(Path(path).read_text())
-        rules = tuple(Rule(**r) for r in data["rules"])
-        gpu, date = data["gpu"], str(data.get("date") or "")[:10]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{problem} ({type(exc).__name__}) (run it again)") from None
-    for rule in rules:
-        ok = (rule.backend in backends and rule.best_backend in backends and rule.dtype in DTYPES
-              and rule.mode in MODES and isinstance(rule.head_dim, int) and isinstance(rule.seqlen_min, int)
-              and (rule.seqlen_max is None or isinstance(rule.seqlen_max, int))
-              and all(isinstance(v, str) and NAME.fullmatch(v) for v in rule.attn_implementation.values()))
-        if not ok:
-            raise ToolkitError(f"{problem}: a rule names {rule.backend!r} for {rule.dtype!r} d{rule.head_dim!r} "
-                               f"(known backends: {', '.join(backends)}; run it again)")
-    if not (isinstance(gpu, str) and NAME.fullmatch(gpu)) or not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", date):
-        raise ToolkitError(f"{problem}: gpu {gpu!r} or date {date!r} is not plain text (run it again)")
-    return Recommendation(Path(path), gpu, date, rules)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ToolkitError(f"{path}: {NOT_WRITTEN} ({type(exc).__name__}; {RERUN})") from None
+    return check_recommendation(data, Path(path))
 
 
 def how_to_ask(rule: Rule) -> str:
@@ -279,11 +415,48 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_recommend_command)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ToolkitError(f"{path}: not a readable JSON report ({type(exc).__name__})") from None
+
+
+def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[dict, dict[str, dict]]:
+    """The bench report and the --verify reports, each checked (`check_input`) before anything is built."""
+    packaged = [name for name in backends if name not in TORCH_BACKENDS]
+    reports = {}
+    for item in args.verify:
+        backend, sep, path = item.partition("=")
+        if not sep:
+            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
+        if backend not in packaged:
+            raise ToolkitError(f"--verify {shown(backend)}=PATH: not a packaged backend "
+                               f"(name one of: {', '.join(packaged)})")
+        reports[backend] = check_input(VerifyReport, _read_json(Path(path)), Path(path), "verify report",
+                                       "run the verification again", backends)
+    bench = check_input(BenchReport, _read_json(args.bench), args.bench, "`toolkit bench` report",
+                        "run toolkit bench again", backends)
+    return bench, reports
+
+
+def _summary_lines(data: dict, out: Path) -> list[str]:
+    """What the verb prints: one line per rule, one per target, and the worst shape's ratio."""
+    lines = []
+    for rule in data["rules"]:
+        upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
+        causal = "causal" if rule["causal"] else ""
+        lines.append(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
+                     f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
+    for target in data["targets"]:
+        ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
+        lines.append(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
+                     f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
+                     f"{target['min_ratio']}; {target['versus_source']})")
+    worst = data["worst_ratio"]
+    lines.append(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
+                 f"(needs >= {data['recommended_min_ratio']}); {out}")
+    return lines
 
 
 def _recommend_command(args: argparse.Namespace) -> int:
@@ -293,29 +466,15 @@ def _recommend_command(args: argparse.Namespace) -> int:
     if args.out is None and args.line is None:
         raise ToolkitError("fa4 recommend: give --line LINE (writes reports/LINE/recommendation.json) or --out FILE")
     args.out = args.out or Workspace().recommendation_file(args.line)
-    reports = {}
-    for item in args.verify:
-        backend, sep, path = item.partition("=")
-        if not sep:
-            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
-        reports[backend] = _read_json(Path(path))
+    facts = knowledge()
+    bench, reports = _read_reports(args, tuple(facts["attn_implementation"]))
+    data = build(bench, reports, facts)
+    check_recommendation(data, args.out)  # never write what doctor and modules would refuse
+    lines = _summary_lines(data, args.out)
     try:
-        data = build(_read_json(args.bench), reports, knowledge())
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ToolkitError(f"{args.bench}: not a `toolkit bench` report, or a --verify file is not a verify "
-                           f"report ({type(exc).__name__}: {exc})") from None
-    write_atomic(args.out, json.dumps(data, indent=2) + "\n")
-    for rule in data["rules"]:
-        upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
-        causal = "causal" if rule["causal"] else ""
-        print(f"{rule['dtype']:9s} d{rule['head_dim']:<4d} {rule['mode']:8s} {causal:6s} "
-              f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
-    for target in data["targets"]:
-        ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
-        print(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
-              f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
-              f"{target['min_ratio']}; {target['versus_source']})")
-    worst = data["worst_ratio"]
-    print(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
-          f"(needs >= {data['recommended_min_ratio']}); {args.out}")
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:  # a ratio of two finite TFLOP/s can still overflow (1e308 / 1e-300)
+        raise ToolkitError(f"{args.bench}: a ratio of its TFLOP/s is not finite (run toolkit bench again)") from None
+    write_atomic(args.out, text)
+    print("\n".join(lines))
     return 0
