@@ -28,6 +28,7 @@ from pathlib import Path
 from toolkit.atomic import copy_atomic, publish_file, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
@@ -240,9 +241,9 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
 def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it."""
     try:
-        record = json.loads(record_path.read_text())
+        record = read_json(record_path, "cache record", "warm again")
         artifact = record["artifact"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise ToolkitError(f"{record_path}: not a readable cache record ({type(exc).__name__}) (warm again)") from None
     if not isinstance(artifact, str) or artifact != Path(artifact).name:
         raise ToolkitError(f"{record_path}: artifact must be a file name beside the record (warm again)")
