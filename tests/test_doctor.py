@@ -598,7 +598,7 @@ def test_a_broken_spec_is_a_row_not_an_abort(workdir, capsys):
 
 @pytest.mark.parametrize("content, message", [
     (None, "file not found"),
-    ("{not json", "not a doctor report (JSONDecodeError"),
+    ("{not json", "unreadable doctor report (not JSON"),
     ('{"fingerprint": {"machine": "x86_64"}, "probe": {}}', "not a doctor report (TypeError"),
 ])
 def test_bad_report_files_are_one_line_errors(workdir, capsys, content, message):

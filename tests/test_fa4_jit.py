@@ -143,7 +143,7 @@ def test_a_record_pointing_outside_its_folder_is_refused(tmp_path):
     with pytest.raises(ToolkitError, match="artifact must be a file name"):
         fa4_jit.unpack(record, {}, tmp_path / "dest")
     record.write_text("{")
-    with pytest.raises(ToolkitError, match="not a readable cache record"):
+    with pytest.raises(ToolkitError, match="unreadable cache record"):
         fa4_jit.unpack(record, {}, tmp_path / "dest")
     assert not (tmp_path / "dest").exists()
 

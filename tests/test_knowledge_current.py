@@ -134,7 +134,7 @@ def test_missing_recording_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "toolkit", "knowledge", "check-updates", "--recorded",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"error: {tmp_path}/index.json: cannot read the recorded answers (")
+    assert done.stderr.startswith(f"error: {tmp_path}/index.json: unreadable index of recorded answers (file not found; ")
     assert len(done.stderr.strip().splitlines()) == 1
 
 

@@ -31,7 +31,7 @@ def check_conda_archive(archive: Path) -> None:
     try:
         members, listed = _read(archive)
     except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zstandard.ZstdError,
-            json.JSONDecodeError, UnicodeDecodeError, KeyError, ValueError) as exc:
+            json.JSONDecodeError, UnicodeDecodeError, KeyError, ValueError, RecursionError) as exc:
         raise ToolkitError(f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
                            f"re-lock from a trusted channel)") from None
     for path in (*members, *listed):

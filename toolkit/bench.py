@@ -29,6 +29,7 @@ from typing import Any
 from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.verify import machine
 
 IMPLEMENTATIONS = ("flash-attn", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
@@ -328,7 +329,7 @@ def evaluate_targets(data: dict, targets: list[dict]) -> list[dict]:
 def finish(report_dir: Path, console) -> int:
     """Add peak fractions and targets to bench.json, plot bench.png, print the table; 1 if a target is missed."""
     path = report_dir / "bench.json"
-    data = json.loads(path.read_text())
+    data = read_json(path, "bench report", "run the bench again")
     gpu, targets = gpu_facts(data.get("gpu"))
     peak = gpu["bf16_dense_tflops"] if gpu else None
     data["peak"] = gpu or {"match": None, "bf16_dense_tflops": None,

@@ -16,6 +16,7 @@ from typing import Any
 import pydantic
 
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.lockfile import LockedSdist
 from toolkit.paths import display_path
 
@@ -93,11 +94,7 @@ class BuildRecord:
 
     @classmethod
     def read(cls, path: Path) -> BuildRecord:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ToolkitError(f"{display_path(path)}: unreadable build record ({exc.__class__.__name__}; "
-                               f"delete it and rebuild with --force)") from None
+        data = read_json(path, "build record", "delete it and rebuild with --force")
         return cls.from_json(data, display_path(path))
 
     def text(self) -> str:

@@ -19,6 +19,7 @@ from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, from_dict
 from toolkit.install_record import PrefixRecord
+from toolkit.jsonfile import read_json
 from toolkit.knowledge import arch_number
 from toolkit.line_env import LineEnvironment
 from toolkit.lockfile import LockedPackage
@@ -128,10 +129,10 @@ def _conda_packages(prefix: Path | None) -> dict[str, str] | None:
         return None
     packages = {}
     for record in sorted(meta.glob("*.json")):
+        data = read_json(record, "conda package record", "re-install the env")
         try:
-            data = json.loads(record.read_text())
             packages[data["name"]] = f"{data['version']}={data['build']}"
-        except (OSError, ValueError, KeyError) as exc:
+        except (KeyError, TypeError) as exc:
             raise ToolkitError(f"{record}: unreadable conda package record ({exc.__class__.__name__}; "
                                f"re-install the env)") from None
     return packages
@@ -223,12 +224,10 @@ def load_line(name: str, envs_dir: Path) -> tuple[EnvSpec | None, str | None]:
 
 def read_report(path: Path) -> tuple[Fingerprint, Probe, str | None]:
     """A recorded `toolkit doctor --json` report: its fingerprint, probe and line."""
+    data = read_json(path, "doctor report", "pass a report written by `toolkit doctor --json`")
     try:
-        data = json.loads(path.read_text())
         return from_dict(data["fingerprint"]), Probe.from_dict(data["probe"]), data.get("line")
-    except FileNotFoundError:
-        raise ToolkitError(f"{path}: file not found (pass a report written by `toolkit doctor --json`)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (AttributeError, ValueError, KeyError, TypeError) as exc:
         raise ToolkitError(f"{path}: not a doctor report ({exc.__class__.__name__}: {first_line(str(exc), 80)}; "
                            f"write one with `toolkit doctor --json > FILE`)") from None
 

@@ -38,6 +38,7 @@ from toolkit.atomic import checkpoint, owned_dir
 from toolkit.download import fetch_verified
 from toolkit.errors import ToolkitError
 from toolkit.isolated import run_isolated
+from toolkit.jsonfile import read_json
 from toolkit.lockfile import LockedEnv, LockedPackage
 from toolkit.paths import display_path
 from toolkit.workspace import Workspace
@@ -392,7 +393,7 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
     checkpoint("install:worker")
     by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
     for meta in Path(prefix, "conda-meta").glob("*.json"):
-        record = json.loads(meta.read_text())
+        record = read_json(meta, "conda-meta record", "install again")
         if record.get("fn") in by_file:
             record["url"], record["channel"] = by_file[record["fn"]]
             meta.write_text(json.dumps(record, indent=2))

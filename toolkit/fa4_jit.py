@@ -16,18 +16,26 @@ only missed.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
+import re
+import shutil
 import subprocess
 import tarfile
 import tempfile
 import time
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.atomic import copy_atomic, publish_file, write_atomic
+from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
+from toolkit.fslock import locked
+from toolkit.jsonfile import read_json
+from toolkit.paths import display_path, printable
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
@@ -41,6 +49,9 @@ HEAD_DIMS = (64, 128)
 MODEL_WIDTH = 2048  # heads = width / head_dim, as toolkit/bench.py
 CALL_TOKENS = 8192  # batch x seqlen of the call that triggers the compile (the compile key has no seqlen)
 CALL_SEQLEN = 2048
+# In a cache-install's --dest: the files it wrote there (the rest is FA4's, or the user's, and stays).
+INSTALLED = ".fa-envkit-cache-install.json"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -238,23 +249,132 @@ def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[P
 
 
 def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
-    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it."""
+    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it.
+
+    All or nothing: the archive is extracted into a folder beside dest, which then replaces dest
+    (atomic.publish_dir) with dest's own files carried into it, so a refused member or an interruption
+    leaves dest as it was. dest's files are FA4's (entries it compiled, its locks) or the user's, except
+    those INSTALLED lists: only these may an artifact replace. A non-empty dest without INSTALLED, or one
+    that is not a folder, is refused. The lock beside dest (fslock) makes concurrent installs (jobs of an
+    array starting at once) wait for each other instead of refusing each other's files."""
+    archive, sha256 = _artifact(record_path, key)
+    dest = Path(os.path.abspath(dest))
+    if not dest.name:
+        raise ToolkitError(f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)")
     try:
-        record = json.loads(record_path.read_text())
-        artifact = record["artifact"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{record_path}: not a readable cache record ({type(exc).__name__}) (warm again)") from None
-    if not isinstance(artifact, str) or artifact != Path(artifact).name:
-        raise ToolkitError(f"{record_path}: artifact must be a file name beside the record (warm again)")
-    if record.get("key") != key:
-        raise ToolkitError(f"{record_path}: built for {record.get('key')}, this env is {key} "
-                           f"(run `toolkit fa4 warm` for this env)")
-    archive = record_path.parent / artifact
-    if sha256_file(archive) != record["sha256"]:
-        raise ToolkitError(f"{archive}: sha256 differs from {record_path.name} (warm again)")
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+        with locked(dest):
+            clean_stale(dest.parent)  # what a killed install left beside dest (publish_dir's folders)
+            ours = _installed_before(dest)
+            with publish_dir(dest) as staged:
+                written = _extract(archive, sha256, staged, dest) - {INSTALLED}
+                kept = _carry_over(dest, staged, ours)
+                write_atomic(staged / INSTALLED, json.dumps({"kind": "fa4-cache-install", "record": record_path.name,
+                                                             "files": sorted(written | (ours & kept))}, indent=1))
+    except OSError as exc:
+        raise ToolkitError(f"{display_path(dest)}: cannot install the cache there ({exc.strerror or exc}; make "
+                           f"it writable or pass another --dest)") from None
     return cache_env(dest)
+
+
+def _artifact(record_path: Path, key: dict) -> tuple[Path, str]:
+    """The archive a cache record names beside it, and its sha256; refused unless the record is for `key`."""
+    where = display_path(record_path)
+    record = read_json(record_path, "cache record", "warm again")
+    if not isinstance(record, dict):
+        raise ToolkitError(f"{where}: not a cache record (a JSON object written by `toolkit fa4 warm`; warm again)")
+    artifact, sha256 = record.get("artifact"), record.get("sha256")
+    if not isinstance(artifact, str) or artifact != Path(artifact).name or artifact == "..":
+        raise ToolkitError(f"{where}: artifact must be a file name beside the record (warm again)")
+    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
+        raise ToolkitError(f"{where}: sha256: not a sha256 hex digest (warm again)")
+    if record.get("key") != key:
+        raise ToolkitError(f"{where}: built for {record.get('key')}, this env is {key} "
+                           f"(run `toolkit fa4 warm` for this env)")
+    return record_path.parent / artifact, sha256
+
+
+def _installed_before(dest: Path) -> set[str]:
+    """The files earlier cache-installs wrote in dest (INSTALLED's list, relative paths)."""
+    where = display_path(dest)
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise ToolkitError(f"{where}: --dest: not a folder (pass a folder; a symlink, the folder it points to)")
+    if not dest.exists() or not any(dest.iterdir()):
+        return set()
+    if not (dest / INSTALLED).is_file():
+        raise ToolkitError(f"{where}: --dest holds files no cache-install wrote (pass a new or empty folder)")
+    listed = read_json(dest / INSTALLED, "cache-install list", "pass a new or empty --dest")
+    files = listed.get("files") if isinstance(listed, dict) else None
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        raise ToolkitError(f"{display_path(dest / INSTALLED)}: files: not a list of paths "
+                           f"(pass a new or empty --dest)")
+    return set(files)
+
+
+def _extract(archive: Path, sha256: str, staged: Path, dest: Path) -> set[str]:
+    """Check the archive against its record's sha256 and extract it into staged; its files' relative paths.
+    tarfile's data filter refuses members that would land outside, links out and device files."""
+    where = display_path(archive)
+    try:
+        digest = sha256_file(archive)
+    except FileNotFoundError:
+        raise ToolkitError(f"{where}: not found (copy it beside its record, or warm again)") from None
+    except OSError as exc:
+        raise ToolkitError(f"{where}: cannot read ({exc.strerror}; make it readable, or warm again)") from None
+    if digest != sha256:
+        raise ToolkitError(f"{where}: sha256 differs from its record (warm again)")
+    try:  # an OSError here is writing beside dest (no space): unpack says so
+        with tarfile.open(archive) as tar:
+            tar.extractall(staged, filter="data")
+    except tarfile.FilterError as exc:  # its text names the member and where it would go (staged: dest)
+        reason = printable(str(exc).replace(str(staged), str(dest)))
+        raise ToolkitError(f"{where}: refused member: {reason} (warm again from a cache you trust)") from None
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        reason = printable((str(exc).splitlines() or [""])[0].rstrip(":"))
+        raise ToolkitError(f"{where}: not a readable cache artifact ({type(exc).__name__}: {reason}; warm "
+                           f"again)") from None
+    return {path.relative_to(staged).as_posix() for path, is_dir in _walk(staged) if not is_dir}
+
+
+def _carry_over(dest: Path, staged: Path, ours: set[str]) -> set[str]:
+    """Put every entry of dest into the staged tree, except the files of `ours` that the artifact replaces;
+    refuse to replace any other. Files go in as hard links (the same files: nothing is copied, and a running
+    FA4's lock on one holds). The relative paths carried."""
+    carried: set[str] = set()
+    if not dest.is_dir():
+        return carried
+    shutil.copymode(dest, staged)
+    for path, is_dir in _walk(dest):
+        rel = path.relative_to(dest).as_posix()
+        target = staged / rel
+        if rel == INSTALLED or (is_dir and target.is_dir() and not target.is_symlink()):
+            continue
+        if os.path.lexists(target):
+            if rel in ours and not is_dir:
+                continue
+            raise ToolkitError(f"{display_path(path)}: the artifact would replace it, and no cache-install wrote "
+                               f"it (move it away or pass another --dest)")
+        if is_dir:
+            target.mkdir()
+            shutil.copymode(path, target)
+            continue
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except OSError:  # a filesystem without hard links, or protected_hardlinks on another user's file
+            shutil.copy2(path, target, follow_symlinks=False)
+        carried.add(rel)
+    return carried
+
+
+def _walk(folder: Path) -> Iterator[tuple[Path, bool]]:
+    """Every path below folder, parents first, and whether it is a folder (symlinks are not followed). A
+    folder it cannot list raises: carrying over without its files would lose them."""
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    for root, dirs, files in os.walk(folder, onerror=fail):
+        for name in dirs + files:
+            path = Path(root, name)
+            yield path, path.is_dir() and not path.is_symlink()
 
 
 def summary_lines(latency: dict) -> list[str]:
@@ -293,7 +413,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
     _target_and_arch(use)
     use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
-    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use")
+    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
+                                                              "one an earlier cache-install filled")
     use.set_defaults(func=_cache_install_command)
 
 

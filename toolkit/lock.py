@@ -35,6 +35,7 @@ from toolkit import knowledge_files
 from toolkit.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
 from toolkit.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.lockfile import (
     KEY_DIGEST,
     KEY_INPUT_HASH,
@@ -235,7 +236,7 @@ def _pip_report(workdir: Path, index_urls: list[str], target: PipTarget) -> dict
                "--platform", target.wheel_platform, "--python-version", target.python, "--implementation", "cp",
                "--abi", target.abi, "--only-binary", ":all:", *_index_args(index_urls),
                "--requirement", "requirements.txt"], workdir, f"pip (choosing {target.platform} wheels)")
-    return json.loads((workdir / "report.json").read_text())
+    return read_json(workdir / "report.json", "pip install report", "lock again; report pip's answer if it repeats")
 
 
 def pip_entries(report: dict, target: PipTarget) -> list[Any]:
@@ -319,7 +320,7 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             files = json.load(response)["files"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, KeyError, RecursionError) as exc:
         raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
                            f"the sdist pin needs PyPI: lock where PyPI is reachable)") from None
     for entry in files:

@@ -28,6 +28,7 @@ from toolkit.atomic import write_atomic
 from toolkit.attention.recommend import Recommendation, read_if_any, summary
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.knowledge import load_knowledge, minor_of
 from toolkit.lock import LockedEnv, read_lock
 from toolkit.rules import checked_spec
@@ -102,11 +103,7 @@ def conda_packages(prefix: Path) -> dict[str, str]:
     """name -> version from conda-meta/*.json, the record conda keeps of every installed package."""
     found: dict[str, str] = {}
     for record_path in sorted((prefix / "conda-meta").glob("*.json")):
-        try:
-            record = json.loads(record_path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise ToolkitError(f"{record_path}: unreadable conda-meta record ({exc.__class__.__name__}; "
-                               f"reinstall the environment)") from None
+        record = read_json(record_path, "conda-meta record", "reinstall the environment")
         if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("name", "version")):
             raise ToolkitError(f"{record_path}: conda-meta record without name and version "
                                f"(reinstall the environment)")

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolkit.atomic import write_atomic
+from toolkit.jsonfile import read_json
 
 # Inside compiled objects the temporary build directory is renamed to this, so wheels built in
 # different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
@@ -124,7 +125,9 @@ MANIFEST_OUTCOME = "manifest-outcome.json"
 def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
     """What the shim did to build.ninja, for the record (None: it never ran or could not)."""
     path = shim_dir / MANIFEST_OUTCOME
-    return json.loads(path.read_text()) if path.exists() else {"nvcc_objects_seeded": None, "edges_ordered": None}
+    if not path.exists():
+        return {"nvcc_objects_seeded": None, "edges_ordered": None}
+    return read_json(path, "shim outcome", "build again")
 
 
 def prepare_manifest(args: list[str]) -> None:
@@ -133,7 +136,7 @@ def prepare_manifest(args: list[str]) -> None:
     directory = ninja_args[ninja_args.index("-C") + 1] if "-C" in ninja_args[:-1] else "."
     manifest = Path(directory) / "build.ninja"
     if manifest.exists():
-        plan = ManifestPlan(**json.loads(plan_file.read_text()))
+        plan = ManifestPlan(**read_json(plan_file, "manifest plan", "build again"))
         text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
         write_atomic(manifest, text)
         write_atomic(plan_file.with_name(MANIFEST_OUTCOME),

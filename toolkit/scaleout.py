@@ -29,6 +29,7 @@ import yaml
 from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.spec import EnvSpec, display_path
 from toolkit.wheelhouse import records
 from toolkit.workspace import DEFAULT, Workspace
@@ -599,8 +600,8 @@ class TaskView:
 
 def read_status(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, "task status", "its task rewrites it")
+    except ToolkitError:
         return None  # not written yet (it is replaced whole, never seen half-written)
 
 

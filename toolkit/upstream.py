@@ -22,11 +22,12 @@ from packaging.version import InvalidVersion, Version
 
 from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
-from toolkit.errors import ToolkitError
+from toolkit.jsonfile import parse_json, read_json
 from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
 RECORD_INDEX = "index.json"
+ANSWER_FIX = "the index answered something else: check again later, or record the answers again with --record"
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,8 @@ def live_fetch(url: str) -> bytes:
 
 def recorded_fetch(folder: Path) -> Fetch:
     """Answers recorded by --record: folder/index.json maps each URL to its file."""
-    try:
-        index = json.loads((folder / RECORD_INDEX).read_text())
-    except (OSError, ValueError) as exc:
-        raise ToolkitError(f"{folder / RECORD_INDEX}: cannot read the recorded answers ({exc}; record them with "
-                           f"`toolkit knowledge check-updates --record {folder}`)") from None
+    index = read_json(folder / RECORD_INDEX, "index of recorded answers",
+                      f"record them with `toolkit knowledge check-updates --record {folder}`")
 
     def fetch(url: str) -> bytes:
         if url not in index:
@@ -79,7 +77,7 @@ def recorded_fetch(folder: Path) -> Fetch:
 
 def pypi_releases(package: str, answer: bytes, url: str) -> list[Release]:
     """Every non-yanked release with files, from a PyPI JSON answer."""
-    data = json.loads(answer)
+    data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
     out = []
     for version, files in data.get("releases", {}).items():
         live = [f for f in files if not f.get("yanked")]
@@ -236,7 +234,7 @@ def trimmed(url: str, answer: bytes) -> bytes:
     """What --record keeps: per PyPI release one file's upload_time and yanked flag; index pages as they are."""
     if not url.endswith("/json"):
         return answer
-    data = json.loads(answer)
+    data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
     releases = {v: [{k: f.get(k) for k in ("filename", "upload_time", "yanked")} for f in files[:1]]
                 for v, files in data.get("releases", {}).items()}
     return json.dumps({"info": {"name": data["info"]["name"], "version": data["info"]["version"]},

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolkit.atomic import write_atomic
+from toolkit.jsonfile import read_json
 
 if TYPE_CHECKING:  # no torch needed to render a report
     from toolkit.verify.parity import ParityResult
@@ -152,7 +153,7 @@ def _number(value: float | None) -> str:
 
 
 def show(report_path: Path, console) -> None:
-    report = json.loads(Path(report_path).read_text())
+    report = read_json(Path(report_path), "verify report", "pass the verify.json a `toolkit verify` run wrote")
     print_tables(report, console)
     console.print(summary_line(report, Path(report_path).parent))
     line = recommended_line(report)
