@@ -366,7 +366,7 @@ def test_env_verb_prints_data_lines(tmp_path, capsys):
 
 def test_env_without_an_install_is_one_line(tmp_path, capsys):
     assert main(["fa4", "env", "--target", str(tmp_path)]) == 1
-    assert "no readable install record" in capsys.readouterr().err
+    assert "unreadable install record" in capsys.readouterr().err
 
 
 def test_gpu_script_is_valid_bash_and_names_its_carries():

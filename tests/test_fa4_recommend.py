@@ -115,7 +115,7 @@ def test_a_bad_verify_option_or_report_is_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "r.json")]) == 1
     assert main(["fa4", "recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and "expected BACKEND=PATH" in err[0] and "not a readable JSON report" in err[1]
+    assert len(err) == 2 and "expected BACKEND=PATH" in err[0] and "unreadable JSON report" in err[1]
 
 
 def test_a_json_that_is_not_a_bench_report_is_one_line(tmp_path, capsys):

@@ -31,6 +31,7 @@ from toolkit.atomic import copy_atomic, owned_dir, publish_dir, publish_file, re
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
+from toolkit.jsonfile import read_json
 from toolkit.paths import display_path
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -164,12 +165,12 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
 
 def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
     """Reassemble a split file from parts found in any of `search`; the whole file's sha256 must match."""
+    manifest = read_json(manifest_path, "parts manifest", "split again with scripts/fetch_fa4_wheels.sh")
     try:
-        manifest = json.loads(manifest_path.read_text())
         names = [manifest["file"], *manifest["parts"]]
         if not (isinstance(manifest["sha256"], str) and len(manifest["sha256"]) == 64):
             raise ValueError("sha256")
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise ToolkitError(f"{manifest_path}: not a readable parts manifest ({type(exc).__name__}) "
                            f"(split again with scripts/fetch_fa4_wheels.sh)") from None
     if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..") for n in names):
@@ -263,12 +264,10 @@ def read_lock(path: Path) -> tuple[Release, str]:
     """(the release, CUDA major) a lock pins, refusing an edited lock or one that disagrees with the knowledge."""
     from toolkit.digest import sha256_json
 
-    try:
-        data = json.loads(Path(path).read_text())
-        digest = data.pop("digest")
-    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError) as exc:
-        raise ToolkitError(f"{path}: not a readable FA4 lock ({type(exc).__name__}) "
-                           f"(run `toolkit fa4 lock LINE`)") from None
+    data = read_json(Path(path), "FA4 lock", "run `toolkit fa4 lock LINE`")
+    if not isinstance(data, dict) or not isinstance(data.get("digest"), str):
+        raise ToolkitError(f"{path}: not an FA4 lock: no digest (run `toolkit fa4 lock LINE`)")
+    digest = data.pop("digest")
     if sha256_json(data) != digest:
         raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
     wheels = data.get("wheels")

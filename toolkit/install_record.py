@@ -22,6 +22,7 @@ import pydantic
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.paths import display_path
 
 
@@ -58,19 +59,19 @@ class InstallRecord:
     def read(cls, folder: Path) -> Self | None:
         """The folder's record, or None when it has none (or one this toolkit did not write)."""
         try:
-            return cls.from_json(json.loads((Path(folder) / cls.FILE).read_text()))
-        except (OSError, UnicodeDecodeError, ValueError):
+            return cls.load(folder, "")
+        except ToolkitError:
             return None
 
     @classmethod
     def load(cls, folder: Path, fix: str) -> Self:
         """The folder's record; a one-line ToolkitError naming the file and `fix` when there is none."""
         path = Path(folder) / cls.FILE
+        data = read_json(path, "install record", fix)
         try:
-            return cls.from_json(json.loads(path.read_text()))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            reason = str(exc) if type(exc) is ValueError else type(exc).__name__  # from_json's own: one line
-            raise ToolkitError(f"{display_path(path)}: no readable install record ({reason}; {fix})") from None
+            return cls.from_json(data)
+        except ValueError as exc:  # from_json's own: one line
+            raise ToolkitError(f"{display_path(path)}: unreadable install record ({exc}; {fix})") from None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import pydantic
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import read_json
 from toolkit.spec import shown
 
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
@@ -321,11 +322,7 @@ def read_recommendation(path: Path) -> Recommendation:
     """`toolkit fa4 recommend`'s file, checked field by field (backends are the knowledge's attn_implementation
     names); every problem, unreadable file included, is one ToolkitError, which is all doctor, modules and
     the parity report catch."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ToolkitError(f"{path}: {NOT_WRITTEN} ({type(exc).__name__}; {RERUN})") from None
-    return check_recommendation(data, Path(path))
+    return check_recommendation(read_json(Path(path), "recommendation", RERUN), Path(path))
 
 
 def how_to_ask(rule: Rule) -> str:
@@ -416,10 +413,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ToolkitError(f"{path}: not a readable JSON report ({type(exc).__name__})") from None
+    return read_json(Path(path), "JSON report", "pass the bench.json or verify.json a toolkit run wrote")
 
 
 def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[dict, dict[str, dict]]:
