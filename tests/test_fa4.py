@@ -253,6 +253,13 @@ def test_odd_targets_pythons_and_join_folders_are_one_line(tmp_path, capsys):
     assert "not a readable parts manifest" in one_error_line(capsys)
     assert main(["fa4", "join", "--dest", str(tmp_path / "a-file"), str(parts)]) == 1
     assert "not a folder" in one_error_line(capsys)
+    assert main(["fa4", "join", "--dest", str(tmp_path / "j"), str(tmp_path / "no-such-folder")]) == 1
+    assert "not a folder of parts" in one_error_line(capsys)
+    assert main(["fa4", "join", "--dest", str(tmp_path / "j"), str(tmp_path / "wheels-none")]) == 1
+    assert "not a folder of parts" in one_error_line(capsys)
+    (tmp_path / "empty").mkdir()
+    assert main(["fa4", "join", "--dest", str(tmp_path / "j"), str(tmp_path / "empty")]) == 1
+    assert "no wheels and no parts manifests" in one_error_line(capsys) and not (tmp_path / "j").exists()
 
 
 def tampered_lock(tmp_path: Path, edit) -> Path:

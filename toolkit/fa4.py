@@ -714,8 +714,14 @@ def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tup
 
 
 def _join_command(args: argparse.Namespace) -> int:
-    folder_argument(args.dest, "--dest").mkdir(parents=True, exist_ok=True)
+    missing = next((folder for folder in args.parts if not folder.is_dir()), None)
+    if missing is not None:
+        raise ToolkitError(f"{missing}: not a folder of parts (pass the carried part1/part2 folders)")
     manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
+    if not manifests and not any(any(folder.glob("*.whl")) for folder in args.parts):
+        raise ToolkitError(f"{', '.join(map(str, args.parts))}: no wheels and no parts manifests there "
+                           f"(pass the folders scripts/fetch_fa4_wheels.sh wrote)")
+    folder_argument(args.dest, "--dest").mkdir(parents=True, exist_ok=True)
     for wheel in (w for folder in args.parts for w in folder.glob("*.whl")):
         copy_atomic(wheel, args.dest / wheel.name)
     for manifest in manifests.values():
