@@ -32,7 +32,7 @@ from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
 from toolkit.jsonfile import read_json
-from toolkit.paths import display_path
+from toolkit.paths import display_path, folder_argument
 from toolkit.workspace import Workspace, add_workspace_options
 
 KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
@@ -139,13 +139,6 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
                 got.rename(staged)
         paths.append(path)
     return paths
-
-
-def folder_argument(path: Path, option: str) -> Path:
-    """`path` as an absolute folder to fill: a folder, or nothing yet; never a file or a symlink."""
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise ToolkitError(f"{option} {path}: not a folder (pass a folder, or a path that does not exist yet)")
-    return path.absolute()
 
 
 def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Path]:
@@ -733,11 +726,11 @@ def _env_command(args: argparse.Namespace) -> int:
     """For a shell to read as data (`while IFS== read -r name value`), never to eval."""
     from toolkit.fa4_jit import cache_env
 
-    env = load_record(args.target).env()
+    env = load_record(args.target).env()  # its values checked there
+    if args.cache_dir and not str(args.cache_dir.absolute()).isprintable():
+        raise ToolkitError(f"--cache-dir {str(args.cache_dir.absolute())!r}: holds a control character (pass a "
+                           f"plain folder path)")
     env.update(cache_env(args.cache_dir.absolute()) if args.cache_dir else {})
-    odd = next((value for value in env.values() if not all(ch.isprintable() for ch in value)), None)
-    if odd is not None:
-        raise ToolkitError(f"--cache-dir {odd!r}: holds a control character (pass a plain folder path)")
     for name, value in env.items():
         print(f"{name}={value}")
     return 0

@@ -35,7 +35,7 @@ from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.jsonfile import read_json
-from toolkit.paths import display_path, printable
+from toolkit.paths import display_path, folder_argument, printable
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
@@ -295,9 +295,7 @@ def _artifact(record_path: Path, key: dict) -> tuple[Path, str]:
 
 def _installed_before(dest: Path) -> set[str]:
     """The files earlier cache-installs wrote in dest (INSTALLED's list, relative paths)."""
-    where = display_path(dest)
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise ToolkitError(f"{where}: --dest: not a folder (pass a folder; a symlink, the folder it points to)")
+    where = display_path(folder_argument(dest, "--dest"))
     if not dest.exists() or not any(dest.iterdir()):
         return set()
     if not (dest / INSTALLED).is_file():

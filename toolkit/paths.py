@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from toolkit.errors import ToolkitError
+
 
 def printable(text: str) -> str:
     """Text with every unprintable character escaped, so that it cannot end or colour a one-line message."""
@@ -19,3 +21,11 @@ def display_path(path: Path) -> str:
         return printable(str(absolute.relative_to(os.getcwd())))
     except ValueError:
         return printable(str(path))
+
+
+def folder_argument(path: Path, option: str) -> Path:
+    """`path` as an absolute folder to fill: a folder, or nothing yet; never a file or a symlink."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise ToolkitError(f"{option} {display_path(path)}: not a folder (pass a folder, or a path that does not "
+                           f"exist yet)")
+    return path.absolute()
