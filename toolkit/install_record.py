@@ -21,7 +21,7 @@ from typing import ClassVar, Self
 import pydantic
 
 from toolkit.atomic import write_atomic
-from toolkit.errors import ToolkitError
+from toolkit.errors import ToolkitError, first_problem
 from toolkit.jsonfile import read_json
 from toolkit.paths import display_path
 
@@ -52,8 +52,7 @@ class InstallRecord:
         try:
             return pydantic.TypeAdapter(cls).validate_python(fields)
         except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            raise ValueError(f"{'.'.join(str(part) for part in first['loc'])}: {first['msg'].lower()}") from None
+            raise ValueError(first_problem(exc)) from None
 
     @classmethod
     def read(cls, folder: Path) -> Self | None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from toolkit.digest import sha256_json
-from toolkit.errors import ToolkitError
+from toolkit.errors import ToolkitError, first_problem
 from toolkit.paths import display_path
 from toolkit.spec import PLATFORMS, EnvSpec
 from toolkit.workspace import LOCK_SUFFIX, Workspace
@@ -192,9 +192,7 @@ def _parse_with_conda_lock(path: Path, where: str, relock: str) -> None:
     try:
         parse_conda_lock_file(path)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where_in_file = ".".join(str(part) for part in error["loc"])
-        raise ToolkitError(f"{where}: malformed conda-lock file ({where_in_file}: {error['msg']}; {relock})") from None
+        raise ToolkitError(f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})") from None
     except (ValueError, TypeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 
 from toolkit.atomic import write_atomic
-from toolkit.errors import ToolkitError
+from toolkit.errors import ToolkitError, first_problem
 from toolkit.jsonfile import read_json
 from toolkit.spec import shown
 
@@ -284,20 +284,6 @@ class Recommendation:
 
 _RECOMMENDATION = pydantic.TypeAdapter(Recommendation)
 NOT_WRITTEN, RERUN = "not a recommendation `toolkit fa4 recommend` writes", "run toolkit fa4 recommend again"
-
-
-def first_problem(exc: pydantic.ValidationError) -> str:
-    """pydantic's first complaint as "field.path: problem": `rules[3].attn_implementation.sdpa_backend: ']]' is
-    not a name`, so the one line says which value to fix."""
-    error = exc.errors()[0]
-    at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"] if part != "[key]")
-    if error["type"] == "value_error":
-        problem = str(error["ctx"]["error"])
-    elif error["type"] == "missing":
-        problem = "field required"
-    else:
-        problem = f"{error['msg'][0].lower()}{error['msg'][1:]}, not {shown(error['input'])}"
-    return f"{at.lstrip('.') or 'top level'}: {'key: ' if '[key]' in error['loc'] else ''}{problem}"
 
 
 def check_recommendation(data: object, path: Path) -> Recommendation:
