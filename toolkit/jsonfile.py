@@ -10,20 +10,17 @@ what it should have been and the fix, as the spec loader does for YAML (spec.rea
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
 
+from toolkit.bounded_read import Unreadable, regular_file_bytes
 from toolkit.errors import ToolkitError
 from toolkit.paths import display_path
 
 # The largest JSON file the toolkit reads: a conda-meta record of a CUDA or torch package lists every file
 # with its sha256, a few MB (the largest of the cu126 line's prefix, libcublas, is 0.2 MB; libtorch's 3 MB).
 MAX_JSON_BYTES = 64 << 20
-FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def read_json(path: Path, what: str, fix: str, limit: int = MAX_JSON_BYTES) -> Any:
@@ -51,22 +48,13 @@ def parse_json(data: bytes | str, where: str, what: str, fix: str) -> Any:
 
 
 def _regular_file_bytes(path: Path, limit: int, where: str, what: str, fix: str) -> bytes:
-    """At most `limit` bytes of a regular file. O_NONBLOCK and fstat before any read: a FIFO never blocks,
-    a device is never read, and a larger file is refused after limit + 1 bytes."""
+    """At most `limit` bytes of a regular file (bounded_read), or the reason as one line."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        with open(fd, "rb") as handle:  # closes fd
-            kind = stat.S_IFMT(os.fstat(fd).st_mode)
-            if kind != stat.S_IFREG:
-                raise _unreadable(where, what, f"{FILE_KINDS.get(kind, 'not a file')}, not a regular file", fix)
-            data = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise _unreadable(where, what, "file not found", fix) from None
-    except OSError as exc:
-        raise _unreadable(where, what, os.strerror(exc.errno or 0), fix) from None
-    if len(data) > limit:
-        raise _unreadable(where, what, f"larger than {limit:,} bytes", fix)
-    return data
+        return regular_file_bytes(path, limit)
+    except Unreadable as exc:
+        reason = {"missing": "file not found", "error": exc.detail,
+                  "special": f"{exc.detail}, not a regular file", "large": f"larger than {limit:,} bytes"}[exc.why]
+        raise _unreadable(where, what, reason, fix) from None
 
 
 def _unreadable(where: str, what: str, reason: str, fix: str) -> ToolkitError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import reprlib
-import stat
 import unicodedata
 import urllib.parse
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from toolkit.bounded_read import Unreadable, regular_file_bytes
 from toolkit.digest import sha256_json
 from toolkit.errors import ToolkitError
 from toolkit.paths import display_path, printable
@@ -344,33 +344,21 @@ class EnvSpec:
 # ---------------------------------------------------------------- YAML with line numbers
 
 
-FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
-
-
 def read_spec_text(path: Path) -> str:
     """The file's text, refused in one line unless it is a regular file of at most MAX_SPEC_BYTES of UTF-8
-    without control characters. Opened with O_NONBLOCK and checked with fstat before any read, so a FIFO
-    or a device named x.yaml never blocks and /dev/zero or a sparse 8 GiB file is never read."""
+    without control characters (bounded_read: a FIFO or a device named x.yaml never blocks and /dev/zero or
+    a sparse 8 GiB file is never read)."""
     where = display_path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ToolkitError(f"{where}: file not found") from None
-    except OSError as exc:
-        raise ToolkitError(f"{where}: cannot read ({os.strerror(exc.errno or 0)})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a file")
-            raise ToolkitError(f"{where}: not a regular file ({kind}; a spec is a YAML file)")
-        with open(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_SPEC_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SPEC_BYTES:
-        raise ToolkitError(f"{where}: larger than {MAX_SPEC_BYTES // 1024} KiB (a spec is a few dozen lines: "
-                           f"is this the right file?)")
+        data = regular_file_bytes(Path(path), MAX_SPEC_BYTES)
+    except Unreadable as exc:
+        raise ToolkitError({
+            "missing": f"{where}: file not found",
+            "error": f"{where}: cannot read ({exc.detail})",
+            "special": f"{where}: not a regular file ({exc.detail}; a spec is a YAML file)",
+            "large": f"{where}: larger than {MAX_SPEC_BYTES // 1024} KiB (a spec is a few dozen lines: is this the "
+                     f"right file?)",
+        }[exc.why]) from None
     return _decoded(where, data)
 
 
