@@ -150,8 +150,8 @@ def _nvcc_packaging(data: dict) -> dict[str, NvccPackaging]:
 
 
 def minor_of(version: str) -> str:
-    """'2.7.1+cu126' -> '2.7'."""
-    release = Version(version).release
+    """'2.7.1+cu126' -> '2.7'; '2' -> '2.0' (the same version, PEP 440)."""
+    release = (*Version(version).release, 0)
     return f"{release[0]}.{release[1]}"
 
 

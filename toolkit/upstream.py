@@ -3,7 +3,11 @@
 Asks PyPI's JSON API (torch, flash-attn, flash-attn-4, NVIDIA's nvcc/runtime wheels) and PyTorch's per-line
 wheel indexes, as toolkit/knowledge/upstream.yaml says, and judges each release against the knowledge files.
 `--recorded DIR` answers from files recorded earlier (tests, offline); `--record DIR` writes what it fetched,
-trimmed, with the URL and date, so a test can replay today's answers.
+trimmed, with the URL and date, into a new folder, so a test can replay today's answers.
+
+A live answer and a recorded one are the same untrusted bytes: each is read bounded (a FIFO or /dev/zero is
+refused, never read), a recorded file is named by a plain file name inside DIR, and every PyPI answer is
+typed (`PypiAnswer`) before a field is used, so an answer of another shape is one line, not a traceback.
 """
 
 from __future__ import annotations
@@ -13,21 +17,29 @@ import json
 import re
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Annotated
 
-from packaging.version import InvalidVersion, Version
+import pydantic
+from packaging.version import Version
 
 from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
-from toolkit.jsonfile import parse_json, read_json
+from toolkit.bounded_read import Unreadable, regular_file_bytes
+from toolkit.errors import ToolkitError, first_problem
+from toolkit.jsonfile import MAX_JSON_BYTES, parse_json, read_json
 from toolkit.knowledge import Knowledge, load_knowledge, minor_of
+from toolkit.paths import display_path, folder_argument
+from toolkit.spec import shown
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
 RECORD_INDEX = "index.json"
 ANSWER_FIX = "the index answered something else: check again later, or record the answers again with --record"
+# The largest answer read, live or recorded: PyPI's JSON for torch (every file of every release) is a few MB.
+MAX_ANSWER_BYTES = MAX_JSON_BYTES
 
 
 @dataclass(frozen=True)
@@ -56,33 +68,101 @@ Fetch = Callable[[str], bytes]
 # ---------------------------------------------------------------- answers from the indexes
 
 
+@dataclass(frozen=True)
+class PypiFile:
+    """The fields read of one file of a release in PyPI's JSON API (the others are ignored)."""
+
+    filename: str = ""
+    upload_time: str = ""
+    yanked: bool = False
+
+
+@dataclass(frozen=True)
+class PypiInfo:
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class PypiAnswer:
+    """What /pypi/<name>/json must hold for the check to read it; anything else is refused by name."""
+
+    info: PypiInfo
+    releases: dict[str, list[PypiFile]] = field(default_factory=dict)
+
+
+def _plain_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", name):
+        raise ValueError(f"{shown(name)} is not a file name inside the recording's folder (no / or leading .)")
+    return name
+
+
+PlainName = Annotated[str, pydantic.AfterValidator(_plain_name)]
+
+
+@dataclass(frozen=True)
+class RecordedAnswer:
+    """One entry of a recording's index.json: the file inside the folder that holds the URL's answer."""
+
+    file: PlainName  # a plain name: an absolute or ../ path is never followed out of the folder
+    recorded: str = ""
+    trimmed: str = ""
+
+
+_PYPI_ANSWER = pydantic.TypeAdapter(PypiAnswer)
+_RECORD_INDEX = pydantic.TypeAdapter(dict[str, RecordedAnswer])
+
+
 def live_fetch(url: str) -> bytes:
+    """The index's answer, refused (ValueError: "not checked") past MAX_ANSWER_BYTES rather than read whole."""
     request = urllib.request.Request(url, headers={"Accept": "application/json, text/html"})
     with urllib.request.urlopen(request, timeout=60) as response:
-        return response.read()
+        answer = response.read(MAX_ANSWER_BYTES + 1)
+    if len(answer) > MAX_ANSWER_BYTES:
+        raise ValueError(f"answer larger than {MAX_ANSWER_BYTES:,} bytes")
+    return answer
 
 
 def recorded_fetch(folder: Path) -> Fetch:
-    """Answers recorded by --record: folder/index.json maps each URL to its file."""
-    index = read_json(folder / RECORD_INDEX, "index of recorded answers",
-                      f"record them with `toolkit knowledge check-updates --record {folder}`")
+    """Answers recorded by --record: folder/index.json maps each URL to a file in the folder."""
+    fix = "record them again with `toolkit knowledge check-updates --record NEW_DIR`"
+    path = folder / RECORD_INDEX
+    data = read_json(path, "index of recorded answers", fix)
+    try:
+        index = _RECORD_INDEX.validate_python(data)
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
+                           f"{fix})") from None
 
     def fetch(url: str) -> bytes:
         if url not in index:
             raise OSError("not recorded")
-        return (folder / index[url]["file"]).read_bytes()
+        try:
+            return regular_file_bytes(folder / index[url].file, MAX_ANSWER_BYTES)
+        except Unreadable as exc:
+            reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
+                      "large": f"larger than {MAX_ANSWER_BYTES:,} bytes"}[exc.why]
+            raise OSError(f"{display_path(folder / index[url].file)}: {reason}") from None
 
     return fetch
 
 
+def pypi_answer(answer: bytes, url: str) -> PypiAnswer:
+    """A PyPI JSON answer, typed; one ToolkitError line naming the URL and the first field of another shape."""
+    data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
+    try:
+        return _PYPI_ANSWER.validate_python(data)
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{url}: unreadable PyPI answer ({first_problem(exc)}; {ANSWER_FIX})") from None
+
+
 def pypi_releases(package: str, answer: bytes, url: str) -> list[Release]:
     """Every non-yanked release with files, from a PyPI JSON answer."""
-    data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
     out = []
-    for version, files in data.get("releases", {}).items():
-        live = [f for f in files if not f.get("yanked")]
+    for version, files in pypi_answer(answer, url).releases.items():
+        live = [f for f in files if not f.yanked]
         if live:
-            out.append(Release(package, version, min(f.get("upload_time", "") for f in live)[:10], url))
+            out.append(Release(package, version, min(f.upload_time for f in live)[:10], url))
     return out
 
 
@@ -117,9 +197,11 @@ def index_page_versions(answer: bytes) -> set[str]:
 
 
 def _final(version: str) -> Version | None:
+    """The version if it is a final (or pre-) release; None for a dev release or what is no version at all
+    (InvalidVersion, or the ValueError of int() on a release number of thousands of digits)."""
     try:
         v = Version(version)
-    except InvalidVersion:
+    except ValueError:
         return None
     return None if v.is_devrelease else v
 
@@ -234,14 +316,24 @@ def trimmed(url: str, answer: bytes) -> bytes:
     """What --record keeps: per PyPI release one file's upload_time and yanked flag; index pages as they are."""
     if not url.endswith("/json"):
         return answer
-    data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
-    releases = {v: [{k: f.get(k) for k in ("filename", "upload_time", "yanked")} for f in files[:1]]
-                for v, files in data.get("releases", {}).items()}
-    return json.dumps({"info": {"name": data["info"]["name"], "version": data["info"]["version"]},
-                       "releases": releases}, indent=1, sort_keys=True).encode()
+    data = pypi_answer(answer, url)
+    releases = {v: [asdict(f) for f in files[:1]] for v, files in data.releases.items()}
+    return json.dumps({"info": asdict(data.info), "releases": releases}, indent=1,
+                      sort_keys=True).encode()
+
+
+def record_folder(folder: Path) -> Path:
+    """--record's folder: a new or empty one, checked before anything is fetched, so that no file of the
+    user's (an earlier recording included) is overwritten."""
+    folder = folder_argument(folder, "--record")
+    if folder.is_dir() and next(folder.iterdir(), None) is not None:
+        raise ToolkitError(f"--record {display_path(folder)}: not empty (a recording goes into a new or empty "
+                           f"folder: name one, or remove this one's files first)")
+    return folder
 
 
 def record(folder: Path, answers: dict[str, bytes]) -> None:
+    folder = record_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     index = {}
@@ -272,6 +364,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check_updates(args: argparse.Namespace) -> int:
+    if args.record:
+        record_folder(args.record)  # before fetching: a run that cannot record refuses at once
     fetch = recorded_fetch(args.recorded) if args.recorded else live_fetch
     report = check_updates(fetch)
     if args.record:
