@@ -105,7 +105,7 @@ def test_dev_zero_and_a_fifo_are_refused_unread(tmp_path):
 
 
 class _Endless(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
         chunk = b"0" * (1 << 20)
