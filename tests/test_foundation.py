@@ -306,7 +306,8 @@ def write_line(envs: Path, name: str, values: dict) -> None:
 def test_every_rule_has_a_failing_example():
     assert {r[0] for r in RULE_FAILURES} | {"locked-toolchain-has-no-external-fields", "external-nvcc-is-line",
                                             "external-gcc-is-spec-gcc", "external-python-is-spec-python",
-                                            "external-torch-is-spec-torch"} \
+                                            "external-torch-is-spec-torch",
+                                            "external-torch-is-line-build"} \
         | {name for name, _, _ in fa4_rules.CHECKS} == {r.name for r in RULES}  # FA4's: tests/test_fa4_rules.py
 
 

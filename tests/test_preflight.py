@@ -58,7 +58,8 @@ def test_cpu_torch_is_refused_with_one_line(tmp_path):
     fp = probe(str(CUDA), sys.executable)
     if fp.torch is None or fp.torch.cuda is not None:
         pytest.skip(f"needs the CPU torch that .ci/run installs (found {fp.torch})")
-    write_external_spec(tmp_path / "envs", "cpu", Path(sys.executable), fp.torch.version)
+    # the spec promises the CUDA build (`check` refuses a toolchain.torch of +cpu); the machine has the CPU one
+    write_external_spec(tmp_path / "envs", "cpu", Path(sys.executable), fp.torch.version.split("+")[0])
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "cpu.conda-lock.yml").write_text("not read before the preflight\n")
     done = subprocess.run([sys.executable, "-m", "toolkit", "build", "cpu"], cwd=tmp_path, capture_output=True,
@@ -66,7 +67,8 @@ def test_cpu_torch_is_refused_with_one_line(tmp_path):
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     said = (f"torch {fp.torch.version} is a CPU build (torch.version.cuda is None) (flash-attn needs a CUDA build "
-            f"of torch: pip install torch=={fp.torch.version.split('+')[0]} --index-url https://download.pytorch.org/whl/cu130)")
+            f"of torch: pip install torch=={fp.torch.version.split('+')[0]}+cu130 --index-url "
+            f"https://download.pytorch.org/whl/cu130)")  # +cu130: pip takes the installed +cpu for ==2.13.0
     assert any(line.startswith("error: ") and line.endswith(said) and line.split(":")[1].strip().endswith("version.py")
                for line in lines), lines
     assert "Traceback" not in done.stderr

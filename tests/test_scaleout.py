@@ -158,7 +158,7 @@ def test_default_stages_install_only_lines_with_a_locked_toolchain(project):
     plan = plan_matrix(specs, RunOptions(), None, "toolkit matrix run")
     assert [[s.name for s in p.build_stages] for p in plan.lines] == [["lock", "install", "build"], ["lock", "build"]]
     build = plan.lines[0].build_stages[2].command
-    assert build.endswith(f"-m toolkit build envs/cu126.yaml --jobs {plan.lines[0].jobs} --nvcc-threads "
+    assert build.endswith(f"-m toolkit build envs/cu126.yaml --jobs={plan.lines[0].jobs} --nvcc-threads="
                           f"{plan.lines[0].nvcc_threads}")
     assert [s.command for s in plan.lines[1].verify_stages] == [f"{sys.executable} -m toolkit verify envs/gpu-machine.yaml"]
 

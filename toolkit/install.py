@@ -43,7 +43,7 @@ from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.install_record import PrefixRecord
 from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
-from toolkit.spec import display_path, load_spec
+from toolkit.spec import display_path, load_spec, resolve_spec_arg
 from toolkit.workspace import Workspace, add_workspace_options
 
 console = Console(stderr=True, highlight=False)
@@ -209,6 +209,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_install(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
+    if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
+        resolve_spec_arg(args.line, workspace.envs)
     with run_temporaries("install"):
         prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda)
     print(f"{display_path(prefix)}: environment of {display_path(workspace.lock_file(args.line))} installed")

@@ -11,6 +11,7 @@ so the conda layout's include directories (CPATH) are decided here too.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,11 +48,17 @@ class LineEnvironment:
         return PrefixRecord.read(self.root) if self.root else None
 
     def require_installed(self, line: str) -> LineEnvironment:
-        """This environment, or the one-line error saying how to install it."""
-        if self.missing:
-            raise ToolkitError(f"{display_path(self.root or Path('.'))}: no installed environment for {line} "
-                               f"(run `toolkit install {line}` first, or pass --prefix)")
-        return self
+        """This environment, or the one-line error saying how to install it: where --prefix named the folder,
+        installing there (suggesting --prefix again would point back at the same empty folder)."""
+        if not self.missing:
+            return self
+        where = display_path(self.root or Path("."))
+        if self.root == DEFAULT.prefix(line).absolute():
+            fix = f"run `toolkit install {line}` first, or pass --prefix"
+        else:
+            fix = f"install it there with `toolkit install {line} --prefix {shlex.quote(where)}`, or pass the " \
+                  f"--prefix it was installed with"
+        raise ToolkitError(f"{where}: no installed environment for {line} ({fix})")
 
     def fingerprint(self, work_dir: Path = Path(".")) -> Fingerprint:
         """The probed toolchain. A missing prefix probes nothing: this shell's tools are not the line's."""

@@ -16,7 +16,16 @@ from toolkit import patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 from toolkit.rules import checked_spec
-from toolkit.scaleout import EXECUTORS, VERIFY_MODES, RunOptions, plan_matrix, run_plan, verification_gres
+from toolkit.scaleout import (
+    BATCH_CPUS,
+    BATCH_NVCC_THREADS,
+    EXECUTORS,
+    VERIFY_MODES,
+    RunOptions,
+    plan_matrix,
+    run_plan,
+    verification_gres,
+)
 from toolkit.spec import EnvSpec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 
@@ -114,9 +123,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
            "toolkit/templates/matrix-stages.yaml: lock if stale, install, build; verify)")
     option("--runs-dir", type=Path, metavar="DIR", help=f"where runs/<timestamp>/ goes (default: {d.runs_dir})")
     option("--cpus", type=int, metavar="N", help="build jobs = cpus per build task, for lines whose "
-           f"build.jobs is auto (default: {d.cpus})")
-    option("--nvcc-threads", type=int, metavar="N",
-           help=f"threads per nvcc, for lines whose build.nvcc_threads is auto (default: {d.nvcc_threads})")
+           f"build.jobs is auto (default: {BATCH_CPUS} for Slurm; local: sized from this machine, as `toolkit "
+           "build` does)")
+    option("--nvcc-threads", type=int, metavar="N", help="threads per nvcc, for lines whose build.nvcc_threads "
+           f"is auto (default: {BATCH_NVCC_THREADS} for Slurm; local: sized from this machine)")
     option("--verify-cpus", type=int, metavar="N", help=f"cpus of a verification job (default: {d.verify_cpus})")
     option("--verify-mem-gb", type=float, metavar="GB",
            help=f"memory of a verification job (default: {d.verify_mem_gb:g})")

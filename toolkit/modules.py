@@ -597,6 +597,9 @@ def run_modules(args: argparse.Namespace) -> int:
             if args.lines:
                 raise
             print(f"skipped {spec.line}: {exc}")
+    if not modules:  # every line skipped (said above): exit 0 would read as "published"
+        raise ToolkitError(f"{display_path(args.root)}: nothing written: no line has an installed environment "
+                           f"(run `toolkit install LINE` first, or pass --env-root where they are installed)")
     by_name: dict[str, str] = {}
     for module in modules:
         if module.full_name in by_name:
@@ -616,6 +619,4 @@ def run_modules(args: argparse.Namespace) -> int:
             path = args.root / fmt.name / default.name / fmt.default_file
             write_atomically(path, fmt.default_text.format(default.full_name))
             print(f"wrote {path} (default: {default.full_name})")
-    if not modules:
-        print("no installed environments to publish (run `toolkit install LINE` first)")
     return 0

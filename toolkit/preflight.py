@@ -123,7 +123,9 @@ def nvcc_matches_line(p: PreflightInput) -> str | None:
 
 
 def _torch_install(spec: EnvSpec) -> str:
-    return f"pip install torch=={spec.torch_version} --index-url {spec.torch_index}"
+    """Pinned to the line's build (+cu130): pip counts an installed 2.13.0+cpu as satisfying torch==2.13.0."""
+    line_build = f"{Version(spec.torch_version).public}+{load_knowledge().cuda_lines[spec.cuda].tag}"
+    return f"pip install torch=={line_build} --index-url {spec.torch_index}"
 
 
 def torch_present(p: PreflightInput) -> checks.Finding | None:
@@ -248,8 +250,9 @@ def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
         ("torch", want.torch, torch.version if torch else None),
         ("cxx11_abi", want.cxx11_abi, torch.cxx11_abi if torch else None),
     ]
+    # Unknown (None): the interpreter or compiler is missing, which its own check says with the fix.
     return [f"{name} {have} (spec: {expected})" for name, expected, have in pairs
-            if expected is not None and have != expected]
+            if expected is not None and have is not None and have != expected]
 
 
 def problems(p: PreflightInput) -> list[str]:

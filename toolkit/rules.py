@@ -84,12 +84,23 @@ def torch_has_build(spec: EnvSpec, kb: Knowledge) -> str | None:
             f"({line.tag} builds: torch {span(kb.torch_lines(spec.cuda))})")
 
 
-def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
-    local = Version(spec.torch_version).local
+def _other_build(torch: str | None, spec: EnvSpec, kb: Knowledge) -> str | None:
+    """A torch version whose local tag names another build than the line's (+cu128 on cu126, +cpu, +rocm6.2)."""
+    local = Version(torch).local if torch else None
     line = kb.cuda_lines.get(spec.cuda)
-    if not local or not line or not re.fullmatch(r"cu\d+", local) or local == line.tag:
+    if not local or not line or local == line.tag:
         return None
-    return f"torch {spec.torch_version} is a {local} build but the line is {line.tag} (use +{line.tag} or no tag)"
+    return f"torch {torch} is a {local} build but the line is {line.tag} (use +{line.tag} or no tag)"
+
+
+def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
+    return _other_build(spec.torch_version, spec, kb)
+
+
+def external_torch_is_line_build(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """An external toolchain's torch of another build (+cpu cannot compile flash-attn) is refused by `check`,
+    not first by the build's preflight."""
+    return _other_build(spec.toolchain.torch, spec, kb) if spec.toolchain.kind == "external" else None
 
 
 def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -285,6 +296,7 @@ RULES: tuple[Rule, ...] = (
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
     Rule("external-python-is-spec-python", "toolchain.python", _external_equal("python", "python")),
     Rule("external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")),
+    Rule("external-torch-is-line-build", "toolchain.torch", external_torch_is_line_build),
     # FlashAttention-4 (issue 16): toolkit/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
     *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
 )

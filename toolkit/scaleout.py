@@ -44,7 +44,8 @@ SQUEUE_PATIENCE_S = 60.0  # squeue failing this long in a row means the controll
 EXECUTORS = ("slurm", "local")
 VERIFY_MODES = ("always", "if-gpu", "never")
 PHASES = ("build", "verify")
-PLACEHOLDERS = ("python", "line", "spec", "jobs", "nvcc_threads", "workspace")
+PLACEHOLDERS = ("python", "line", "spec", "jobs", "nvcc_threads", "sizing", "workspace")
+BATCH_CPUS, BATCH_NVCC_THREADS = 8, 2  # a batch job's build sizing for `auto` lines without --cpus/--nvcc-threads
 FINAL_STATES = ("done", "failed", "skipped", "not run")
 KINDS = (None, "locked", "external")  # a stage's `toolchain:` condition (None: every line)
 
@@ -81,8 +82,8 @@ class RunOptions:
     verify: str = "if-gpu"
     stages: Path = DEFAULT_STAGES
     runs_dir: Path = Workspace.runs
-    cpus: int = 8  # build jobs for a line whose build.jobs is auto
-    nvcc_threads: int = 2  # for a line whose build.nvcc_threads is auto
+    cpus: int | None = None  # build jobs for a line whose build.jobs is auto (None: BATCH_CPUS; local: sized)
+    nvcc_threads: int | None = None  # for a line whose build.nvcc_threads is auto (None: as cpus)
     verify_cpus: int = 4
     verify_mem_gb: float = 32
     gres: str = "gpu:1"
@@ -97,7 +98,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         for name in ("cpus", "nvcc_threads", "verify_cpus", "verify_mem_gb", "max_parallel", "poll"):
-            if not getattr(self, name) > 0:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ToolkitError(f"toolkit matrix run: --{name.replace('_', '-')} must be positive, "
                                    f"got {getattr(self, name)}")
         for name, kind in SITE_OPTIONS.items():
@@ -249,10 +250,22 @@ def fill_placeholders(command: str, values: dict[str, str], where: str) -> str:
 
 def build_sizing(spec: EnvSpec, options: RunOptions) -> tuple[int, int, Resources]:
     """(jobs, nvcc threads, resources) of one line's build: the spec's knobs, or the run's defaults for `auto`."""
-    jobs = spec.build.jobs or options.cpus
-    threads = spec.build.nvcc_threads or options.nvcc_threads
+    jobs = spec.build.jobs or options.cpus or BATCH_CPUS
+    threads = spec.build.nvcc_threads or options.nvcc_threads or BATCH_NVCC_THREADS
     mem_gb = jobs * threads * spec.build.gb_per_nvcc_thread + HEADROOM_GB
     return jobs, threads, Resources(cpus=jobs, mem_mb=math.ceil(mem_gb * 1024))
+
+
+def build_sizing_options(spec: EnvSpec, options: RunOptions, jobs: int, threads: int) -> str:
+    """The build stage's --jobs/--nvcc-threads ({sizing}). A Slurm job's cpus and memory are derived from
+    them, so the build must keep to them. A local build sizes itself from this machine's cores and
+    MemAvailable, as `toolkit build` does (the batch defaults would run 8 x 2 nvcc threads on any laptop),
+    and takes only what the run's --cpus / --nvcc-threads say."""
+    if options.executor != "local":
+        return f" --jobs={jobs} --nvcc-threads={threads}"
+    given = {"--jobs": None if spec.build.jobs else options.cpus,
+             "--nvcc-threads": None if spec.build.nvcc_threads else options.nvcc_threads}
+    return "".join(f" {flag}={value}" for flag, value in given.items() if value)
 
 
 def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTemplates,
@@ -262,6 +275,7 @@ def plan_line(task: int, spec: EnvSpec, options: RunOptions, stages: StageTempla
              "jobs": str(jobs), "nvcc_threads": str(threads)}
     values = {name: shlex.quote(word) for name, word in words.items()}  # each one shell word, whatever the path
     values["workspace"] = "".join(f" {shlex.quote(word)}" for word in workspace.options())  # "" by default
+    values["sizing"] = build_sizing_options(spec, options, jobs, threads)
 
     def filled(phase: str, templates: dict[str, StageTemplate]) -> tuple[Stage, ...]:
         where = f"{display_path(stages.path)}: {phase}"

@@ -15,6 +15,7 @@ ASCII. Whatever is wrong ends in one ToolkitError line "file:line: field: proble
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import reprlib
@@ -748,12 +749,17 @@ def spec_paths(envs_dir: Path = Workspace.envs) -> list[Path]:
 
 
 def resolve_spec_arg(arg: str, envs_dir: Path = Workspace.envs) -> Path:
-    """A CLI argument that is a line name (cu126) or a path to a spec file."""
+    """A CLI argument that is a line name (cu126) or a path to a spec file. Every verb that takes a line
+    resolves it here, so a typo (cu26) is named as one, with the nearest real line, before any other file
+    (its lock, its prefix) is looked for."""
     candidate = Path(arg)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
     path = Workspace(envs=envs_dir).spec_file(arg)
     if not path.exists():
-        known = ", ".join(p.stem for p in spec_paths(envs_dir)) or "none"
-        raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} (known lines: {known})")
+        known = [p.stem for p in spec_paths(envs_dir)]
+        near = difflib.get_close_matches(arg, known, n=1)
+        guess = f"did you mean {near[0]}? " if near else ""
+        raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} ({guess}known lines: "
+                           f"{', '.join(known) or 'none'})")
     return path

@@ -250,6 +250,34 @@ def shape_ratios(bench: dict, rules: list[Rule]) -> list[dict]:
     return out
 
 
+def shortfalls(bench: dict, ratios: list[dict], reports: dict[str, dict], minimum: float) -> list[dict]:
+    """Each shape whose ratio is below `minimum`, with the backend measured fastest there and why it was not
+    recommended: almost always that its verification did not cover the shape (a smoke level proves a few
+    shapes), which a number alone ("worst shape 0.801") does not say."""
+    shapes = _by_shape(bench)
+    out = []
+    for r in ratios:
+        if r["ratio"] is None or r["ratio"] >= minimum:
+            continue
+        key = (r["dtype"], r["head_dim"], r["causal"], r["mode"], r["seqlen"])
+        fastest = max(shapes[key], key=lambda name: shapes[key][name])
+        out.append({**r, "fastest": fastest, "why": _not_verified_why(fastest, key[:3], reports.get(fastest),
+                                                                       bench.get("gpu"))})
+    return out
+
+
+def _not_verified_why(backend: str, shape: tuple, report: dict | None, gpu: str | None) -> str:
+    if report is None:
+        return f"no verification report of {backend} was given (pass one with --verify {backend}=VERIFY_JSON)"
+    if report.get("summary", {}).get("setup_error") or report.get("gpu") != gpu:
+        return f"its verification report is from another GPU or had a setup error (verify {backend} on {gpu} again)"
+    cases = report.get("cases") or []
+    if any(_shape(c) == shape and c.get("status") in ("failed", "error") for c in cases):
+        return "its verification failed on these shapes (it is not recommended there)"
+    return (f"its verification ({report.get('level')}) did not cover these shapes (verify {backend} with "
+            f"`--level full` and pass that report with --verify {backend}=VERIFY_JSON)")
+
+
 def _by_shape(bench: dict) -> dict[tuple, dict[str, float]]:
     shapes: dict[tuple, dict[str, float]] = {}
     for row in bench["measurements"]:
@@ -274,7 +302,7 @@ def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: 
 class Recommendation:
     """A recommendation file as doctor and the modulefile help read it back: every value checked, so what
     they print is the GPU's name, a date and rules over known backends, never text from the file as is.
-    The file's other entries (verified, shape_ratios, targets) are for people and are not read back."""
+    The file's other entries (verified, shape_ratios, below_min_ratio, targets) are for people and are not read back."""
 
     path: Path
     gpu: Name
@@ -384,6 +412,7 @@ def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
             "verified": {name: v.to_json() for name, v in verified.items()},
             "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
             "worst_ratio": worst, "recommended_min_ratio": minimum,
+            "below_min_ratio": shortfalls(bench, ratios, reports, minimum),
             "targets": check_targets(bench, knowledge.get("targets", []))}
 
 
@@ -436,6 +465,13 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
     worst = data["worst_ratio"]
     lines.append(f"recommended vs best measured, worst shape: {'-' if worst is None else f'{worst:.3f}'} "
                  f"(needs >= {data['recommended_min_ratio']}); {out}")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in data["below_min_ratio"]:
+        shape = f"{r['dtype']} d{r['head_dim']}{' causal' if r['causal'] else ''} {r['mode']} seqlen {r['seqlen']}"
+        groups.setdefault((r["fastest"], r["why"]), []).append(f"{shape} ({r['ratio']:.3f})")
+    for (fastest, why), shapes in groups.items():
+        lines.append(f"below {data['recommended_min_ratio']}: {', '.join(shapes)}: {fastest} measured fastest, "
+                     f"but {why}")
     return lines
 
 

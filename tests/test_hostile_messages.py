@@ -1,0 +1,130 @@
+"""Messages tried as a new user would: each names what is wrong and the fix that works from here, and a
+command that did nothing says so with a non-zero exit. Also the safe defaults of `matrix run --executor
+local` (size from this machine) and a declared dependency missing mid-run (one line, not a traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fixtures.fa_fixture_project import write_external_spec
+from test_fa4_recommend import GPU, _bench, _case
+
+from toolkit.cli import main
+from toolkit.fingerprint import from_dict
+from toolkit.preflight import toolchain_mismatches
+from toolkit.rules import checked_spec, violations
+from toolkit.scaleout import RunOptions, plan_matrix
+from toolkit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+KNOWN = "cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa4, gpu-machine, gpu-replica"
+
+
+def toolkit(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=120)
+
+
+@pytest.mark.parametrize("verb", ["install", "build", "check", "lock --check"])
+def test_a_mistyped_line_is_named_with_the_nearest_one(verb):
+    """`install cu26` said "locks/cu26.conda-lock.yml: no lock file"; every verb now names the typo."""
+    done = toolkit(*verb.split(), "cu26")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr == (f"error: envs/cu26.yaml: no spec for line 'cu26' (did you mean cu126? known lines: "
+                           f"{KNOWN})\n")
+
+
+def test_build_with_a_prefix_says_to_install_there(tmp_path):
+    """`build --prefix X` suggested "or pass --prefix", which the user had just done."""
+    done = toolkit("build", "cu126", "--prefix", str(tmp_path / "my env"), env={"TOOLKIT_CACHE": str(tmp_path / "c")})
+    assert done.returncode == 1
+    assert done.stderr == (f"error: {tmp_path}/my env: no installed environment for cu126 (install it there with "
+                           f"`toolkit install cu126 --prefix '{tmp_path}/my env'`, or pass the --prefix it was "
+                           f"installed with)\n")
+
+
+def test_modules_with_every_line_skipped_fails_and_writes_nothing(tmp_path):
+    done = toolkit("modules", "--root", str(tmp_path / "modules"), "--env-root", str(tmp_path / "none"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr == (f"error: {tmp_path}/modules: nothing written: no line has an installed environment "
+                           f"(run `toolkit install LINE` first, or pass --env-root where they are installed)\n")
+    assert done.stdout.count("skipped ") == len(KNOWN.split(", ")) and not (tmp_path / "modules").exists()
+
+
+def test_a_missing_interpreter_is_not_python_none():
+    """gpu-machine where its python is absent: the mismatch line said "python None (spec: 3.12), torch None
+    ...", beside the line that says the interpreter is missing."""
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
+    no_python = replace(h200, python_path=None, python_version=None, torch=None, gcc_version="12.3.0")
+    assert toolchain_mismatches(spec, no_python) == ["gcc 12 (spec: 13)"]
+
+
+def test_a_cpu_torch_fails_check(tmp_path):
+    """A +cpu torch passed `toolkit check`, as the spec's torch or as the external toolchain's."""
+    external = load_spec(write_external_spec(tmp_path / "ext", "cpu", Path(sys.executable), "2.13.0+cpu"))
+    assert [str(v).split(": ", 1)[1] for v in violations(external)] == [
+        "toolchain.torch: torch 2.13.0+cpu is a cpu build but the line is cu130 (use +cu130 or no tag)"]
+    locked = tmp_path / "envs" / "cu126.yaml"
+    locked.parent.mkdir()
+    locked.write_text((ROOT / "envs" / "cu126.yaml").read_text().replace("2.9.1", "2.9.1+cpu"))
+    shutil.copy(ROOT / "envs" / "base.yaml", tmp_path / "envs" / "base.yaml")
+    assert [v.message for v in violations(load_spec(locked))] == [
+        "torch 2.9.1+cpu is a cpu build but the line is cu126 (use +cu126 or no tag)"]
+
+
+def test_recommend_says_which_shapes_the_verification_did_not_cover(tmp_path, capsys):
+    """A smoke verification proving d128 non-causal only: "worst shape 0.888" alone did not say why."""
+    (tmp_path / "bench.json").write_text(json.dumps(_bench()))
+    (tmp_path / "verify.json").write_text(json.dumps({
+        "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
+        "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
+    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verify",
+                 f"fa4={tmp_path / 'verify.json'}", "--out", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == f"recommended vs best measured, worst shape: {477 / 537:.3f} (needs >= 0.98); {tmp_path}/r.json"
+    assert out[-1] == (f"below 0.98: bfloat16 d64 fwd seqlen 4096 ({477 / 537:.3f}), bfloat16 d128 causal fwd "
+                       f"seqlen 4096 ({571 / 630:.3f}): fa4 measured fastest, but its verification (fa4-smoke) did "
+                       f"not cover these shapes (verify fa4 with `--level full` and pass that report with --verify "
+                       f"fa4=VERIFY_JSON)")
+
+
+def test_a_local_matrix_build_sizes_from_this_machine(tmp_path, monkeypatch):
+    """`matrix run --executor local` passed the batch defaults (--jobs 8 --nvcc-threads 2, about 74 GB) to
+    `toolkit build` on any machine; locally the build sizes itself unless --cpus/--nvcc-threads are given."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "envs", tmp_path / "envs")
+    spec = checked_spec(tmp_path / "envs" / "cu126.yaml")
+    assert spec.build.jobs is None and spec.build.nvcc_threads is None  # auto: the run decides
+
+    def build_command(**options: object) -> str:
+        plan = plan_matrix([spec], RunOptions(runs_dir=tmp_path / "runs", **options), None, "toolkit matrix run")
+        return plan.lines[0].build_stages[-1].command
+
+    assert build_command(executor="local").endswith("-m toolkit build envs/cu126.yaml")
+    assert build_command(executor="local", cpus=3).endswith("-m toolkit build envs/cu126.yaml --jobs=3")
+    assert build_command(executor="slurm").endswith("-m toolkit build envs/cu126.yaml --jobs=8 --nvcc-threads=2")
+
+
+@pytest.mark.parametrize("module, said", [
+    ("rattler", "fa-envkit needs py-rattler, which this python lacks (no module 'rattler'): "
+                f"{sys.executable} -m pip install 'py-rattler==0.28.0'"),
+    ("yaml", "fa-envkit needs pyyaml, which this python lacks (no module 'yaml'): "
+             f"{sys.executable} -m pip install 'pyyaml>=6'"),
+])
+def test_a_missing_declared_dependency_is_one_line(module, said):
+    """`toolkit check` imports rattler lazily (mid-run) and yaml with its stage modules (building the parser):
+    a python without them (a partial install) got a ModuleNotFoundError traceback. The import is made to
+    fail for real (None in sys.modules)."""
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.modules[{module!r}] = None\n"
+                           "from toolkit.cli import main\nsys.exit(main(['check', 'cu126']))"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"error: {said}"
