@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -31,7 +32,7 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+def run(command: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.CompletedProcess:
     """subprocess.run(command, **kwargs) for a child that is killed when this process dies, SIGKILL included.
     The kernel signals when the thread that started the child ends: call it from a thread that outlives the
     child (the main thread, or a pool worker that waits for it, as subprocess.run does)."""

@@ -195,7 +195,8 @@ def parts_of(manifest_path: Path, search: list[Path]) -> Joined:
         raise ToolkitError(f"{where}: not a readable parts manifest ({type(exc).__name__}) ({fix})") from None
     if not all(isinstance(n, str) and _plain_name(n) for n in names):
         raise ToolkitError(f"{where}: file and part names must be plain file names (split again)")
-    parts, seen = [], {}
+    parts: list[tuple[Path, int]] = []
+    seen: dict[tuple[int, int], str] = {}
     for name in manifest["parts"]:
         found = next((d / name for d in search if os.path.lexists(d / name)), None)
         if found is None:
