@@ -51,7 +51,7 @@ case "${1:-}" in
     step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS/part1" "$WHEELS/part2"
     step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
       --target "$TARGET" --python "$PY"
-    step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
+    step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --python "$PY" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env "$TARGET" "$CACHE"
     step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
@@ -61,7 +61,7 @@ case "${1:-}" in
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
     record=$(ls "$WHEELHOUSE"/*.build.json 2>/dev/null | head -n 1)
-    [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --arch 90 \
+    [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --python "$PY" --arch 90 \
       --record "$record" --dest "$STATE/cache-from-artifact"
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
     fa4_env "$TARGET" "$CACHE"

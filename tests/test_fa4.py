@@ -472,13 +472,13 @@ def test_an_interrupted_join_leaves_no_partial_file(tmp_path, monkeypatch):
     """Ctrl-C in the middle of joining: the destination holds nothing, not a nameless half wheel."""
     (tmp_path / "big.whl").write_bytes(os.urandom(3000))
     fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
-    real_copy = shutil.copyfileobj
+    real_append = fa4._append
 
-    def copy_then_interrupt(source, dest, *args):
-        real_copy(source, dest, *args)
+    def copy_then_interrupt(source, out, limit):
+        real_append(source, out, limit)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shutil, "copyfileobj", copy_then_interrupt)
+    monkeypatch.setattr(fa4, "_append", copy_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         fa4.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []

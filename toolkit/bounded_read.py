@@ -4,6 +4,7 @@ YAML and jsonfile's JSON. A FIFO or a device named x.yaml / x.json must never bl
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -22,19 +23,33 @@ class Unreadable(Exception):
         self.why, self.detail = why, detail
 
 
-def regular_file_bytes(path: Path, limit: int) -> bytes:
-    """At most `limit` bytes of a regular file. Opened with O_NONBLOCK and checked with fstat before any
-    read; a larger file is refused after limit + 1 bytes."""
+def open_regular(path: Path, follow_symlinks: bool = True) -> int:
+    """A descriptor of a regular file, opened with O_NONBLOCK (a FIFO never blocks) and checked with fstat
+    before any read; with follow_symlinks=False a symlink is refused itself ("special", "a symlink"), so what
+    is read is the file that was named."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise Unreadable("missing") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise Unreadable("special", "a symlink") from None
         raise Unreadable("error", os.strerror(exc.errno or 0)) from None
     try:
         mode = os.fstat(fd).st_mode  # before open(): Python's file object refuses a directory itself
         if not stat.S_ISREG(mode):
             raise Unreadable("special", FILE_KINDS.get(stat.S_IFMT(mode), "not a file"))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def regular_file_bytes(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file (open_regular); a larger file is refused after limit + 1 bytes."""
+    fd = open_regular(path)
+    try:
         with open(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
     except OSError as exc:

@@ -18,21 +18,24 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from email.parser import HeaderParser
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
-from toolkit import knowledge_files
-from toolkit.atomic import copy_atomic, owned_dir, publish_dir, publish_file, remove_path, write_atomic
+from toolkit import children, knowledge_files
+from toolkit.atomic import clean_stale, owned_dir, publish_dir, publish_file, run_temporaries, write_atomic
+from toolkit.bounded_read import Unreadable, open_regular
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
 from toolkit.jsonfile import read_json
-from toolkit.paths import display_path, folder_argument
+from toolkit.paths import display_path, folder_argument, plain_path
 from toolkit.workspace import Workspace, add_workspace_options
 
 KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
@@ -123,12 +126,13 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
     """Download each pinned wheel from PyPI (exact version, --no-deps, binary only) and check its hash."""
     pip = pip or [sys.executable, "-m", "pip"]
     dest.mkdir(parents=True, exist_ok=True)
+    clean_stale(dest)  # what a killed fetch left
     paths = []
     for pin in rel.wheels_for(cuda_major):
         path = dest / pin.file
         if not (path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256):
             with owned_dir(dest, "download") as scratch, publish_file(path) as staged:
-                done = subprocess.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                done = children.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                                        *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
                                       capture_output=True, text=True)
                 got = scratch / pin.file
@@ -156,33 +160,155 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
     return parts
 
 
+@dataclass(frozen=True)
+class Joined:
+    """One file `fa4 join` writes into --dest: a carried wheel copied as it is, or a file put together from
+    the parts its manifest lists. Every source was a regular file of the recorded size when planned."""
+    name: str
+    sources: tuple[Path, ...]
+    size: int
+    sha256: str | None  # the manifest's whole-file hash; None for a wheel copied as it is
+    origin: Path  # the wheel or the manifest, for messages
+
+
 def join_parts(manifest_path: Path, search: list[Path], dest: Path) -> Path:
     """Reassemble a split file from parts found in any of `search`; the whole file's sha256 must match."""
-    manifest = read_json(manifest_path, "parts manifest", "split again with scripts/fetch_fa4_wheels.sh")
+    item = parts_of(manifest_path, search)
+    check_join([item], dest)
+    return write_joined(item, dest)
+
+
+def parts_of(manifest_path: Path, search: list[Path]) -> Joined:
+    """What a parts manifest puts together, checked before anything is written: plain names, each part a
+    regular file (no symlink, device or FIFO) found once in `search` and listed once (no two names of one
+    file), and the parts' sizes adding up to the manifest's `size`."""
+    fix = "split again with scripts/fetch_fa4_wheels.sh"
+    manifest = read_json(manifest_path, "parts manifest", fix)
+    where = display_path(manifest_path)
     try:
         names = [manifest["file"], *manifest["parts"]]
         if not (isinstance(manifest["sha256"], str) and len(manifest["sha256"]) == 64):
             raise ValueError("sha256")
+        if not isinstance(manifest["size"], int) or isinstance(manifest["size"], bool) or manifest["size"] < 0:
+            raise ValueError("size")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{manifest_path}: not a readable parts manifest ({type(exc).__name__}) "
-                           f"(split again with scripts/fetch_fa4_wheels.sh)") from None
-    if not all(isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..") for n in names):
-        raise ToolkitError(f"{manifest_path}: file and part names must be plain file names (split again)")
-    out = dest / manifest["file"]
+        raise ToolkitError(f"{where}: not a readable parts manifest ({type(exc).__name__}) ({fix})") from None
+    if not all(isinstance(n, str) and _plain_name(n) for n in names):
+        raise ToolkitError(f"{where}: file and part names must be plain file names (split again)")
+    parts: list[tuple[Path, int]] = []
+    seen: dict[tuple[int, int], str] = {}
+    for name in manifest["parts"]:
+        found = next((d / name for d in search if os.path.lexists(d / name)), None)
+        if found is None:
+            raise ToolkitError(f"{where}: part {name} is in none of {', '.join(map(display_path, search))} "
+                               f"(carry the other part folder too)")
+        info = _regular(found)
+        if (info.st_dev, info.st_ino) in seen:
+            raise ToolkitError(f"{where}: part {name} is the same file as part {seen[(info.st_dev, info.st_ino)]} "
+                               f"(listed twice, or a hard link; {fix})")
+        seen[(info.st_dev, info.st_ino)] = name
+        parts.append((found, info.st_size))
+    total = sum(size for _, size in parts)
+    if total != manifest["size"]:
+        raise ToolkitError(f"{where}: its parts hold {total:,} bytes, the manifest's size is {manifest['size']:,} "
+                           f"({fix})")
+    return Joined(manifest["file"], tuple(p for p, _ in parts), total, manifest["sha256"], manifest_path)
+
+
+def carried_wheel(wheel: Path) -> Joined:
+    """A wheel in a parts folder, copied as it is: a regular file under a plain name (a symlink is refused,
+    not followed: it may name a private file or /dev/zero)."""
+    if not _plain_name(wheel.name):
+        raise ToolkitError(f"{display_path(wheel)}: a file name with a control character (rename it or fetch again)")
+    return Joined(wheel.name, (wheel,), _regular(wheel).st_size, None, wheel)
+
+
+def _plain_name(name: str) -> bool:
+    return name == Path(name).name and name not in ("", ".", "..") and name.isprintable()
+
+
+def _open_regular(path: Path) -> int:
+    """A descriptor of the regular file at `path`, the name itself not followed; a one-line error for a
+    symlink, a device, a FIFO or a folder."""
+    try:
+        return open_regular(path, follow_symlinks=False)
+    except Unreadable as exc:
+        reason = exc.detail if exc.why != "missing" else "file not found"
+        raise ToolkitError(f"{display_path(path)}: {reason}, not a regular file (carry the file itself: fetch "
+                           f"and split again)") from None
+
+
+def _regular(path: Path) -> os.stat_result:
+    fd = _open_regular(path)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def check_join(items: list[Joined], dest: Path) -> None:
+    """Refuse, before anything is written, a join that would replace a file in `dest` by another content
+    (an identical file is left as it is), write one name twice, or not fit on dest's filesystem."""
+    names: dict[str, Path] = {}
+    for item in items:
+        if item.name in names:
+            raise ToolkitError(f"{display_path(item.origin)}: {item.name} also comes from "
+                               f"{display_path(names[item.name])} (pass each part folder once)")
+        names[item.name] = item.origin
+        there = dest / item.name
+        if os.path.lexists(there) and not _already_there(item, there):
+            raise ToolkitError(f"{display_path(there)}: already there and not {item.name} of "
+                               f"{display_path(item.origin)}; nothing was written (move it away or pass another "
+                               f"--dest)")
+    needed = sum(item.size for item in items if not os.path.lexists(dest / item.name))
+    existing = next(folder for folder in (dest, *dest.parents) if folder.is_dir())
+    free = shutil.disk_usage(existing).free
+    if needed >= free:
+        raise ToolkitError(f"{display_path(dest)}: the join needs {needed / 2 ** 20:.1f} MiB and "
+                           f"{free / 2 ** 20:.1f} MiB are free; nothing was written (free space or pass another "
+                           f"--dest)")
+
+
+def _already_there(item: Joined, there: Path) -> bool:
+    """Is the file at `there` a regular file with the content `item` would write (a rerun of the join)?"""
+    if there.is_symlink() or not there.is_file() or there.stat().st_size != item.size:
+        return False
+    want = item.sha256 or sha256_file(item.sources[0])
+    return sha256_file(there) == want
+
+
+def write_joined(item: Joined, dest: Path) -> Path:
+    """Write `item` into `dest` through a temporary beside it, at most its checked size (a source swapped or
+    grown since is refused); a manifest's file must match its sha256."""
+    out = dest / item.name
+    if os.path.lexists(out):  # check_join found it identical
+        return out
     dest.mkdir(parents=True, exist_ok=True)
     with publish_file(out) as staged:
         with open(staged, "xb") as joined:
-            for name in manifest["parts"]:
-                found = next((d / name for d in search if (d / name).is_file()), None)
-                if found is None:
-                    raise ToolkitError(f"{manifest_path}: part {name} is in none of {', '.join(map(str, search))} "
-                                       f"(carry the other part folder too)")
-                with open(found, "rb") as part:
-                    shutil.copyfileobj(part, joined)
-        if sha256_file(staged) != manifest["sha256"]:
-            raise ToolkitError(f"{manifest_path}: the joined file's sha256 differs from the manifest (a part is "
-                               f"damaged: fetch and split again)")
+            left = item.size
+            for source in item.sources:
+                left -= _append(source, joined, left)
+        if left:
+            raise ToolkitError(f"{display_path(item.origin)}: a source changed while joining (join again)")
+        if item.sha256 and sha256_file(staged) != item.sha256:
+            raise ToolkitError(f"{display_path(item.origin)}: the joined file's sha256 differs from the manifest "
+                               f"(a part is damaged: fetch and split again)")
     return out
+
+
+def _append(source: Path, out: BinaryIO, limit: int) -> int:
+    """Copy the regular file `source` (the name not followed) to `out`, refused if it now holds more than
+    `limit` bytes; the bytes copied."""
+    with open(_open_regular(source), "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise ToolkitError(f"{display_path(source)}: grew while joining (join again)")
+        copied = 0
+        while block := handle.read(min(2 ** 20, size - copied)):
+            out.write(block)
+            copied += len(block)
+        return copied
 
 
 def wheel_fits_python(filename: str, python: str) -> bool:
@@ -331,7 +457,7 @@ def probe_python(python: str, extra_path: list[str] | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(extra_path or [])}
     fix = "pass --python of an interpreter with torch and packaging"
     try:
-        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+        done = children.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
     except OSError as exc:
         raise ToolkitError(f"{python}: cannot be run ({exc.strerror or type(exc).__name__}) ({fix})") from None
     if done.returncode != 0:
@@ -375,12 +501,21 @@ def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: di
     return chosen
 
 
+def python_argument(python: str) -> str:
+    """--python as the absolute path records name it by (found on PATH like a shell would), and a plain one:
+    the record's PYTHONPATH and NAME=VALUE lines cannot carry a newline or a second entry."""
+    found = os.path.abspath(shutil.which(python) or python)
+    if not plain_path(found):
+        raise ToolkitError(f"--python {found!r}: not a plain absolute path (pass the interpreter's path)")
+    return found
+
+
 def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python: str) -> Fa4Record:
     """Install the pinned wheels into `target` for `python`, check every requirement, record it."""
     from packaging.utils import canonicalize_name
 
     target = folder_argument(target, "--target")
-    python = shutil.which(python) or python  # the record names the interpreter by its absolute path
+    python = python_argument(python)
     probe = probe_python(python)
     from packaging.specifiers import SpecifierSet
 
@@ -403,8 +538,9 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
                            f"{'; '.join(problems)} (add the wheel to the release's pins)")
     beside = flash_attn_2_beside(target)
     target.mkdir(parents=True, exist_ok=True)
+    clean_stale(target)  # the staging folders of killed installs (their pip died with them: children.run)
     with owned_dir(target, "fa4-staging") as staging:
-        done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+        done = children.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
                                "--no-cache-dir", "--target", str(staging),
                                *[str(wheel_dir / p.file) for p in chosen]], capture_output=True, text=True)
         if done.returncode != 0:
@@ -416,6 +552,7 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
                                f"or flash-attn 2.x install wrote, e.g. {foreign[0]} (nothing was changed; install "
                                f"into an empty --target folder, or move those files away)")
         handed_over = hand_over_cute(beside) if beside else []
+        (target / Fa4Record.FILE).unlink(missing_ok=True)  # first: a folder merged in part is no finished install
         merge_into(staging, target)
     used_base = {n: present[canonicalize_name(n)] for n in rel.from_base}
     used_base.update({p.name: present[canonicalize_name(p.name)] for p in rel.wheels_for(cuda_major)
@@ -507,7 +644,7 @@ def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) ->
     lock's pip layer put FA4 first) writes its own flash_attn/cute over FA4's. FA2's copy gives way again
     (hand_over_cute), then FA4's wheel is reinstalled from the lock's pin (pip checks its sha256), so both
     import. Returns the FA2 files that gave way ([] where the environment holds no FA4)."""
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site = Path(children.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     if not any(site.glob("flash_attn_4-*.dist-info")):
         return []
@@ -516,7 +653,7 @@ def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) ->
     with owned_dir(log.parent, "fa4-restore") as scratch:
         requirement = scratch / "requirements.txt"
         requirement.write_text(f"flash-attn-4 @ {url} --hash=sha256:{sha256}\n")
-        done = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
+        done = children.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
                                "--no-index", "--quiet", "--requirement", str(requirement)],
                               capture_output=True, text=True, errors="replace")
     with open(log, "a") as out:
@@ -543,12 +680,67 @@ def merge_plan(staging: Path, target: Path) -> list[tuple[Path, Path]]:
 
 def merge_into(staging: Path, target: Path) -> None:
     """Move the staged install into `target`, replacing the entries of the same name (foreign_entries has
-    checked that each one is an earlier install's)."""
-    for entry, dest in merge_plan(staging, target):
-        dest.parent.mkdir(exist_ok=True)
-        if dest.exists() or dest.is_symlink():
-            remove_path(dest)
-        os.replace(entry, dest)
+    checked that each one is an earlier install's; they go to an owned folder that is removed after).
+
+    A folder in target can be swapped for a symlink while this runs: target and target/flash_attn are opened
+    once, never through a symlink, and every rename is relative to those held folders, so nothing outside is
+    reached; after each step both must still be what their names point to, or the install stops in one line."""
+    pairs = merge_plan(staging, target)
+    inner = target / "flash_attn"
+    with owned_dir(target, "fa4-replaced") as replaced, ExitStack() as stack:
+        folders = {path: stack.enter_context(_held_folder(path)) for path in (target, staging, replaced)}
+        if any(dest.parent == inner for _, dest in pairs):
+            with suppress(FileExistsError):
+                os.mkdir(inner.name, dir_fd=folders[target])
+            for path in (inner, staging / inner.name):
+                folders[path] = stack.enter_context(_held_folder(path, folders[path.parent]))
+        for index, (entry, dest) in enumerate(pairs):
+            source, into = folders[entry.parent], folders[dest.parent]
+            if _lexists(dest.name, into):
+                os.rename(dest.name, str(index), src_dir_fd=into, dst_dir_fd=folders[replaced])
+            os.rename(entry.name, dest.name, src_dir_fd=source, dst_dir_fd=into)
+            _still_held(target, folders)
+
+
+@contextmanager
+def _held_folder(path: Path, parent: int | None = None) -> Iterator[int]:
+    """A descriptor of the folder at `path` (its name in the held folder `parent`, if given), opened without
+    following a symlink; a one-line error where it is a symlink or not a folder."""
+    try:
+        fd = os.open(path if parent is None else path.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                     dir_fd=parent)
+    except OSError as exc:
+        raise ToolkitError(f"{display_path(path)}: a symlink or not a folder ({exc.strerror}); nothing outside "
+                           f"it was touched (make it a plain folder and install again)") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lexists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _still_held(target: Path, folders: dict[Path, int]) -> None:
+    """Refuse to go on when target or target/flash_attn is no longer the folder held open (swapped)."""
+    for path in (target, target / "flash_attn"):
+        if path not in folders:
+            continue
+        try:
+            now = os.stat(path, follow_symlinks=False) if path == target else \
+                os.stat(path.name, dir_fd=folders[target], follow_symlinks=False)
+            swapped = (now.st_dev, now.st_ino) != (os.fstat(folders[path]).st_dev, os.fstat(folders[path]).st_ino)
+        except FileNotFoundError:
+            swapped = True
+        if swapped:
+            raise ToolkitError(f"{display_path(path)}: replaced while installing (by a symlink or another folder); "
+                               f"the install stopped and nothing outside {display_path(target)} was touched (put "
+                               f"the folder back and install again)")
 
 
 def _pip_target_path(row: str) -> str:
@@ -593,9 +785,11 @@ def foreign_entries(staging: Path, target: Path, owned: set[str]) -> list[str]:
     return sorted(foreign)
 
 
-def load_record(target: Path) -> Fa4Record:
+def load_record(target: Path, python: str | None = None) -> Fa4Record:
     """The folder's install record, with the values the env, warm and cache-install verbs hand to a shell or
-    run checked: written for this folder, PYTHONPATH entries inside it, no control character or path separator."""
+    run checked: written for this folder, PYTHONPATH entries inside it, no control character or path separator.
+    `python`: the interpreter the user named for a verb that runs one (--python); the record must be for it,
+    so that no program a record names is run (a hand-edited record could name any)."""
     record = Fa4Record.load(target, "run `toolkit fa4 install` first")
     path = display_path(target / Fa4Record.FILE)
     fix = f"install again: toolkit fa4 install --target {target}"
@@ -607,18 +801,16 @@ def load_record(target: Path) -> Fa4Record:
     outside = next((p for p in record.python_path if not Path(p).resolve().is_relative_to(target.resolve())), None)
     if outside is not None:
         raise ToolkitError(f"{path}: python_path: {outside} is outside {target} ({fix})")
+    if python is not None and record.python != python:
+        raise ToolkitError(f"{path}: written for the python {record.python!r}, not --python {python} (pass the "
+                           f"--python of that install, or {fix})")
     return record
-
-
-def plain_path(value: str) -> bool:
-    """An absolute path with no control character and no os.pathsep: one PYTHONPATH entry, one line."""
-    return value.startswith("/") and os.pathsep not in value and all(ch.isprintable() for ch in value)
 
 
 def import_check(record: Fa4Record, env: dict[str, str] | None = None) -> tuple[bool, str]:
     """Does `import flash_attn.cute` work in a fresh process of the recorded python? (ok, last line)"""
     probe = "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"
-    done = subprocess.run([record.python, "-c", probe],
+    done = children.run([record.python, "-c", probe],
                           capture_output=True, text=True, env={**os.environ, **record.env(), **(env or {})})
     text = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["no output"]
     return done.returncode == 0, text[-1]
@@ -710,15 +902,20 @@ def _join_command(args: argparse.Namespace) -> int:
     missing = next((folder for folder in args.parts if not folder.is_dir()), None)
     if missing is not None:
         raise ToolkitError(f"{missing}: not a folder of parts (pass the carried part1/part2 folders)")
+    dest = folder_argument(args.dest, "--dest")
     manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
-    if not manifests and not any(any(folder.glob("*.whl")) for folder in args.parts):
+    wheels = [w for folder in args.parts for w in sorted(folder.glob("*.whl"))]
+    if not manifests and not wheels:
         raise ToolkitError(f"{', '.join(map(str, args.parts))}: no wheels and no parts manifests there "
                            f"(pass the folders scripts/fetch_fa4_wheels.sh wrote)")
-    folder_argument(args.dest, "--dest").mkdir(parents=True, exist_ok=True)
-    for wheel in (w for folder in args.parts for w in folder.glob("*.whl")):
-        copy_atomic(wheel, args.dest / wheel.name)
-    for manifest in manifests.values():
-        print(f"joined {join_parts(manifest, list(args.parts), args.dest)}")
+    items = [*map(carried_wheel, wheels), *(parts_of(m, list(args.parts)) for m in manifests.values())]
+    check_join(items, dest)  # everything refused before the first write
+    dest.mkdir(parents=True, exist_ok=True)
+    clean_stale(dest)  # what a killed join left
+    for item in items:
+        out = write_joined(item, dest)
+        if item.sha256:
+            print(f"joined {display_path(out)}")
     return 0
 
 
@@ -748,7 +945,8 @@ def _lock_command(args: argparse.Namespace) -> int:
 
 def _install_command(args: argparse.Namespace) -> int:
     rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
-    record = install(rel, cuda_major, args.wheels, args.target, args.python)
+    with run_temporaries("fa4-install"):  # pip's own temporaries: removed by the next run if this one is killed
+        record = install(rel, cuda_major, args.wheels, args.target, args.python)
     print(f"installed {', '.join(record.installed)} into {record.target}")
     print(f"from the base python: {', '.join(f'{k}=={v}' for k, v in record.from_base.items())}")
     print(f"PYTHONPATH={os.pathsep.join(record.python_path)}")

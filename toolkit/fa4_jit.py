@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -30,11 +31,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file, write_atomic
+from toolkit import children
+from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file, run_temporaries, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
-from toolkit.jsonfile import read_json
+from toolkit.jsonfile import parse_json, read_json
 from toolkit.paths import display_path, folder_argument, printable
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
@@ -139,7 +141,7 @@ def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[s
     child_env = {**os.environ, **env, **cache_env(cache_dir)}
     begin = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=child_env, timeout=timeout,
+        done = children.run(command, capture_output=True, text=True, env=child_env, timeout=timeout,
                               cwd=Path(__file__).resolve().parents[1])
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s", "wall_s": round(time.perf_counter() - begin, 2)}
@@ -217,12 +219,18 @@ def cache_key(python: str, env: dict[str, str], arch: str) -> dict:
              "v = lambda n: m.version(n)\n"
              "print(json.dumps({'flash_attn_4': v('flash-attn-4'), 'cutlass_dsl': v('nvidia-cutlass-dsl'),"
              " 'torch': v('torch'), 'python': '%d.%d' % sys.version_info[:2]}))")
-    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
+    done = children.run([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolkitError(f"{python}: flash-attn-4 is not installed where this python sees it ({tail}) "
                            f"(run `toolkit fa4 install` and pass its PYTHONPATH)")
-    return {**json.loads(done.stdout), "arch": arch}
+    answer = parse_json(done.stdout, python, "answer to the version probe", "pass --python of the FA4 install")
+    names = ("flash_attn_4", "cutlass_dsl", "torch", "python")
+    if not (isinstance(answer, dict) and set(answer) == set(names) and all(isinstance(v, str) for v in answer.values())
+            and all(v.isprintable() for v in answer.values())):
+        raise ToolkitError(f"{python}: did not answer the version probe as a Python interpreter does (pass --python "
+                           f"of the FA4 install)")
+    return {**answer, "arch": arch}
 
 
 def key_id(key: dict) -> str:
@@ -257,7 +265,10 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     those INSTALLED lists: only these may an artifact replace. A non-empty dest without INSTALLED, or one
     that is not a folder, is refused. The lock beside dest (fslock) makes concurrent installs (jobs of an
     array starting at once) wait for each other instead of refusing each other's files."""
-    archive, sha256 = _artifact(record_path, key)
+    archive, sha256, built_for = cache_record(record_path)
+    if built_for != key:
+        raise ToolkitError(f"{display_path(record_path)}: built for {built_for}, this env is {key} "
+                           f"(run `toolkit fa4 warm` for this env)")
     dest = Path(os.path.abspath(dest))
     if not dest.name:
         raise ToolkitError(f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)")
@@ -276,8 +287,8 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     return cache_env(dest)
 
 
-def _artifact(record_path: Path, key: dict) -> tuple[Path, str]:
-    """The archive a cache record names beside it, and its sha256; refused unless the record is for `key`."""
+def cache_record(record_path: Path) -> tuple[Path, str, object]:
+    """The archive a cache record names beside it, its sha256, and the key it was built for."""
     where = display_path(record_path)
     record = read_json(record_path, "cache record", "warm again")
     if not isinstance(record, dict):
@@ -287,10 +298,7 @@ def _artifact(record_path: Path, key: dict) -> tuple[Path, str]:
         raise ToolkitError(f"{where}: artifact must be a file name beside the record (warm again)")
     if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
         raise ToolkitError(f"{where}: sha256: not a sha256 hex digest (warm again)")
-    if record.get("key") != key:
-        raise ToolkitError(f"{where}: built for {record.get('key')}, this env is {key} "
-                           f"(run `toolkit fa4 warm` for this env)")
-    return record_path.parent / artifact, sha256
+    return record_path.parent / artifact, sha256, record.get("key")
 
 
 def _installed_before(dest: Path) -> set[str]:
@@ -322,6 +330,11 @@ def _extract(archive: Path, sha256: str, staged: Path, dest: Path) -> set[str]:
         raise ToolkitError(f"{where}: sha256 differs from its record (warm again)")
     try:  # an OSError here is writing beside dest (no space): unpack says so
         with tarfile.open(archive) as tar:
+            odd = next((name for member in tar.getmembers() for name in (member.name, member.linkname)
+                        if not name.isprintable()), None)
+            if odd is not None:  # a newline or ESC would end or colour a listing's line
+                raise ToolkitError(f"{where}: refused member {printable(odd)}: a name with a control character "
+                                   f"(warm again from a cache you trust)")
             tar.extractall(staged, filter="data")
     except tarfile.FilterError as exc:  # its text names the member and where it would go (staged: dest)
         reason = printable(str(exc).replace(str(staged), str(dest)))
@@ -417,9 +430,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _warm_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import import_check, load_record
+    from toolkit.fa4 import import_check, load_record, python_argument
 
-    record = load_record(args.target)
+    record = load_record(args.target, python_argument(args.python))
     env = record.env()
     key = cache_key(record.python, env, args.arch)
     ok, line = import_check(record)
@@ -433,8 +446,9 @@ def _warm_command(args: argparse.Namespace) -> int:
         write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
         print(summary_lines({"variants": [row]})[0], flush=True)
 
-    latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
-                   jobs=args.jobs)
+    with run_temporaries("fa4-warm"):  # the cold runs' caches: removed by the next run if this one is killed
+        latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
+                       jobs=args.jobs)
     latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
     archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
     latency.update(artifact=str(archive), record=str(record_path))
@@ -451,12 +465,16 @@ def _target_and_arch(parser: argparse.ArgumentParser) -> None:
 
     add_target_option(parser)
     parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter of the install (its record must "
+                                                                 "name it; default: this one)")
 
 
 def _cache_install_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import load_record
+    from toolkit.fa4 import load_record, python_argument
 
-    record = load_record(args.target)
+    record = load_record(args.target, python_argument(args.python))
+    folder_argument(args.dest, "--dest")
+    cache_record(args.record)  # a damaged record is refused before any program runs
     env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
     print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
     for name, value in env.items():
