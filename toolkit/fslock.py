@@ -9,7 +9,9 @@ The lock file's name comes from a user's folder argument, so whatever lies there
 opened with O_NOFOLLOW | O_NONBLOCK (a symlink, dangling or not, is never followed to create a file
 elsewhere; a FIFO never blocks the open) and used only if it is a regular file. An attempt whose body
 fails removes the lock file if it created it, so a refused run leaves nothing beside the user's folder;
-a holder therefore checks, once it has the lock, that the name still leads to the file it locked.
+a holder therefore checks, once it has the lock, that the name still leads to the file it locked (a
+shell's `flock FILE` does not: one that opened the file just before such a removal holds a lock no later
+toolkit job sees, a race only with a refused attempt that found no lock file there).
 """
 
 from __future__ import annotations

@@ -11,8 +11,11 @@ that looks complete, and the old environment stays usable until the new one is t
 cannot relocate, so `conda-lock install` builds at the final path and the environment counts as finished
 only once etc/fa-envkit/lock.json, written last, is there.
 
-That install record is also what makes a prefix the toolkit's own: a non-empty folder without it is
-never replaced or deleted. Before anything is written the lock must be current (as `lock --check` sees
+That install record, which names the prefix it was written for, is also what makes a prefix the
+toolkit's own: a non-empty folder without one written for it is never replaced or deleted, nor is an
+environment holding files no installer wrote (a user's notebook or work/ folder): the reinstall refuses,
+naming them, rather than carry them into the new one (where one may clash with a package's path, and an
+interruption would leave them split between the two). Before anything is written the lock must be current (as `lock --check` sees
 it) and its packages must be its spec's environment. SIGTERM and Ctrl-C remove this run's temporaries;
 a rerun removes those of a killed run (toolkit/atomic.py).
 """

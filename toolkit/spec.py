@@ -3,7 +3,7 @@
 Merge rules (child over parent, applied down the `extends` chain):
   * mappings merge key by key, recursively;
   * scalars and lists in the child replace the parent's value whole;
-  * a key set to null in the child removes the parent's key.
+  * a key set to null in the child removes the parent's key (not a `build:` knob: each always has a value).
 Every value remembers the file and line it came from, so errors point at the right place.
 
 A spec is input from anyone (issue 14), so loading it is bounded and strict: a regular UTF-8 file of at most
