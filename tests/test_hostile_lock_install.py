@@ -19,6 +19,8 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from unittest import mock
 
@@ -103,6 +105,9 @@ def toolkit(args: list[str], tmp_path: Path, **extra: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+OLD_ENV_MARK = Path("conda-meta") / "marker-of-the-old-env"  # in the installers' records: not a user's file
+
+
 def installed_ok(prefix: Path) -> bool:
     return (prefix / "bin" / "nvcc").exists() and (prefix / "etc" / "fa-envkit" / "lock.json").is_file()
 
@@ -157,6 +162,125 @@ def test_installed_environment_honours_the_umask(fresh, tmp_path):
         os.umask(old)
     assert stat.S_IMODE(prefix.stat().st_mode) == 0o755
     assert stat.S_IMODE((prefix / "etc" / "fa-envkit" / "lock.json").stat().st_mode) == 0o644
+
+
+def test_reinstall_refuses_a_prefix_holding_a_users_files_and_keeps_them(fresh, tmp_path, capsys):
+    """A reinstall replaces the whole prefix: what no installer wrote there (conda-meta's lists, pip's
+    RECORDs) is a user's, and the install refuses, naming it, rather than delete it."""
+    prefix = tmp_path / "env"
+    assert main(install_args(fresh, prefix)) == 0
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    (site / "__pycache__").mkdir(exist_ok=True)
+    (site / "__pycache__" / "six.cpython-311.pyc").write_bytes(b"python made this")  # python's: not the user's
+    assert main(install_args(fresh, prefix)) == 0
+    (prefix / "analysis.ipynb").write_text("a notebook")
+    (prefix / "work" / "runs").mkdir(parents=True)
+    (prefix / "work" / "runs" / "loss.csv").write_text("1,0.5")
+    (site / "mine.py").write_text("print('mine')")
+    assert main(install_args(fresh, prefix)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "analysis.ipynb" in line and "work/" in line and "mine.py" in line and "nothing was changed" in line
+    assert (prefix / "analysis.ipynb").read_text() == "a notebook" and (site / "mine.py").exists()
+    assert (prefix / "work" / "runs" / "loss.csv").read_text() == "1,0.5" and installed_ok(prefix)
+    assert ours_left(tmp_path) == []
+
+
+def test_a_copied_install_record_does_not_make_a_folder_replaceable(fresh, tmp_path, capsys):
+    """The record names the prefix it was written for: copied into a folder of a user's files (or left
+    by an older toolkit that named none), it lets nothing be replaced."""
+    env = tmp_path / "env"
+    assert main(install_args(fresh, env)) == 0
+    assert json.loads((env / "etc" / "fa-envkit" / "lock.json").read_text())["prefix"] == str(env)
+    thesis = tmp_path / "thesis"
+    (thesis / "etc").mkdir(parents=True)
+    shutil.copytree(env / "etc" / "fa-envkit", thesis / "etc" / "fa-envkit")
+    shutil.copytree(env / "conda-meta", thesis / "conda-meta")
+    (thesis / "chapter1.tex").write_text("four years")
+    assert main(install_args(fresh, thesis)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "lock.json was written for" in line and str(env) in line and "not this folder" in line
+    record = json.loads((env / "etc" / "fa-envkit" / "lock.json").read_text())
+    del record["prefix"]  # as an older toolkit wrote it
+    (env / "etc" / "fa-envkit" / "lock.json").write_text(json.dumps(record))
+    assert main(install_args(fresh, env)) == 1
+    assert "written for a folder it does not name" in one_line_error(capsys.readouterr().err)
+    assert (thesis / "chapter1.tex").read_text() == "four years" and installed_ok(env)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling symlink", "symlink to a file"])
+def test_a_prefix_lock_that_is_not_a_regular_file_is_refused(fresh, tmp_path, kind):
+    """`<prefix>.lock` is opened without following a link and without blocking on a FIFO (a FIFO hung the
+    install; a dangling symlink made it create the file it points to)."""
+    prefix = tmp_path / "env"
+    lock, outside = tmp_path / "env.lock", tmp_path / "elsewhere" / "created-outside"
+    outside.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        if kind == "symlink to a file":
+            outside.write_text("precious")
+        lock.symlink_to(outside)
+    process = toolkit(install_args(fresh, prefix), tmp_path)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"install hung on a {kind} at {lock}")
+    assert process.returncode == 1 and "not a lock file" in one_line_error(err) and "env.lock" in err
+    assert not prefix.exists() and os.path.lexists(lock)
+    assert [p.name for p in outside.parent.iterdir()] == (["created-outside"] if kind == "symlink to a file" else [])
+    if kind == "symlink to a file":
+        assert outside.read_text() == "precious"
+
+
+def test_a_refused_install_leaves_no_lock_file_beside_the_prefix(fresh, tmp_path, capsys):
+    resign(lock_file(fresh), lambda d: _package(d, "linux-64", "ninja").__setitem__("version", "1.13.0"))
+    assert main(install_args(fresh, tmp_path / "env")) == 1
+    one_line_error(capsys.readouterr().err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "project", "tmp"]
+
+
+@pytest.mark.parametrize("package, field, value, found", [
+    ("ninja", "version", "1.13.0", "ninja 1.12.1 build h0_0"),
+    ("cuda-cudart", "name", "cuda-cudart-x", "cuda-cudart 12.6.85"),  # a dependency only: the spec names no such
+])
+def test_an_entry_edited_over_its_archive_is_refused(fresh, tmp_path, capsys, package, field, value, found):
+    """A re-signed lock whose entry names another version (url and sha256 left as they were) installed with
+    rc 0, and conda-meta disagreed with the lock: the archive's own info/index.json must match the entry."""
+    def edit(document: dict) -> None:
+        _package(document, "linux-64", package)[field] = value
+        for entry in document["package"]:  # a renamed package: its dependants name it so too
+            if field == "name" and entry["platform"] == "linux-64" and package in (entry.get("dependencies") or {}):
+                entry["dependencies"][value] = entry["dependencies"].pop(package)
+
+    resign(lock_file(fresh), edit)
+    prefix = tmp_path / "env"
+    assert main(install_args(fresh, prefix)) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert f"its archive is {found}" in line and "info/index.json" in line and "cu126.conda-lock.yml" in line
+    assert not prefix.exists() and ours_left(tmp_path) == []
+
+
+def test_an_entry_whose_url_names_another_build_is_refused(fresh, tmp_path, capsys):
+    """The build is the last field of the URL's file name: the same archive under another build's name."""
+    url = _package(yaml.safe_load(lock_file(fresh).read_text()), "linux-64", "ninja")["url"]
+    ninja_archive = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+    renamed = tmp_path / "mirror" / "linux-64" / "ninja-1.12.1-h9_9.conda"
+    renamed.parent.mkdir(parents=True)
+    shutil.copy(ninja_archive, renamed)
+    resign(lock_file(fresh), lambda d: _package(d, "linux-64", "ninja").__setitem__("url", renamed.as_uri()))
+    assert main(install_args(fresh, tmp_path / "env")) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "ninja-1.12.1-h9_9.conda" in line and "build h0_0" in line and not (tmp_path / "env").exists()
+
+
+def test_a_lock_with_a_5000_digit_number_is_one_line(fresh, tmp_path, capsys):
+    lock = lock_file(fresh)
+    lock.write_text(lock.read_text().replace("version: 1.12.1", "version: " + "9" * 5000, 1))
+    assert main(install_args(fresh, tmp_path / "env")) == 1
+    line = one_line_error(capsys.readouterr().err)
+    assert "cu126.conda-lock.yml: unreadable lock (a number of more than" in line and len(line) < 300
 
 
 # ---------------------------------------------------------------- hostile locks
@@ -283,9 +407,9 @@ def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tm
     assert main(install_args(fresh, prefix)) == 0
     if phase == "download":  # a fresh cache, so the archives are downloaded again
         shutil.rmtree(tmp_path / "cache")
-    (prefix / "marker-of-the-old-env").write_text("old")
+    (prefix / OLD_ENV_MARK).write_text("old")
     rc, err = pause_and_signal(install_args(fresh, prefix), tmp_path, phase, signum)
-    assert installed_ok(prefix) and (prefix / "marker-of-the-old-env").exists()  # the old env is intact
+    assert installed_ok(prefix) and (prefix / OLD_ENV_MARK).exists()  # the old env is intact
     if signum == signal.SIGKILL:
         assert rc == -signal.SIGKILL
     else:
@@ -295,7 +419,7 @@ def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tm
     rerun = toolkit(install_args(fresh, prefix), tmp_path)
     _, err = rerun.communicate(timeout=60)
     assert rerun.returncode == 0, err
-    assert installed_ok(prefix) and not (prefix / "marker-of-the-old-env").exists()
+    assert installed_ok(prefix) and not (prefix / OLD_ENV_MARK).exists()
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -355,7 +479,7 @@ def test_a_killed_in_place_install_gets_the_old_env_back_on_the_rerun(fresh, tmp
     (`--conda /bin/false`: the run is stopped before micromamba would run; none exists on this machine.)"""
     prefix = tmp_path / "envs" / "cu126"
     assert main(install_args(fresh, prefix)) == 0
-    (prefix / "marker-of-the-old-env").write_text("old")
+    (prefix / OLD_ENV_MARK).write_text("old")
     in_place = install_args(fresh, prefix)[:-2] + ["--backend", "conda-lock", "--conda", "/bin/false"]
     rc, _ = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGKILL)
     assert rc == -signal.SIGKILL and not prefix.exists()
@@ -363,7 +487,7 @@ def test_a_killed_in_place_install_gets_the_old_env_back_on_the_rerun(fresh, tmp
     (prefix / "conda-meta" / "unfinished-1.0-0.json").write_text("{}")
     rc, err = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGTERM)
     assert rc == 143 and "interrupted" in one_line_error(err)
-    assert installed_ok(prefix) and (prefix / "marker-of-the-old-env").exists()
+    assert installed_ok(prefix) and (prefix / OLD_ENV_MARK).exists()
     assert not (prefix / "conda-meta" / "unfinished-1.0-0.json").exists()
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 

@@ -110,10 +110,10 @@ def test_an_interrupted_install_leaves_no_prefix(lock_over_http, tmp_path, isola
 def test_reinstall_replaces_the_old_prefix_and_reuses_verified_archives(lock_over_http, tmp_path, isolated_caches):
     prefix = tmp_path / "cu126"
     install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
-    (prefix / "stray-file").write_text("from an older install")
+    (prefix / "etc" / "nvcc.profile").write_text("from an older install")  # a file the old env's installer wrote
     cached = sorted(isolated_caches.rglob("*.conda"))
     install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
-    assert not (prefix / "stray-file").exists() and (prefix / "bin" / "nvcc").exists()
+    assert (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n" and (prefix / "bin" / "nvcc").exists()
     assert sorted(isolated_caches.rglob("*.conda")) == cached and cached
     assert leftovers(tmp_path, "cu126") == []
 

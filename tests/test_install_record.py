@@ -15,7 +15,7 @@ from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record, PrefixRecord
 
 PREFIX = PrefixRecord(line="cu126", lock="/p/locks/cu126.conda-lock.yml", platform="linux-64",
-                      input_hash="ab" * 32, lock_sha256="cd" * 32)
+                      input_hash="ab" * 32, lock_sha256="cd" * 32, prefix="/p/.envs/cu126")
 FA4 = Fa4Record("4.0.0b36", "13", "/opt/fa4", "/usr/bin/python3", ["flash-attn-4==4.0.0b36"], {"torch": "2.11.0"},
                 ["/opt/fa4", "/opt/fa4/nvidia_cutlass_dsl/dsl_packages"])
 
@@ -37,7 +37,8 @@ def test_records_the_toolkit_wrote_before_still_read(tmp_path):
                    "installed": ["flash-attn-4==4.0.0b36"], "from_base": {"torch": "2.11.0"},
                    "python_path": FA4.python_path}  # fa4.py wrote no schema number
     (tmp_path / Fa4Record.FILE).write_text(json.dumps(earlier_fa4, indent=2) + "\n")
-    assert PrefixRecord.read(tmp_path) == PREFIX and Fa4Record.read(tmp_path) == FA4
+    assert PrefixRecord.read(tmp_path) == PrefixRecord(**{**vars(PREFIX), "prefix": None})  # no folder named
+    assert Fa4Record.read(tmp_path) == FA4
 
 
 @pytest.mark.parametrize("text", ["", "not json", "[]", '{"schema": 2}', json.dumps({"line": "cu126"}),

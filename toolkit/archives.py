@@ -1,4 +1,4 @@
-"""What a conda archive will write, checked before any installer sees it.
+"""What a conda archive will write, and which package it is, checked before any installer sees it.
 
 A sha256 in the lock proves the archive is the one locked, not that it is harmless: whoever can edit the
 lock can pin an archive of their own. py-rattler refuses a `../` path only when it links, after
@@ -6,6 +6,10 @@ extracting into the package cache, and ABORTS THE PROCESS (a Rust panic, no Pyth
 absolute one (seen with py-rattler 0.28.0, 2026-12-01). So the toolkit reads the archive's own file list
 (info/paths.json, or info/files in old archives) and its members, and refuses any path that is
 absolute, climbs out with `..` (a link target too), or carries a NUL or a line break, before installing.
+
+Nor does the sha256 prove that the lock entry's name and version are the archive's: py-rattler (and so
+conda-meta) takes them from the archive's own info/index.json. `archive_identity` reads that file so
+the install can refuse an entry whose version was edited over an unchanged url and sha256.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import json
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
 import zstandard
 
 from toolkit.errors import ToolkitError
+from toolkit.jsonfile import parse_json
 from toolkit.paths import display_path
 
 MAX_INFO_BYTES = 64 << 20  # paths.json of the largest CUDA packages is a few MB
@@ -39,6 +45,55 @@ def check_conda_archive(archive: Path) -> None:
         if problem:
             raise ToolkitError(f"{where}: refuses to install a package that writes {path!r} ({problem}; "
                                f"the lock pins an archive no channel should serve: re-lock from a trusted channel)")
+
+
+@dataclass(frozen=True)
+class PackageIdentity:
+    """What an archive's info/index.json says it is: conda-meta's name, version and build."""
+
+    name: str
+    version: str
+    build: str
+
+
+def archive_identity(archive: Path) -> PackageIdentity:
+    """The package an archive is by its own info/index.json; a one-line ToolkitError when unreadable."""
+    where = display_path(archive)
+    try:
+        data = _index_json(archive)
+    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zstandard.ZstdError, ValueError) as exc:
+        raise ToolkitError(f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
+                           f"re-lock from a trusted channel)") from None
+    index = parse_json(data, f"{where}: info/index.json", "package index", "re-lock from a trusted channel")
+    fields = [index.get(key) if isinstance(index, dict) else None for key in ("name", "version", "build")]
+    texts = [value for value in fields if isinstance(value, str)]
+    if len(texts) != len(fields):
+        raise ToolkitError(f"{where}: info/index.json lacks a name, version or build (not a conda package; "
+                           f"re-lock from a trusted channel)")
+    return PackageIdentity(*texts)
+
+
+def _index_json(archive: Path) -> bytes:
+    """info/index.json's bytes: in a .conda, from its small info-*.tar.zst only."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as outer:
+            for inner in outer.namelist():
+                if inner.startswith("info-") and inner.endswith(".tar.zst"):
+                    with outer.open(inner) as raw, _zstd_tar(raw) as tar:
+                        return _member(tar, "info/index.json")
+        raise ValueError("no info-*.tar.zst inside")
+    with tarfile.open(archive, "r:bz2") as tar:
+        return _member(tar, "info/index.json")
+
+
+def _member(tar: tarfile.TarFile, name: str) -> bytes:
+    for member in tar:
+        if member.name == name and member.isfile():
+            if member.size > MAX_INFO_BYTES:
+                raise ValueError(f"{name} of {member.size} bytes")
+            data = tar.extractfile(member)
+            return data.read() if data else b""
+    raise ValueError(f"no {name}")
 
 
 def unsafe_reason(path: str) -> str | None:

@@ -33,13 +33,13 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from toolkit.archives import check_conda_archive
+from toolkit.archives import PackageIdentity, archive_identity, check_conda_archive
 from toolkit.atomic import checkpoint, owned_dir
 from toolkit.download import fetch_verified
 from toolkit.errors import ToolkitError
 from toolkit.isolated import run_isolated
 from toolkit.jsonfile import read_json
-from toolkit.lockfile import LockedEnv, LockedPackage
+from toolkit.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, relock_hint
 from toolkit.paths import display_path
 from toolkit.workspace import Workspace
 
@@ -288,10 +288,22 @@ class RattlerEngine(CondaEngine):
             verified = []
             for package in job.conda:
                 what = f"{display_path(job.lock_file)}: {package.name} {package.version}"
-                verified.append((package, fetch_verified(package, Workspace().conda_package_cache, what,
-                                                         check_conda_archive, progress)))
+                archive = fetch_verified(package, Workspace().conda_package_cache, what, check_conda_archive, progress)
+                check_identity(package, archive_identity(archive), job.lock_file)
+                verified.append((package, archive))
                 progress.advance(overall)
         return verified
+
+
+def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
+    """The archive must be the package its lock entry names: name and version, and the build its URL's
+    file name carries (<name>-<version>-<build>.conda), or conda-meta would disagree with the lock."""
+    named = f"{found.name}-{found.version}-{found.build}"
+    if (found.name, found.version) != (package.name, package.version) or \
+            package.filename not in (named + suffix for suffix in CONDA_SUFFIXES):
+        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version} ({package.filename}): its "
+                           f"archive is {found.name} {found.version} build {found.build} by its info/index.json (the "
+                           f"entry was edited: {relock_hint(lock_file)}; nothing was installed)")
 
 
 def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:

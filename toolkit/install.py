@@ -11,8 +11,11 @@ that looks complete, and the old environment stays usable until the new one is t
 cannot relocate, so `conda-lock install` builds at the final path and the environment counts as finished
 only once etc/fa-envkit/lock.json, written last, is there.
 
-That install record is also what makes a prefix the toolkit's own: a non-empty folder without it is
-never replaced or deleted. Before anything is written the lock must be current (as `lock --check` sees
+That install record, which names the prefix it was written for, is also what makes a prefix the
+toolkit's own: a non-empty folder without one written for it is never replaced or deleted, nor is an
+environment holding files no installer wrote (a user's notebook or work/ folder): the reinstall refuses,
+naming them, rather than carry them into the new one (where one may clash with a package's path, and an
+interruption would leave them split between the two). Before anything is written the lock must be current (as `lock --check` sees
 it) and its packages must be its spec's environment. SIGTERM and Ctrl-C remove this run's temporaries;
 a rerun removes those of a killed run (toolkit/atomic.py).
 """
@@ -20,6 +23,7 @@ a rerun removes those of a killed run (toolkit/atomic.py).
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 from collections.abc import Iterator
@@ -42,6 +46,7 @@ from toolkit.engine import CondaEngine, InstallJob, add_engine_options, choose_e
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
 from toolkit.install_record import PrefixRecord
+from toolkit.jsonfile import read_json
 from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.spec import display_path, load_spec, resolve_spec_arg
 from toolkit.workspace import Workspace, add_workspace_options
@@ -83,7 +88,7 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
-                           input_hash=locked_env.input_hash, lock_sha256=locked_env.digest)
+                           input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
     engine = choose_engine(backend, conda_exe, console)
     with locked(prefix):
         clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
@@ -114,10 +119,11 @@ def check_current(locked_env: LockedEnv, platform: str) -> None:
 
 
 def check_prefix(prefix: Path, recovering: bool = False) -> None:
-    """The prefix must be absent, an empty folder, or an environment with the toolkit's install record:
-    never delete or replace what the toolkit did not make. `recovering`: a killed in-place install set
-    the old environment aside beside it, so a prefix without record may be that install's unfinished one
-    (restore_retired decides, under the prefix lock)."""
+    """The prefix must be absent, an empty folder, or an environment with the toolkit's install record
+    written for this folder and holding nothing but what installers wrote: never delete or replace what
+    the toolkit did not make. `recovering`: a killed in-place install set the old environment aside
+    beside it, so a prefix without record may be that install's unfinished one (restore_retired decides,
+    under the prefix lock)."""
     where = display_path(prefix)
     fix = "choose a new or empty --prefix, or move it away yourself"
     if prefix.is_symlink():
@@ -126,9 +132,73 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
         return
     if not prefix.is_dir():
         raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
-    if next(prefix.iterdir(), None) is not None and PrefixRecord.read(prefix) is None and not recovering:
+    if next(prefix.iterdir(), None) is None:
+        return
+    record = PrefixRecord.read(prefix)
+    if record is None:
+        if recovering:
+            return
         raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
                            f"nothing was changed ({fix})")
+    if record.prefix is None or Path(record.prefix).resolve() != prefix.resolve():
+        written_for = "a folder it does not name" if record.prefix is None else repr(record.prefix)
+        raise ToolkitError(f"{where}: its {PrefixRecord.FILE} was written for {written_for}, not this folder "
+                           f"(copied or moved here); nothing was changed ({fix})")
+    foreign = foreign_entries(prefix)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ToolkitError(f"{where}: holds files no installer wrote ({', '.join(foreign[:3])}{more}); reinstalling "
+                           f"would delete them: nothing was changed (move them out of the environment, or choose "
+                           f"another --prefix)")
+
+
+OWNED_TREES = ("conda-meta", str(PrefixRecord.FILE.parent))  # the installers' and the toolkit's own records
+INSTALLER_FILES = ("CACHEDIR.TAG",)  # py-rattler tags every prefix it makes (a cache directory tag)
+
+
+def installed_paths(prefix: Path) -> set[str]:
+    """The paths (relative, POSIX) that installers wrote in a prefix: every conda package's files as its
+    conda-meta record lists them, and every pip distribution's as its RECORD does."""
+    fix = "move your own files out and remove the environment yourself, then install again"
+    paths: set[str] = set()
+    for meta in (prefix / "conda-meta").glob("*.json"):
+        record = read_json(meta, "conda-meta record", fix)
+        files = record.get("files") if isinstance(record, dict) else None
+        paths.update(f for f in files or () if isinstance(f, str))
+    for record_file in prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        site = record_file.parent.parent.relative_to(prefix)
+        try:
+            with open(record_file, newline="") as handle:
+                rows = [row[0] for row in csv.reader(handle) if row]
+        except (OSError, csv.Error, UnicodeDecodeError) as exc:
+            raise ToolkitError(f"{display_path(record_file)}: unreadable ({exc.__class__.__name__}; {fix})") from None
+        paths.update(os.path.normpath(site / row) for row in rows)
+    return paths | set(INSTALLER_FILES)
+
+
+def foreign_entries(prefix: Path) -> list[str]:
+    """What in a prefix no installer wrote (a notebook, a work/ folder): files, symlinks, and folders that
+    hold nothing installed (named once, with a trailing /). __pycache__ folders are Python's, made again."""
+    installed = installed_paths(prefix)
+    holding = {str(parent) for path in installed for parent in Path(path).parents}
+    foreign = []
+    for root, dirs, files in os.walk(prefix):
+        here = Path(root).relative_to(prefix)
+        descend = []
+        for name in dirs:
+            rel = str(here / name)
+            if rel in OWNED_TREES or name == "__pycache__":
+                continue
+            if (prefix / rel).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
+                if rel not in installed:
+                    foreign.append(rel)
+            elif rel in holding:
+                descend.append(name)
+            else:
+                foreign.append(rel + "/")
+        dirs[:] = descend
+        foreign += [str(here / name) for name in files if str(here / name) not in installed]
+    return sorted(foreign)
 
 
 def retired_tag(prefix: Path) -> str:

@@ -1,8 +1,9 @@
 """Install records: what the toolkit installed into a folder, read and written only here.
 
 Two installs leave one, written last and atomically, so a folder with a record holds a finished install:
-- `toolkit install` in a conda prefix: `PrefixRecord` (etc/fa-envkit/lock.json), which lock made it. It
-  also makes the prefix the toolkit's own: install never replaces or deletes a folder without one.
+- `toolkit install` in a conda prefix: `PrefixRecord` (etc/fa-envkit/lock.json), which lock made it and
+  for which folder. It also makes the prefix the toolkit's own: install never replaces or deletes a folder
+  without one written for that folder.
 - `toolkit fa4 install` in its --target folder: `Fa4Record` (fa4-install.json), the wheels installed,
   what came from the base python, and what PYTHONPATH must hold.
 
@@ -84,6 +85,7 @@ class PrefixRecord(InstallRecord):
     platform: str
     input_hash: str
     lock_sha256: str
+    prefix: str | None = None  # the folder it was written for (a copy elsewhere is no record there); None before
 
 
 @dataclass(frozen=True)

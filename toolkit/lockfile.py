@@ -15,6 +15,7 @@ installed or built; the lock itself must come from a trusted source (git review)
 from __future__ import annotations
 
 import re
+import sys
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,6 +147,9 @@ def load_lock_document(path: Path) -> dict:
         raise ToolkitError(f"{where}: no lock file ({relock})") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ToolkitError(f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})") from None
+    except ValueError:  # no YAMLError: int() refusing a number of thousands of digits
+        raise ToolkitError(f"{where}: unreadable lock (a number of more than {sys.get_int_max_str_digits()} "
+                           f"digits; {relock})") from None
     if not isinstance(document, dict):
         raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
     _parse_with_conda_lock(path, where, relock)

@@ -3,7 +3,7 @@
 Merge rules (child over parent, applied down the `extends` chain):
   * mappings merge key by key, recursively;
   * scalars and lists in the child replace the parent's value whole;
-  * a key set to null in the child removes the parent's key.
+  * a key set to null in the child removes the parent's key (not a `build:` knob: each always has a value).
 Every value remembers the file and line it came from, so errors point at the right place.
 
 A spec is input from anyone (issue 14), so loading it is bounded and strict: a regular UTF-8 file of at most
@@ -88,6 +88,7 @@ class FieldType:
     hint: str = ""
     bounds: tuple[float, float] | None = None
     parse: Callable[[str], object] | None = None
+    null_fix: str | None = None  # set: null (removing the inherited value) is refused with this fix
 
     def problem(self, value: Any) -> str | None:
         hint = f" ({self.hint})" if self.hint else ""
@@ -116,10 +117,13 @@ class FieldType:
 
 
 def _number(value: Any) -> float | None:
-    """The value as a number when it is one or is written as ASCII digits ("8"), else None ("auto")."""
+    """The value as a number when it is one or is written as ASCII digits ("8"), else None ("auto"); a
+    string of more digits than any field takes is infinite (int() of 5000 digits raises ValueError)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    return float(value) if isinstance(value, str) and re.fullmatch(r"[0-9]{1,40}", value) else None
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value, re.ASCII):
+        return float(value) if len(value) <= MAX_NUMBER_CHARS else float("inf")
+    return None
 
 
 @dataclass(frozen=True)
@@ -209,10 +213,13 @@ CHANNEL = FieldType("a channel", (str,), rf"{URL}|(/|\./|\.\./|~/)[A-Za-z0-9._+@
                          "or a path starting with /, ./, ../ or ~/", parse=_channel)
 GCC = FieldType("a gcc major version like 13", (int, str), r"[1-9][0-9]?")
 ARCH = FieldType("an sm number like 90 or 90a", (int, str), r"[0-9]{2,3}[af]?")
-JOBS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 4096))
-NVCC_THREADS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 64))
-GB_PER_THREAD = FieldType("a positive number", (int, float), bounds=(0.1, 1024))
-THREADS_PER_CPU = FieldType("a positive number", (int, float), bounds=(0.1, 64))
+# The build knobs are never null: base.yaml sets each, and null would fall back to a value no file shows.
+SIZED = "write auto to size it from cores and RAM"
+JOBS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 4096), null_fix=SIZED)
+NVCC_THREADS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 64), null_fix=SIZED)
+GB_PER_THREAD = FieldType("a positive number", (int, float), bounds=(0.1, 1024), null_fix="write a number: base.yaml has 4.5")
+THREADS_PER_CPU = FieldType("a positive number", (int, float), bounds=(0.1, 64),
+                            null_fix="write a number: base.yaml has 1.25")
 PACKAGE_SPEC = FieldType("a version spec string like \"*\" or \">=1.2\"", (str,), hint="quote it")
 PIP_SPEC = FieldType("a pip version specifier like \"*\", \">=1.2\" or \"==2.0.*\"", (str,),
                      rf"\*|{SIGNED_VERSION}(,{SIGNED_VERSION})*", parse=_pip_specifier,
@@ -502,6 +509,8 @@ def _validate(path: Path, value: Any, schema: Any, prefix: tuple, lines: dict[tu
     dotted = ".".join(prefix)
     where = f"{display_path(path)}:{lines.get(prefix, 1)}"
     if value is None and prefix:
+        if isinstance(schema, FieldType) and schema.null_fix:
+            raise ToolkitError(f"{where}: {dotted}: null is not allowed here ({schema.null_fix})")
         return  # null removes an inherited value
     if isinstance(schema, dict):
         if not isinstance(value, dict):

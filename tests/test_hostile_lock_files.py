@@ -1,0 +1,135 @@
+"""Hostile lock files (toolkit/fslock.py): whatever lies at `<entry>.lock` is a user's folder's neighbour.
+
+A FIFO there hung `install` and `fa4 cache-install` in open(); a dangling symlink made them create the file
+it points to, outside; a refused attempt left its `<dest>.lock` behind. Each case runs under a SIGALRM
+limit, so a hang fails the test instead of the suite. `install` is tested end to end in
+test_hostile_lock_install.py; here the lock itself and `fa4 cache-install`'s unpack.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_fa4_jit_cache_install import FP, KEY, A, artifact, entry
+
+from toolkit import fa4_jit
+from toolkit.errors import ToolkitError
+from toolkit.fslock import locked
+
+
+class Hang(Exception):
+    pass
+
+
+@contextmanager
+def within(seconds: float = 10) -> Iterator[None]:
+    """The body must end within `seconds` (a blocking open of a FIFO is interrupted by SIGALRM)."""
+    def hang(signum, frame):
+        raise Hang(f"ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def make(kind: str, lock: Path, outside: Path) -> None:
+    """Put a `kind` at `lock`; `outside` is where a followed symlink would lead."""
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        outside.parent.mkdir(exist_ok=True)
+        if kind == "symlink to a file":
+            outside.write_text("precious")
+        lock.symlink_to(outside)
+
+
+KINDS = ["fifo", "dangling symlink", "symlink to a file", "folder"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path, kind):
+    entry_path, outside = tmp_path / "cache" / "entry", tmp_path / "elsewhere" / "target"
+    entry_path.parent.mkdir()
+    make(kind, tmp_path / "cache" / "entry.lock", outside)
+    with within(), pytest.raises(ToolkitError) as caught:
+        with locked(entry_path):
+            pytest.fail("the body ran")
+    message = str(caught.value)
+    assert "\n" not in message and "entry.lock: is a" in message and "not a lock file" in message
+    assert not outside.exists() or outside.read_text() == "precious"
+
+
+def test_a_failed_attempt_removes_only_the_lock_file_it_created(tmp_path):
+    entry_path = tmp_path / "entry"
+    with pytest.raises(ToolkitError), locked(entry_path):
+        raise ToolkitError("refused")
+    assert not (tmp_path / "entry.lock").exists()
+    with locked(entry_path):  # a success keeps it, as before: the next job locks the same file
+        pass
+    assert (tmp_path / "entry.lock").is_file()
+    with pytest.raises(ToolkitError), locked(entry_path):
+        raise ToolkitError("refused")
+    assert (tmp_path / "entry.lock").is_file()  # not this attempt's to remove
+
+
+def test_a_waiter_on_a_removed_lock_file_locks_the_one_named_now(tmp_path, monkeypatch):
+    """A waiter blocked on the file a failed attempt then removes must not go on holding a lock on a file
+    no name leads to (a third job would lock a new one beside it): it locks the file named now."""
+    import toolkit.fslock as fslock
+
+    entry_path, lock = tmp_path / "entry", tmp_path / "entry.lock"
+    blocking, real_flock = threading.Event(), fslock.fcntl.flock
+    holds_the_named_file: list[bool] = []
+
+    def flock(fd: int, operation: int) -> None:
+        if operation == fslock.fcntl.LOCK_EX:  # the waiting call
+            blocking.set()
+        real_flock(fd, operation)
+
+    def wait_then_hold() -> None:
+        with locked(entry_path):
+            holds_the_named_file.append(lock.is_file())
+
+    monkeypatch.setattr(fslock.fcntl, "flock", flock)
+    waiter = threading.Thread(target=wait_then_hold)
+    with pytest.raises(ToolkitError), locked(entry_path):
+        waiter.start()
+        assert blocking.wait(timeout=10)
+        time.sleep(0.2)  # into the flock call
+        raise ToolkitError("refused")
+    waiter.join(timeout=10)
+    assert holds_the_named_file == [True]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cache_install_refuses_a_dest_lock_that_is_not_a_regular_file(tmp_path, kind):
+    dest, outside = tmp_path / "dest", tmp_path / "elsewhere" / "target"
+    make(kind, tmp_path / "dest.lock", outside)
+    record = artifact(tmp_path / "wh", [entry(f"{FP}/{A}.o")])
+    with within(), pytest.raises(ToolkitError) as caught:
+        fa4_jit.unpack(record, KEY, dest)
+    assert "dest.lock: is a" in str(caught.value) and "\n" not in str(caught.value)
+    assert not dest.exists() and (not outside.exists() or outside.read_text() == "precious")
+
+
+def test_a_refused_cache_install_leaves_no_dest_lock(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    record = artifact(tmp_path / "wh", [entry(f"{FP}/{A}.o")])
+    with pytest.raises(ToolkitError, match="holds files no cache-install wrote"):
+        fa4_jit.unpack(record, KEY, dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "wh"]
