@@ -118,6 +118,23 @@ def test_reinstall_replaces_the_old_prefix_and_reuses_verified_archives(lock_ove
     assert leftovers(tmp_path, "cu126") == []
 
 
+def test_if_stale_leaves_an_environment_of_the_same_lock_as_it_is(lock_over_http, tmp_path, isolated_caches):
+    """A local matrix run installs with --if-stale: the environment a current record names is not rebuilt (the
+    same folder, inode and files), while one whose record names another lock digest is."""
+    prefix = tmp_path / "cu126"
+    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64") == prefix
+    before = prefix.stat().st_ino
+    (prefix / "etc" / "nvcc.profile").write_text("as the first install left it")
+    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64",
+                        if_stale=True) is None
+    assert prefix.stat().st_ino == before and (prefix / "etc" / "nvcc.profile").read_text() == "as the first install left it"
+    record = prefix / "etc" / "fa-envkit" / "lock.json"
+    record.write_text(record.read_text().replace('"lock_sha256": "', '"lock_sha256": "0'))  # another lock's
+    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64",
+                        if_stale=True) == prefix
+    assert prefix.stat().st_ino != before and (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n"
+
+
 def test_cli_install_errors_are_one_line(tmp_path, capsys):
     assert main(["install", "gpu-machine", "--locks", str(ROOT / "locks"), "--prefix", str(tmp_path / "p")]) == 1
     assert "external toolchain" in capsys.readouterr().err

@@ -69,8 +69,9 @@ def running_platform() -> str:
 
 
 def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Workspace.locks, backend: str = "auto",
-                 conda_exe: str | None = None, platform: str | None = None) -> Path:
-    """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix.
+                 conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False) -> Path | None:
+    """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
+    `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
 
     Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
     Installs into one prefix take turns (a file lock beside it)."""
@@ -93,6 +94,8 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
     with locked(prefix):
         clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
+        if if_stale and holds(prefix, record):
+            return None
         if not engine.relocates:
             install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
             return prefix
@@ -103,6 +106,13 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
             record.write(staging)  # last: an environment without it is not a finished one
             replace_prefix(staging, prefix)
     return prefix
+
+
+def holds(prefix: Path, record: PrefixRecord) -> bool:
+    """Whether prefix is already the environment `record` describes (same lock digest, platform, folder)."""
+    installed = PrefixRecord.read(prefix) if prefix.is_dir() else None
+    return installed is not None and (installed.lock_sha256, installed.platform, installed.prefix) == (
+        record.lock_sha256, record.platform, record.prefix)
 
 
 def check_current(locked_env: LockedEnv, platform: str) -> None:
@@ -272,6 +282,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "renamed into place.")
     parser.add_argument("line", metavar="LINE", help="line name (cu126)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="leave an environment that already holds this lock as it is (default: reinstall it)")
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=run_install)
@@ -282,6 +294,9 @@ def run_install(args: argparse.Namespace) -> int:
     if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
         resolve_spec_arg(args.line, workspace.envs)
     with run_temporaries("install"):
-        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda)
-    print(f"{display_path(prefix)}: environment of {display_path(workspace.lock_file(args.line))} installed")
+        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda,
+                              if_stale=args.if_stale)
+    lock = display_path(workspace.lock_file(args.line))
+    print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
+          f"{display_path(args.prefix or workspace.prefix(args.line))}: already the environment of {lock}; left as it is")
     return 0
