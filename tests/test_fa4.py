@@ -582,6 +582,36 @@ def test_the_hand_over_never_removes_files_through_a_symlinked_folder(tmp_path, 
     assert (elsewhere / "x.py").read_text() == "precious\n" and (dist_info / "RECORD").read_text() == record
 
 
+@pytest.mark.parametrize("swapped", ["flash_attn", "flash_attn/cute"])
+def test_a_folder_swapped_for_a_symlink_after_the_hand_over_checked_it_deletes_nothing_outside(
+        tmp_path, monkeypatch, swapped):
+    """The check that no RECORD path passes through a symlink runs first; a folder swapped for a symlink to
+    another folder right after it (the last call of the check does the swap) stops the hand-over in one line
+    and the other folder's files, named as FA2's cute files are, are all still there."""
+    elsewhere = tmp_path / "elsewhere"
+    site = tmp_path / "site"
+    for root in (site, elsewhere):
+        (root / "flash_attn" / "cute" / "__pycache__").mkdir(parents=True)
+        (root / "flash_attn" / "cute" / "x.py").write_text("precious\n")
+        (root / "flash_attn" / "cute" / "__pycache__" / "x.cpython-312.pyc").write_text("precious\n")
+    dist_info = site / "flash_attn-2.8.3.post2.dist-info"
+    dist_info.mkdir()
+    (dist_info / "RECORD").write_text("flash_attn/__init__.py,,\nflash_attn/cute/x.py,,\n")
+    real_check = fa4._through_link
+
+    def check_then_swap(root, name):
+        answer = real_check(root, name)
+        (site / swapped).rename(tmp_path / "moved-away")
+        (site / swapped).symlink_to(elsewhere / swapped)
+        return answer
+
+    monkeypatch.setattr(fa4, "_through_link", check_then_swap)
+    with pytest.raises(ToolkitError, match="a symlink or not a folder"):
+        fa4.hand_over_cute(fa4.Fa2Install("2.8.3.post2", dist_info))
+    assert sorted(p.relative_to(elsewhere).as_posix() for p in elsewhere.rglob("*") if p.is_file()) == [
+        "flash_attn/cute/__pycache__/x.cpython-312.pyc", "flash_attn/cute/x.py"]
+
+
 def pip_target(wheels: list[Path], dest: Path) -> Path:
     """What `toolkit fa4 install` stages: pip's --target install of real pinned wheels (pure ones, so this
     python's pip installs them)."""

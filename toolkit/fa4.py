@@ -611,7 +611,11 @@ def _record_rows(path: Path) -> list[list[str]]:
 def hand_over_cute(fa2: Fa2Install) -> list[str]:
     """FA2's own copy of flash_attn/cute gives way to FA4's: its rows leave FA2's RECORD first (so
     `pip uninstall flash-attn` never deletes FA4's files), then the files it listed are removed. Only
-    paths FA2's RECORD names, inside flash_attn/cute, are touched. Returns them."""
+    paths FA2's RECORD names, inside flash_attn/cute, are touched. Returns them.
+
+    Each file is unlinked relative to its folder, opened from the site folder down without following a
+    symlink (as merge_into holds its folders), so a folder swapped for a symlink after the check below
+    makes the hand-over stop in one line, never delete outside."""
     rows = _record_rows(fa2.record_file)
     prefix = "flash_attn/cute/"
     ours = [row[0] for row in rows if row[0].startswith(prefix) and ".." not in Path(row[0]).parts]
@@ -627,10 +631,38 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
         kept = io.StringIO()
         csv.writer(kept, lineterminator="\n").writerows(row for row in rows if row[0] not in ours)
         write_atomic(fa2.record_file, kept.getvalue())
-        for name in ours:
-            (root / name).unlink(missing_ok=True)
-        shutil.rmtree(root / "flash_attn" / "cute" / "__pycache__", ignore_errors=True)
+        with _held_folder(root) as site:
+            for name in ours:
+                _unlink_held(root, Path(name).parts, site)
+            with _held_folder(root / "flash_attn", site) as inner, _held_folder(root / prefix, inner) as cute:
+                _remove_pycache(cute)
     return ours
+
+
+def _unlink_held(root: Path, parts: tuple[str, ...], root_fd: int) -> None:
+    """Unlink root/parts, each folder on the way opened in the one before it without following a symlink."""
+    with ExitStack() as stack:
+        folder = root_fd
+        for depth in range(1, len(parts)):
+            folder = stack.enter_context(_held_folder(root.joinpath(*parts[:depth]), folder))
+        with suppress(FileNotFoundError):
+            os.unlink(parts[-1], dir_fd=folder)
+
+
+def _remove_pycache(folder: int) -> None:
+    """Remove the __pycache__ folder in a held folder, its entries unlinked through its own descriptor."""
+    try:
+        cache = os.open("__pycache__", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError:
+        return  # none, or not a plain folder: nothing of FA2's to remove
+    try:
+        for name in os.listdir(cache):
+            with suppress(OSError):
+                os.unlink(name, dir_fd=cache)
+    finally:
+        os.close(cache)
+    with suppress(OSError):
+        os.rmdir("__pycache__", dir_fd=folder)
 
 
 def _through_link(root: Path, name: str) -> bool:
