@@ -38,9 +38,10 @@ from toolkit.knowledge import arch_number, minor_of
 from toolkit.line_env import LineEnvironment
 from toolkit.lock import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
+from toolkit.paths import display_path
 from toolkit.preflight import preflight_input, run_preflight
 from toolkit.rules import checked_spec
-from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.spec import EnvSpec, resolve_spec_arg
 from toolkit.wheel_check import install_and_import, verify_wheel
 from toolkit.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 from toolkit.workspace import Workspace, add_workspace_options

@@ -27,7 +27,7 @@ from packaging.version import Version
 from toolkit import knowledge_files
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import KNOWLEDGE_DIR, arch_number, load_knowledge
-from toolkit.spec import display_path
+from toolkit.paths import display_path
 
 CATALOG = KNOWLEDGE_DIR / "build_failures.yaml"
 TAIL_BYTES = 8 * 2**20  # a longer log is explained from its end, where a failed build stops

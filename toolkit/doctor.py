@@ -40,7 +40,8 @@ from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Fingerprint, Gpu, from_dict
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.lockfile import LockedPackage
-from toolkit.spec import EnvSpec, display_path
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec
 from toolkit.workspace import Workspace, add_workspace_options
 
 STATUS_ORDER = {"fail": 0, "warn": 1, "ok": 2, "info": 3}  # failing rows first

@@ -24,7 +24,8 @@ from toolkit.knowledge import arch_number
 from toolkit.line_env import LineEnvironment
 from toolkit.lockfile import LockedPackage
 from toolkit.nvcc_gcc import host_config_cap
-from toolkit.spec import EnvSpec, display_path, resolve_spec_arg
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec, resolve_spec_arg
 from toolkit.workspace import DEFAULT, Workspace
 
 PROBE_TIMEOUT_S = 120  # importing flash_attn imports torch: seconds, more on a network filesystem

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import reprlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pydantic
+
+SHOWN = reprlib.Repr()
+SHOWN.maxstring, SHOWN.maxother, SHOWN.maxlong, SHOWN.maxlist, SHOWN.maxdict, SHOWN.maxlevel = 60, 60, 40, 6, 4, 2
 
 
 class ToolkitError(Exception):
@@ -16,11 +20,14 @@ class ToolkitError(Exception):
         self.exit_code = exit_code
 
 
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: repr (control characters escaped), cut to a readable length."""
+    return SHOWN.repr(value)
+
+
 def first_problem(exc: pydantic.ValidationError) -> str:
     """pydantic's first complaint as "field.path: problem": `rules[3].attn_implementation.sdpa_backend: ']]' is
     not a name`, so the one line says which value to fix (every typed file format's reader uses it)."""
-    from toolkit.spec import shown
-
     error = exc.errors()[0]
     at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"] if part != "[key]")
     if error["type"] == "value_error":

@@ -48,7 +48,8 @@ from toolkit.fslock import locked
 from toolkit.install_record import PrefixRecord
 from toolkit.jsonfile import read_json
 from toolkit.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
-from toolkit.spec import display_path, load_spec, resolve_spec_arg
+from toolkit.paths import display_path
+from toolkit.spec import load_spec, resolve_spec_arg
 from toolkit.workspace import Workspace, add_workspace_options
 
 console = Console(stderr=True, highlight=False)

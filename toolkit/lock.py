@@ -52,7 +52,8 @@ from toolkit.lockfile import (
     read_lock,
     stale_reason,
 )
-from toolkit.spec import EnvSpec, display_path, load_spec, resolve_spec_arg, spec_paths
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 
 # ---------------------------------------------------------------- what the solvers are asked

@@ -31,8 +31,9 @@ from toolkit.errors import ToolkitError
 from toolkit.jsonfile import read_json
 from toolkit.knowledge import load_knowledge, minor_of
 from toolkit.lock import LockedEnv, read_lock
+from toolkit.paths import display_path
 from toolkit.rules import checked_spec
-from toolkit.spec import EnvSpec, display_path, resolve_spec_arg, spec_paths
+from toolkit.spec import EnvSpec, resolve_spec_arg, spec_paths
 from toolkit.wheelhouse import records
 from toolkit.workspace import DEFAULT, Workspace, add_workspace_options
 

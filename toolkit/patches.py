@@ -20,7 +20,8 @@ from packaging.version import Version
 from toolkit import knowledge_files
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.spec import EnvSpec, display_path
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec
 
 PATCH_DIR = Path(__file__).parent / "patches"
 PATCHES_YAML = "patches.yaml"  # in toolkit/knowledge/

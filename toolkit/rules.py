@@ -18,7 +18,8 @@ from toolkit import fa4_rules, patches
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.nvcc_gcc import gcc_cap, lines_accepting
-from toolkit.spec import EnvSpec, Location, display_path, load_spec, resolve_spec_arg, spec_paths
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec, Location, load_spec, resolve_spec_arg, spec_paths
 from toolkit.workspace import Workspace, add_workspace_options
 
 

@@ -30,7 +30,8 @@ from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
 from toolkit.jsonfile import read_json
-from toolkit.spec import EnvSpec, display_path
+from toolkit.paths import display_path
+from toolkit.spec import EnvSpec
 from toolkit.wheelhouse import records
 from toolkit.workspace import DEFAULT, Workspace
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import reprlib
 import unicodedata
 import urllib.parse
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from packaging.version import Version
 
 from toolkit.bounded_read import Unreadable, regular_file_bytes
 from toolkit.digest import sha256_json
-from toolkit.errors import ToolkitError
+from toolkit.errors import ToolkitError, shown
 from toolkit.paths import display_path, printable
 from toolkit.workspace import Workspace, checked_line
 
@@ -54,15 +53,6 @@ MAX_NUMBER_CHARS = 40  # longer ints take quadratic time to convert and more tha
 CONTROL = ("\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
            "\ufeff\ufff9-\uffff")
 FILE_CONTROL = re.compile(f"[{CONTROL}]")
-SHOWN = reprlib.Repr()
-SHOWN.maxstring, SHOWN.maxother, SHOWN.maxlong, SHOWN.maxlist, SHOWN.maxdict, SHOWN.maxlevel = 60, 60, 40, 6, 4, 2
-
-
-def shown(value: Any) -> str:
-    """A value as an error message quotes it: repr (control characters escaped), cut to a readable length."""
-    return SHOWN.repr(value)
-
-
 @dataclass(frozen=True)
 class Location:
     file: Path

@@ -29,11 +29,10 @@ from packaging.version import Version
 from toolkit import knowledge_files
 from toolkit.atomic import write_atomic
 from toolkit.bounded_read import Unreadable, regular_file_bytes
-from toolkit.errors import ToolkitError, first_problem
+from toolkit.errors import ToolkitError, first_problem, shown
 from toolkit.jsonfile import MAX_JSON_BYTES, parse_json, read_json
 from toolkit.knowledge import Knowledge, load_knowledge, minor_of
 from toolkit.paths import display_path, folder_argument
-from toolkit.spec import shown
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
 RECORD_INDEX = "index.json"

@@ -21,9 +21,8 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 
 from toolkit.atomic import write_atomic
-from toolkit.errors import ToolkitError, first_problem
+from toolkit.errors import ToolkitError, first_problem, shown
 from toolkit.jsonfile import read_json
-from toolkit.spec import shown
 
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
