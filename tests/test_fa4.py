@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4
+from toolkit import fa4, fa4_lock, fa4_pins, fa4_wheels
 from toolkit.cli import main
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
@@ -50,7 +50,7 @@ def joined(tmp_path_factory) -> Path:
 
 
 def test_every_pin_is_exact_and_hash_pinned():
-    rel = fa4.release()
+    rel = fa4_pins.release()
     assert rel.version == "4.0.0b36"
     for pin in rel.wheels:
         assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0 and pin.size > 0
@@ -59,7 +59,7 @@ def test_every_pin_is_exact_and_hash_pinned():
 
 
 def test_the_cuda_major_picks_the_libs_flavor():
-    rel = fa4.release()
+    rel = fa4_pins.release()
     names = {p.name for p in rel.wheels_for("13")}
     assert "nvidia-cutlass-dsl-libs-cu13" in names and "nvidia-cutlass-dsl-libs-cu12" not in names
     with pytest.raises(ToolkitError, match="no CUDA 11 flavor"):
@@ -68,11 +68,11 @@ def test_the_cuda_major_picks_the_libs_flavor():
 
 def test_an_unknown_release_is_one_line():
     with pytest.raises(ToolkitError, match=r"flash-attn-4 9\.9 is not in the knowledge \(known: 4\.0\.0b36"):
-        fa4.release("9.9")
+        fa4_pins.release("9.9")
 
 
 def test_if_missing_wheels_are_left_out_when_the_python_has_them():
-    rel = fa4.release()
+    rel = fa4_pins.release()
     planned = {p.name for p in fa4.plan(rel, "13", {"cuda-bindings": "13.0.3", "protobuf": "6.31.0"})}
     assert "cuda-bindings" not in planned and "protobuf" not in planned and "cuda-pathfinder" in planned
     assert "flash-attn-4" in planned
@@ -80,7 +80,7 @@ def test_if_missing_wheels_are_left_out_when_the_python_has_them():
 
 def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
     """protobuf is installed only where missing, unless the python's copy is older than libs-base needs."""
-    rel = fa4.release()
+    rel = fa4_pins.release()
     env = {"python_version": "3.12", "sys_platform": "linux", "platform_machine": "x86_64"}
     read = lambda pin: fa4.wheel_metadata(joined / pin.file)
     fine = {"torch": "2.11.0", "protobuf": "5.29.0", "typing-extensions": "4.15.0", "einops": "0.8.1",
@@ -93,41 +93,41 @@ def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
 
 @needs_wheels
 def test_fetched_wheels_match_the_pins_and_each_carry_fits(joined):
-    rel = fa4.release()
+    rel = fa4_pins.release()
     for pin in rel.wheels_for("13"):
-        fa4.check_wheel(joined / pin.file, pin)
+        fa4_wheels.check_wheel(joined / pin.file, pin)
     for part in ("part1", "part2"):
         size = sum(f.stat().st_size for f in (FETCHED / part).iterdir())
         assert size < 60 * 2 ** 20, part
 
 
 def test_a_tampered_wheel_is_refused(tmp_path):
-    pin = fa4.release().wheels[1]
+    pin = fa4_pins.release().wheels[1]
     (tmp_path / pin.file).write_bytes(b"x" * pin.size)
     with pytest.raises(ToolkitError, match="does not match the pin"):
-        fa4.check_wheel(tmp_path / pin.file, pin)
+        fa4_wheels.check_wheel(tmp_path / pin.file, pin)
 
 
 def test_split_and_join_round_trip_and_a_damaged_part_is_caught(tmp_path):
     data = os.urandom(3 * 1000 + 7)
     (tmp_path / "big.whl").write_bytes(data)
-    parts = fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    parts = fa4_wheels.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
     assert [p.name for p in parts] == [f"big.whl.part00{i}" for i in range(4)]
     manifest = tmp_path / "parts" / "big.whl.parts.json"
-    assert fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "out").read_bytes() == data
+    assert fa4_wheels.join_parts(manifest, [tmp_path / "parts"], tmp_path / "out").read_bytes() == data
     parts[2].write_bytes(b"0" * 1000)
     with pytest.raises(ToolkitError, match="sha256 differs"):
-        fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
+        fa4_wheels.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
     assert not (tmp_path / "again" / "big.whl").exists()
     parts[1].unlink()
     with pytest.raises(ToolkitError, match="part big.whl.part001 is in none of"):
-        fa4.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
+        fa4_wheels.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
 
 
 @needs_wheels
 def test_the_meta_package_requires_libs_cu12_and_libs_cu13_replaces_it(joined):
     """The trap from the H200: nvidia-cutlass-dsl's METADATA wants libs-cu12 even for CUDA 13."""
-    rel = fa4.release()
+    rel = fa4_pins.release()
     pins = rel.wheels_for("13")
     metadata = [fa4.wheel_metadata(joined / p.file) for p in pins]
     available = {p.name: p.version for p in pins} | {"torch": "2.11.0"}
@@ -185,7 +185,7 @@ def test_fa4_takes_over_fa2s_cute_copy_and_fa2_keeps_the_rest(tmp_path, pinned_s
     dist_info = install_fa2_files(pinned_sdist, target)
     fa2_files = {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*.py")}
     fa2_cute = {n for n in fa2_files if n.startswith("flash_attn/cute/")}
-    assert len(fa2_cute) == fa4.knowledge()["beside_flash_attn_2"]["2.8.3.post2"]["cute_files"]
+    assert len(fa2_cute) == fa4_pins.knowledge()["beside_flash_attn_2"]["2.8.3.post2"]["cute_files"]
     beside = fa4.flash_attn_2_beside(target)
     assert beside == fa4.Fa2Install("2.8.3.post2", dist_info)
     staging = fa4_wheel_files(tmp_path / "staging")
@@ -335,7 +335,7 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
     python = python312_base(tmp_path)
     target = tmp_path / "fa4"
-    record = fa4.install(fa4.release(), "13", joined, target, str(python))
+    record = fa4.install(fa4_pins.release(), "13", joined, target, str(python))
     assert "nvidia-cutlass-dsl-libs-cu13==4.8.1" in record.installed
     assert not any("libs-cu12" in name for name in record.installed)
     assert Fa4Record.read(target) == record  # written (atomically) as returned
@@ -346,7 +346,7 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     fixed = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, **record.env()})
     assert fixed.returncode == 0, fixed.stderr[-500:]
     assert fixed.stdout.strip() == "4.8.1"
-    again = fa4.install(fa4.release(), "13", joined, target, str(python))  # a rerun replaces, as --upgrade did
+    again = fa4.install(fa4_pins.release(), "13", joined, target, str(python))  # a rerun replaces, as --upgrade did
     assert again.installed == record.installed and not list(target.glob(".fa-envkit-tmp-*"))
 
 
@@ -355,7 +355,7 @@ def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_s
     python = python312_base(tmp_path)
     target = tmp_path / "site"
     install_fa2_files(pinned_sdist, target)
-    record = fa4.install(fa4.release(), "13", joined, target, str(python))
+    record = fa4.install(fa4_pins.release(), "13", joined, target, str(python))
     assert record.flash_attn_2 == "2.8.3.post2" and len(record.replaced_from_flash_attn_2) == 21
     assert json.loads((target / Fa4Record.FILE).read_text())["flash_attn_2"] == "2.8.3.post2"
     assert (target / "flash_attn" / "flash_attn_interface.py").is_file()
@@ -409,18 +409,18 @@ def recorded_pypi(project: str) -> list[dict]:
 def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
     from toolkit.spec import load_spec
 
-    path = fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
+    path = fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
     data = json.loads(path.read_text())
     assert path.name == "gpu-machine-fa4.fa4-lock.json" and data["cuda_major"] == "13"
-    assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4.release().wheels_for("13")]
+    assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4_pins.release().wheels_for("13")]
     assert all(w["url"].startswith("https://files.pythonhosted.org/") and w["url"].endswith(w["file"])
                for w in data["wheels"])
-    assert fa4.read_lock(path)[0].version == "4.0.0b36"
+    assert fa4_lock.read_lock(path)[0].version == "4.0.0b36"
     assert path.read_text() == (ROOT / "locks" / path.name).read_text()  # the committed lock is this one
     data["wheels"][0]["version"] = "4.0.0b37"
     path.write_text(json.dumps(data))
     with pytest.raises(ToolkitError, match="edited after it was written"):
-        fa4.read_lock(path)
+        fa4_lock.read_lock(path)
 
 
 def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
@@ -433,12 +433,12 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
         return files
 
     with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
-        fa4.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
+        fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_every_fact_in_the_knowledge_names_a_source_that_exists():
-    data = fa4.knowledge()
+    data = fa4_pins.knowledge()
     refs = [data["attn_implementation_source"], *(f["source"] for f in data["features"].values()),
             *(h["source"] for h in data["head_dims"].values()),
             *(h["bwd"]["source"] for h in data["head_dims"].values() if "bwd" in h), *(t["source"] for t in data["targets"]),
@@ -453,7 +453,7 @@ def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, ma
     path = tmp_path / "x.whl.parts.json"
     path.write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
     with pytest.raises(ToolkitError, match="parts manifest|plain file names"):
-        fa4.join_parts(path, [tmp_path], tmp_path / "out")
+        fa4_wheels.join_parts(path, [tmp_path], tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "escape.whl").exists()
 
 
@@ -471,25 +471,25 @@ def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
 def test_an_interrupted_join_leaves_no_partial_file(tmp_path, monkeypatch):
     """Ctrl-C in the middle of joining: the destination holds nothing, not a nameless half wheel."""
     (tmp_path / "big.whl").write_bytes(os.urandom(3000))
-    fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
-    real_append = fa4._append
+    fa4_wheels.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    real_append = fa4_wheels._append
 
     def copy_then_interrupt(source, out, limit):
         real_append(source, out, limit)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fa4, "_append", copy_then_interrupt)
+    monkeypatch.setattr(fa4_wheels, "_append", copy_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        fa4.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
+        fa4_wheels.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_a_joined_wheel_is_readable_by_the_group_as_a_downloaded_one_is(tmp_path):
     (tmp_path / "big.whl").write_bytes(os.urandom(3000))
-    fa4.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
+    fa4_wheels.split_file(tmp_path / "big.whl", tmp_path / "parts", part_bytes=1000)
     saved = os.umask(0o022)
     try:
-        out = fa4.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
+        out = fa4_wheels.join_parts(tmp_path / "parts" / "big.whl.parts.json", [tmp_path / "parts"], tmp_path / "out")
     finally:
         os.umask(saved)
     assert out.stat().st_mode & 0o777 == 0o644
@@ -500,9 +500,9 @@ def test_a_carry_over_the_limit_keeps_the_folders_it_would_replace(tmp_path):
     for name in ("a.whl", "b.whl", "c.whl"):
         wheels.append(tmp_path / name)
         wheels[-1].write_bytes(os.urandom(100))
-    part1, part2 = fa4.carry_split(wheels[:2], tmp_path / "carry")
+    part1, part2 = fa4_wheels.carry_split(wheels[:2], tmp_path / "carry")
     with pytest.raises(ToolkitError, match="over the"):
-        fa4.carry_split(wheels[2:], tmp_path / "carry", limit=50)
+        fa4_wheels.carry_split(wheels[2:], tmp_path / "carry", limit=50)
     assert sorted(p.name for p in part1.iterdir()) == ["a.whl", "b.whl"] and part2.is_dir()
     assert sorted(p.name for p in (tmp_path / "carry").iterdir()) == ["part1", "part2"]
 
@@ -519,14 +519,14 @@ def test_fetch_publishes_only_a_wheel_matching_its_pin(tmp_path):
     import hashlib
 
     good = b"wheel bytes"
-    pin = fa4.WheelPin("demo", "1.0", "demo-1.0-py3-none-any.whl", hashlib.sha256(good).hexdigest(), len(good),
+    pin = fa4_pins.WheelPin("demo", "1.0", "demo-1.0-py3-none-any.whl", hashlib.sha256(good).hexdigest(), len(good),
                         cuda="12", replaces="demo-cu12")
-    rel = fa4.Release("1.0", "3.12", 80, ("80",), ("12",), "2.9", (pin,), ())
+    rel = fa4_pins.Release("1.0", "3.12", 80, ("80",), ("12",), "2.9", (pin,), ())
     dest = tmp_path / "wheels"
     with pytest.raises(ToolkitError, match="does not match the pin"):
-        fa4.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, b"tampered!!!", pin.file))
+        fa4_wheels.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, b"tampered!!!", pin.file))
     assert list(dest.iterdir()) == []
-    assert fa4.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, good, pin.file)) == [dest / pin.file]
+    assert fa4_wheels.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, good, pin.file)) == [dest / pin.file]
     assert [p.name for p in dest.iterdir()] == [pin.file] and (dest / pin.file).read_bytes() == good
 
 
@@ -625,7 +625,7 @@ def test_an_install_replaces_only_what_an_earlier_install_wrote(tmp_path):
     wheels = [next((FETCHED / "part1").glob(f"{name}-*.whl")) for name in ("flash_attn_4", "einops")]
     staging = pip_target(wheels, tmp_path / "staging")
     target = pip_target(wheels, tmp_path / "target")  # the earlier install of the same wheels
-    rel = fa4.release()
+    rel = fa4_pins.release()
     assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == []
     (target / "einops" / "mine.py").write_text("a user's file\n")
     (target / "flash_attn" / "cute" / "notes").mkdir()
@@ -646,7 +646,7 @@ def test_a_users_files_of_the_same_names_are_foreign_and_console_scripts_are_own
     (target / "bin" / "tvm-ffi-config").write_text("#!/bin/sh\n")
     (target / "einops").mkdir()
     (target / "einops" / "__init__.py").write_text("someone else's einops\n")
-    rel = fa4.release()
+    rel = fa4_pins.release()
     assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, rel, None)) == [
         "bin/tvm-ffi-config", "einops/__init__.py"]
     dist_info = target / "apache_tvm_ffi-0.1.15.post2.dist-info"
@@ -661,9 +661,9 @@ def test_beside_fa2_only_its_recorded_cute_files_are_owned(tmp_path, pinned_sdis
     target = tmp_path / "site"
     install_fa2_files(pinned_sdist, target)
     beside = fa4.flash_attn_2_beside(target)
-    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4.release(), beside)) == []
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4_pins.release(), beside)) == []
     (target / "flash_attn" / "cute" / "user_extra.py").write_text("mine\n")
-    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4.release(), beside)) == [
+    assert fa4.foreign_entries(staging, target, fa4.owned_paths(target, fa4_pins.release(), beside)) == [
         "flash_attn/cute/user_extra.py"]
     (target / "flash_attn" / "cute" / "user_extra.py").unlink()
     moved = tmp_path / "flash_attn-real"
@@ -681,7 +681,7 @@ def test_install_into_a_folder_with_a_users_files_of_the_same_name_changes_nothi
     (target / "notes.txt").write_text("kept\n")
     before = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
     with pytest.raises(ToolkitError, match="would replace 1 file.*bin/my-tool .*nothing was changed"):
-        fa4.install(fa4.release(), "13", joined, target, str(python))
+        fa4.install(fa4_pins.release(), "13", joined, target, str(python))
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
     assert (target / "bin" / "my-tool").read_text() == "precious\n"
 

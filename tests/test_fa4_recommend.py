@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4
+from toolkit import fa4_pins
 from toolkit.attention import recommend
 from toolkit.cli import main
 
@@ -59,7 +59,7 @@ def _verify(failed: int = 0, gpu: str = GPU) -> dict:
 
 
 def test_cudnn_wins_short_sequences_and_fa4_long_ones_when_fa4_is_verified():
-    data = recommend.build(_bench(), {"fa4": _verify()}, fa4.knowledge())
+    data = recommend.build(_bench(), {"fa4": _verify()}, fa4_pins.knowledge())
     rules = [recommend.Rule(**r) for r in data["rules"]]
     pick = lambda seqlen, causal=False, d=128: recommend.lookup_rules(rules, "bfloat16", d, causal, "fwd", seqlen)
     assert pick(1024).backend == "sdpa-cudnn" and pick(1024, True).backend == "sdpa-cudnn"
@@ -72,7 +72,7 @@ def test_cudnn_wins_short_sequences_and_fa4_long_ones_when_fa4_is_verified():
 
 
 def test_bands_with_one_winner_merge():
-    data = recommend.build(_bench(), {"fa4": _verify()}, fa4.knowledge())
+    data = recommend.build(_bench(), {"fa4": _verify()}, fa4_pins.knowledge())
     d128 = [r for r in data["rules"] if (r["head_dim"], r["causal"], r["mode"]) == (128, False, "fwd")]
     assert [(r["seqlen_min"], r["seqlen_max"], r["backend"]) for r in d128] == [
         (0, 4095, "sdpa-cudnn"), (4096, None, "fa4")]
@@ -80,13 +80,13 @@ def test_bands_with_one_winner_merge():
 
 def test_an_unverified_fa4_is_never_recommended_and_the_shortfall_is_reported():
     for report in (_verify(failed=1), _verify(gpu="NVIDIA H100 80GB HBM3")):
-        data = recommend.build(_bench(), {"fa4": report}, fa4.knowledge())
+        data = recommend.build(_bench(), {"fa4": report}, fa4_pins.knowledge())
         assert "fa4" not in data["verified"] and {r["backend"] for r in data["rules"]} == {"sdpa-cudnn"}
         assert data["worst_ratio"] == pytest.approx(477 / 537)  # d64 4096: cuDNN is 0.89x the unverified FA4
 
 
 def test_issue_targets_are_checked_with_the_committed_fa2_number_when_the_run_has_none():
-    data = recommend.build(_bench(), {"fa4": _verify()}, fa4.knowledge())
+    data = recommend.build(_bench(), {"fa4": _verify()}, fa4_pins.knowledge())
     targets = {(t["mode"], t["versus"]): t for t in data["targets"]}
     fwd_fa2 = targets[("fwd", "flash-attn")]
     assert fwd_fa2["ratio"] == pytest.approx(707 / 390) and fwd_fa2["met"]
@@ -129,7 +129,7 @@ def test_a_backend_counts_only_for_the_shapes_its_report_proved():
     """FA4 wrong at head dim 128 (a failed case there) stays recommended at head dim 64 only."""
     report = _verify()
     report["cases"].append(_case("failed", 128, False))
-    data = recommend.build(_bench(), {"fa4": report}, fa4.knowledge())
+    data = recommend.build(_bench(), {"fa4": report}, fa4_pins.knowledge())
     rules = [recommend.Rule(**r) for r in data["rules"]]
     pick = lambda seqlen, causal=False, d=128: recommend.lookup_rules(rules, "bfloat16", d, causal, "fwd", seqlen)
     assert pick(4096, d=64).backend == "fa4" and pick(4096, True).backend == "fa4"
@@ -146,7 +146,7 @@ def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
     40 and 80, which the bench grid (64, 128) does not contain, so the grid's shapes are all proven."""
     bench = json.loads((H200_RUN / "bench" / "bench.json").read_text())
     report = json.loads((H200_RUN / "verify-fa4-full" / "verify.json").read_text())
-    data = recommend.build(bench, {"fa4": report}, fa4.knowledge())
+    data = recommend.build(bench, {"fa4": report}, fa4_pins.knowledge())
     rules = [recommend.Rule(**r) for r in data["rules"]]
     pick = lambda seqlen, mode="fwd": recommend.lookup_rules(rules, "bfloat16", 128, False, mode, seqlen)
     assert pick(4096).backend == "fa4" and pick(1024).backend == "sdpa-cudnn"

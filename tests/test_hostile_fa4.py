@@ -1,7 +1,7 @@
 """Hostile inputs to the fa4 verbs: carried part folders, a folder swapped during an install, hand-edited
 install records, a killed install, and paths that would break a later step.
 
-The joins use files made here by fa4.split_file, their expected bytes and hashes from hashlib and the files
+The joins use files made here by fa4_wheels.split_file, their expected bytes and hashes from hashlib and the files
 themselves. The killed install is the real verb in a subprocess with the real pinned wheels (run
 scripts/fetch_fa4_wheels.sh first) for a real Python 3.12 whose torch is a dist-info stand-in (test_fa4).
 """
@@ -22,7 +22,7 @@ import pytest
 from test_fa4 import FETCHED, PY312, python312_base
 from test_fa4_jit_cache_install import KEY, artifact, entry, tree
 
-from toolkit import fa4
+from toolkit import fa4, fa4_wheels
 from toolkit.cli import main
 from toolkit.install_record import Fa4Record
 
@@ -39,7 +39,7 @@ def split(tmp_path: Path, name: str = "big.whl", size: int = 3000) -> tuple[Path
     """A parts folder of a random file cut in 1000-byte parts, as fetch_fa4_wheels.sh cuts the big wheel."""
     data = os.urandom(size)
     (tmp_path / name).write_bytes(data)
-    fa4.split_file(tmp_path / name, tmp_path / "parts", part_bytes=1000)
+    fa4_wheels.split_file(tmp_path / name, tmp_path / "parts", part_bytes=1000)
     return tmp_path / "parts", data
 
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from toolkit import archives, bench, doctor_facts, fa4, lock, modules, ninja_shim, scaleout, upstream
+from toolkit import archives, bench, doctor_facts, fa4, fa4_lock, fa4_wheels, lock, modules, ninja_shim, scaleout, upstream
 from toolkit.attention import recommend
 from toolkit.build_record import BuildRecord
 from toolkit.errors import ToolkitError
@@ -199,8 +199,8 @@ READERS = {  # reader -> the file it reads, made deep before the call
     "ninja shim outcome": (_shim_outcome, ninja_shim.MANIFEST_OUTCOME),
     "ninja shim plan": (_shim_plan, "plan.json"),
     "upstream recorded answers": (_recorded_answers, upstream.RECORD_INDEX),
-    "FA4 lock": (lambda tmp: fa4.read_lock(tmp / "x.fa4-lock.json"), "x.fa4-lock.json"),
-    "FA4 parts manifest": (lambda tmp: fa4.join_parts(tmp / "w.whl.parts.json", [tmp], tmp / "out"),
+    "FA4 lock": (lambda tmp: fa4_lock.read_lock(tmp / "x.fa4-lock.json"), "x.fa4-lock.json"),
+    "FA4 parts manifest": (lambda tmp: fa4_wheels.join_parts(tmp / "w.whl.parts.json", [tmp], tmp / "out"),
                            "w.whl.parts.json"),
     "FA4 install record": (lambda tmp: fa4.load_record(tmp), "fa4-install.json"),
     "recommendation": (lambda tmp: recommend.read_recommendation(tmp / "recommendation.json"), "recommendation.json"),

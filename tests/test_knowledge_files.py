@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import toolkit
-from toolkit import bench, diagnose, doctor, fa4, knowledge_files, lock, patches, preflight, scaleout, upstream
+from toolkit import bench, diagnose, doctor, fa4_pins, knowledge_files, lock, patches, preflight, scaleout, upstream
 from toolkit.cli import main
 from toolkit.errors import ToolkitError
 from toolkit.knowledge import load_knowledge
@@ -47,7 +47,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     real = knowledge_files.read
     monkeypatch.setattr(knowledge_files, "read", lambda name: read.append(Path(name).name) or real(name))
     for cached in (patches.catalog, diagnose.load_catalog, doctor.doctor_knowledge, scaleout.slurm_state_groups,
-                   preflight._compiler_headers, fa4.knowledge, load_knowledge):
+                   preflight._compiler_headers, fa4_pins.knowledge, load_knowledge):
         cached.cache_clear()
     load_knowledge()
     patches.catalog()
@@ -57,7 +57,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     assert scaleout.slurm_state_groups()["PENDING"] == "queued"
     assert preflight.required_headers("2.7.0.post2")
     assert upstream.watch_list()
-    assert fa4.knowledge()["releases"]
+    assert fa4_pins.knowledge()["releases"]
     assert lock.virtual_packages(load_spec(ROOT / "envs" / "cu126.yaml"))["linux-64"]["__cuda"] == "12.6"
     assert sorted(set(read)) == sorted(p.name for p in KNOWLEDGE_DIR.glob("*.yaml"))
 
@@ -97,7 +97,7 @@ def test_bad_value_names_the_file(tmp_path):
 
 def test_missing_and_non_mapping_files(tmp_path):
     with pytest.raises(ToolkitError, match=r"flash_attn_4\.yaml: knowledge file not found \("):
-        fa4.knowledge(tmp_path / "flash_attn_4.yaml")
+        fa4_pins.knowledge(tmp_path / "flash_attn_4.yaml")
     listed = tmp_path / "upstream.yaml"
     listed.write_text("- a list\n")
     with pytest.raises(ToolkitError, match=r"upstream\.yaml: expected a mapping at the top"):

@@ -29,7 +29,7 @@ STAGE_MODULES = (
     "toolkit.verify",
     "toolkit.bench",
     "toolkit.upstream",
-    "toolkit.fa4",
+    "toolkit.fa4_cli",
 )
 
 

@@ -461,7 +461,7 @@ def _warm_command(args: argparse.Namespace) -> int:
 
 
 def _target_and_arch(parser: argparse.ArgumentParser) -> None:
-    from toolkit.fa4 import add_target_option
+    from toolkit.fa4_cli import add_target_option
 
     add_target_option(parser)
     parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")

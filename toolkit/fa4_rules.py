@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from packaging.specifiers import SpecifierSet
 
-from toolkit import fa4
+from toolkit import fa4_lock, fa4_pins
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec
 
 
-def _release(spec: EnvSpec) -> fa4.Release | None:
+def _release(spec: EnvSpec) -> fa4_pins.Release | None:
     if spec.flash_attn_4 is None:
         return None
     try:
-        return fa4.release(spec.flash_attn_4.version)
+        return fa4_pins.release(spec.flash_attn_4.version)
     except ToolkitError:
         return None
 
@@ -31,7 +31,7 @@ def section_complete(spec: EnvSpec, kb) -> str | None:
 def release_known(spec: EnvSpec, kb) -> str | None:
     if spec.flash_attn_4 is None or _release(spec) is not None:
         return None
-    known = ", ".join(fa4.knowledge()["releases"])
+    known = ", ".join(fa4_pins.knowledge()["releases"])
     return (f"flash-attn-4 {spec.flash_attn_4.version} has no hash-pinned wheels in flash_attn_4.yaml "
             f"(known: {known}; a weekly beta is pinned only once its wheels are read)")
 
@@ -80,7 +80,7 @@ def python_pinned(spec: EnvSpec, kb) -> str | None:
         return None
     if not SpecifierSet(rel.python).contains(spec.python):
         return f"flash-attn-4 {rel.version} needs Python {rel.python}, the line has {spec.python}"
-    unfit = [w.file for w in rel.wheels if not fa4.wheel_fits_python(w.file, spec.python)]
+    unfit = [w.file for w in rel.wheels if not fa4_lock.wheel_fits_python(w.file, spec.python)]
     if unfit:
         return (f"{len(unfit)} pinned wheels of flash-attn-4 {rel.version} do not run on Python {spec.python}, e.g. "
                 f"{unfit[0]} (pin that interpreter's wheels in flash_attn_4.yaml)")
@@ -93,7 +93,7 @@ def beside_flash_attn_2_known(spec: EnvSpec, kb) -> str | None:
     read (beside_flash_attn_2); any other is refused before anything is installed."""
     if spec.flash_attn_4 is None or not spec.flash_attn_4.with_flash_attn_2:
         return None
-    known = fa4.knowledge()["beside_flash_attn_2"]
+    known = fa4_pins.knowledge()["beside_flash_attn_2"]
     if spec.flash_attn_version in known:
         return None
     return (f"flash-attn-4 beside flash-attn {spec.flash_attn_version}: both install flash_attn/cute and the "

@@ -284,15 +284,15 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.utils import canonicalize_name
 
-    from toolkit import fa4, fa4_rules
+    from toolkit import fa4_lock, fa4_pins, fa4_rules
 
     assert spec.flash_attn_4 is not None
-    rel = fa4.release(spec.flash_attn_4.version)
+    rel = fa4_pins.release(spec.flash_attn_4.version)
     unpinned = fa4_rules.platforms_pinned(spec, None)  # `toolkit check` refuses it first; a spec given directly too
     if unpinned:
         raise ToolkitError(f"{spec.where('platforms')}: {unpinned}")
     have = {canonicalize_name(p.name): p.version for p in layer.packages}
-    entries = fa4.lock_entries(rel, spec.cuda.split(".")[0], files_of or fa4.pypi_files)
+    entries = fa4_lock.lock_entries(rel, spec.cuda.split(".")[0], files_of or fa4_lock.pypi_files)
     added = []
     for entry in entries:
         name = canonicalize_name(entry["name"])

@@ -475,7 +475,7 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
 
 
 def _recommend_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import knowledge
+    from toolkit.fa4_pins import knowledge
     from toolkit.workspace import Workspace
 
     if args.out is None and args.line is None:
