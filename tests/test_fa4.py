@@ -686,3 +686,13 @@ def test_install_into_a_folder_with_a_users_files_of_the_same_name_changes_nothi
     assert (target / "bin" / "my-tool").read_text() == "precious\n"
 
 
+def test_a_release_missing_a_field_is_one_line_naming_the_file(tmp_path):
+    """A knowledge entry without `min_arch` (hand-edited) is one line naming the file and the field."""
+    import yaml
+
+    data = yaml.safe_load(fa4_pins.KNOWLEDGE_FILE.read_text())
+    del data["releases"][fa4_pins.DEFAULT_RELEASE]["min_arch"]
+    edited = tmp_path / "flash_attn_4.yaml"
+    edited.write_text(yaml.safe_dump(data))
+    with pytest.raises(ToolkitError, match=r"flash_attn_4.yaml: min_arch: missing"):
+        fa4_pins.release(fa4_pins.DEFAULT_RELEASE, edited)

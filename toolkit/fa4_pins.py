@@ -11,12 +11,8 @@ from pathlib import Path
 from toolkit import knowledge_files
 from toolkit.errors import ToolkitError
 
-KNOWLEDGE_FILE = Path(__file__).parent / "knowledge" / "flash_attn_4.yaml"
-
-
+KNOWLEDGE_FILE = knowledge_files.KNOWLEDGE_DIR / "flash_attn_4.yaml"
 DEFAULT_RELEASE = "4.0.0b36"
-
-
 DSL_PACKAGES = Path("nvidia_cutlass_dsl") / "dsl_packages"  # where `cutlass` lives (knowledge: pth)
 
 
@@ -71,12 +67,15 @@ def _wheel_pin(entry: dict) -> WheelPin:
 
 
 def release(version: str = DEFAULT_RELEASE, path: Path = KNOWLEDGE_FILE) -> Release:
-    entry = knowledge(path)["releases"].get(version)
-    if entry is None:
-        known = ", ".join(knowledge(path)["releases"])
-        raise ToolkitError(f"{path.name}: flash-attn-4 {version} is not in the knowledge (known: {known}; "
+    """The release's pins, every field checked by the knowledge reader (a missing one names the file)."""
+    releases = knowledge(path)["releases"]
+    if version not in releases:
+        raise ToolkitError(f"{path.name}: flash-attn-4 {version} is not in the knowledge (known: {', '.join(releases)}; "
                            f"add it with its wheels' sha256)")
-    wheels = tuple(_wheel_pin(w) for w in entry["wheels"])
+    return knowledge_files.typed(path, lambda data: _release(version, data["releases"][version]))
+
+
+def _release(version: str, entry: dict) -> Release:
     return Release(version, entry["python"], int(entry["min_arch"]), tuple(entry["archs"]),
-                   tuple(entry["cuda_majors"]), entry["torch"], wheels, tuple(entry["from_base"]),
-                   tuple(entry["platforms"]))
+                   tuple(entry["cuda_majors"]), entry["torch"], tuple(_wheel_pin(w) for w in entry["wheels"]),
+                   tuple(entry["from_base"]), tuple(entry["platforms"]))
