@@ -242,7 +242,7 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
 RULE_FAILURES = [
     ("cuda-line-known", {"cuda": '"12.5"'}, "cu125",
      "envs/cu125.yaml:2: cuda: CUDA 12.5 is not a known CUDA line (known: 11.8, 12.1, 12.4, 12.6, 12.8, 12.9, 13.0, "
-     "13.1, 13.2)"),
+     "13.1, 13.2, 13.3, 13.4, 13.5)"),
     ("line-name-matches-cuda", {"cuda": '"12.8"'}, "cu126",
      "envs/cu126.yaml:2: cuda: file cu126.yaml says CUDA 12.8 (cu128): rename it or fix cuda"),
     ("torch-known", {"torch_version": "2.16.0"}, "cu126",

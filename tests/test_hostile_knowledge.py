@@ -145,6 +145,6 @@ def test_record_never_overwrites_a_users_files(tmp_path):
 
 def test_record_into_a_new_folder_replays(tmp_path):
     done = check_updates("--recorded", str(RECORDED), "--record", str(tmp_path / "new"))
-    assert done.returncode == 1 and done.stderr == ""  # 1: the recorded answers name CUDA releases
+    assert done.returncode == 1 and done.stderr == ""  # 1: the recording lacks download.pytorch.org
     again = check_updates("--recorded", str(tmp_path / "new"))
     assert again.stdout == done.stdout

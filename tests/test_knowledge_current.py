@@ -4,14 +4,20 @@ index answers recorded from PyPI on 2026-12-01 (tests/data/upstream, see tests/d
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import subprocess
 import sys
+import urllib.parse
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
-from toolkit import upstream
+from toolkit import knowledge_files, upstream
 from toolkit.cli import main
 from toolkit.knowledge import load_knowledge
 from toolkit.spec import load_spec
@@ -46,6 +52,18 @@ def test_cuda_13_1_and_13_2_as_nvidia_wheels_say():
     assert kb.cuda_lines["13.2"].tag == "cu132"
 
 
+def test_cuda_13_3_to_13_5_as_nvidia_wheels_say():
+    """crt/host_config.h and `nvcc --list-gpu-code` of the 13.3.73, 13.4.92 and 13.5.37 wheels (sources "13.3-13.5")."""
+    kb = load_knowledge()
+    assert kb.cuda_lines["13.3"].max_gcc == 15 and kb.cuda_lines["13.3"].archs == kb.cuda_lines["13.0"].archs
+    for cuda in ("13.4", "13.5"):
+        line = kb.cuda_lines[cuda]
+        assert line.max_gcc == 16
+        assert set(line.archs) - set(kb.cuda_lines["13.0"].archs) == {"107", "107a", "107f"}
+        assert line.torch_index is None and line.conda_channels == ()  # nvcc from PyPI only (pypi_cuda.yaml)
+    assert kb.cuda_lines["13.3"].min_driver == "610.43.02"  # cuda_13.3.0_610.43.02_linux.run
+
+
 def test_conda_forge_packaging_known_for_every_line():
     kb = load_knowledge()
     assert set(kb.cuda_lines) <= set(kb.nvcc_packaging)
@@ -69,13 +87,28 @@ def test_at_least_one_line_builds_the_newest_torch(monkeypatch):
 # ---------------------------------------------------------------- the check on recorded answers
 
 
+def without_cuda(*lines: str):
+    kb = load_knowledge()
+    return dataclasses.replace(kb, cuda_lines={k: v for k, v in kb.cuda_lines.items() if k not in lines})
+
+
+def test_recorded_pypi_answers_cover_every_cuda_release():
+    """NVIDIA's PyPI wheels on the day of recording went to 13.5; the knowledge has every line up to it."""
+    findings = recorded_report().findings
+    assert [f for f in findings if f.package.startswith("nvidia-")] == []
+
+
 def test_check_names_cuda_releases_the_knowledge_lacks():
-    """NVIDIA's PyPI wheels went on to 13.3-13.5; conda-forge's feedstocks (and so the knowledge) stop at 13.2."""
-    findings = {(f.package, f.versions) for f in recorded_report().findings}
+    """The recorded wheels of 13.3-13.5 (NVIDIA's PyPI uploads from 2026-05-26 on) are news to a knowledge without them."""
+    findings = {(f.package, f.versions) for f in recorded_report(without_cuda("13.3", "13.4", "13.5")).findings}
     assert ("nvidia-cuda-nvcc", ("13.3.33", "13.3.73")) in findings
+    assert ("nvidia-cuda-nvcc", ("13.4.59", "13.4.92")) in findings
     assert ("nvidia-cuda-nvcc", ("13.5.37",)) in findings
     assert ("nvidia-cuda-runtime", ("13.4.49", "13.4.92")) in findings
-    assert not any("13.4.46rc1" in f.versions for f in recorded_report().findings)  # pre-releases are not news
+    assert not any("13.4.46rc1" in versions for _, versions in findings)  # pre-releases are not news
+    [only] = [f for f in recorded_report(without_cuda("13.4")).findings if f.package == "nvidia-cuda-nvcc"]
+    assert only.versions == ("13.4.59", "13.4.92")
+    assert "CUDA 13.4 (first wheel 2026-09-09) is not in toolkit/knowledge/cuda_lines.yaml" in str(only)
 
 
 def test_check_names_a_torch_release_the_knowledge_lacks():
@@ -117,7 +150,7 @@ def test_cli_on_recorded_answers(capsys):
     code = main(["knowledge", "check-updates", "--recorded", str(RECORDED)])
     out = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert sum(line.startswith("nvidia-cuda-nvcc ") for line in out) == 3
+    assert not any(line.startswith("nvidia-") for line in out)  # exit 1: the torch indexes below
     # download.pytorch.org could not be recorded from here: named, never silently skipped
     assert "not checked: https://download.pytorch.org/whl/cu132/torch/ (not recorded)" in out
 
@@ -147,6 +180,89 @@ def test_live_pypi_answers_parse():
         pytest.skip(f"PyPI not reachable: {exc}")
     versions = {r.version for r in upstream.pypi_releases("flash-attn-4", answer, "")}
     assert "4.0.0b36" in versions
+
+
+# ---------------------------------------------------------------- what PyPI's own wheels pin
+
+
+def torch_pypi_cuda() -> dict[str, str]:
+    """torch_releases.yaml's `pypi`: the CUDA release of PyPI's own torch wheels per minor (typed by no stage yet)."""
+    return {minor: facts["pypi"] for minor, facts in knowledge_files.read("torch_releases.yaml")["releases"].items()}
+
+
+def test_torch_2_14_on_pypi_is_cuda_13_0_and_2_15_is_13_2():
+    pypi = torch_pypi_cuda()
+    assert set(pypi) == set(load_knowledge().torch_releases)
+    assert pypi["2.14"] == pypi["2.13"] == "13.0" and pypi["2.15"] == "13.2"
+    assert {cuda for cuda in pypi.values() if cuda.startswith("13.")} <= set(pypi_cuda()["lines"])
+
+
+def pypi_cuda() -> dict:
+    """pypi_cuda.yaml through the knowledge reader, each line with the fields the `pypi` kind reads."""
+    def build(data: dict) -> dict:
+        for cuda, facts in data["lines"].items():
+            for key in ("cuda_toolkit", "components", "pins", "symlinks", "torch"):
+                if key not in facts:
+                    raise KeyError(f"lines.{cuda}.{key}")
+        return data
+    return knowledge_files.typed("pypi_cuda.yaml", build)
+
+
+def test_pypi_cuda_loads_through_the_knowledge_reader():
+    data = pypi_cuda()
+    assert list(data["lines"]) == ["13.0", "13.2", "13.3", "13.4", "13.5"]
+    assert set(data["lines"]) <= set(load_knowledge().cuda_lines)
+    line = data["lines"]["13.2"]
+    assert line["cuda_toolkit"] == "13.2.2" and line["torch"] == "2.15.0"
+    assert line["pins"] == {"nvidia-nvjitlink": "==13.2.86.*", "cuda-bindings": "==13.2.*"}
+    assert data["lines"]["13.0"]["symlinks"]["lib64"] == "lib" and "lib64" not in line["symlinks"]
+    assert data["cuda_home"] == "nvidia/cu13" and {"nvcc", "cccl", "crt", "nvvm", "cudart"} <= set(data["extras"])
+    assert "cuda_12" in data and "12" not in {cuda.split(".")[0] for cuda in data["lines"]}
+
+
+def pypi_wheel(package: str, version: str, want: str) -> tuple[str, bytes]:
+    """(url, bytes) of the first file of package==version whose name has `want`, checked against PyPI's sha256."""
+    answer = upstream.live_fetch(upstream.PYPI_JSON.format(package=package))
+    [entry] = [f for f in json.loads(answer)["releases"][version] if want in f["filename"]][:1]
+    url = urllib.parse.urljoin(upstream.PYPI_JSON.format(package=package), entry["url"])
+    body = upstream.live_fetch(url)
+    assert hashlib.sha256(body).hexdigest() == entry["digests"]["sha256"]
+    return url, body
+
+
+@pytest.mark.network
+def test_pypi_cuda_pins_are_what_the_cuda_toolkit_wheels_pin():
+    """Each line's cuda-toolkit wheel (~2.6 KB, from PyPI) pins every component at the recorded version, ==X.*,
+    and leaves nvjitlink at the floor the line pins: e.g. 13.2.2's [nvcc] gives nvidia-cuda-nvcc==13.2.86.*."""
+    data = pypi_cuda()
+    linux = {"sys_platform": "linux", "platform_machine": "x86_64"}
+    for cuda, line in data["lines"].items():
+        _, wheel = pypi_wheel("cuda-toolkit", line["cuda_toolkit"], "none-any.whl")
+        with zipfile.ZipFile(io.BytesIO(wheel)) as zf:
+            [name] = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+            metadata = Parser().parsestr(zf.read(name).decode())
+        pinned: dict[str, set[str]] = {}
+        for text in metadata.get_all("Requires-Dist"):
+            req = Requirement(text)
+            if any(req.marker and req.marker.evaluate({**linux, "extra": e}) for e in data["extras"]):
+                pinned.setdefault(req.name, set()).add(str(req.specifier))
+        assert pinned.pop("nvidia-nvjitlink") == {f"<14,>={line['pins']['nvidia-nvjitlink'][2:-2]}"}, cuda
+        assert pinned == {name: {f"=={version}.*"} for name, version in line["components"].items()}, cuda
+        if cuda == "13.2":
+            assert pinned["nvidia-cuda-nvcc"] == {"==13.2.86.*"}
+
+
+@pytest.mark.network
+def test_torch_pypi_cuda_is_what_the_wheel_metadata_pins():
+    """torch 2.14.0's PEP 658 metadata (a few KB) pins cuda-toolkit 13.0.3, the release torch_releases.yaml names."""
+    answer = json.loads(upstream.live_fetch(upstream.PYPI_JSON.format(package="torch")))
+    [wheel] = [f for f in answer["releases"]["2.14.0"]
+               if f["filename"] == "torch-2.14.0-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    url = urllib.parse.urljoin(upstream.PYPI_JSON.format(package="torch"), wheel["url"]) + ".metadata"
+    metadata = Parser().parsestr(upstream.live_fetch(url).decode())
+    [toolkit] = [Requirement(r) for r in metadata.get_all("Requires-Dist") if r.startswith("cuda-toolkit")]
+    assert str(toolkit.specifier) == "==13.0.3"
+    assert torch_pypi_cuda()["2.14"] == "13.0" == pypi_cuda()["lines"]["13.0"]["cuda_toolkit"].rsplit(".", 1)[0]
 
 
 def test_matrix_says_which_lines_are_current_and_which_patches_they_get(monkeypatch, capsys):
