@@ -11,30 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 LEVELS = ("smoke", "full", "parity")
 
 
-@dataclass(frozen=True)
-class ParityModel:
-    """transformers' tiny Llama of the parity check (verify/parity.py builds it); here, where no torch is needed."""
-
-    hidden_size: int = 256
-    intermediate_size: int = 512
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    vocab_size: int = 1000
-    seqlen: int = 32
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-
-PARITY = ParityModel()
 WITH_PARITY = ("full", "parity")
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
 
@@ -98,6 +79,7 @@ def parity_recommendation(line: str) -> dict | None:
     """The attn_implementation the line's recommendation names for the parity model's shape (head dim 64,
     causal, bf16, the parity's seqlen), recorded beside the parity rows."""
     from toolkit.attention.recommend import for_parity
+    from toolkit.verify.parity import PARITY
     from toolkit.workspace import Workspace
 
     return for_parity(Workspace().recommendation_file(line), PARITY.head_dim, PARITY.seqlen)

@@ -17,11 +17,29 @@ from dataclasses import dataclass
 
 import torch
 
-from toolkit.verify import PARITY
-
 IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
 FACTOR = 2.0
 SCALE_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class ParityModel:
+    """transformers' tiny Llama of the parity check (build_model below builds it)."""
+
+    hidden_size: int = 256
+    intermediate_size: int = 512
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    vocab_size: int = 1000
+    seqlen: int = 32
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+PARITY = ParityModel()
 BATCH, SEQLEN = 3, PARITY.seqlen
 
 
