@@ -5,14 +5,27 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
-from toolkit.atomic import clean_stale, run_temporaries
+from toolkit.atomic import clean_stale, run_temporaries, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
-from toolkit.fa4 import import_check, install, load_record
+from toolkit.fa4 import import_check, install, load_record, python_argument
+from toolkit.fa4_jit import (
+    Variant,
+    cache_entries,
+    cache_key,
+    cache_record,
+    default_variants,
+    pack,
+    summary_lines,
+    unpack,
+    warm,
+)
 from toolkit.fa4_lock import read_lock, write_lock
 from toolkit.fa4_pins import DEFAULT_RELEASE, release
 from toolkit.fa4_wheels import carried_wheel, carry_split, check_join, fetch, parts_of, write_joined
@@ -21,7 +34,6 @@ from toolkit.workspace import Workspace, add_workspace_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from toolkit import fa4_jit
     from toolkit.attention import recommend
 
     parser = subparsers.add_parser("fa4", help="FlashAttention-4: fetch, install, warm its kernel cache",
@@ -54,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_target_option(env_parser)
     env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
     env_parser.set_defaults(func=_env_command)
-    fa4_jit.register(verbs)
+    _register_cache_verbs(verbs)
     recommend.register(verbs)
 
 
@@ -135,6 +147,74 @@ def _install_command(args: argparse.Namespace) -> int:
     ok, line = import_check(record)
     print(f"import flash_attn.cute: {'ok' if ok else 'FAILED'}: {line}")
     return 0 if ok else 1
+
+
+def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
+    """warm and cache-install: FA4's kernel cache (fa4_jit)."""
+    parser = verbs.add_parser("warm", help="compile FA4's kernel variants into a persistent cache and time "
+                                           "first calls cold vs warm, each in a fresh process")
+    _target_and_arch(parser)
+    parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
+    parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
+    parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
+    parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
+                                                                           "causal x fwd, fwd+bwd")
+    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
+    parser.set_defaults(func=_warm_command)
+    use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
+    _target_and_arch(use)
+    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
+    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
+                                                              "one an earlier cache-install filled")
+    use.set_defaults(func=_cache_install_command)
+
+
+def _warm_command(args: argparse.Namespace) -> int:
+    record = load_record(args.target, python_argument(args.python))
+    env = record.env()
+    key = cache_key(record.python, env, args.arch)
+    ok, line = import_check(record)
+    if not ok:  # every child would fail the same way: say it once
+        raise ToolkitError(f"{args.target}: `import flash_attn.cute` fails: {line} (fix the install first)")
+    variants = args.variants or default_variants()
+    rows: list[dict] = []
+
+    def on_row(row: dict) -> None:  # the report grows row by row: a killed run keeps what it measured
+        rows.append(row)
+        write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
+        print(summary_lines({"variants": [row]})[0], flush=True)
+
+    with run_temporaries("fa4-warm"):  # the cold runs' caches: removed by the next run if this one is killed
+        latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
+                       jobs=args.jobs)
+    latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
+    archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
+    latency.update(artifact=str(archive), record=str(record_path))
+    write_atomic(args.report, json.dumps(latency, indent=2) + "\n")
+    for line in summary_lines(latency)[-1:]:
+        print(line)
+    print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
+    failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
+    return 1 if failed else 0
+
+
+def _target_and_arch(parser: argparse.ArgumentParser) -> None:
+    add_target_option(parser)
+    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter of the install (its record must "
+                                                                 "name it; default: this one)")
+
+
+def _cache_install_command(args: argparse.Namespace) -> int:
+    record = load_record(args.target, python_argument(args.python))
+    folder_argument(args.dest, "--dest")
+    cache_record(args.record)  # a damaged record is refused before any program runs
+    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
+    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit import children
-from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file, run_temporaries, write_atomic
+from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file, write_atomic
 from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fslock import locked
@@ -404,82 +403,6 @@ def summary_lines(latency: dict) -> list[str]:
 
 def _s(value) -> str:
     return f"{value:7.3f} s" if isinstance(value, (int, float)) else "      - "
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def register(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser("warm", help="compile FA4's kernel variants into a persistent cache and time "
-                                           "first calls cold vs warm, each in a fresh process")
-    _target_and_arch(parser)
-    parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
-    parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
-    parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
-    parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
-                                                                           "causal x fwd, fwd+bwd")
-    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
-    parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
-    parser.set_defaults(func=_warm_command)
-    use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
-    _target_and_arch(use)
-    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
-    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
-                                                              "one an earlier cache-install filled")
-    use.set_defaults(func=_cache_install_command)
-
-
-def _warm_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import import_check, load_record, python_argument
-
-    record = load_record(args.target, python_argument(args.python))
-    env = record.env()
-    key = cache_key(record.python, env, args.arch)
-    ok, line = import_check(record)
-    if not ok:  # every child would fail the same way: say it once
-        raise ToolkitError(f"{args.target}: `import flash_attn.cute` fails: {line} (fix the install first)")
-    variants = args.variants or default_variants()
-    rows: list[dict] = []
-
-    def on_row(row: dict) -> None:  # the report grows row by row: a killed run keeps what it measured
-        rows.append(row)
-        write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
-        print(summary_lines({"variants": [row]})[0], flush=True)
-
-    with run_temporaries("fa4-warm"):  # the cold runs' caches: removed by the next run if this one is killed
-        latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
-                       jobs=args.jobs)
-    latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
-    archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
-    latency.update(artifact=str(archive), record=str(record_path))
-    write_atomic(args.report, json.dumps(latency, indent=2) + "\n")
-    for line in summary_lines(latency)[-1:]:
-        print(line)
-    print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
-    failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
-    return 1 if failed else 0
-
-
-def _target_and_arch(parser: argparse.ArgumentParser) -> None:
-    from toolkit.fa4_cli import add_target_option
-
-    add_target_option(parser)
-    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
-    parser.add_argument("--python", default=sys.executable, help="the interpreter of the install (its record must "
-                                                                 "name it; default: this one)")
-
-
-def _cache_install_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4 import load_record, python_argument
-
-    record = load_record(args.target, python_argument(args.python))
-    folder_argument(args.dest, "--dest")
-    cache_record(args.record)  # a damaged record is refused before any program runs
-    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
-    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
-    for name, value in env.items():
-        print(f"{name}={value}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,23 +10,9 @@ from pathlib import Path
 
 from toolkit.atomic import write_atomic
 from toolkit.errors import ToolkitError
-from toolkit.fa4_pins import KNOWLEDGE_FILE, Release, release
+from toolkit.fa4_pins import KNOWLEDGE_FILE, Release, release, wheel_fits_python
 from toolkit.jsonfile import read_json
 from toolkit.workspace import Workspace
-
-
-def wheel_fits_python(filename: str, python: str) -> bool:
-    """Does a wheel's tag run on CPython `python` ("3.12")? cpXY exactly, py3, or abi3 from cpXY on."""
-    from packaging.utils import parse_wheel_filename
-
-    major, minor = (int(part) for part in python.split(".")[:2])
-    for tag in parse_wheel_filename(filename)[3]:
-        if tag.interpreter in ("py3", f"py{major}", f"cp{major}{minor}"):
-            return True
-        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}") and int(tag.interpreter[3:] or 0) <= minor:
-            return True
-    return False
-
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 

@@ -79,3 +79,16 @@ def _release(version: str, entry: dict) -> Release:
     return Release(version, entry["python"], int(entry["min_arch"]), tuple(entry["archs"]),
                    tuple(entry["cuda_majors"]), entry["torch"], tuple(_wheel_pin(w) for w in entry["wheels"]),
                    tuple(entry["from_base"]), tuple(entry["platforms"]))
+
+
+def wheel_fits_python(filename: str, python: str) -> bool:
+    """Does a wheel's tag run on CPython `python` ("3.12")? cpXY exactly, py3, or abi3 from cpXY on."""
+    from packaging.utils import parse_wheel_filename
+
+    major, minor = (int(part) for part in python.split(".")[:2])
+    for tag in parse_wheel_filename(filename)[3]:
+        if tag.interpreter in ("py3", f"py{major}", f"cp{major}{minor}"):
+            return True
+        if tag.abi == "abi3" and tag.interpreter.startswith(f"cp{major}") and int(tag.interpreter[3:] or 0) <= minor:
+            return True
+    return False

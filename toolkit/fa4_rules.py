@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from packaging.specifiers import SpecifierSet
 
-from toolkit import fa4_lock, fa4_pins
+from toolkit import fa4_pins
 from toolkit.errors import ToolkitError
 from toolkit.spec import EnvSpec
 
@@ -80,7 +80,7 @@ def python_pinned(spec: EnvSpec, kb) -> str | None:
         return None
     if not SpecifierSet(rel.python).contains(spec.python):
         return f"flash-attn-4 {rel.version} needs Python {rel.python}, the line has {spec.python}"
-    unfit = [w.file for w in rel.wheels if not fa4_lock.wheel_fits_python(w.file, spec.python)]
+    unfit = [w.file for w in rel.wheels if not fa4_pins.wheel_fits_python(w.file, spec.python)]
     if unfit:
         return (f"{len(unfit)} pinned wheels of flash-attn-4 {rel.version} do not run on Python {spec.python}, e.g. "
                 f"{unfit[0]} (pin that interpreter's wheels in flash_attn_4.yaml)")

@@ -219,7 +219,7 @@ def run_fa4_parity(device) -> list:
 
 
 def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
-    from toolkit.fa4 import knowledge
+    from toolkit.fa4_pins import knowledge
     from toolkit.verify import machine, report
 
     torch = machine.require_cuda("verification")
