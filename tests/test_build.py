@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist,
 from rich.console import Console
 
 from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.atomic import temp_name
 from toolkit.build import (
     BuildOptions,
     build,
@@ -273,43 +275,90 @@ def test_order_from_takes_only_a_record_of_the_same_sdist(project, tmp_path):
     assert record_of(project)["outputs"]["wheel_sha256"] == other["outputs"]["wheel_sha256"]  # nothing lost
 
 
+def still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those not yet gone (a zombie waiting for its reaper is gone: it runs nothing)."""
+    running = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def in_cache(process: psutil.Process, cache: Path) -> bool:
+    try:
+        return any(str(cache) in part for part in process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def names(processes: list[psutil.Process]) -> set[str]:
+    found = set()
+    for process in processes:
+        try:
+            found.add(process.name())
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_killed_build_leaves_no_wheel_and_no_record(project, tmp_path, sig):
+def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_path, sig):
+    """Killed mid-compile, even by SIGKILL: nothing it started runs on, and what it left in the build
+    cache and the temporary directory the next build removes. nvcc's host compiler here is one that
+    never finishes (given through the fixture's FA_FIXTURE_NVCC_FLAGS; nvcc takes the last -ccbin), so
+    nvcc stays busy until something stops it, as flash-attn's nvcc runs for minutes."""
     wheelhouse = tmp_path / "wh"
     cache = tmp_path / "cache"
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
     pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
-    env = {**os.environ, "TOOLKIT_CACHE": str(cache)}
+    slow_cxx = tmp_path / "slow" / "g++"
+    slow_cxx.parent.mkdir()
+    slow_cxx.write_text("#!/bin/sh\nexec sleep 600\n")
+    slow_cxx.chmod(0o755)
+    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}"}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "build", "fixture", "--wheelhouse", str(wheelhouse)],
                             cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
+    below: list[psutil.Process] = []
     while time.monotonic() < deadline:  # wait until nvcc is compiling
-        logs = list((wheelhouse / "fixture" / "logs").glob("*.log")) if (wheelhouse / "fixture").exists() else []
-        if logs and "[1/4]" in logs[0].read_text():
+        below = psutil.Process(proc.pid).children(recursive=True)
+        if {"ninja", "nvcc", "sleep"} <= names(below):
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     else:
         proc.kill()
         pytest.fail("the build never started compiling")
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
+    deadline = time.monotonic() + 30
+    while still_running(below) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # and those started after the look above: their command lines name the build folder in the cache
+    later = [p for p in psutil.process_iter() if p.pid != os.getpid() and in_cache(p, cache)]
+    survivors = still_running(below + later)
+    for survivor in survivors:  # not left running on the test machine
+        survivor.kill()
+    assert not survivors, f"still running after the build was killed: {sorted(names(survivors))}"
+    assert wheels_and_records(wheelhouse / "fixture") == []
+    assert not (wheelhouse / "simple").exists()
+    run_temp = list(Path(tempfile.gettempdir()).glob(f"{temp_name('build')}{proc.pid}-*"))
     if sig == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
         assert not list((cache / "build").iterdir())  # the build directory is gone too
-    else:  # SIGKILL: nothing can clean up; pip's process group runs on in the temp dir: stop it here
-        for child in psutil.process_iter(["pid", "cmdline"]):
-            if any(str(cache) in part for part in child.info["cmdline"] or []):
-                try:
-                    group = os.getpgid(child.info["pid"])
-                    if group != os.getpgid(0):
-                        os.killpg(group, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-    assert wheels_and_records(wheelhouse / "fixture") == []
-    assert not (wheelhouse / "simple").exists()
+        assert run_temp == []
+        return
+    # SIGKILL: nothing could clean up; the next build (here a cache hit of the shared build) does
+    left = list((cache / "build").iterdir())
+    assert [p for p in left if p.is_dir()] and run_temp
+    again = toolkit(project.root, "build", "fixture", cache=cache)
+    assert again.returncode == 0 and again.stdout.startswith("cached: "), again.stderr
+    assert not any(p.exists() for p in left + run_temp)
 
 
 def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):

@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -223,17 +222,6 @@ def terminate_like_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """A worker process is killed when its parent dies (Linux PR_SET_PDEATHSIG), so a parent killed
-    with SIGKILL leaves no orphan still writing; it ignores SIGINT, which its parent handles."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before prctl
-        os._exit(1)
 
 
 PAUSE_AT = "FA_ENVKIT_PAUSE_AT"

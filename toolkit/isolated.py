@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolkit.atomic import die_with_parent, owned_dir
+from toolkit.atomic import owned_dir
+from toolkit.children import die_with_parent
 from toolkit.errors import ToolkitError
 
 
@@ -43,6 +45,7 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
 def worker_main() -> None:
     """The worker's side: run the pickled job, write the outcome, and leave without finalization."""
     job, result = Path(sys.argv[1]), Path(sys.argv[2])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent handles Ctrl-C (and kills it)
     die_with_parent(int(sys.argv[3]))
     module, name, args = pickle.loads(job.read_bytes())
     try:
