@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from toolkit.children import kill_group, popen_tied
+from toolkit.children import kill_group, popen_tied, run_tied
 
 ROOT = Path(__file__).resolve().parent.parent
 # a command that starts one sleeper in its own process group and one in the command's, prints their pids
@@ -95,3 +95,9 @@ def test_a_command_that_cannot_start_is_127_and_one_line():
 def test_popen_tied_keeps_its_own_session_options():
     with pytest.raises(TypeError, match="start_new_session"):
         popen_tied(["true"], start_new_session=False)
+
+
+def test_run_tied_is_subprocess_run_with_the_tie():
+    done = run_tied(["sh", "-c", "echo out; echo err >&2; exit 4"], capture_output=True, text=True)
+    assert (done.args, done.returncode, done.stdout, done.stderr) == (["sh", "-c", "echo out; echo err >&2; exit 4"],
+                                                                      4, "out\n", "err\n")

@@ -63,6 +63,20 @@ def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     proc.wait()
 
 
+def run_tied(argv: Sequence[str], *, capture_output: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=..., **kwargs) through popen_tied: an interruption here (Ctrl-C,
+    SIGTERM) ends all that argv started before it goes on."""
+    if capture_output:
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = popen_tied(argv, **kwargs)
+    try:
+        stdout, stderr = proc.communicate()
+    except BaseException:
+        kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(list(argv), proc.returncode, stdout, stderr)
+
+
 def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
     """This process gets `signum` when its parent dies (Linux PR_SET_PDEATHSIG), so a parent killed with
     SIGKILL leaves no orphan still working; it exits at once if the parent is already gone."""
