@@ -7,6 +7,7 @@ point is a second build (reproducibility, --force, interruption, a failing compi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,7 +39,6 @@ from toolkit.build import (
 )
 from toolkit.build_record import BuildRecord, ObjectTime
 from toolkit.build_timing import efficiency
-from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
@@ -50,6 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NVCC = Path("/usr/local/cuda/bin/nvcc")
 LOCAL_TAG = "+cu130torch2.13"
 needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc at /usr/local/cuda")
+
+
+def sha256_of(path: Path) -> str:
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @dataclass
@@ -138,9 +143,9 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     lock_file = project.root / "locks" / "fixture.conda-lock.yml"
     assert record["status"] == "success"
     assert record["inputs"]["spec_input_hash"] == spec.input_hash()
-    assert record["inputs"]["lock_sha256"] == sha256_file(lock_file)
+    assert record["inputs"]["lock_sha256"] == sha256_of(lock_file)
     assert record["files"] == {"spec": "envs/fixture.yaml", "lock": "locks/fixture.conda-lock.yml"}
-    assert record["sdist"]["sha256"] == sha256_file(project.root / "sdist" / record["sdist"]["filename"])
+    assert record["sdist"]["sha256"] == sha256_of(project.root / "sdist" / record["sdist"]["filename"])
     assert record["inputs"]["toolchain"]["nvcc"].startswith("13.0.")
     assert record["inputs"]["toolchain"]["torch_cuda"] == "13.0"
     env = record["environment"]
@@ -153,7 +158,7 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert env["SOURCE_DATE_EPOCH"].isdigit()
     outputs = record["outputs"]
     assert outputs["wheel"] == wheel.name
-    assert outputs["wheel_sha256"] == sha256_file(wheel) and outputs["wheel_size"] == wheel.stat().st_size
+    assert outputs["wheel_sha256"] == sha256_of(wheel) and outputs["wheel_size"] == wheel.stat().st_size
     sources = sorted(p.name for p in (ROOT / "tests/fixtures/fa_fixture/csrc").iterdir())
     assert sorted(o["name"] for o in outputs["objects"]) == [f"{s}.o" for s in sources]
     assert all(o["seconds"] > 0 for o in outputs["objects"])
@@ -241,7 +246,7 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     other_cache = project.root / "elsewhere" / "deeper" / "cache"
     other_cache.mkdir(parents=True)
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
-    pinned = other_cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = other_cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())  # pre-filled cache, as carried to the offline GPU machine
     again = toolkit(project.root, "build", "fixture", "--force", "--no-install", cache=other_cache)
@@ -313,7 +318,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     wheelhouse = tmp_path / "wh"
     cache = tmp_path / "cache"
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
-    pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
     slow_cxx = tmp_path / "slow" / "g++"
@@ -366,7 +371,7 @@ def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):
     the build removes an activated env's NVCC_PREPEND_FLAGS)."""
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
     cache = tmp_path / "cache"
-    pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
     failed = toolkit(project.root, "build", "fixture", "--wheelhouse", str(tmp_path / "wh"), cache=cache,
@@ -564,7 +569,7 @@ def test_flash_attn_setup_py_archs_are_read_from_its_source(tmp_path):
 def test_sdist_cache_offline_and_hash_checks(tmp_path):
     payload = tmp_path / "flash_attn-9.9.tar.gz"
     payload.write_bytes(b"sdist bytes")
-    good = LockedSdist(payload.as_uri(), payload.name, sha256_file(payload))
+    good = LockedSdist(payload.as_uri(), payload.name, sha256_of(payload))
     cached = fetch_sdist(good, tmp_path / "cache")  # downloaded (file:// URL) and verified
     assert cached.read_bytes() == b"sdist bytes"
     payload.unlink()
