@@ -309,12 +309,14 @@ def names(processes: list[psutil.Process]) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_path, sig):
+@pytest.mark.parametrize("sig, twice", [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGKILL, False)],
+                         ids=["sigterm", "sigterm-twice", "sigkill"])
+def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_path, sig, twice):
     """Killed mid-compile, even by SIGKILL: nothing it started runs on, and what it left in the build
     cache and the temporary directory the next build removes. nvcc's host compiler here is one that
-    never finishes (given through the fixture's FA_FIXTURE_NVCC_FLAGS; nvcc takes the last -ccbin), so
-    nvcc stays busy until something stops it, as flash-attn's nvcc runs for minutes."""
+    never finishes and ignores SIGTERM (given through the fixture's FA_FIXTURE_NVCC_FLAGS; nvcc takes the
+    last -ccbin), so only SIGKILL stops it, and stopping it takes a while: a second SIGTERM then arrives
+    while the first one's cleanup runs, and must not cut it short."""
     wheelhouse = tmp_path / "wh"
     cache = tmp_path / "cache"
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
@@ -323,7 +325,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     pinned.write_bytes(sdist.read_bytes())
     slow_cxx = tmp_path / "slow" / "g++"
     slow_cxx.parent.mkdir()
-    slow_cxx.write_text("#!/bin/sh\nexec sleep 600\n")
+    slow_cxx.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 600\n")
     slow_cxx.chmod(0o755)
     env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}"}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "build", "fixture", "--wheelhouse", str(wheelhouse)],
@@ -339,9 +341,14 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
         proc.kill()
         pytest.fail("the build never started compiling")
     proc.send_signal(sig)
+    if twice:
+        time.sleep(1)
+        assert proc.poll() is None, "the first SIGTERM's cleanup is over: no second one can test it"
+        proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    deadline = time.monotonic() + 30
+    # SIGTERM: the toolkit exits only once all it started has ended; SIGKILL: its supervisor ends them soon
+    deadline = time.monotonic() + (30 if sig == signal.SIGKILL else 0)
     while still_running(below) and time.monotonic() < deadline:
         time.sleep(0.2)
     # and those started after the look above: their command lines name the build folder in the cache
