@@ -30,8 +30,6 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.digest import sha256_file
-
 FIXED_MTIME = 1_700_000_000  # 2023-11-14, any fixed value makes archives reproducible
 ZIP_DATE = (2023, 11, 14, 0, 0, 0)
 PREFIX_PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"  # what conda-build writes into prefix-relocated files
@@ -113,7 +111,7 @@ def _stage(package: FixturePackage, staging: Path) -> list[str]:
             executable = relative.startswith(("bin/", "python-scripts/"))
         if executable:
             target.chmod(0o755)
-        entry = {"_path": relative, "path_type": "hardlink", "sha256": sha256_file(target),
+        entry = {"_path": relative, "path_type": "hardlink", "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
                  "size_in_bytes": target.stat().st_size}
         if relative in package.prefix_files:
             entry.update(file_mode="text", prefix_placeholder=PREFIX_PLACEHOLDER)

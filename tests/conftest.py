@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +21,8 @@ SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b
 @pytest.fixture(scope="session")
 def pinned_sdist(tmp_path_factory) -> Path:
     """The real sdist, sha256-checked: the toolkit's own sdist cache of this checkout when it holds it,
-    else downloaded from PyPI once per test session (skipped where PyPI is not reachable)."""
+    else downloaded from PyPI once per test session. An answer from PyPI that is not the file (a 404: the
+    pin is wrong) fails; no connection at all skips, except in CI (FA_REQUIRE_PYPI=1), which reaches PyPI."""
     sdist = tmp_path_factory.mktemp("sdist") / "flash_attn-2.8.3.post2.tar.gz"
     cached = ROOT / ".cache" / "sdist" / SDIST_SHA256 / sdist.name
     if cached.is_file():
@@ -28,7 +31,11 @@ def pinned_sdist(tmp_path_factory) -> Path:
         try:
             with urllib.request.urlopen(SDIST_URL, timeout=120) as response:
                 sdist.write_bytes(response.read())
-        except OSError as exc:
+        except urllib.error.HTTPError as exc:
+            pytest.fail(f"{SDIST_URL}: PyPI answered {exc.code} {exc.reason}: the pinned URL is wrong")
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            if os.environ.get("FA_REQUIRE_PYPI") == "1":
+                pytest.fail(f"PyPI not reachable ({exc}) and FA_REQUIRE_PYPI=1")
             pytest.skip(f"PyPI not reachable: {exc}")
     assert hashlib.sha256(sdist.read_bytes()).hexdigest() == SDIST_SHA256
     return sdist

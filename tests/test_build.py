@@ -7,12 +7,14 @@ point is a second build (reproducibility, --force, interruption, a failing compi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, replace
@@ -25,6 +27,7 @@ from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist,
 from rich.console import Console
 
 from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.atomic import temp_name
 from toolkit.build import (
     BuildOptions,
     build,
@@ -36,7 +39,6 @@ from toolkit.build import (
 )
 from toolkit.build_record import BuildRecord, ObjectTime
 from toolkit.build_timing import efficiency
-from toolkit.digest import sha256_file
 from toolkit.errors import ToolkitError
 from toolkit.fingerprint import Gpu, from_dict
 from toolkit.lock import LockedSdist
@@ -48,6 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NVCC = Path("/usr/local/cuda/bin/nvcc")
 LOCAL_TAG = "+cu130torch2.13"
 needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc at /usr/local/cuda")
+
+
+def sha256_of(path: Path) -> str:
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @dataclass
@@ -136,9 +143,9 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     lock_file = project.root / "locks" / "fixture.conda-lock.yml"
     assert record["status"] == "success"
     assert record["inputs"]["spec_input_hash"] == spec.input_hash()
-    assert record["inputs"]["lock_sha256"] == sha256_file(lock_file)
+    assert record["inputs"]["lock_sha256"] == sha256_of(lock_file)
     assert record["files"] == {"spec": "envs/fixture.yaml", "lock": "locks/fixture.conda-lock.yml"}
-    assert record["sdist"]["sha256"] == sha256_file(project.root / "sdist" / record["sdist"]["filename"])
+    assert record["sdist"]["sha256"] == sha256_of(project.root / "sdist" / record["sdist"]["filename"])
     assert record["inputs"]["toolchain"]["nvcc"].startswith("13.0.")
     assert record["inputs"]["toolchain"]["torch_cuda"] == "13.0"
     env = record["environment"]
@@ -151,7 +158,7 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert env["SOURCE_DATE_EPOCH"].isdigit()
     outputs = record["outputs"]
     assert outputs["wheel"] == wheel.name
-    assert outputs["wheel_sha256"] == sha256_file(wheel) and outputs["wheel_size"] == wheel.stat().st_size
+    assert outputs["wheel_sha256"] == sha256_of(wheel) and outputs["wheel_size"] == wheel.stat().st_size
     sources = sorted(p.name for p in (ROOT / "tests/fixtures/fa_fixture/csrc").iterdir())
     assert sorted(o["name"] for o in outputs["objects"]) == [f"{s}.o" for s in sources]
     assert all(o["seconds"] > 0 for o in outputs["objects"])
@@ -239,7 +246,7 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     other_cache = project.root / "elsewhere" / "deeper" / "cache"
     other_cache.mkdir(parents=True)
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
-    pinned = other_cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = other_cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())  # pre-filled cache, as carried to the offline GPU machine
     again = toolkit(project.root, "build", "fixture", "--force", "--no-install", cache=other_cache)
@@ -273,43 +280,97 @@ def test_order_from_takes_only_a_record_of_the_same_sdist(project, tmp_path):
     assert record_of(project)["outputs"]["wheel_sha256"] == other["outputs"]["wheel_sha256"]  # nothing lost
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_killed_build_leaves_no_wheel_and_no_record(project, tmp_path, sig):
+def still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those not yet gone (a zombie waiting for its reaper is gone: it runs nothing)."""
+    running = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def in_cache(process: psutil.Process, cache: Path) -> bool:
+    try:
+        return any(str(cache) in part for part in process.cmdline())
+    except psutil.Error:
+        return False
+
+
+def names(processes: list[psutil.Process]) -> set[str]:
+    found = set()
+    for process in processes:
+        try:
+            found.add(process.name())
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("sig, twice", [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGKILL, False)],
+                         ids=["sigterm", "sigterm-twice", "sigkill"])
+def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_path, sig, twice):
+    """Killed mid-compile, even by SIGKILL: nothing it started runs on, and what it left in the build
+    cache and the temporary directory the next build removes. nvcc's host compiler here is one that
+    never finishes and ignores SIGTERM (given through the fixture's FA_FIXTURE_NVCC_FLAGS; nvcc takes the
+    last -ccbin), so only SIGKILL stops it, and stopping it takes a while: a second SIGTERM then arrives
+    while the first one's cleanup runs, and must not cut it short."""
     wheelhouse = tmp_path / "wh"
     cache = tmp_path / "cache"
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
-    pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
-    env = {**os.environ, "TOOLKIT_CACHE": str(cache)}
+    slow_cxx = tmp_path / "slow" / "g++"
+    slow_cxx.parent.mkdir()
+    slow_cxx.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 600\n")
+    slow_cxx.chmod(0o755)
+    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}"}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "build", "fixture", "--wheelhouse", str(wheelhouse)],
                             cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
+    below: list[psutil.Process] = []
     while time.monotonic() < deadline:  # wait until nvcc is compiling
-        logs = list((wheelhouse / "fixture" / "logs").glob("*.log")) if (wheelhouse / "fixture").exists() else []
-        if logs and "[1/4]" in logs[0].read_text():
+        below = psutil.Process(proc.pid).children(recursive=True)
+        if {"ninja", "nvcc", "sleep"} <= names(below):
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     else:
         proc.kill()
         pytest.fail("the build never started compiling")
     proc.send_signal(sig)
+    if twice:
+        time.sleep(1)
+        assert proc.poll() is None, "the first SIGTERM's cleanup is over: no second one can test it"
+        proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
+    # SIGTERM: the toolkit exits only once all it started has ended; SIGKILL: its supervisor ends them soon
+    deadline = time.monotonic() + (30 if sig == signal.SIGKILL else 0)
+    while still_running(below) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # and those started after the look above: their command lines name the build folder in the cache
+    later = [p for p in psutil.process_iter() if p.pid != os.getpid() and in_cache(p, cache)]
+    survivors = still_running(below + later)
+    for survivor in survivors:  # not left running on the test machine
+        survivor.kill()
+    assert not survivors, f"still running after the build was killed: {sorted(names(survivors))}"
+    assert wheels_and_records(wheelhouse / "fixture") == []
+    assert not (wheelhouse / "simple").exists()
+    run_temp = list(Path(tempfile.gettempdir()).glob(f"{temp_name('build')}{proc.pid}-*"))
     if sig == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
         assert not list((cache / "build").iterdir())  # the build directory is gone too
-    else:  # SIGKILL: nothing can clean up; pip's process group runs on in the temp dir: stop it here
-        for child in psutil.process_iter(["pid", "cmdline"]):
-            if any(str(cache) in part for part in child.info["cmdline"] or []):
-                try:
-                    group = os.getpgid(child.info["pid"])
-                    if group != os.getpgid(0):
-                        os.killpg(group, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-    assert wheels_and_records(wheelhouse / "fixture") == []
-    assert not (wheelhouse / "simple").exists()
+        assert run_temp == []
+        return
+    # SIGKILL: nothing could clean up; the next build (here a cache hit of the shared build) does
+    left = list((cache / "build").iterdir())
+    assert [p for p in left if p.is_dir()] and run_temp
+    again = toolkit(project.root, "build", "fixture", cache=cache)
+    assert again.returncode == 0 and again.stdout.startswith("cached: "), again.stderr
+    assert not any(p.exists() for p in left + run_temp)
 
 
 def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):
@@ -317,7 +378,7 @@ def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):
     the build removes an activated env's NVCC_PREPEND_FLAGS)."""
     sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
     cache = tmp_path / "cache"
-    pinned = cache / "sdist" / sha256_file(sdist) / sdist.name
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
     failed = toolkit(project.root, "build", "fixture", "--wheelhouse", str(tmp_path / "wh"), cache=cache,
@@ -515,7 +576,7 @@ def test_flash_attn_setup_py_archs_are_read_from_its_source(tmp_path):
 def test_sdist_cache_offline_and_hash_checks(tmp_path):
     payload = tmp_path / "flash_attn-9.9.tar.gz"
     payload.write_bytes(b"sdist bytes")
-    good = LockedSdist(payload.as_uri(), payload.name, sha256_file(payload))
+    good = LockedSdist(payload.as_uri(), payload.name, sha256_of(payload))
     cached = fetch_sdist(good, tmp_path / "cache")  # downloaded (file:// URL) and verified
     assert cached.read_bytes() == b"sdist bytes"
     payload.unlink()

@@ -4,6 +4,7 @@ flash-attn sdist stand-in, fetched over file:// and loopback http."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,18 @@ from test_hostile_archives import HOSTILE, dot_conda
 
 from toolkit.archives import check_conda_archive
 from toolkit.build import fetch_sdist
-from toolkit.digest import sha256_file
 from toolkit.download import cache_entry, fetch_verified
 from toolkit.errors import ToolkitError
 from toolkit.lockfile import LockedPackage, LockedSdist
 
 
+def sha256_of(path: Path) -> str:
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def package_of(archive: Path, url: str | None = None) -> LockedPackage:
-    return LockedPackage("conda", archive.name.split("-")[0], "1", url or archive.as_uri(), sha256_file(archive))
+    return LockedPackage("conda", archive.name.split("-")[0], "1", url or archive.as_uri(), sha256_of(archive))
 
 
 def test_conda_archive_and_sdist_share_one_cache_layout(channel_dir, tmp_path):
@@ -27,9 +32,9 @@ def test_conda_archive_and_sdist_share_one_cache_layout(channel_dir, tmp_path):
     sdist = tmp_path / "flash_attn-2.8.3.tar.gz"
     sdist.write_bytes(b"sdist bytes")
     cached_archive = fetch_verified(package_of(archive), tmp_path / "cache", "ninja", check_conda_archive)
-    cached_sdist = fetch_sdist(LockedSdist(sdist.as_uri(), sdist.name, sha256_file(sdist)), tmp_path / "cache")
-    assert cached_archive == tmp_path / "cache" / sha256_file(archive) / archive.name
-    assert cached_sdist == tmp_path / "cache" / "sdist" / sha256_file(sdist) / sdist.name
+    cached_sdist = fetch_sdist(LockedSdist(sdist.as_uri(), sdist.name, sha256_of(sdist)), tmp_path / "cache")
+    assert cached_archive == tmp_path / "cache" / sha256_of(archive) / archive.name
+    assert cached_sdist == tmp_path / "cache" / "sdist" / sha256_of(sdist) / sdist.name
     assert cached_archive.read_bytes() == archive.read_bytes() and cached_sdist.read_bytes() == b"sdist bytes"
 
 

@@ -1,9 +1,11 @@
-"""The conda engine interface (toolkit/engine.py): chosen once from --backend, and the two engines answer
-the same request the same way. The CLI engine runs the real `conda-lock` code with the micromamba test
-double (tests/micromamba_standin.py); py-rattler is real; the channel is tests/conda_channel.py's."""
+"""The conda engine interface (toolkit/engine.py): chosen once from --backend, and each engine answers a
+request with the packages the channel's contents call for. The CLI engine runs the real `conda-lock` code
+with the micromamba test double (tests/micromamba_standin.py, which solves with py-rattler); py-rattler is
+real; the channel is tests/conda_channel.py's."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -54,7 +56,25 @@ def test_an_external_toolchain_needs_no_solver_in_either_engine():
     assert by_cli.content_hash == by_rattler.content_hash and set(by_cli.content_hash) == set(request.platforms)
 
 
-def test_both_engines_solve_a_locked_line_to_the_same_packages(channel_dir, tmp_path, monkeypatch):
+def expected_solution(channel: Path, platform: str) -> set[tuple[str, str, str]]:
+    """What cu126 (python 3.11.*, cuda-version 12.6.*, gxx 13.*, ...; write_project's spec) must solve to in
+    the fixture channel, worked out from the channel's contents (toolchain_packages) and not by a solver:
+    the 12.6 line of CUDA (not 13.0), gcc 13.3.0 (not 12.4.0), python 3.11.10 (not 3.12.7), with the
+    packages they depend on. (subdir, archive, sha256 by hashlib of the archive itself.)"""
+    noarch = ["cuda-version-12.6-h0_3.tar.bz2", "pip-24.2-pyh0_0.tar.bz2", f"sysroot_{platform}-2.28-h0_0.tar.bz2"]
+    native = [f"{name}-12.6.85-h0_0.conda" for name in ("cuda-cudart", "cuda-cudart-dev", "cuda-nvcc",
+                                                           "libcublas-dev", "libcusolver-dev", "libcusparse-dev")]
+    native += [f"{name}-13.3.0-h0_1.conda" for name in ("gxx", "libgcc", f"gcc_impl_{platform}",
+                                                          f"gxx_impl_{platform}")]
+    native += ["ninja-1.12.1-h0_0.conda", "python-3.11.10-h0_0_cpython.conda"]
+    return {(subdir, name, hashlib.sha256((channel / subdir / name).read_bytes()).hexdigest())
+            for subdir, names in (("noarch", noarch), (platform, native)) for name in names}
+
+
+def test_both_engines_solve_a_locked_line_to_the_expected_packages(channel_dir, tmp_path, monkeypatch):
+    """The CLI engine runs conda-lock's real `lock` code, but its micromamba is a stand-in that solves with
+    py-rattler too (no conda binary can be installed here): agreeing with each other proves nothing about
+    the solve, so each engine's answer is checked against the channel's own files."""
     standin = tmp_path / "bin" / "micromamba"
     standin.parent.mkdir()
     standin.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "micromamba_standin.py"}" "$@"\n')
@@ -64,9 +84,12 @@ def test_both_engines_solve_a_locked_line_to_the_same_packages(channel_dir, tmp_
     request = conda_request(spec)
     by_cli = choose_engine("auto", None, CONSOLE).solve(request)
     by_rattler = choose_engine("rattler", None, CONSOLE).solve(request)
-    assert by_cli.packages and by_cli.content_hash == by_rattler.content_hash
-    assert sorted((p.platform, p.name, p.hash.sha256) for p in by_cli.packages) == \
-        sorted((p.platform, p.name, p.hash.sha256) for p in by_rattler.packages)
+    for engine, layer in (("conda-lock", by_cli), ("rattler", by_rattler)):
+        for platform in ("linux-64", "linux-aarch64"):
+            solved = {(p.url.split("/")[-2], p.url.split("/")[-1], p.hash.sha256)
+                      for p in layer.packages if p.platform == platform}
+            assert solved == expected_solution(channel_dir, platform), (engine, platform)
+    assert by_cli.content_hash == by_rattler.content_hash and set(by_cli.content_hash) == set(request.platforms)
 
 
 def test_lock_and_install_declare_the_engine_options_once():

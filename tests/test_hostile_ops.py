@@ -186,11 +186,12 @@ def test_a_newline_in_a_path_is_refused_not_written_into_a_comment(project, caps
 OOM_LINE = b"nvcc error   : 'cicc' died due to signal 9 (Kill signal)"
 
 
-def explain(log: Path, *args: str) -> subprocess.CompletedProcess:
-    """`toolkit explain LOG` in its own process, with a generous limit (a hang fails, not blocks)."""
+def explain(log: Path, *args: str, runner: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`toolkit explain LOG` in its own process (run by `runner`, if given), with a generous limit (a hang
+    fails, not blocks)."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), *args], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([*runner, sys.executable, "-m", "toolkit", "explain", str(log), *args],
+                          capture_output=True, text=True, timeout=60)
     size = log.stat().st_size if log.is_file() else 0
     print(f"toolkit explain {log.name} ({size / 1e6:.1f} MB): {time.monotonic() - started:.2f} s")
     return done
@@ -266,9 +267,17 @@ def test_a_log_whose_name_has_control_characters_is_reported_in_one_line(tmp_pat
     assert done.returncode == 0 and "killed for memory" in assert_one_line(done) and "\x1b" not in done.stdout
 
 
+# root reads any file whatever its mode (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), and CI runs as root: there
+# the toolkit runs as root without those two capabilities, as an unprivileged user would (a user switch,
+# `setpriv --reuid=nobody`, would also lose the python under /root/.pyenv or the checkout's folder)
+WITHOUT_READ_OVERRIDE = ("setpriv", "--bounding-set=-dac_override,-dac_read_search",
+                         "--inh-caps=-dac_override,-dac_read_search")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "device", "missing", "unreadable"])
 def test_not_a_log_file_is_one_line(tmp_path, kind):
     path = tmp_path / "x.log"
+    runner: tuple[str, ...] = ()
     if kind == "fifo":
         os.mkfifo(path)  # nobody writes: reading it would wait forever
     elif kind == "directory":
@@ -278,9 +287,9 @@ def test_not_a_log_file_is_one_line(tmp_path, kind):
     elif kind == "unreadable":
         path.write_text("error\n")
         path.chmod(0)
-        if os.access(path, os.R_OK):
-            pytest.skip("running as root: permissions do not stop reading")
-    done = explain(path)
+        runner = WITHOUT_READ_OVERRIDE if os.geteuid() == 0 else ()
+        assert subprocess.run([*runner, "test", "-r", str(path)]).returncode == 1  # it really cannot read it
+    done = explain(path, runner=runner)
     assert done.returncode == 1 and str(path.name) in assert_one_line(done)
 
 
@@ -344,18 +353,25 @@ def test_gxx_printing_no_version_stops_the_build_in_one_line(tmp_path, kind):
     assert str(gxx) in str(caught.value)
 
 
-@pytest.mark.parametrize("output", ["garbage", "0, NVIDIA H200", "x, NVIDIA H200, 9.0, 580.65.06",
-                                    "0, NVIDIA H200, garbage, 580.65.06", "0, NVIDIA H200, 9.0, garbage",
-                                    "0, NVIDIA H200, 9.0, 580.65.06, extra", ", , , "])
-def test_nvidia_smi_printing_garbage_is_no_gpu_not_a_crash(tmp_path, output):
+GOOD_GPU_ROW = "1, NVIDIA A100-SXM4-80GB, 8.0, 580.65.06"
+GOOD_GPU = {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
 
-    fake_tool(tmp_path / "bin", "nvidia-smi", output)
+
+@pytest.mark.parametrize("output, gpus", [
+    ("garbage", []), ("0, NVIDIA H200", []), ("x, NVIDIA H200, 9.0, 580.65.06", []),
+    ("0, NVIDIA H200, garbage, 580.65.06", []), ("0, NVIDIA H200, 9.0, garbage", []), (", , , ", []),
+    # a column after the four queried ones (a later nvidia-smi) is ignored, the row kept
+    ("0, NVIDIA H200, 9.0, 580.65.06, extra", [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"}]),
+])
+def test_nvidia_smi_printing_garbage_is_no_gpu_not_a_crash(tmp_path, output, gpus):
+    """The garbage row is left out and the well-formed row after it kept (so the fake nvidia-smi is the one
+    doctor ran, and leaving out every row would fail too)."""
+    fake_tool(tmp_path / "bin", "nvidia-smi", f"{output}\\n{GOOD_GPU_ROW}")
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CUDA_HOME": "/usr/local/cuda"}
     done = subprocess.run([sys.executable, "-m", "toolkit", "doctor", "--json"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-2000:]
-    report = json.loads(done.stdout)
-    assert all(gpu["compute_capability"].replace(".", "").isdigit() for gpu in report["fingerprint"]["gpus"])
+    assert json.loads(done.stdout)["fingerprint"]["gpus"] == [*gpus, GOOD_GPU]
 
 
 def torch_version_py(folder: Path, version: str, cuda: str) -> Path:

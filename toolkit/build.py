@@ -12,12 +12,12 @@ import argparse
 import math
 import os
 import re
-import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,9 +26,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from toolkit import line_env, patches
-from toolkit.atomic import Terminated
+from toolkit.atomic import clean_stale, owned_dir, run_temporaries
 from toolkit.build_record import BuildOutputs, BuildRecord, ObjectTime
 from toolkit.build_timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
+from toolkit.children import kill_group, popen_tied
 from toolkit.diagnose import explain_file
 from toolkit.digest import sha256_file
 from toolkit.download import fetch_verified
@@ -258,20 +259,6 @@ def setup_py_archs(src_dir: Path) -> set[str] | None:
 # ---------------------------------------------------------------- running pip with progress
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop pip and every compiler it started (they share its process group)."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console) -> int:
     """Run the build with its full output in log_path and a live [n/N] bar (plain lines when not a TTY)."""
     columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -280,9 +267,9 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
     with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("compile", total=None)
         log.write(f"$ {' '.join(cmd)}\n")
-        proc = subprocess.Popen(cmd, cwd=cwd, env=process_environment(dict(os.environ), env),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-                                start_new_session=True, umask=0o022)
+        # pip and every compiler below it die with this process, even when it is killed with SIGKILL
+        proc = popen_tied(cmd, cwd=cwd, env=process_environment(dict(os.environ), env), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, umask=0o022)
         try:
             assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
@@ -296,11 +283,26 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
                         next_report = done / total + 0.1
             return proc.wait()
         except BaseException:
-            _stop(proc)
+            kill_group(proc)
             raise
 
 
 # ---------------------------------------------------------------- the build
+
+
+@contextmanager
+def build_folder(parent: Path, line: str, keep: bool, console: Console) -> Iterator[Path]:
+    """The build's folder in .cache/build: an owned temporary, removed when the build ends or, if it was
+    killed, by the next build (toolkit/atomic.py); with --keep-build-dir a plain folder that stays."""
+    if not keep:
+        with owned_dir(parent, line) as folder:
+            yield folder.absolute()
+        return
+    folder = Path(tempfile.mkdtemp(prefix=f"{line}-", dir=parent)).absolute()
+    try:
+        yield folder
+    finally:
+        console.print(f"build directory kept: {display_path(folder)}")
 
 
 def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Console) -> BuildResult:
@@ -310,6 +312,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     tc = line_env.resolve(spec, options.prefix).require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(build_parent)  # what killed builds left
     fp = tc.fingerprint(work_dir=build_parent)
     archs = resolve_archs(spec, options.arch, fp)
     if not lock_file.exists():
@@ -336,8 +339,7 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
     (line_dir / "logs").mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc)
     log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
-    build_dir = Path(tempfile.mkdtemp(prefix=f"{spec.line}-", dir=build_parent)).absolute()
-    try:
+    with build_folder(build_parent, spec.line, options.keep_build_dir, console) as build_dir:
         src_dir, epoch = extract_sdist(sdist, build_dir)
         applied_patches = patches.apply(src_dir, spec, locked.sdist.sha256)  # patches hook (patches.yaml)
         known = setup_py_archs(src_dir)
@@ -405,11 +407,6 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
         wheel = place(built, line_dir, record)
         write_index(options.wheelhouse)
         return BuildResult(wheel, record_path_for(wheel), record, cached=False)
-    finally:
-        if options.keep_build_dir:
-            console.print(f"build directory kept: {display_path(build_dir)}")
-        else:
-            shutil.rmtree(build_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- CLI
@@ -434,11 +431,8 @@ def cmd_build(args: argparse.Namespace) -> int:
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
                            install_target=args.install_target, order_from=args.order_from)
     t0 = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
+    with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
         result = build(spec, workspace.lock_file(spec.line), options, console)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if result.cached:
         print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, {time.monotonic() - t0:.2f} s; "
               f"--force rebuilds)")
@@ -449,11 +443,6 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"  record: {display_path(result.record_path)}; index: "
               f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}")
     return 0
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (a killed nox session, a batch scheduler) unwinds like Ctrl-C: pip's group is stopped."""
-    raise Terminated()
 
 
 def _positive_int(text: str) -> int:

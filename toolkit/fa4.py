@@ -81,7 +81,7 @@ def probe_python(python: str, extra_path: list[str] | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(extra_path or [])}
     fix = "pass --python of an interpreter with torch and packaging"
     try:
-        done = children.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+        done = children.run_tied([python, "-c", _PROBE], capture_output=True, text=True, env=env)
     except OSError as exc:
         raise ToolkitError(f"{python}: cannot be run ({exc.strerror or type(exc).__name__}) ({fix})") from None
     if done.returncode != 0:
@@ -164,7 +164,7 @@ def install(rel: Release, cuda_major: str, wheel_dir: Path, target: Path, python
     target.mkdir(parents=True, exist_ok=True)
     clean_stale(target)  # the staging folders of killed installs (their pip died with them: children.run)
     with owned_dir(target, "fa4-staging") as staging:
-        done = children.run([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+        done = children.run_tied([python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
                                "--no-cache-dir", "--target", str(staging),
                                *[str(wheel_dir / p.file) for p in chosen]], capture_output=True, text=True)
         if done.returncode != 0:
@@ -300,7 +300,7 @@ def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) ->
     lock's pip layer put FA4 first) writes its own flash_attn/cute over FA4's. FA2's copy gives way again
     (hand_over_cute), then FA4's wheel is reinstalled from the lock's pin (pip checks its sha256), so both
     import. Returns the FA2 files that gave way ([] where the environment holds no FA4)."""
-    site = Path(children.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site = Path(children.run_tied([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     if not any(site.glob("flash_attn_4-*.dist-info")):
         return []
@@ -309,7 +309,7 @@ def restore_after_flash_attn_2(python: str, url: str, sha256: str, log: Path) ->
     with owned_dir(log.parent, "fa4-restore") as scratch:
         requirement = scratch / "requirements.txt"
         requirement.write_text(f"flash-attn-4 @ {url} --hash=sha256:{sha256}\n")
-        done = children.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
+        done = children.run_tied([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--require-hashes",
                                "--no-index", "--quiet", "--requirement", str(requirement)],
                               capture_output=True, text=True, errors="replace")
     with open(log, "a") as out:
@@ -466,7 +466,7 @@ def load_record(target: Path, python: str | None = None) -> Fa4Record:
 def import_check(record: Fa4Record, env: dict[str, str] | None = None) -> tuple[bool, str]:
     """Does `import flash_attn.cute` work in a fresh process of the recorded python? (ok, last line)"""
     probe = "import flash_attn.cute as f, cutlass; print(f.__file__, cutlass.__file__)"
-    done = children.run([record.python, "-c", probe],
+    done = children.run_tied([record.python, "-c", probe],
                           capture_output=True, text=True, env={**os.environ, **record.env(), **(env or {})})
     text = (done.stdout if done.returncode == 0 else done.stderr).strip().splitlines() or ["no output"]
     return done.returncode == 0, text[-1]

@@ -140,8 +140,8 @@ def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[s
     child_env = {**os.environ, **env, **cache_env(cache_dir)}
     begin = time.perf_counter()
     try:
-        done = children.run(command, capture_output=True, text=True, env=child_env, timeout=timeout,
-                              cwd=Path(__file__).resolve().parents[1])
+        done = children.run_tied(command, capture_output=True, text=True, env=child_env, timeout=timeout,
+                                 cwd=Path(__file__).resolve().parents[1])
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s", "wall_s": round(time.perf_counter() - begin, 2)}
     wall = round(time.perf_counter() - begin, 2)
@@ -218,7 +218,7 @@ def cache_key(python: str, env: dict[str, str], arch: str) -> dict:
              "v = lambda n: m.version(n)\n"
              "print(json.dumps({'flash_attn_4': v('flash-attn-4'), 'cutlass_dsl': v('nvidia-cutlass-dsl'),"
              " 'torch': v('torch'), 'python': '%d.%d' % sys.version_info[:2]}))")
-    done = children.run([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
+    done = children.run_tied([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolkitError(f"{python}: flash-attn-4 is not installed where this python sees it ({tail}) "

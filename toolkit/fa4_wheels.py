@@ -50,7 +50,7 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
         path = dest / pin.file
         if not (path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256):
             with owned_dir(dest, "download") as scratch, publish_file(path) as staged:
-                done = children.run([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                done = children.run_tied([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                                        *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
                                       capture_output=True, text=True)
                 got = scratch / pin.file

@@ -45,8 +45,8 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
 def worker_main() -> None:
     """The worker's side: run the pickled job, write the outcome, and leave without finalization."""
     job, result = Path(sys.argv[1]), Path(sys.argv[2])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    die_with_parent(int(sys.argv[3]))  # a parent killed with SIGKILL leaves no worker still writing
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent handles Ctrl-C (and kills it)
+    die_with_parent(int(sys.argv[3]))
     module, name, args = pickle.loads(job.read_bytes())
     try:
         outcome = ("ok", getattr(importlib.import_module(module), name)(*args))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
 from toolkit.archs import compiled_archs, missing_archs
+from toolkit.children import run_tied
 from toolkit.diagnose import explain
 from toolkit.errors import ToolkitError
 from toolkit.install_record import Fa4Record
@@ -75,7 +75,7 @@ def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], tar
         env["PYTHONPATH"] = str(target)
     with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
         def run(step: str, command: list[str]) -> None:
-            done = subprocess.run(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
+            done = run_tied(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
             with open(log_path, "a") as log:
                 log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
             if done.returncode != 0:

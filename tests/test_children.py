@@ -1,0 +1,113 @@
+"""toolkit/children.py: a command and everything it starts end with the toolkit, even one killed by SIGKILL,
+and even processes that left the command's process group (ninja runs each compile in a group of its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from toolkit.children import kill_group, popen_tied, run_tied
+
+ROOT = Path(__file__).resolve().parent.parent
+# a command that starts one sleeper in its own process group and one in the command's, prints their pids
+TWO_SLEEPERS = "setsid sleep 600 & echo $!; sleep 600 & echo $!; wait"
+
+
+def running(pids: list[int]) -> list[int]:
+    """The pids still running something (a zombie waiting for its reaper runs nothing)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_gone(pids: list[int], timeout: float = 30.0) -> list[int]:
+    """Those of pids still running after timeout (killed then, so that no test leaves them behind)."""
+    deadline = time.monotonic() + timeout
+    while running(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = running(pids)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def read_pids(stream, count: int) -> list[int]:
+    """The sleepers' pids, once the first has its own session (setsid(1) calls setsid(2) after the fork)."""
+    pids = [int(stream.readline()) for _ in range(count)]
+    deadline = time.monotonic() + 10
+    while os.getsid(pids[0]) != pids[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.getsid(pids[0]) == pids[0] and len(running(pids)) == count
+    return pids
+
+
+def test_a_parent_killed_by_sigkill_takes_everything_below_with_it():
+    code = ("import sys; from toolkit.children import popen_tied; "
+            f"proc = popen_tied(['sh', '-c', {TWO_SLEEPERS!r}]); proc.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    sleepers = read_pids(parent.stdout, 2)
+    parent.kill()
+    parent.wait()
+    assert wait_gone(sleepers) == []
+
+
+def test_kill_group_ends_what_left_the_group():
+    proc = popen_tied(["sh", "-c", TWO_SLEEPERS], stdout=subprocess.PIPE, text=True)
+    sleepers = read_pids(proc.stdout, 2)
+    kill_group(proc)
+    assert proc.returncode is not None
+    assert wait_gone(sleepers, timeout=1) == []
+
+
+def test_orphans_end_when_the_command_ends():
+    proc = popen_tied(["sh", "-c", "setsid sleep 600 & echo $!; read line; exit 0"], stdin=subprocess.PIPE,
+                      stdout=subprocess.PIPE, text=True)
+    (orphan,) = read_pids(proc.stdout, 1)
+    proc.stdin.close()  # `read` ends, and the command with it
+    assert proc.wait(timeout=30) == 0
+    assert wait_gone([orphan], timeout=1) == []
+
+
+@pytest.mark.parametrize("command, status", [("exit 3", 3), ("kill -9 $$", 128 + 9), ("exit 0", 0)])
+def test_the_commands_exit_status_is_the_supervisors(command, status):
+    assert popen_tied(["sh", "-c", command]).wait(timeout=30) == status
+
+
+def test_a_command_that_cannot_start_raises_as_subprocess_does_and_the_supervisor_says_127():
+    """popen_tied raises what subprocess.Popen raises for a missing or non-executable program (callers catch
+    OSError); the supervisor itself, should the program vanish after that check, exits 127 with one line."""
+    for program, error in (("/nonexistent/tool", FileNotFoundError), ("no-such-tool-anywhere", FileNotFoundError),
+                           (__file__, PermissionError)):
+        with pytest.raises(error):
+            subprocess.Popen([program])
+        with pytest.raises(error):
+            popen_tied([program, "--version"])
+    import toolkit.children
+
+    done = subprocess.run([sys.executable, "-I", toolkit.children.__file__, str(os.getpid()), "/nonexistent/tool"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 127
+    assert done.stderr == "/nonexistent/tool: cannot run it (No such file or directory)\n"
+
+
+def test_popen_tied_keeps_its_own_session_options():
+    with pytest.raises(TypeError, match="start_new_session"):
+        popen_tied(["true"], start_new_session=False)
+
+
+def test_run_tied_is_subprocess_run_with_the_tie():
+    done = run_tied(["sh", "-c", "echo out; echo err >&2; exit 4"], capture_output=True, text=True)
+    assert (done.args, done.returncode, done.stdout, done.stderr) == (["sh", "-c", "echo out; echo err >&2; exit 4"],
+                                                                      4, "out\n", "err\n")
