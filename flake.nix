@@ -16,7 +16,7 @@
 
       # envs/*.yaml is the one list of lines. Nix has no YAML parser, so this reads the subset the specs
       # use for the fields a shell needs: `key: value` lines, one nested level as "parent.key", flow
-      # lists. tests/test_flake.py proves it agrees with toolkit.spec.load_spec on every spec.
+      # lists. tests/test_flake.py proves it agrees with toolkit.spec.envspec.load_spec on every spec.
       envsDir = ./envs;
 
       # One scalar written on one line: drop a trailing comment, surrounding blanks and quotes.

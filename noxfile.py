@@ -11,9 +11,9 @@ from pathlib import Path
 
 import nox
 
-from toolkit.errors import ToolkitError
-from toolkit.spec import load_spec
-from toolkit.workspace import Workspace
+from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
+from toolkit.spec.envspec import load_spec
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["check"]

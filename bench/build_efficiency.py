@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from toolkit.build import describe  # noqa: E402
-from toolkit.build_record import BuildRecord, ObjectTime  # noqa: E402
-from toolkit.wheelhouse import records  # noqa: E402
-from toolkit.workspace import Workspace  # noqa: E402
+from toolkit.base.workspace import Workspace  # noqa: E402
+from toolkit.build.builder import describe  # noqa: E402
+from toolkit.build.record import BuildRecord, ObjectTime  # noqa: E402
+from toolkit.build.wheelhouse import records  # noqa: E402
 
 TARGET = 0.90
 

@@ -69,7 +69,7 @@ case "${1:-}" in
     step bench 360 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     # the verb checks the line's spec first; if that refused quickly, measure without it (no peak/targets/plot)
     if [ ! -f "$RESULTS/bench/bench.json" ] && [ $(( $(date +%s) - began )) -lt 60 ]; then
-      step bench-measure-only 400 "$PY" -m toolkit.bench --line "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
+      step bench-measure-only 400 "$PY" -m toolkit.verify.bench --line "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     fi
     step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
       --verify "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"

@@ -79,7 +79,7 @@ paths += [f"{src}/csrc/flash_attn", f"{src}/csrc/flash_attn/src", f"{src}/csrc/c
 print(" ".join(f"-I{p}" for p in paths))
 EOF
 )
-    cpath=$(PYTHONPATH=$PWD "$PYTHON" -c "from pathlib import Path; from toolkit.line_env import include_environment; print(include_environment(Path('$STATE/prefix'))['CPATH'])")
+    cpath=$(PYTHONPATH=$PWD "$PYTHON" -c "from pathlib import Path; from toolkit.machine.line_env import include_environment; print(include_environment(Path('$STATE/prefix'))['CPATH'])")
     cmd="g++ -std=$CXX_STD -O0 -fsyntax-only -D_GLIBCXX_USE_CXX11_ABI=1 -DTORCH_EXTENSION_NAME=flash_attn_2_cuda $flags $src/csrc/flash_attn/flash_api.cpp"
     { echo "\$ $cmd"; timeout 240 $cmd 2>&1 | grep -m3 -E "error|fatal"; echo "rc=${PIPESTATUS[0]} (torch's include paths only)"
       echo; echo "\$ CPATH=$cpath $cmd"; CPATH=$cpath timeout 240 $cmd 2>&1 | grep -m3 -E "error|fatal"

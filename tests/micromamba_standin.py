@@ -23,8 +23,8 @@ OVERRIDES = {"CONDA_OVERRIDE_CUDA": "__cuda", "CONDA_OVERRIDE_GLIBC": "__glibc",
 
 
 def dry_run(args: list[str]) -> int:
-    from toolkit.engine import fetch_action, rattler_solve
-    from toolkit.errors import ToolkitError
+    from toolkit.base.errors import ToolkitError
+    from toolkit.env.engine import fetch_action, rattler_solve
 
     channels, specs, skip = [], [], False
     for index, arg in enumerate(args):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import atomic
-from toolkit.atomic import clean_stale, copy_atomic, publish_dir, publish_file
+from toolkit.base import atomic
+from toolkit.base.atomic import clean_stale, copy_atomic, publish_dir, publish_file
 
 
 def names(folder: Path) -> list[str]:
@@ -59,7 +59,7 @@ def test_a_killed_copy_leaves_the_old_file_and_a_temporary_the_next_run_removes(
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from toolkit.atomic import publish_file
+        from toolkit.base.atomic import publish_file
         with publish_file(Path({str(dest)!r})) as staged:
             with open(staged, "wb") as out:
                 out.write(b"x" * 2 ** 20)

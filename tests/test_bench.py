@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from toolkit import bench  # noqa: E402
 from toolkit.cli import main  # noqa: E402
+from toolkit.verify import bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,9 +26,9 @@ from conda_channel import build_simple_index, serve_directory
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 from rich.console import Console
 
-from toolkit.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
-from toolkit.atomic import temp_name
-from toolkit.build import (
+from toolkit.base.atomic import temp_name
+from toolkit.base.errors import ToolkitError
+from toolkit.build.builder import (
     BuildOptions,
     build,
     fetch_sdist,
@@ -37,14 +37,14 @@ from toolkit.build import (
     size_parallelism,
     torch_arch_list,
 )
-from toolkit.build_record import BuildRecord, ObjectTime
-from toolkit.build_timing import efficiency
-from toolkit.errors import ToolkitError
-from toolkit.fingerprint import Gpu, from_dict
-from toolkit.lock import LockedSdist
-from toolkit.ninja_shim import ManifestPlan, install_ninja_shim, prepared_manifest
-from toolkit.rules import checked_spec
-from toolkit.wheelhouse import find_cached
+from toolkit.build.ninja_shim import ManifestPlan, install_ninja_shim, prepared_manifest
+from toolkit.build.record import BuildRecord, ObjectTime
+from toolkit.build.timing import efficiency
+from toolkit.build.wheelhouse import find_cached
+from toolkit.env.lock import LockedSdist
+from toolkit.knowledge.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.machine.fingerprint import Gpu, from_dict
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = Path("/usr/local/cuda/bin/nvcc")
@@ -53,7 +53,7 @@ needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc a
 
 
 def sha256_of(path: Path) -> str:
-    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/base/digest.py."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
@@ -128,8 +128,8 @@ def test_build_compiles_exactly_the_requested_archs(project, tmp_path):
 def test_modules_read_the_sdist_pin_from_a_record_the_real_build_wrote(project):
     """issue 15's live bug: modules looked for inputs.sdist.sha256, the build writes sdist.sha256, so a
     modulefile made from a real build never showed it. Both now go through BuildRecord."""
-    from toolkit.lockfile import read_lock
-    from toolkit.modules import summarize
+    from toolkit.env.lockfile import read_lock
+    from toolkit.site.modules import summarize
 
     (path,) = project.line_dir.glob("*.build.json")
     locked = read_lock(project.root / "locks" / "fixture.conda-lock.yml")
@@ -540,15 +540,15 @@ def test_real_ninja_starts_the_previously_longest_object_first(tmp_path):
 def test_the_ninja_shim_runs_without_the_build_module(tmp_path):
     """The shim's python step (once per ninja call of every build) imports the shim module alone: not the
     build module, its progress bars, the lock reader, pydantic or yaml."""
-    heavy = ("toolkit.build", "toolkit.lock", "toolkit.lockfile", "rich", "pydantic", "yaml", "conda_lock")
-    code = ("import sys; import toolkit.ninja_shim; "
+    heavy = ("toolkit.build.builder", "toolkit.env.lock", "toolkit.env.lockfile", "rich", "pydantic", "yaml", "conda_lock")
+    code = ("import sys; import toolkit.build.ninja_shim; "
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
     if shutil.which("ninja") is None:
         pytest.skip("needs ninja on PATH (pip install ninja)")
     assert install_ninja_shim(tmp_path, ManifestPlan("/s", {}), os.environ["PATH"])
-    assert "from toolkit.ninja_shim import prepare_manifest" in (tmp_path / "ninja").read_text()
+    assert "from toolkit.build.ninja_shim import prepare_manifest" in (tmp_path / "ninja").read_text()
 
 
 def test_arch_selection():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.build_record import BuildRecord
-from toolkit.errors import ToolkitError
+from toolkit.base.errors import ToolkitError
+from toolkit.build.record import BuildRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_RECORDS = sorted(ROOT.glob("docs/results/*/build-record.json"))

@@ -1,4 +1,4 @@
-"""toolkit/children.py: a command and everything it starts end with the toolkit, even one killed by SIGKILL,
+"""toolkit/base/children.py: a command and everything it starts end with the toolkit, even one killed by SIGKILL,
 and even processes that left the command's process group (ninja runs each compile in a group of its own)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from toolkit.children import kill_group, popen_tied, run_tied
+from toolkit.base.children import kill_group, popen_tied, run_tied
 
 ROOT = Path(__file__).resolve().parent.parent
 # a command that starts one sleeper in its own process group and one in the command's, prints their pids
@@ -54,7 +54,7 @@ def read_pids(stream, count: int) -> list[int]:
 
 
 def test_a_parent_killed_by_sigkill_takes_everything_below_with_it():
-    code = ("import sys; from toolkit.children import popen_tied; "
+    code = ("import sys; from toolkit.base.children import popen_tied; "
             f"proc = popen_tied(['sh', '-c', {TWO_SLEEPERS!r}]); proc.wait()")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     sleepers = read_pids(parent.stdout, 2)
@@ -94,9 +94,9 @@ def test_a_command_that_cannot_start_raises_as_subprocess_does_and_the_superviso
             subprocess.Popen([program])
         with pytest.raises(error):
             popen_tied([program, "--version"])
-    import toolkit.children
+    import toolkit.base.children
 
-    done = subprocess.run([sys.executable, "-I", toolkit.children.__file__, str(os.getpid()), "/nonexistent/tool"],
+    done = subprocess.run([sys.executable, "-I", toolkit.base.children.__file__, str(os.getpid()), "/nonexistent/tool"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 127
     assert done.stderr == "/nonexistent/tool: cannot run it (No such file or directory)\n"

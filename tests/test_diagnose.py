@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from toolkit.diagnose import CATALOG, diagnose
+from toolkit.build.diagnose import CATALOG, diagnose
 
 NVCC = Path("/usr/local/cuda/bin/nvcc")
 needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc at /usr/local/cuda")
@@ -174,7 +174,7 @@ def test_arch_advice_comes_from_each_lines_arch_range(kernel, arch, direction, l
 
 def test_arch_advice_follows_the_knowledge_files_arch_lists():
     """Every arch some line compiles: the advice names exactly the lines whose `archs` hold it."""
-    from toolkit.knowledge import load_knowledge
+    from toolkit.knowledge.facts import load_knowledge
 
     kb = load_knowledge()
     for arch in sorted({a for line in kb.cuda_lines.values() for a in line.archs}):

@@ -1,4 +1,4 @@
-"""toolkit/digest.py against hashlib on files of several MiB (the function reads in 1 MiB chunks: a copy that
+"""toolkit/base/digest.py against hashlib on files of several MiB (the function reads in 1 MiB chunks: a copy that
 hashed only the first chunk, or dropped the last partial one, must fail here), and the download cache's check
 of a file that differs from its pin only past the first MiB."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.digest import CHUNK, sha256_file, sha256_json
-from toolkit.download import fetch_verified
-from toolkit.errors import ToolkitError
-from toolkit.lockfile import LockedSdist
+from toolkit.base.digest import CHUNK, sha256_file, sha256_json
+from toolkit.base.errors import ToolkitError
+from toolkit.env.download import fetch_verified
+from toolkit.env.lockfile import LockedSdist
 
 
 @pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 12345])

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.build_record import BuildRecord
+from toolkit.build.record import BuildRecord
 from toolkit.cli import main
-from toolkit.doctor import Facts, Row, conda_build, evaluate, gpu_runs
-from toolkit.doctor_facts import LineFacts, gather_line, read_report
-from toolkit.lockfile import LockedPackage
-from toolkit.spec import load_spec
+from toolkit.doctor.command import Facts, Row, conda_build, evaluate, gpu_runs
+from toolkit.doctor.facts import LineFacts, gather_line, read_report
+from toolkit.env.lockfile import LockedPackage
+from toolkit.spec.envspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = ROOT / "envs"
@@ -484,7 +484,7 @@ def test_env_packages_compared_with_the_lock():
 
 
 def test_line_packages_are_the_verified_lock_of_this_platform(workdir):
-    """Doctor reads the lock through toolkit.lockfile (digest and strict forms checked), keeping this
+    """Doctor reads the lock through toolkit.env.lockfile (digest and strict forms checked), keeping this
     machine's platform: the golden lock written by test_lock has both linux-64 and linux-aarch64."""
     (workdir / "locks").mkdir()
     lock = workdir / "locks" / "cu126.conda-lock.yml"
@@ -505,8 +505,8 @@ def test_line_packages_are_the_verified_lock_of_this_platform(workdir):
 def test_the_prefix_s_install_record_is_checked_against_the_lock(workdir):
     """The resolver reads the typed record `toolkit install` leaves (install_record.PrefixRecord): none is a
     prefix made some other way, another digest an install from an older lock, the same digest ok."""
-    from toolkit.install_record import PrefixRecord
-    from toolkit.lockfile import read_lock
+    from toolkit.env.install_record import PrefixRecord
+    from toolkit.env.lockfile import read_lock
 
     (workdir / "locks").mkdir()
     lock = workdir / "locks" / "cu126.conda-lock.yml"

@@ -1,4 +1,4 @@
-"""The one hash-verified download cache (toolkit/download.py), as both of its callers use it: conda
+"""The one hash-verified download cache (toolkit/env/download.py), as both of its callers use it: conda
 archives of the test channel (real .conda/.tar.bz2 containers built by tests/conda_channel.py) and a
 flash-attn sdist stand-in, fetched over file:// and loopback http."""
 
@@ -11,15 +11,15 @@ import pytest
 from conda_channel import channel_dir, serve_directory  # noqa: F401
 from test_hostile_archives import HOSTILE, dot_conda
 
-from toolkit.archives import check_conda_archive
-from toolkit.build import fetch_sdist
-from toolkit.download import cache_entry, fetch_verified
-from toolkit.errors import ToolkitError
-from toolkit.lockfile import LockedPackage, LockedSdist
+from toolkit.base.errors import ToolkitError
+from toolkit.build.builder import fetch_sdist
+from toolkit.env.archives import check_conda_archive
+from toolkit.env.download import cache_entry, fetch_verified
+from toolkit.env.lockfile import LockedPackage, LockedSdist
 
 
 def sha256_of(path: Path) -> str:
-    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/base/digest.py."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 

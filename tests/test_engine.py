@@ -1,4 +1,4 @@
-"""The conda engine interface (toolkit/engine.py): chosen once from --backend, and each engine answers a
+"""The conda engine interface (toolkit/env/engine.py): chosen once from --backend, and each engine answers a
 request with the packages the channel's contents call for. The CLI engine runs the real `conda-lock` code
 with the micromamba test double (tests/micromamba_standin.py, which solves with py-rattler); py-rattler is
 real; the channel is tests/conda_channel.py's."""
@@ -14,11 +14,11 @@ import pytest
 from conda_channel import channel_dir, file_url, write_project  # noqa: F401
 from rich.console import Console
 
-from toolkit.engine import CondaLockEngine, RattlerEngine, choose_engine
-from toolkit.errors import ToolkitError
-from toolkit.lock import conda_request
-from toolkit.rules import checked_spec
-from toolkit.spec import load_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.env.engine import CondaLockEngine, RattlerEngine, choose_engine
+from toolkit.env.lock import conda_request
+from toolkit.spec.envspec import load_spec
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSOLE = Console(stderr=True, highlight=False)

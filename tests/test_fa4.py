@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4, fa4_lock, fa4_pins, fa4_wheels
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.install_record import Fa4Record
+from toolkit.env import fa4_lock
+from toolkit.env.install_record import Fa4Record
+from toolkit.fa4 import install as fa4
+from toolkit.fa4 import wheels as fa4_wheels
+from toolkit.knowledge import fa4_pins
 
 ROOT = Path(__file__).resolve().parent.parent
 FETCHED = ROOT / ".whl-fa4"
@@ -265,7 +268,7 @@ def test_odd_targets_pythons_and_join_folders_are_one_line(tmp_path, capsys):
 def tampered_lock(tmp_path: Path, edit) -> Path:
     """The committed lock with `edit` applied and its digest recomputed (the digest is a checksum, not a
     signature: anyone can recompute it)."""
-    from toolkit.digest import sha256_json
+    from toolkit.base.digest import sha256_json
 
     data = json.loads((ROOT / "locks" / "gpu-machine-fa4.fa4-lock.json").read_text())
     data.pop("digest")
@@ -407,7 +410,7 @@ def recorded_pypi(project: str) -> list[dict]:
 
 
 def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
-    from toolkit.spec import load_spec
+    from toolkit.spec.envspec import load_spec
 
     path = fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
     data = json.loads(path.read_text())
@@ -424,7 +427,7 @@ def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_pa
 
 
 def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
-    from toolkit.spec import load_spec
+    from toolkit.spec.envspec import load_spec
 
     def replaced(project):
         files = recorded_pypi(project)
@@ -459,7 +462,7 @@ def test_a_hostile_parts_manifest_is_refused_and_nothing_is_written(tmp_path, ma
 
 def test_fa2_installed_over_fa4_is_refused_before_pip_runs(tmp_path):
     """FA2 after FA4 in one --target: pip would swap the whole flash_attn/ folder and FA4's cute with it."""
-    from toolkit.wheel_check import install_and_import
+    from toolkit.build.wheel_check import install_and_import
 
     (tmp_path / Fa4Record.FILE).write_text("{}")
     with pytest.raises(ToolkitError, match="holds flash-attn-4; pip --target would replace"):

@@ -1,6 +1,6 @@
 """FA4 kernel-cache warming (issue 16): variants, fresh-process cold/warm first calls, the artifact.
 
-No GPU here: the children are real fresh processes (`python -m toolkit.fa4_jit call --device cpu`) that
+No GPU here: the children are real fresh processes (`python -m toolkit.fa4.jit call --device cpu`) that
 import tests/fa4_double as flash_attn.cute, a TEST DOUBLE whose "compile" is a sleep on a variant's
 first call unless FA4's cache folder holds the entry (its docstring says what is real). So the
 orchestration, the cache merge, the latency records and the artifact/record round trip are exercised;
@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from toolkit import fa4_jit
-from toolkit.errors import ToolkitError
-from toolkit.install_record import Fa4Record
+from toolkit.base.errors import ToolkitError
+from toolkit.env.install_record import Fa4Record
+from toolkit.fa4 import jit as fa4_jit
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "fa4_double"

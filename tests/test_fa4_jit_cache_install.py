@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4_jit
-from toolkit.atomic import OWNER_SUFFIX, temp_name
+from toolkit.base.atomic import OWNER_SUFFIX, temp_name
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.install_record import Fa4Record
+from toolkit.env.install_record import Fa4Record
+from toolkit.fa4 import jit as fa4_jit
 
 KEY = {"flash_attn_4": "4.0.0b36", "cutlass_dsl": "4.8.1", "torch": "2.11.0", "python": "3.12", "arch": "90"}
 FP = "0123abcd" * 8  # FA4's source fingerprint folder

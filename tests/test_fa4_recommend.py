@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4_pins
 from toolkit.attention import recommend
 from toolkit.cli import main
+from toolkit.knowledge import fa4_pins
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = "NVIDIA H200"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import rules
 from toolkit.cli import main
-from toolkit.spec import Fa4Request, load_spec
+from toolkit.spec import rules
+from toolkit.spec.envspec import Fa4Request, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fa4_double"))
 from flash_attn.cute import Fa4Double  # noqa: E402
 from test_verify import small  # noqa: E402
 
-from toolkit import fa4_pins  # noqa: E402
+from toolkit.knowledge import fa4_pins  # noqa: E402
 from toolkit.verify import fa4 as verify_fa4  # noqa: E402
 from toolkit.verify import report  # noqa: E402
 from toolkit.verify.cases import Case  # noqa: E402

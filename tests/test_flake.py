@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import see_running_packages
 
-from toolkit.spec import EnvSpec, load_spec, spec_paths
+from toolkit.spec.envspec import EnvSpec, load_spec, spec_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "tests" / "nix_stubs" / "nixpkgs"

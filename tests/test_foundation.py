@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import fa4_rules
 from toolkit.cli import main
-from toolkit.knowledge import load_knowledge
-from toolkit.rules import RULES, violations
-from toolkit.spec import load_spec, merge
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.spec import fa4_rules
+from toolkit.spec.envspec import load_spec, merge
+from toolkit.spec.rules import RULES, violations
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -402,7 +402,7 @@ def test_locked_toolchain_rejects_external_fields(envs, capsys):
 def test_knowledge_has_sources_for_every_file():
     import yaml
 
-    from toolkit.knowledge import KNOWLEDGE_DIR
+    from toolkit.knowledge.facts import KNOWLEDGE_DIR
     for path in KNOWLEDGE_DIR.glob("*.yaml"):
         assert yaml.safe_load(path.read_text()).get("sources"), f"{path.name} names no sources"
 

@@ -14,9 +14,9 @@ import pytest
 import zstandard
 from conda_channel import build_channel, toolchain_packages
 
-from toolkit.archives import check_conda_archive
-from toolkit.build import extract_sdist
-from toolkit.errors import ToolkitError
+from toolkit.base.errors import ToolkitError
+from toolkit.build.builder import extract_sdist
+from toolkit.env.archives import check_conda_archive
 
 
 def _tar_bytes(members: list[tuple[str, bytes | str]], mode: str = "w") -> bytes:

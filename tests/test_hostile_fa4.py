@@ -22,9 +22,10 @@ import pytest
 from test_fa4 import FETCHED, PY312, python312_base
 from test_fa4_jit_cache_install import KEY, artifact, entry, tree
 
-from toolkit import fa4, fa4_wheels
 from toolkit.cli import main
-from toolkit.install_record import Fa4Record
+from toolkit.env.install_record import Fa4Record
+from toolkit.fa4 import install as fa4
+from toolkit.fa4 import wheels as fa4_wheels
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -260,7 +261,7 @@ def test_a_target_or_dest_that_is_not_a_plain_path_is_refused_at_the_door(tmp_pa
 
 @pytest.mark.parametrize("name", [f"{'f' * 8}/a\nb.o", f"{'f' * 8}/\x1b[2Ja.o"], ids=["newline", "escape"])
 def test_cache_install_refuses_a_member_name_with_a_control_character(tmp_path, name):
-    from toolkit import fa4_jit
+    from toolkit.fa4 import jit as fa4_jit
 
     with pytest.raises(fa4.ToolkitError, match="a name with a control character") as caught:
         fa4_jit.unpack(artifact(tmp_path / "wh", [entry("good.o"), entry(name)]), KEY, tmp_path / "dest")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import upstream
+from toolkit.knowledge import upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests/data/upstream"

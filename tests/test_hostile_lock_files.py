@@ -1,4 +1,4 @@
-"""Hostile lock files (toolkit/fslock.py): whatever lies at `<entry>.lock` is a user's folder's neighbour.
+"""Hostile lock files (toolkit/base/fslock.py): whatever lies at `<entry>.lock` is a user's folder's neighbour.
 
 A FIFO there hung `install` and `fa4 cache-install` in open(); a dangling symlink made them create the file
 it points to, outside; a refused attempt left its `<dest>.lock` behind. Each case runs under a SIGALRM
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from test_fa4_jit_cache_install import FP, KEY, A, artifact, entry
 
-from toolkit import fa4_jit
-from toolkit.errors import ToolkitError
-from toolkit.fslock import locked
+from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import locked
+from toolkit.fa4 import jit as fa4_jit
 
 
 class Hang(Exception):
@@ -88,7 +88,7 @@ def test_a_failed_attempt_removes_only_the_lock_file_it_created(tmp_path):
 def test_a_waiter_on_a_removed_lock_file_locks_the_one_named_now(tmp_path, monkeypatch):
     """A waiter blocked on the file a failed attempt then removes must not go on holding a lock on a file
     no name leads to (a third job would lock a new one beside it): it locks the file named now."""
-    import toolkit.fslock as fslock
+    import toolkit.base.fslock as fslock
 
     entry_path, lock = tmp_path / "entry", tmp_path / "entry.lock"
     blocking, real_flock = threading.Event(), fslock.fcntl.flock

@@ -3,7 +3,7 @@
 Every install here is a real `python -m toolkit install` (or `install_line`) of a lock made by a real
 py-rattler solve of the fixture channel of tests/conda_channel.py (file://) with its pip layer from the
 loopback fixture index. Interruptions are real signals sent to a real subprocess stopped at a named
-phase by the FA_ENVKIT_PAUSE_AT hook (toolkit/atomic.py: checkpoint); afterwards the filesystem is
+phase by the FA_ENVKIT_PAUSE_AT hook (toolkit/base/atomic.py: checkpoint); afterwards the filesystem is
 checked: no staging dirs, no partial files, the old environment intact, nothing in the run's TMPDIR.
 """
 
@@ -29,12 +29,12 @@ import pytest
 import yaml
 from conda_channel import channel_dir, file_url, isolated_caches, pip_index, write_project  # noqa: F401
 
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.download import cache_entry
-from toolkit.errors import ToolkitError
-from toolkit.lock import lock_line
-from toolkit.lockfile import KEY_DIGEST, KEY_SDIST_FILENAME, KEY_SDIST_SHA256, LockedSdist, lock_digest, read_lock
-from toolkit.rules import checked_spec
+from toolkit.env.download import cache_entry
+from toolkit.env.lock import lock_line
+from toolkit.env.lockfile import KEY_DIGEST, KEY_SDIST_FILENAME, KEY_SDIST_SHA256, LockedSdist, lock_digest, read_lock
+from toolkit.spec.rules import checked_spec
 
 TEMP_MARK = ".fa-envkit-tmp"
 
@@ -303,7 +303,7 @@ def test_sdist_values_that_become_paths_are_checked_before_anything_is_touched(f
 
 
 def test_fetch_sdist_never_leaves_its_cache_for_a_hostile_pin(tmp_path):
-    from toolkit.build import fetch_sdist
+    from toolkit.build.builder import fetch_sdist
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -453,7 +453,7 @@ def test_ctrl_c_at_a_terminal_prints_no_worker_traceback(fresh, tmp_path, pip_in
 
 
 def test_a_rerun_never_removes_a_live_runs_temporaries_or_unrecognised_files(tmp_path):
-    from toolkit.atomic import clean_stale, owned_temp
+    from toolkit.base.atomic import clean_stale, owned_temp
 
     (tmp_path / ".fa-envkit-tmp-not-ours").mkdir()  # no owner file: not recognised, kept
     (tmp_path / "user.txt").write_text("x")
@@ -613,7 +613,7 @@ def test_a_yaml_alias_bomb_lock_is_refused_quickly(fresh):
 def test_without_an_atomic_swap_a_reinstall_still_keeps_the_old_env_until_the_new_one_is_there(fresh, tmp_path,
                                                                                             monkeypatch):
     """Where renameat2 cannot swap (NFS), the old env is set aside in a retired folder the rerun restores."""
-    import toolkit.install as install
+    import toolkit.env.install as install
 
     prefix = tmp_path / "envs" / "cu126"
     assert main(install_args(fresh, prefix)) == 0
@@ -643,7 +643,7 @@ def test_a_cache_that_cannot_be_written_is_one_line(fresh, tmp_path, capsys, mon
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(filename=HOSTILE_TEXT, sha256=HOSTILE_TEXT, tag=HOSTILE_TEXT)
 def test_cache_entries_and_temporaries_stay_in_their_folder(tmp_path, filename, sha256, tag):
-    from toolkit.atomic import owned_temp
+    from toolkit.base.atomic import owned_temp
 
     cache = tmp_path / "cache"
     try:

@@ -17,11 +17,11 @@ from fixtures.fa_fixture_project import write_external_spec
 from test_fa4_recommend import GPU, _bench, _case
 
 from toolkit.cli import main
-from toolkit.fingerprint import from_dict
-from toolkit.preflight import toolchain_mismatches
-from toolkit.rules import checked_spec, violations
-from toolkit.scaleout import RunOptions, plan_matrix
-from toolkit.spec import load_spec
+from toolkit.machine.fingerprint import from_dict
+from toolkit.machine.preflight import toolchain_mismatches
+from toolkit.site.scaleout import RunOptions, plan_matrix
+from toolkit.spec.envspec import load_spec
+from toolkit.spec.rules import checked_spec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN = "cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa4, gpu-machine, gpu-replica"

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.build_record import BuildRecord
+from toolkit.base.errors import ToolkitError
+from toolkit.build.record import BuildRecord
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.rules import checked_spec
-from toolkit.scaleout import RunOptions, plan_matrix, write_run_dir
+from toolkit.site.scaleout import RunOptions, plan_matrix, write_run_dir
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / "tests" / "fixtures" / "matrix_stage.py"
@@ -322,7 +322,7 @@ def fake_tool(folder: Path, name: str, output: str) -> Path:
     ("13abc\n", "DOTTED", None), ("13.3.0 (Ubuntu)", "DOTTED", None), ("3", "PYTHON", None), (None, "TOOL", None),
 ])
 def test_real_version_outputs_are_kept_and_others_are_none(output, form, version):
-    from toolkit import fingerprint
+    from toolkit.machine import fingerprint
 
     assert fingerprint.parse_version_output(output, getattr(fingerprint, form)) == version
 
@@ -341,8 +341,8 @@ def test_gxx_printing_no_version_is_a_doctor_row(tmp_path, kind):
 @pytest.mark.parametrize("kind", GARBAGE_VERSIONS)
 def test_gxx_printing_no_version_stops_the_build_in_one_line(tmp_path, kind):
     """What `toolkit build` does before compiling: fingerprint, then preflight (ValueError here before)."""
-    from toolkit.fingerprint import probe
-    from toolkit.preflight import preflight_input, run_preflight
+    from toolkit.machine.fingerprint import probe
+    from toolkit.machine.preflight import preflight_input, run_preflight
 
     gxx = fake_tool(tmp_path / "bin", "g++", GARBAGE_VERSIONS[kind])
     spec = checked_spec(ROOT / "envs" / "cu130.yaml")
@@ -391,8 +391,8 @@ def torch_version_py(folder: Path, version: str, cuda: str) -> Path:
                                            ("", ""), ("2.13.0+cu130", "13.0.x")])
 def test_a_damaged_torch_version_file_is_rows_not_a_crash(tmp_path, capsys, version, cuda):
     """doctor's rows and the build's preflight over a torch whose version.py holds no real version."""
-    from toolkit.fingerprint import probe
-    from toolkit.preflight import preflight_input, problems
+    from toolkit.machine.fingerprint import probe
+    from toolkit.machine.preflight import preflight_input, problems
 
     python = torch_version_py(tmp_path, version, cuda)
     fp = probe("/usr/local/cuda", str(python))

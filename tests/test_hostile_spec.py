@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from toolkit.errors import ToolkitError
-from toolkit.rules import violations
-from toolkit.spec import PLATFORMS, EnvSpec, load_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.spec.envspec import PLATFORMS, EnvSpec, load_spec
+from toolkit.spec.rules import violations
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = {p.name: p.read_text() for p in sorted((ROOT / "envs").glob("*.yaml"))}

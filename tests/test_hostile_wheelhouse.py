@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conda_channel import make_wheel
 
-from toolkit.build_record import BuildRecord
-from toolkit.wheelhouse import find_cached, place, record_path_for
+from toolkit.build.record import BuildRecord
+from toolkit.build.wheelhouse import find_cached, place, record_path_for
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_RECORD = ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json"
@@ -30,7 +30,7 @@ KEY = "ab" * 32
 
 
 def sha256_of(path: Path) -> str:
-    """hashlib's sha256 of the whole file, for expected values independent of toolkit/digest.py."""
+    """hashlib's sha256 of the whole file, for expected values independent of toolkit/base/digest.py."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
@@ -56,9 +56,9 @@ def test_a_cache_hit_writes_the_missing_index(tmp_path):
 PLACE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from toolkit.atomic import terminate_like_interrupt
-    from toolkit.build_record import BuildRecord
-    from toolkit.wheelhouse import place
+    from toolkit.base.atomic import terminate_like_interrupt
+    from toolkit.build.record import BuildRecord
+    from toolkit.build.wheelhouse import place
     try:
         with terminate_like_interrupt():
             place(Path(sys.argv[1]), Path(sys.argv[2]), BuildRecord.from_json(json.loads(sys.argv[3]), "argv"))

@@ -22,15 +22,15 @@ from conda_channel import (  # noqa: F401
 from conda_lock.lockfile import parse_conda_lock_file
 from rich.console import Console
 
-from toolkit import engine
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.engine import InstallJob, RattlerEngine
-from toolkit.errors import ToolkitError
-from toolkit.install import install_line
-from toolkit.install_record import PrefixRecord
-from toolkit.lock import lock_line
-from toolkit.lockfile import LockedPackage
-from toolkit.rules import checked_spec
+from toolkit.env import engine
+from toolkit.env.engine import InstallJob, RattlerEngine
+from toolkit.env.install import install_line
+from toolkit.env.install_record import PrefixRecord
+from toolkit.env.lock import lock_line
+from toolkit.env.lockfile import LockedPackage
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

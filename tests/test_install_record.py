@@ -1,4 +1,4 @@
-"""Install records (toolkit/install_record.py): the one reader and writer of etc/fa-envkit/lock.json in a
+"""Install records (toolkit/env/install_record.py): the one reader and writer of etc/fa-envkit/lock.json in a
 conda prefix and fa4-install.json in an FA4 target folder. The "earlier" JSON below is exactly what the
 toolkit wrote before the records shared one module (install.py's and fa4.py's own `asdict` dumps)."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolkit.errors import ToolkitError
-from toolkit.install_record import Fa4Record, PrefixRecord
+from toolkit.base.errors import ToolkitError
+from toolkit.env.install_record import Fa4Record, PrefixRecord
 
 PREFIX = PrefixRecord(line="cu126", lock="/p/locks/cu126.conda-lock.yml", platform="linux-64",
                       input_hash="ab" * 32, lock_sha256="cd" * 32, prefix="/p/.envs/cu126")

@@ -21,11 +21,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from toolkit import archives, bench, doctor_facts, fa4, fa4_lock, fa4_wheels, lock, modules, ninja_shim, scaleout, upstream
 from toolkit.attention import recommend
-from toolkit.build_record import BuildRecord
-from toolkit.errors import ToolkitError
-from toolkit.jsonfile import parse_json, read_json
+from toolkit.base.errors import ToolkitError
+from toolkit.base.jsonfile import parse_json, read_json
+from toolkit.build import ninja_shim
+from toolkit.build.record import BuildRecord
+from toolkit.doctor import facts as doctor_facts
+from toolkit.env import archives, fa4_lock, lock
+from toolkit.fa4 import install as fa4
+from toolkit.fa4 import wheels as fa4_wheels
+from toolkit.knowledge import upstream
+from toolkit.site import modules, scaleout
+from toolkit.verify import bench
 from toolkit.verify import report as verify_report
 
 DEEP = "[" * 100_000 + "]" * 100_000  # one line, 200 KB: the review's repro

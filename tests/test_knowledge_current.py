@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from toolkit import knowledge_files, upstream
 from toolkit.cli import main
-from toolkit.knowledge import load_knowledge
-from toolkit.spec import load_spec
+from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge import upstream
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.spec.envspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests/data/upstream"

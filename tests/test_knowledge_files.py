@@ -1,4 +1,4 @@
-"""One reader of the knowledge files: every stage reads toolkit/knowledge/*.yaml through toolkit.knowledge_files,
+"""One reader of the knowledge files: every stage reads toolkit/knowledge/*.yaml through toolkit.knowledge.files,
 and an edited file that is broken (bad YAML, a missing field, a bad value) is one line naming the file.
 
 The broken files are the real ones with one edit each, copied to tmp_path."""
@@ -14,18 +14,26 @@ import pytest
 import yaml
 
 import toolkit
-from toolkit import bench, diagnose, doctor, fa4_pins, knowledge_files, lock, patches, preflight, scaleout, upstream
+from toolkit.base.errors import ToolkitError
+from toolkit.build import diagnose
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.knowledge import load_knowledge
-from toolkit.knowledge_files import KNOWLEDGE_DIR
-from toolkit.spec import load_spec
+from toolkit.doctor import command as doctor
+from toolkit.env import lock
+from toolkit.knowledge import fa4_pins, upstream
+from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.knowledge.files import KNOWLEDGE_DIR
+from toolkit.machine import preflight
+from toolkit.site import scaleout
+from toolkit.spec import patches
+from toolkit.spec.envspec import load_spec
+from toolkit.verify import bench
 
 TOOLKIT = Path(toolkit.__file__).parent
 ROOT = TOOLKIT.parent
-# The readers of YAML that is not knowledge: specs (spec.py's strict loader), locks (lockfile.py; lock.py
-# reads its own draft lock back), a user's --stages file (scaleout.py).
-NOT_KNOWLEDGE = {"knowledge_files.py", "lockfile.py", "lock.py", "scaleout.py", "spec.py"}
+# The readers of YAML that is not knowledge: specs (spec/envspec.py's strict loader), locks (env/lockfile.py;
+# env/lock.py reads its own draft lock back), a user's --stages file (site/scaleout.py).
+NOT_KNOWLEDGE = {"knowledge/files.py", "env/lockfile.py", "env/lock.py", "site/scaleout.py", "spec/envspec.py"}
 
 
 def safe_load_calls(path: Path) -> list[int]:
@@ -36,9 +44,9 @@ def safe_load_calls(path: Path) -> list[int]:
 
 def test_only_the_loader_parses_knowledge_yaml():
     calls = {str(p.relative_to(TOOLKIT)): lines for p in TOOLKIT.rglob("*.py")
-             if p.name not in NOT_KNOWLEDGE and (lines := safe_load_calls(p))}
+             if p.relative_to(TOOLKIT).as_posix() not in NOT_KNOWLEDGE and (lines := safe_load_calls(p))}
     assert calls == {}
-    assert safe_load_calls(TOOLKIT / "knowledge_files.py") != []
+    assert safe_load_calls(TOOLKIT / "knowledge" / "files.py") != []
 
 
 def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch):

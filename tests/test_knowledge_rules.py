@@ -9,8 +9,8 @@ import pytest
 from test_foundation import envs  # noqa: F401  (the scratch envs/ fixture: a base and a good cu126)
 
 from toolkit.cli import main
-from toolkit.knowledge import load_knowledge
-from toolkit.rules import RULES
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.spec.rules import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ def test_conda_forge_bound_is_never_looser_than_nvcc():
 
 
 def test_every_shipped_locked_line_gets_a_gcc_conda_forge_allows(monkeypatch):
-    from toolkit.spec import load_spec, spec_paths
+    from toolkit.spec.envspec import load_spec, spec_paths
     monkeypatch.chdir(ROOT)
     kb = load_knowledge()
     for path in spec_paths(ROOT / "envs"):
@@ -115,7 +115,7 @@ def test_a_line_needing_cxx20_without_a_known_patch_is_refused(envs, capsys):
 def test_a_patched_line_passes_and_check_names_its_patch(envs, capsys):
     code, out = check(capsys, line(envs, "13.2", 14, "2.15.0"))
     assert code == 0
-    assert out == ["envs/cu132.yaml: patch: flash-attn 2.8.3.post2 gets toolkit/patches/flash-attn-2.8.3-cxx20.patch "
+    assert out == ["envs/cu132.yaml: patch: flash-attn 2.8.3.post2 gets toolkit/knowledge/patches/flash-attn-2.8.3-cxx20.patch "
                    "(cxx20, torch 2.15.0; written after https://github.com/Dao-AILab/flash-attention/pull/2899)",
                    "1 spec checked: no problems"]
 

@@ -1,4 +1,4 @@
-"""The one resolver of a line's environment (toolkit/line_env.py) and the verbs that ask it.
+"""The one resolver of a line's environment (toolkit/machine/line_env.py) and the verbs that ask it.
 
 The prefixes here are laid out as conda-forge's packages lay them out: tests/conda_forge_replica/records.yaml
 (gcc_impl_linux-64 / gxx_impl_linux-64 install only bin/x86_64-conda-linux-gnu-gcc / -g++; the `gcc` / `gxx`
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import line_env
-from toolkit.doctor_facts import gather_line
-from toolkit.errors import ToolkitError
-from toolkit.rules import checked_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
+from toolkit.doctor.facts import gather_line
+from toolkit.machine import line_env
+from toolkit.spec.rules import checked_spec
 from toolkit.verify import machine
-from toolkit.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKED = ROOT / "envs" / "cu126.yaml"

@@ -20,10 +20,10 @@ from conda_channel import channel_dir, file_url, pip_index, serve_directory, wri
 from conda_lock.lockfile import parse_conda_lock_file
 from rich.console import Console
 
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.engine import CondaLockEngine, RattlerEngine, choose_engine
-from toolkit.errors import ToolkitError
-from toolkit.lock import (
+from toolkit.env.engine import CondaLockEngine, RattlerEngine, choose_engine
+from toolkit.env.lock import (
     KEY_DIGEST,
     PYPI_SIMPLE,
     LockedSdist,
@@ -38,8 +38,8 @@ from toolkit.lock import (
     stale_reason,
     write_lock,
 )
-from toolkit.rules import checked_spec
-from toolkit.spec import load_spec
+from toolkit.spec.envspec import load_spec
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "cu126.conda-lock.yml"
@@ -290,7 +290,7 @@ def test_pip_layer_against_pypi(platform, python, resolver):
 
 @pytest.mark.network
 def test_flash_attn_sdist_pin_from_pypi():
-    from toolkit.lock import fetch_sdist_pin
+    from toolkit.env.lock import fetch_sdist_pin
 
     pin = fetch_sdist_pin("2.8.3.post2")
     assert pin.filename == "flash_attn-2.8.3.post2.tar.gz"
@@ -325,8 +325,8 @@ def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp
     the libs-cu12 the meta package requires), with PyPI's URLs; a pin the layer already has is left to it."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
-    from toolkit import fa4_pins
-    from toolkit.lock import PipLayer, with_flash_attn_4
+    from toolkit.env.lock import PipLayer, with_flash_attn_4
+    from toolkit.knowledge import fa4_pins
 
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "base.yaml").write_text((ROOT / "envs" / "base.yaml").read_text())

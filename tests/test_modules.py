@@ -23,10 +23,10 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 
 import toolkit.cli
-from toolkit.build_record import RECORD_SUFFIX, BuildOutputs, BuildRecord
-from toolkit.lock import KEY_DIGEST, lock_digest
-from toolkit.lockfile import LockedSdist
-from toolkit.spec import load_spec, spec_paths
+from toolkit.build.record import RECORD_SUFFIX, BuildOutputs, BuildRecord
+from toolkit.env.lock import KEY_DIGEST, lock_digest
+from toolkit.env.lockfile import LockedSdist
+from toolkit.spec.envspec import load_spec, spec_paths
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "modules"
@@ -210,7 +210,7 @@ def environment(dump: Path) -> dict[str, str]:
 
 def isolate_cli(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real `toolkit` entry point with only this stage's verb: other stages' imports stay out of it."""
-    monkeypatch.setattr(toolkit.cli, "STAGE_MODULES", ("toolkit.modules",))
+    monkeypatch.setattr(toolkit.cli, "STAGE_MODULES", ("toolkit.site.modules",))
 
 
 @pytest.fixture

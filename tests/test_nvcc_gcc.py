@@ -1,4 +1,4 @@
-"""One gcc cap per nvcc (toolkit/nvcc_gcc.py): the spec rule and the machine check answer from it alike.
+"""One gcc cap per nvcc (toolkit/knowledge/nvcc_gcc.py): the spec rule and the machine check answer from it alike.
 
 The header case reads this machine's real nvcc 13.0 (/usr/local/cuda, NVIDIA's PyPI wheels); the other
 lines' caps are the knowledge's (toolkit/knowledge/cuda_lines.yaml, each with its source).
@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit import machine_checks, rules
-from toolkit.fingerprint import Fingerprint, from_dict
-from toolkit.knowledge import load_knowledge
-from toolkit.nvcc_gcc import CUDA_LINES_FILE, GccCap, gcc_cap, host_config_cap, lines_accepting
-from toolkit.rules import checked_spec
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.knowledge.nvcc_gcc import CUDA_LINES_FILE, GccCap, gcc_cap, host_config_cap, lines_accepting
+from toolkit.machine import checks as machine_checks
+from toolkit.machine.fingerprint import Fingerprint, from_dict
+from toolkit.spec import rules
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_CONFIG = Path("/usr/local/cuda/include/crt/host_config.h")

@@ -18,9 +18,9 @@ import pytest
 from conftest import SDIST_SHA256
 from packaging.version import Version
 
-from toolkit import patches
-from toolkit.errors import ToolkitError
-from toolkit.spec import load_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.spec import patches
+from toolkit.spec.envspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_SETUP = ROOT / "tests/data/flash_attn-2.8.3.post2/setup.py"  # see tests/data/README.md
@@ -183,7 +183,7 @@ def test_missing_patch_binary_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.network
 def test_patch_applies_to_the_whole_pinned_sdist(tmp_path, pinned_sdist):
     """Unpacked the way the build unpacks it."""
-    from toolkit.build import extract_sdist
+    from toolkit.build.builder import extract_sdist
 
     src, _ = extract_sdist(pinned_sdist, tmp_path / "build")
     assert (src / "setup.py").read_bytes() == REAL_SETUP.read_bytes()
@@ -225,7 +225,7 @@ def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
     nvcc = shutil.which("nvcc")
     if not nvcc:
         pytest.skip("no nvcc on PATH")
-    from toolkit.build import extract_sdist
+    from toolkit.build.builder import extract_sdist
 
     cuda_home = str(Path(nvcc).resolve().parent.parent)
     src, _ = extract_sdist(pinned_sdist, tmp_path / "build")

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
-from toolkit.doctor import Facts, evaluate
-from toolkit.doctor_facts import gather_line, read_report
-from toolkit.errors import ToolkitError
-from toolkit.fingerprint import TorchInfo, from_dict, probe
-from toolkit.knowledge import load_knowledge
-from toolkit.nvcc_gcc import host_config_cap
-from toolkit.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
-from toolkit.rules import checked_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.doctor.command import Facts, evaluate
+from toolkit.doctor.facts import gather_line, read_report
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.knowledge.nvcc_gcc import host_config_cap
+from toolkit.machine.fingerprint import TorchInfo, from_dict, probe
+from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = Path("/usr/local/cuda")
@@ -169,7 +169,7 @@ def test_a_minor_mismatch_builds_and_prints_a_warning(stub_env, capsys):
                                       Path("/tmp")))
 
 
-# doctor's rows of toolkit/machine_checks.py (torch-cuda: its CPU-build verdict; the H200's probe saw CUDA usable)
+# doctor's rows of toolkit/machine/checks.py (torch-cuda: its CPU-build verdict; the H200's probe saw CUDA usable)
 SHARED_ROWS = ("python", "nvcc", "cuda-headers", "gcc", "torch", "torch-cuda", "torch-vs-nvcc")
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.attention import recommend
+from toolkit.base.errors import ToolkitError
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITTEN = ROOT / "docs" / "results" / "2026-12-01-h200-replica-and-fa4" / "fa4" / "recommendation-per-shape.json"

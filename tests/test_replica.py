@@ -34,11 +34,11 @@ from conda_forge_replica.replica import (
 )
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 
-from toolkit.engine import rattler_solve
-from toolkit.errors import ToolkitError
-from toolkit.line_env import include_environment
-from toolkit.lock import LockedSdist, conda_request
-from toolkit.spec import load_spec
+from toolkit.base.errors import ToolkitError
+from toolkit.env.engine import rattler_solve
+from toolkit.env.lock import LockedSdist, conda_request
+from toolkit.machine.line_env import include_environment
+from toolkit.spec.envspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLICA = ROOT / "tests" / "conda_forge_replica"
@@ -252,7 +252,7 @@ def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activat
 
 
 def _flash_attn_source(tmp: Path) -> Path:
-    from toolkit.build import extract_sdist, fetch_sdist
+    from toolkit.build.builder import extract_sdist, fetch_sdist
 
     sdist = fetch_sdist(FA_SDIST, Path(os.environ.get("FA_SDIST_CACHE", ROOT / ".cache")))
     return extract_sdist(sdist, tmp)[0]
@@ -295,8 +295,8 @@ def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
 def header_problem(prefix: Path, spec_version: str, compile_env: dict[str, str]) -> str | None:
     from dataclasses import replace
 
-    from toolkit.fingerprint import probe
-    from toolkit.preflight import headers_visible, preflight_input
+    from toolkit.machine.fingerprint import probe
+    from toolkit.machine.preflight import headers_visible, preflight_input
 
     spec = load_spec(ROOT / "envs" / "cu130.yaml")
     fp = probe(str(prefix), sys.executable, shutil.which("g++"))
@@ -341,7 +341,7 @@ def test_include_environment_names_the_target_headers_of_conda_forges_layout(tmp
 
 
 def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
-    from toolkit.build import neutralised, process_environment
+    from toolkit.build.builder import neutralised, process_environment
 
     caller = {"NVCC_PREPEND_FLAGS": " -ccbin=/env/bin/x86_64-conda-linux-gnu-c++", "NVCC_CCBIN": "/usr/bin/g++-9",
               "NVCC_APPEND_FLAGS": "-I/env/include", "HOME": "/home/u"}

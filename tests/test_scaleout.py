@@ -20,12 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import locked
 from toolkit.cli import main
-from toolkit.errors import ToolkitError
-from toolkit.fslock import locked
-from toolkit.rules import checked_spec
-from toolkit.scaleout import HEADROOM_GB, LINE_LOCKS, RunOptions, build_sizing, load_stage_templates, plan_matrix, write_run_dir
-from toolkit.spec import spec_paths
+from toolkit.site.scaleout import (
+    HEADROOM_GB,
+    LINE_LOCKS,
+    RunOptions,
+    build_sizing,
+    load_stage_templates,
+    plan_matrix,
+    write_run_dir,
+)
+from toolkit.spec.envspec import spec_paths
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / "tests" / "fixtures" / "matrix_stage.py"
@@ -203,13 +211,13 @@ def test_run_options_without_run_are_refused(project, capsys):
 # ---------------------------------------------------------------- file locks
 
 
-@pytest.mark.parametrize("holder", ["flock(1)", "toolkit.fslock"])
+@pytest.mark.parametrize("holder", ["flock(1)", "toolkit.base.fslock"])
 def test_locked_waits_for_another_process(tmp_path, holder):
     """The lock a batch script takes with flock(1) and the one locked() takes exclude each other."""
     entry = tmp_path / "cache" / "entry"
     entry.parent.mkdir()
     hold = f"touch {tmp_path}/held; sleep 1; touch {tmp_path}/released"
-    in_python = f"import subprocess; from toolkit.fslock import locked\nwith locked({str(entry)!r}): " \
+    in_python = f"import subprocess; from toolkit.base.fslock import locked\nwith locked({str(entry)!r}): " \
                 f"subprocess.run({hold!r}, shell=True)"
     command = ["flock", f"{entry}.lock", "-c", hold] if holder == "flock(1)" else [sys.executable, "-c", in_python]
     process = subprocess.Popen(command)

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from test_modules import Project, isolate_cli, module_of, write_build_record
 
-from toolkit.build_record import RECORD_SUFFIX, BuildRecord
+from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options, checked_line
+from toolkit.build.record import RECORD_SUFFIX, BuildRecord
 from toolkit.cli import build_parser, main
-from toolkit.errors import ToolkitError
-from toolkit.lockfile import lock_path
-from toolkit.rules import checked_spec
-from toolkit.scaleout import RunOptions, built_wheel, plan_matrix
-from toolkit.workspace import DEFAULT, Workspace, add_workspace_options, checked_line
+from toolkit.env.lockfile import lock_path
+from toolkit.site.scaleout import RunOptions, built_wheel, plan_matrix
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 FINGERPRINTS = ROOT / "tests" / "fingerprints"

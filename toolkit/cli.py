@@ -13,23 +13,23 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from toolkit import __version__
-from toolkit.atomic import Terminated, terminate_like_interrupt
-from toolkit.errors import ToolkitError
+from toolkit.base.atomic import Terminated, terminate_like_interrupt
+from toolkit.base.errors import ToolkitError
 
 # Each stage module exposes register(subparsers); its verbs set `func` to a handler returning an exit code.
 STAGE_MODULES = (
-    "toolkit.rules",
-    "toolkit.matrix",
-    "toolkit.lock",
-    "toolkit.install",
-    "toolkit.modules",
-    "toolkit.doctor",
-    "toolkit.build",
-    "toolkit.diagnose",
+    "toolkit.spec.rules",
+    "toolkit.site.matrix",
+    "toolkit.env.lock",
+    "toolkit.env.install",
+    "toolkit.site.modules",
+    "toolkit.doctor.command",
+    "toolkit.build.builder",
+    "toolkit.build.diagnose",
     "toolkit.verify",
-    "toolkit.bench",
-    "toolkit.upstream",
-    "toolkit.fa4_cli",
+    "toolkit.verify.bench",
+    "toolkit.knowledge.upstream",
+    "toolkit.fa4.cli",
 )
 
 

@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 
-from toolkit.atomic import write_atomic
-from toolkit.errors import ToolkitError, first_problem, shown
-from toolkit.jsonfile import read_json
+from toolkit.base.atomic import write_atomic
+from toolkit.base.errors import ToolkitError, first_problem, shown
+from toolkit.base.jsonfile import read_json
 
 TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
@@ -315,7 +315,7 @@ NOT_WRITTEN, RERUN = "not a recommendation `toolkit fa4 recommend` writes", "run
 
 def check_recommendation(data: object, path: Path) -> Recommendation:
     """Parsed JSON as a Recommendation, or the first bad field as one ToolkitError line."""
-    from toolkit import knowledge_files
+    from toolkit.knowledge import files as knowledge_files
 
     backends = tuple(knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
     if not isinstance(data, dict):
@@ -475,8 +475,8 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
 
 
 def _recommend_command(args: argparse.Namespace) -> int:
-    from toolkit.fa4_pins import knowledge
-    from toolkit.workspace import Workspace
+    from toolkit.base.workspace import Workspace
+    from toolkit.knowledge.fa4_pins import knowledge
 
     if args.out is None and args.line is None:
         raise ToolkitError("fa4 recommend: give --line LINE (writes reports/LINE/recommendation.json) or --out FILE")

@@ -79,15 +79,15 @@ def parity_recommendation(line: str) -> dict | None:
     """The attn_implementation the line's recommendation names for the parity model's shape (head dim 64,
     causal, bf16, the parity's seqlen), recorded beside the parity rows."""
     from toolkit.attention.recommend import for_parity
+    from toolkit.base.workspace import Workspace
     from toolkit.verify.parity import PARITY
-    from toolkit.workspace import Workspace
 
     return for_parity(Workspace().recommendation_file(line), PARITY.head_dim, PARITY.seqlen)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.verify`: the measurement alone, as re-executed under the line's python."""
-    from toolkit.errors import ToolkitError
+    from toolkit.base.errors import ToolkitError
 
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify")
     parser.add_argument("--line", required=True)

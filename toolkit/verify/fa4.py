@@ -219,7 +219,7 @@ def run_fa4_parity(device) -> list:
 
 
 def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
-    from toolkit.fa4_pins import knowledge
+    from toolkit.knowledge.fa4_pins import knowledge
     from toolkit.verify import machine, report
 
     torch = machine.require_cuda("verification")
@@ -263,7 +263,7 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    from toolkit.errors import ToolkitError
+    from toolkit.base.errors import ToolkitError
     from toolkit.verify import report
 
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")

@@ -2,7 +2,7 @@
 
 The measuring code runs in the line's own environment, the python that holds torch and the built
 flash-attn wheel. When `toolkit` itself runs under another interpreter, the measurement re-executes
-as `python -m toolkit.verify` / `python -m toolkit.bench` under the environment's python; that child
+as `python -m toolkit.verify` / `python -m toolkit.verify.bench` under the environment's python; that child
 needs torch and flash-attn only (no pyyaml or conda tooling), so this module imports only the standard
 library at the top (the spec, for the parent side, is loaded inside measure_for_line).
 """
@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from toolkit.errors import ToolkitError
-from toolkit.paths import display_path
-from toolkit.workspace import Workspace, add_workspace_options
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace, add_workspace_options
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the toolkit package
 NO_GPU = "no CUDA GPU visible ({why}): run {what} on a GPU machine"
@@ -135,9 +135,9 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
 
     Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
     """
-    from toolkit import line_env
-    from toolkit.rules import checked_spec
-    from toolkit.spec import resolve_spec_arg
+    from toolkit.machine import line_env
+    from toolkit.spec.envspec import resolve_spec_arg
+    from toolkit.spec.rules import checked_spec
 
     workspace = Workspace.from_args(args)
     spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))

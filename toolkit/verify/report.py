@@ -13,8 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolkit.atomic import write_atomic
-from toolkit.jsonfile import read_json
+from toolkit.base.atomic import write_atomic
+from toolkit.base.jsonfile import read_json
 
 if TYPE_CHECKING:  # no torch needed to render a report
     from toolkit.verify.parity import ParityResult

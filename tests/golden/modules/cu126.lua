@@ -1,6 +1,6 @@
 -- -*- lua -*-
 -- flash-attn/2.8.3.post2-cu126-torch2.9-py312: Lmod modulefile written by fa-envkit (`toolkit modules`) from /PROJECT/envs/cu126.yaml.
--- Generated: edit the spec or the template (toolkit/templates/modulefile.lua) and regenerate.
+-- Generated: edit the spec or the template (toolkit/site/templates/modulefile.lua) and regenerate.
 
 whatis("Name: flash-attn")
 whatis("Version: 2.8.3.post2-cu126-torch2.9-py312")

@@ -1,6 +1,6 @@
 -- -*- lua -*-
 -- flash-attn/2.8.3.post2-cu130-torch2.11-py<XY>: Lmod modulefile written by fa-envkit (`toolkit modules`) from /PROJECT/envs/site.yaml.
--- Generated: edit the spec or the template (toolkit/templates/modulefile.lua) and regenerate.
+-- Generated: edit the spec or the template (toolkit/site/templates/modulefile.lua) and regenerate.
 
 whatis("Name: flash-attn")
 whatis("Version: 2.8.3.post2-cu130-torch2.11-py<XY>")

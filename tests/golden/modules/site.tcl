@@ -1,6 +1,6 @@
 #%Module1.0
 # flash-attn/2.8.3.post2-cu130-torch2.11-py<XY>: Tcl modulefile (Environment Modules) written by fa-envkit (`toolkit modules`) from /PROJECT/envs/site.yaml.
-# Generated: edit the spec or the template (toolkit/templates/modulefile.tcl) and regenerate.
+# Generated: edit the spec or the template (toolkit/site/templates/modulefile.tcl) and regenerate.
 
 module-whatis "Name: flash-attn"
 module-whatis "Version: 2.8.3.post2-cu130-torch2.11-py<XY>"

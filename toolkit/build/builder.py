@@ -1,0 +1,489 @@
+"""`toolkit build LINE`: a flash-attn wheel from its hash-pinned sdist, compiled by exactly the line's toolchain.
+
+Flow: spec + lock -> toolchain (the locked conda prefix, or the machine's own for `external`) ->
+fingerprint -> cache lookup -> preflight -> sdist (sha256-checked, cached) -> `pip wheel
+--no-build-isolation --no-deps` with every knob set explicitly -> verify (local tag, compiled archs,
+install + import) -> wheel and record into wheelhouse/<line>/ atomically -> PEP 503 index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from toolkit.base.atomic import clean_stale, owned_dir, run_temporaries
+from toolkit.base.children import kill_group, popen_tied
+from toolkit.base.digest import sha256_file
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.build.diagnose import explain_file
+from toolkit.build.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
+from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
+from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
+from toolkit.build.wheel_check import install_and_import, verify_wheel
+from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
+from toolkit.env.download import fetch_verified
+from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
+from toolkit.knowledge.facts import arch_number, minor_of
+from toolkit.machine import line_env
+from toolkit.machine.fingerprint import Fingerprint
+from toolkit.machine.line_env import LineEnvironment
+from toolkit.machine.preflight import preflight_input, run_preflight
+from toolkit.spec import patches
+from toolkit.spec.envspec import EnvSpec, resolve_spec_arg
+from toolkit.spec.rules import checked_spec
+
+# Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
+RECIPE_VERSION = 2
+# Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
+# cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin: nvcc 13.0
+# warns "incompatible redefinition for option 'compiler-bindir', the last value of this option was used" (so
+# flag order picks the host compiler). The build removes (or overrides) them; the record keeps what it removed.
+NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
+ARCH_ARG = re.compile(r"\d{2,3}[af]?")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    jobs: int  # ninja -j (MAX_JOBS)
+    nvcc_threads: int  # threads inside one nvcc, one per -gencode target (NVCC_THREADS)
+    cpus: int
+    mem_gb: float  # the memory the build is sized against
+    gb_per_nvcc_thread: float
+    basis: str  # how the numbers were chosen, for the log and the record
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    wheelhouse: Path = Workspace.wheelhouse
+    cache: Path | None = None  # None: Workspace().cache ($TOOLKIT_CACHE or .cache)
+    prefix: Path | None = None  # locked toolchain's conda prefix (default .envs/<line>)
+    arch: str | None = None  # "native", "80,90" or None (the spec's archs)
+    jobs: int | None = None
+    nvcc_threads: int | None = None
+    mem_gb: float | None = None
+    force: bool = False
+    keep_build_dir: bool = False
+    install: bool = True
+    install_target: Path | None = None
+    order_from: Path | None = None  # a build record whose object times order this build (default: the newest)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheel: Path
+    record_path: Path
+    record: BuildRecord
+    cached: bool
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
+    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent
+    (toolkit/env/download.py: the hash-verified cache that conda archives use too)."""
+    return fetch_verified(sdist, Path(cache) / "sdist", f"flash-attn sdist {sdist.filename}")
+
+
+def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
+    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH)."""
+    try:
+        with tarfile.open(sdist) as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/")[0] for m in members}
+            if len(tops) != 1:
+                raise ToolkitError(f"{display_path(sdist)}: not an sdist (expected one top directory, found "
+                                   f"{len(tops)}; re-lock)")
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
+    return dest / tops.pop(), int(max(m.mtime for m in members))
+
+
+def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
+    """The spec's archs; `--arch native` the GPUs present; `--arch 80,90` exactly those."""
+    if arch_arg is None:
+        return spec.archs
+    if arch_arg == "native":
+        found = tuple(sorted({gpu.sm for gpu in fp.gpus}, key=int))
+        if not found:
+            raise ToolkitError("nvidia-smi: no GPU visible for --arch native (name the archs instead: --arch 80,90)")
+        return found
+    archs = tuple(a.strip() for a in re.split(r"[,;\s]+", arch_arg) if a.strip())
+    bad = [a for a in archs if not ARCH_ARG.fullmatch(a)]
+    if bad or not archs:
+        raise ToolkitError(f"--arch {arch_arg}: not an arch list (use native or sm numbers like 80,90,90a)")
+    return archs
+
+
+def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, threads_per_cpu: float, n_archs: int,
+                     jobs: int | None, nvcc_threads: int | None) -> Parallelism:
+    """Jobs x threads from cores and RAM: each nvcc thread compiles one arch and peaks near gb_per_thread.
+
+    The thread budget is min(cores x threads_per_cpu, RAM / gb_per_thread). A few more threads than cores
+    keep every core busy while the last, longest objects finish (the kernel shares the cores; see
+    envs/base.yaml). One nvcc thread per arch (so an object's archs compile side by side and the slowest
+    object finishes sooner), and as many jobs as the budget then allows. Explicit values (spec or command
+    line) win.
+    """
+    budget = max(1, min(math.floor(cpus * threads_per_cpu), math.floor(mem_gb / gb_per_thread)))
+    threads = nvcc_threads or max(1, min(n_archs, budget))
+    jobs = jobs or max(1, budget // threads)
+    basis = (f"{cpus} cores x {threads_per_cpu:g}, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> "
+             f"budget {budget} threads; {jobs} jobs x {threads} nvcc threads "
+             f"(peak about {jobs * threads * gb_per_thread:.0f} GB)")
+    return Parallelism(jobs, threads, cpus, mem_gb, gb_per_thread, basis)
+
+
+def local_version(spec: EnvSpec) -> str:
+    """'+cu130torch2.11': flash-attn's setup.py puts FLASH_ATTN_LOCAL_VERSION into the wheel's version."""
+    return f"cu{spec.cuda.replace('.', '')}torch{minor_of(spec.torch_version)}"
+
+
+def torch_arch_list(archs: tuple[str, ...]) -> str:
+    """'80', '90a' -> '8.0;9.0a' (TORCH_CUDA_ARCH_LIST's spelling), for setup.py paths that use torch's flags."""
+    return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
+
+
+def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
+    return {name: environ[name] for name in NEUTRALISED_VARIABLES
+            if name in environ and environ[name] != env.get(name)}
+
+
+def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """The build process's environment: the caller's without NEUTRALISED_VARIABLES, then the build's own."""
+    return {**{k: v for k, v in environ.items() if k not in NEUTRALISED_VARIABLES}, **env}
+
+
+def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
+                      build_dir: Path) -> dict[str, str]:
+    """Every variable the build sees on top of the caller's environment, each set for a reason."""
+    prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
+    env = {
+        **tc.include_environment(),
+        "FLASH_ATTENTION_FORCE_BUILD": "TRUE",  # else setup.py first downloads a prebuilt wheel it guesses
+        "FLASH_ATTN_CUDA_ARCHS": ";".join(archs),
+        "TORCH_CUDA_ARCH_LIST": torch_arch_list(archs),
+        "MAX_JOBS": str(par.jobs),
+        "NVCC_THREADS": str(par.nvcc_threads),
+        "FLASH_ATTN_LOCAL_VERSION": local,  # into METADATA, not only the file name
+        "CUDA_HOME": str(tc.cuda_home),
+        "CUDA_PATH": str(tc.cuda_home),
+        "PATH": tc.path_env,
+        # reproducibility: fixed timestamps, no build paths or nvcc's pid-named temp files in the objects
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "CFLAGS": prefix_map,
+        "CXXFLAGS": prefix_map,
+        "NVCC_APPEND_FLAGS": f"-Xcompiler {prefix_map}",
+        "LDFLAGS": "-Wl,--discard-all",  # drops local symbols, among them nvcc's tmpxft_<pid> file names
+        "PYTHONHASHSEED": "0",
+        "TZ": "UTC",
+        "LC_ALL": "C",  # English compiler messages, which the failure catalog matches
+        "PYTHONUNBUFFERED": "1",  # live [n/N] lines
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+    }
+    if tc.cc:
+        env["CC"] = str(tc.cc)  # torch passes it to nvcc as -ccbin
+    if tc.cxx:
+        env["CXX"] = str(tc.cxx)
+    return env
+
+
+def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: LineEnvironment, fp: Fingerprint,
+                 archs: tuple[str, ...]) -> dict:
+    """What determines the wheel's bytes, known without reading the lock (so a cache hit stays fast):
+    the lock's sha256 pins the sdist; the environment follows from these, and jobs/threads change only
+    the speed, so neither is part of the key; nor are file paths (the same inputs from another
+    working directory are the same build)."""
+    torch = fp.torch
+    return {
+        "recipe": RECIPE_VERSION,
+        "line": spec.line,
+        "spec_input_hash": spec.input_hash(),
+        "lock_sha256": lock_sha256,
+        "toolchain": {
+            "kind": tc.kind, "cuda_home": str(tc.cuda_home), "nvcc": fp.nvcc_version, "cxx": fp.cxx_path,
+            "gcc": fp.gcc_version, "python": fp.python_path, "python_version": fp.python_version,
+            "torch": torch.version if torch else None, "torch_cuda": torch.cuda if torch else None,
+            "cxx11_abi": torch.cxx11_abi if torch else None, "ninja": fp.ninja_version,
+        },
+        "archs": list(archs),
+        "local_version": local_version(spec),
+    }
+
+
+def read_current_lock(spec: EnvSpec, lock_file: Path) -> LockedEnv:
+    """The verified lock, refused when it no longer matches the spec."""
+    try:
+        locked = read_lock(lock_file)
+    except ImportError as exc:  # the lock reader validates with conda-lock's own models
+        raise ToolkitError(f"{display_path(lock_file)}: reading it needs the Python package {exc.name} "
+                           f"(pip install conda-lock into the toolkit's environment)") from None
+    stale = stale_reason(spec, locked)
+    if stale:
+        raise ToolkitError(f"{display_path(lock_file)}: {stale}")
+    return locked
+
+
+def setup_py_archs(src_dir: Path) -> set[str] | None:
+    """The archs a flash-attn setup.py knows (`if "90" in cuda_archs()`); None when it takes any.
+
+    flash-attn 2.8.3 emits -gencode only for 80, 90, 100 and 120 and skips other requested archs
+    without a word, so asking for 86 would cost a full build before the arch check noticed."""
+    try:
+        text = (src_dir / "setup.py").read_text(errors="replace")
+    except OSError:
+        return None
+    known = set(re.findall(r"""["'](\d+[af]?)["']\s+in\s+cuda_archs\(\)""", text))
+    return known or None
+
+
+# ---------------------------------------------------------------- running pip with progress
+
+
+def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console) -> int:
+    """Run the build with its full output in log_path and a live [n/N] bar (plain lines when not a TTY)."""
+    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    next_report = 0.0
+    with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("compile", total=None)
+        log.write(f"$ {' '.join(cmd)}\n")
+        # pip and every compiler below it die with this process, even when it is killed with SIGKILL
+        proc = popen_tied(cmd, cwd=cwd, env=process_environment(dict(os.environ), env), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, umask=0o022)
+        try:
+            assert proc.stdout is not None  # stdout=PIPE
+            for line in proc.stdout:
+                log.write(line)
+                step = NINJA_STEP.match(line)
+                if step:
+                    done, total = int(step.group(1)), int(step.group(2))
+                    progress.update(task, completed=done, total=total)
+                    if not console.is_terminal and done / total >= next_report:
+                        console.print(f"[{done}/{total}] {progress.tasks[0].elapsed:.0f} s")
+                        next_report = done / total + 0.1
+            return proc.wait()
+        except BaseException:
+            kill_group(proc)
+            raise
+
+
+# ---------------------------------------------------------------- the build
+
+
+@contextmanager
+def build_folder(parent: Path, line: str, keep: bool, console: Console) -> Iterator[Path]:
+    """The build's folder in .cache/build: an owned temporary, removed when the build ends or, if it was
+    killed, by the next build (toolkit/base/atomic.py); with --keep-build-dir a plain folder that stays."""
+    if not keep:
+        with owned_dir(parent, line) as folder:
+            yield folder.absolute()
+        return
+    folder = Path(tempfile.mkdtemp(prefix=f"{line}-", dir=parent)).absolute()
+    try:
+        yield folder
+    finally:
+        console.print(f"build directory kept: {display_path(folder)}")
+
+
+def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Console) -> BuildResult:
+    """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
+    cache = options.cache or Workspace().cache
+    line_dir = Workspace(wheelhouse=options.wheelhouse).wheel_dir(spec.line)
+    tc = line_env.resolve(spec, options.prefix).require_installed(spec.line)
+    build_parent = cache / "build"
+    build_parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(build_parent)  # what killed builds left
+    fp = tc.fingerprint(work_dir=build_parent)
+    archs = resolve_archs(spec, options.arch, fp)
+    if not lock_file.exists():
+        raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
+    inputs = keyed_inputs(spec, sha256_file(lock_file), tc, fp, archs)
+    inputs.update(patches.key_inputs(spec))  # patches hook: each patch the build applies is part of the key
+    key = inputs_key(inputs)
+    if not options.force:
+        hit = find_cached(line_dir, key)
+        if hit:
+            return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
+
+    mem_gb = options.mem_gb or fp.mem_available_gb
+    compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
+                                                         "LC_ALL": "C"})
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
+    locked = read_current_lock(spec, lock_file)
+    sdist = fetch_sdist(locked.sdist, cache)
+    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, len(archs),
+                           options.jobs or spec.build.jobs, options.nvcc_threads or spec.build.nvcc_threads)
+    if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
+        console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
+                      f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
+    (line_dir / "logs").mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+    log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+    with build_folder(build_parent, spec.line, options.keep_build_dir, console) as build_dir:
+        src_dir, epoch = extract_sdist(sdist, build_dir)
+        applied_patches = patches.apply(src_dir, spec, locked.sdist.sha256)  # patches hook (patches.yaml)
+        known = setup_py_archs(src_dir)
+        if known is not None and not set(archs) <= known:
+            skipped = ", sm_".join(a for a in archs if a not in known)
+            raise ToolkitError(f"{display_path(sdist)}: its setup.py compiles only "
+                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
+                               f"silently (drop them from archs / --arch)")
+        env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
+        previous = previous_object_times(schedule_candidates(options.order_from, line_dir), locked.sdist.sha256)
+        if options.order_from and previous is None:
+            raise ToolkitError(f"{display_path(options.order_from)}: records no object times of "
+                               f"{locked.sdist.filename}; it cannot order this build (drop --order-from)")
+        shim_dir = build_dir / "schedule"
+        plan = ManifestPlan(str(build_dir), previous[1] if previous else {})
+        if not install_ninja_shim(shim_dir, plan, env["PATH"]):
+            raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
+                               "(install ninja into the environment)")
+        from_record = display_path(previous[0]) if previous else None
+        out_dir = build_dir / "dist"
+        cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
+               "--wheel-dir", str(out_dir), str(src_dir)]
+        console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
+        console.print(f"log: {display_path(log_path)}")
+        if from_record:
+            console.print(f"schedule: longest objects first, by the times in {from_record}")
+        t0, cpu0 = time.monotonic(), children_cpu_s()
+        run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
+        rc = run_logged(cmd, run_env, build_dir, log_path, console)
+        wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
+        if rc != 0:
+            raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
+                               f"{explain_file(log_path, (tc.cuda_home,) if tc.cuda_home else ())}")
+        built = next(out_dir.glob("*.whl"), None)
+        if built is None:
+            raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
+        version, modules, so_archs = verify_wheel(built, archs, inputs["local_version"], build_dir / "verify", log_path)
+        if options.install:
+            fa4_pin = next((p for p in locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
+            install_and_import(tc, built, modules, options.install_target, log_path, fa4_pin)
+        objects = ninja_objects(src_dir)
+        record = BuildRecord(
+            inputs_key=key,
+            inputs=inputs,
+            files={"spec": display_path(spec.path), "lock": display_path(lock_file)},
+            sdist=locked.sdist,
+            patches=[asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
+            environment=env,
+            neutralised_environment=neutralised(dict(os.environ), env),
+            parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
+                         "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
+                         "basis": par.basis},
+            schedule={"from_record": from_record, **manifest_outcome(shim_dir)},
+            outputs=BuildOutputs(
+                wheel=built.name, version=version, wheel_sha256=sha256_file(built),
+                wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
+                imported=options.install, wall_s=round(wall, 1),
+                efficiency=efficiency(objects, par.jobs, wall, cpu_s, par.cpus),
+                objects=[ObjectTime(**o) for o in objects]),
+            fingerprint=fp.to_dict(),
+            log=display_path(log_path),
+            started=started.isoformat(timespec="seconds"),
+            finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+        wheel = place(built, line_dir, record)
+        write_index(options.wheelhouse)
+        return BuildResult(wheel, record_path_for(wheel), record, cached=False)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    workspace = Workspace.from_args(args)
+    spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
+    if args.report:
+        line_dir = workspace.wheel_dir(spec.line)
+        found = records(line_dir) if line_dir.is_dir() else []
+        if not found:
+            raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
+        path, record = found[0]
+        print(f"{display_path(path)}:")
+        for text in describe(record):
+            print(f"  {text}")
+        return 0
+    options = BuildOptions(wheelhouse=workspace.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
+                           nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
+                           keep_build_dir=args.keep_build_dir, install=not args.no_install,
+                           install_target=args.install_target, order_from=args.order_from)
+    t0 = time.monotonic()
+    with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
+        result = build(spec, workspace.lock_file(spec.line), options, console)
+    if result.cached:
+        print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, {time.monotonic() - t0:.2f} s; "
+              f"--force rebuilds)")
+    else:
+        print(f"built: {display_path(result.wheel)}")
+        for text in describe(result.record):
+            print(f"  {text}")
+        print(f"  record: {display_path(result.record_path)}; index: "
+              f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "build", help="build the flash-attn wheel of a line from its locked sdist",
+        description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
+                    "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
+                    "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
+    parser.add_argument("line", help="line name (cu126) or spec file")
+    add_workspace_options(parser)
+    parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
+    parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
+                                       "(default: the spec's archs)")
+    parser.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)")
+    parser.add_argument("--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)")
+    parser.add_argument("--mem-gb", type=_positive_float,
+                        help="memory to size jobs against (default: MemAvailable; machines that grow memory "
+                             "on demand show less than they have)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when a cached wheel matches")
+    parser.add_argument("--keep-build-dir", action="store_true", help="keep the unpacked sdist and objects")
+    parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
+    parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
+    parser.add_argument("--order-from", type=Path, metavar="RECORD",
+                        help="start objects longest first by the times in this build record of the same sdist "
+                             "(default: the newest record in wheelhouse/LINE/)")
+    parser.add_argument("--report", action="store_true", help="print the newest build record's figures and exit")
+    parser.set_defaults(func=cmd_build)

@@ -1,0 +1,145 @@
+"""The `ninja` that `toolkit build` puts first on the build's PATH: reproducible device code, longest objects first.
+
+torch writes build.ninja and runs `ninja` from PATH; this small `ninja` rewrites that manifest before running
+the real one, for two reasons:
+
+Reproducible device code. nvcc names internal-linkage device symbols (anonymous namespaces, the
+cuda::std customisation points every flash-attn kernel pulls in) `_INTERNAL_<hash of the source's
+absolute path>_..._<random>`, inside the fatbinary where -ffile-prefix-map does not reach: two builds
+of flash-attn 2.8.3.post2 differed in 1026 bytes of one object. Each CUDA compile edge gets its own
+`-frandom-seed` (nvcc's documented option; "users are responsible for assigning different seed to
+different files") and the source path under BUILD_DIR_ALIAS as the name cudafe++ and cicc hash
+(`--orig_src_path_name`, the value nvcc itself passes them, given again so the later one wins).
+
+Longest first. ninja 1.12/1.13 do not read durations from .ninja_log for scheduling:
+EdgeWeightHeuristic (src/build.cc) weighs every non-phony edge 1 (the log feeds only the ETA), and among
+ready edges of equal critical-path weight the lowest edge id, i.e. the earliest `build` line, starts
+first (EdgePriorityLess, src/graph.h). So with an earlier record's object times, the object lines are
+sorted longest first. The link line keeps its own object order, so the wheel's bytes do not change.
+
+The shim runs in the toolkit's python once per ninja call, so this module imports only the standard library
+and `toolkit.base.atomic` (never the build module, its progress bars, the lock reader or pydantic).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolkit.base.atomic import write_atomic
+from toolkit.base.jsonfile import read_json
+
+# Inside compiled objects the temporary build directory is renamed to this, so wheels built in
+# different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
+BUILD_DIR_ALIAS = "/fa-envkit-build"
+
+BUILD_EDGE = re.compile(r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)")  # output, rule, first input
+NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$nvcc\b")
+
+
+@dataclass(frozen=True)
+class ManifestPlan:
+    """What the ninja shim does to build.ninja: the build directory's alias and the objects' times."""
+
+    build_dir: str
+    object_seconds: dict[str, float]  # empty: no earlier record, file order
+
+
+def _unescape(ninja_path: str) -> str:
+    return re.sub(r"\$(.)", r"\1", ninja_path)
+
+
+def _nvcc_rules(lines: list[str]) -> set[str]:
+    """Rules whose command starts with $nvcc (torch's cuda_compile)."""
+    rules, current = set(), None
+    for line in lines:
+        if line.startswith("rule "):
+            current = line.split()[1]
+        elif current and NVCC_RULE_COMMAND.match(line):
+            rules.add(current)
+        elif line and not line[0].isspace():
+            current = None
+    return rules
+
+
+def seeded_nvcc_binding(source: str, build_dir: str) -> str:
+    """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
+    alias = BUILD_DIR_ALIAS + source[len(build_dir):] if source.startswith(build_dir + "/") else source
+    quoted = shlex.quote(alias).replace("$", "$$")
+    return f"  nvcc = $nvcc -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
+           f"-Xcicc --orig_src_path_name={quoted}"
+
+
+def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int]:
+    """build.ninja with every CUDA compile seeded and the timed object lines longest first, within the
+    lines they held; with the number of each."""
+    lines = manifest.split("\n")
+    nvcc_rules = _nvcc_rules(lines)
+    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of the edges that may move
+    for i, line in enumerate(lines):
+        match = BUILD_EDGE.match(line)
+        if not match:
+            continue
+        own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
+        if match.group(2) in nvcc_rules and match.group(1).endswith(".o"):
+            lines[i] = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
+            seeded += 1
+        seconds = plan.object_seconds.get(Path(_unescape(match.group(1))).name)
+        if seconds is not None and not own_bindings:
+            timed.append((i, lines[i], seconds))
+    for (i, _, _), (_, text, _) in zip(timed, sorted(timed, key=lambda edge: -edge[2])):
+        lines[i] = text
+    return "\n".join(lines), seeded, len(timed)
+
+
+def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
+    """Write shim_dir/ninja: prepares the manifest it is about to build (`-C DIR` or the working
+    directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
+    real = shutil.which("ninja", path=path_env)
+    if real is None:
+        return False
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    plan_file = shim_dir / "manifest-plan.json"
+    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
+    toolkit_root = str(Path(__file__).resolve().parents[2])  # importable whatever the build's PYTHONPATH
+    prepare = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
+               "from toolkit.build.ninja_shim import prepare_manifest; prepare_manifest(sys.argv[1:])")
+    (shim_dir / "ninja").write_text(
+        "#!/bin/sh\n# toolkit build: seed nvcc per object, longest objects first (toolkit/build/ninja_shim.py)\n"
+        f'case "$1" in --version) exec {shlex.quote(real)} "$@";; esac\n'
+        f'{shlex.quote(sys.executable)} -c {shlex.quote(prepare)} {shlex.quote(str(plan_file))} "$@" '
+        '|| echo "toolkit: could not prepare build.ninja; building it unchanged" >&2\n'
+        f'exec {shlex.quote(real)} "$@"\n')
+    (shim_dir / "ninja").chmod(0o755)
+    return True
+
+
+MANIFEST_OUTCOME = "manifest-outcome.json"
+
+
+def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
+    """What the shim did to build.ninja, for the record (None: it never ran or could not)."""
+    path = shim_dir / MANIFEST_OUTCOME
+    if not path.exists():
+        return {"nvcc_objects_seeded": None, "edges_ordered": None}
+    return read_json(path, "shim outcome", "build again")
+
+
+def prepare_manifest(args: list[str]) -> None:
+    """The shim's step: args are the plan file, then ninja's own arguments."""
+    plan_file, ninja_args = Path(args[0]), args[1:]
+    directory = ninja_args[ninja_args.index("-C") + 1] if "-C" in ninja_args[:-1] else "."
+    manifest = Path(directory) / "build.ninja"
+    if manifest.exists():
+        plan = ManifestPlan(**read_json(plan_file, "manifest plan", "build again"))
+        text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
+        write_atomic(manifest, text)
+        write_atomic(plan_file.with_name(MANIFEST_OUTCOME),
+                     json.dumps({"nvcc_objects_seeded": seeded, "edges_ordered": timed}))
+        print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
+              f"{timed} object edges ordered longest first (previous build's times)", flush=True)

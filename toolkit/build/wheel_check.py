@@ -1,0 +1,90 @@
+"""What `toolkit build` checks of the wheel pip wrote, before it enters the wheelhouse: its version carries
+the line's local tag, its .so files hold code for every requested arch, and it installs and imports in the
+line's environment."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+from toolkit.base.children import run_tied
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.build.diagnose import explain
+from toolkit.env.install_record import Fa4Record
+from toolkit.env.lockfile import LockedPackage
+from toolkit.knowledge.archs import compiled_archs, missing_archs
+from toolkit.machine.line_env import LineEnvironment
+
+
+def wheel_version(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        match = re.search(r"^Version: (\S+)", zf.read(name).decode(), re.M)
+    return match.group(1) if match else ""
+
+
+def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[str]]]:
+    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
+    archs: dict[str, list[str]] = {}
+    with zipfile.ZipFile(wheel) as zf:
+        libraries = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
+        for name in libraries:
+            path = Path(zf.extract(name, scratch))
+            archs[name] = sorted(compiled_archs(path))
+    modules = [n.split(".")[0] for n in libraries if "/" not in n]
+    return modules, archs
+
+
+def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
+                 log_path: Path) -> tuple[str, list[str], dict[str, list[str]]]:
+    """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
+    version = wheel_version(wheel)
+    if not version.endswith("+" + local):
+        raise ToolkitError(f"{wheel.name}: METADATA says version {version}, without +{local} "
+                           f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)")
+    modules, so_archs = wheel_archs(wheel, scratch)
+    lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
+    if lacking:
+        raise ToolkitError(f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
+                           f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)")
+    return version, modules, so_archs
+
+
+def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
+                       log_path: Path, fa4_pin: LockedPackage | None = None) -> None:
+    """Install the wheel into the environment (or --install-target) and import its extension modules.
+    `fa4_pin`: the lock's flash-attn-4 wheel, which an environment holding FA4 gets back after FA2's files."""
+    if target and (target / Fa4Record.FILE).is_file():
+        raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
+                           f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
+                           f"`toolkit fa4 install --target` that folder)")
+    cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
+    if target:
+        cmd += ["--target", str(target), "--upgrade"]
+    elif tc.kind == "locked":
+        cmd += ["--prefix", str(tc.cuda_home)]  # the conda prefix is the environment, whatever python it runs
+    code = ("import importlib, importlib.util, sys\n"
+            "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
+            "for name in sys.argv[1:]: importlib.import_module(name)\n")
+    env = {**os.environ, "PATH": tc.path_env, "LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if target:
+        env["PYTHONPATH"] = str(target)
+    with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
+        def run(step: str, command: list[str]) -> None:
+            done = run_tied(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
+            with open(log_path, "a") as log:
+                log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+            if done.returncode != 0:
+                raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
+                                   f"(full output in {display_path(log_path)})")
+
+        run("install", cmd)
+        if fa4_pin and fa4_pin.url and not target:  # a --target folder is handed over by `toolkit fa4 install`
+            from toolkit.fa4.install import restore_after_flash_attn_2
+
+            restore_after_flash_attn_2(str(tc.python), fa4_pin.url, fa4_pin.sha256, log_path)
+        run("import", [str(tc.python), "-c", code, *modules])

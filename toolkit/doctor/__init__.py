@@ -1,0 +1,2 @@
+"""`toolkit doctor`: the facts gathered once, the rows judged from them.
+"""

@@ -1,0 +1,460 @@
+"""The conda engines behind one interface: `CondaEngine.solve` (lock) and `CondaEngine.install`.
+
+- `conda-lock`: the conda-lock CLI driving a real micromamba/mamba/conda, where one is on PATH.
+- `rattler`: embedded py-rattler (pip-installable, no binary), everywhere else.
+
+Both write the same lock file (conda-lock's unified format, through conda-lock's own models) and both
+install all of a lock (conda layer, then pip layer by URL and hash). `choose_engine` turns `--backend`
+into an engine once; lock.py and install.py call its methods and never compare engine names. The one
+way they differ for the caller is `relocates`: py-rattler builds in a staging folder patched for the
+final prefix (install then swaps it in), micromamba/conda write the prefix into files and must build
+at the final path.
+
+py-rattler runs in a worker interpreter (toolkit/env/isolated.py). py-rattler and conda-lock are imported
+inside functions, so importing this module (reading a lock) needs neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from toolkit.base.atomic import checkpoint, owned_dir
+from toolkit.base.errors import ToolkitError
+from toolkit.base.jsonfile import read_json
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace
+from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
+from toolkit.env.download import fetch_verified
+from toolkit.env.isolated import run_isolated
+from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, relock_hint
+
+CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
+BACKENDS = ("auto", "conda-lock", "rattler")  # --backend of lock and install
+
+
+@dataclass(frozen=True)
+class CondaRequest:
+    """The conda layer's inputs, derived from a spec: what either engine solves."""
+
+    line: str
+    spec_file: str  # for messages
+    channels: tuple[str, ...]  # channel names or URLs (local paths already made file:// URLs)
+    platforms: tuple[str, ...]
+    specs: tuple[str, ...]  # match specs; none for an external toolchain
+    virtual_packages: dict[str, dict[str, str]]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
+
+
+@dataclass
+class CondaLayer:
+    """Solved conda packages of every platform, as conda-lock models, with conda-lock's content hash."""
+
+    packages: list[Any]  # conda_lock LockedDependency
+    content_hash: dict[str, str]
+    channels: list[Any]  # conda_lock Channel
+
+
+@dataclass(frozen=True)
+class InstallJob:
+    """One lock's environment for one platform: written at `staging`, to be used at `prefix`
+    (the same path for an engine that does not relocate)."""
+
+    lock_file: Path
+    platform: str
+    conda: tuple[LockedPackage, ...]
+    pip: tuple[LockedPackage, ...]
+    staging: Path
+    prefix: Path
+
+    @classmethod
+    def of(cls, locked_env: LockedEnv, platform: str, staging: Path, prefix: Path) -> InstallJob:
+        """The lock's packages for `platform`, to write at `staging` for use at `prefix`."""
+        return cls(lock_file=locked_env.path, platform=platform, staging=staging, prefix=prefix,
+                   conda=tuple(locked_env.packages_for(platform, "conda")),
+                   pip=tuple(locked_env.packages_for(platform, "pip")))
+
+
+class CondaEngine(ABC):
+    """A conda solver and installer; `relocates`: it can build for `prefix` at another path."""
+
+    relocates: ClassVar[bool]
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    @abstractmethod
+    def solve(self, request: CondaRequest) -> CondaLayer:
+        """The conda layer of every platform of the request."""
+
+    @abstractmethod
+    def install(self, job: InstallJob) -> None:
+        """Both layers of the job into job.staging; one-line ToolkitError when anything is refused."""
+
+
+def conda_executable() -> str | None:
+    found = (shutil.which(name) for name in CONDA_EXECUTABLES)
+    return next((path for path in found if path), None)
+
+
+def choose_engine(backend: str, conda_exe: str | None, console: Console) -> CondaEngine:
+    """auto: the conda-lock CLI where a conda executable exists (given or on PATH), else py-rattler."""
+    conda_exe = conda_exe or conda_executable()
+    if backend == "conda-lock" and not conda_exe:
+        raise ToolkitError(f"--backend conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
+                           f"(install micromamba, pass --conda EXE, or use --backend rattler)")
+    if backend in ("auto", "conda-lock") and conda_exe:
+        return CondaLockEngine(conda_exe, console)
+    return RattlerEngine(console)
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--backend and --conda, declared once for every verb that solves or installs a conda layer."""
+    parser.add_argument("--backend", choices=BACKENDS, default="auto",
+                        help="conda engine (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
+    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+
+
+def locking_environment() -> dict[str, str]:
+    """The environment pip, pip-tools and uv run in: no user or site index configuration, so a lock
+    names only PyPI and the line's own index (certificates and proxies still apply)."""
+    keep = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "UV_CACHE_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k in keep}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", UV_NO_CONFIG="1")
+    return env
+
+
+# ---------------------------------------------------------------- what conda-lock reads
+
+
+def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Path, Path]:
+    """The environment file and virtual-package spec conda-lock reads (both engines hash the same)."""
+    environment = directory / f"{request.line}.environment.yml"
+    environment.write_text(yaml.safe_dump({
+        "name": request.line, "channels": list(request.channels), "platforms": list(request.platforms),
+        "dependencies": list(request.specs)}, sort_keys=False))
+    virtual = directory / f"{request.line}.virtual-packages.yml"
+    virtual.write_text(yaml.safe_dump({"subdirs": {p: {"packages": v} for p, v in request.virtual_packages.items()}}))
+    return environment, virtual
+
+
+def layer_from_actions(request: CondaRequest, actions: dict[str, list[dict]]) -> CondaLayer:
+    """Solved FETCH actions of every platform -> conda-lock's models, with conda-lock's own content hash."""
+    from conda_lock.lookup import DEFAULT_MAPPING_URL
+    from conda_lock.src_parser import make_lock_spec
+
+    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
+        environment, virtual = write_conda_lock_inputs(request, tmp)
+        lock_spec = make_lock_spec(src_files=[environment], mapping_url=DEFAULT_MAPPING_URL)
+        content_hash = _content_hashes(lock_spec, virtual)
+    packages = []
+    for platform in request.platforms:
+        requested = {d.name: d for d in lock_spec.dependencies[platform] if d.manager == "conda"}
+        packages += locked_from_fetch_actions(actions[platform], platform, lock_spec.channels, requested)
+    return CondaLayer(packages=packages, content_hash=content_hash, channels=list(lock_spec.channels))
+
+
+def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
+    from conda_lock.content_hash import compute_content_hashes
+    from conda_lock.virtual_package import virtual_package_repo_from_specification
+
+    return compute_content_hashes(lock_spec, virtual_package_repo_from_specification(virtual_spec))
+
+
+def locked_from_fetch_actions(actions: list[dict], platform: str, channels: list[Any],
+                              requested: dict[str, Any]) -> list[Any]:
+    """FETCH actions (repodata records) -> conda-lock LockedDependency, exactly as conda-lock's
+    conda_solver.solve_conda converts a micromamba dry run, so both engines write the same file."""
+    from conda_lock.interfaces.vendored_conda import MatchSpec
+    from conda_lock.lockfile import apply_categories
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from conda_lock.lookup import DEFAULT_MAPPING_URL
+    from conda_lock.models.channel import normalize_url_with_placeholders
+
+    planned = {}
+    for action in actions:
+        by_name: dict[str, list] = {}
+        for dep in action.get("depends") or []:
+            match = MatchSpec(dep)
+            by_name.setdefault(match.name, []).append(match)
+        dependencies = {}
+        for name, matches in by_name.items():
+            merged = matches[0] if len(matches) == 1 else MatchSpec.merge(matches)[0]
+            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
+        planned[action["name"]] = LockedDependency(
+            name=action["name"], version=action["version"], manager="conda", platform=platform,
+            dependencies=dependencies, url=normalize_url_with_placeholders(action["url"], channels=channels),
+            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")))
+    apply_categories(requested=requested, planned=planned, mapping_url=DEFAULT_MAPPING_URL)
+    return list(planned.values())
+
+
+def _last_line(stderr: str) -> str:
+    return next((line for line in reversed(stderr.splitlines()) if line.strip()), "no output").strip()
+
+
+# ---------------------------------------------------------------- the conda-lock CLI
+
+
+class CondaLockEngine(CondaEngine):
+    """`conda-lock lock` / `conda-lock install` with a real micromamba/mamba/conda."""
+
+    relocates = False
+
+    def __init__(self, conda_exe: str, console: Console) -> None:
+        super().__init__(console)
+        self.conda_exe = conda_exe
+
+    def solve(self, request: CondaRequest) -> CondaLayer:
+        """The CLI with the line's virtual packages; an external toolchain's empty layer needs no solver."""
+        from conda_lock.lockfile import parse_conda_lock_file
+
+        if not request.specs:
+            return layer_from_actions(request, {platform: [] for platform in request.platforms})
+        with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
+            environment, virtual = write_conda_lock_inputs(request, tmp)
+            output = tmp / f"{request.line}.conda-lock.yml"
+            command = [sys.executable, "-m", "conda_lock", "lock", "--conda", self.conda_exe, "-f", str(environment),
+                       "--virtual-package-spec", str(virtual), "--lockfile", str(output), "--log-level", "WARNING"]
+            started = time.perf_counter()
+            with self.console.status(f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
+                                     f"(conda-lock with {Path(self.conda_exe).name})"):
+                result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                sys.stderr.write(result.stderr)
+                raise ToolkitError(f"{request.spec_file}: conda-lock lock failed ({_last_line(result.stderr)}; "
+                                   f"its output is above)")
+            lockfile = parse_conda_lock_file(output)
+        self.console.print(f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
+                           f"in {time.perf_counter() - started:.2f} s")
+        return CondaLayer(packages=list(lockfile.package), content_hash=dict(lockfile.metadata.content_hash),
+                          channels=list(lockfile.metadata.channels))
+
+    def install(self, job: InstallJob) -> None:
+        """`conda-lock install` installs both layers itself (it cannot relocate: staging is the prefix)."""
+        with self.console.status(f"conda-lock install with {Path(self.conda_exe).name}"):
+            result = subprocess.run([sys.executable, "-m", "conda_lock", "install", "--conda", self.conda_exe,
+                                     "--prefix", str(job.staging), str(job.lock_file)], capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr)
+            raise ToolkitError(f"{display_path(job.lock_file)}: conda-lock install failed "
+                               f"({_last_line(result.stderr)}; output above)")
+
+
+# ---------------------------------------------------------------- embedded py-rattler
+
+
+class RattlerEngine(CondaEngine):
+    """py-rattler in a worker interpreter; archives verified by the download cache before it sees them
+    (py-rattler does not check sha256 for file:// channels), pip layer by pip --require-hashes."""
+
+    relocates = True
+
+    def solve(self, request: CondaRequest) -> CondaLayer:
+        """py-rattler solves; conda-lock's own code turns the result into its models."""
+        actions = (run_isolated(rattler_fetch_actions, request) if request.specs
+                   else {platform: [] for platform in request.platforms})
+        return layer_from_actions(request, actions)
+
+    def install(self, job: InstallJob) -> None:
+        """Verified archives into job.staging (patched for job.prefix), then the pip layer."""
+        archives = [(str(path), package.url, package.channel) for package, path in self.verified(job)]
+        with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
+            count = run_isolated(rattler_install, archives, str(job.staging), str(job.prefix), job.platform,
+                                 str(job.staging.parent / "pkgs"))
+        self.console.print(f"{count} conda packages installed")
+        checkpoint("install:pip")
+        install_pip_layer(list(job.pip), job.staging, job.prefix, self.console)
+
+    def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
+        """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
+        inside their prefix enter the cache (archives.check_conda_archive)."""
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+        with Progress(*columns, console=self.console, transient=True) as progress:
+            overall = progress.add_task(f"verifying {len(job.conda)} conda archives", total=len(job.conda))
+            verified = []
+            for package in job.conda:
+                what = f"{display_path(job.lock_file)}: {package.name} {package.version}"
+                archive = fetch_verified(package, Workspace().conda_package_cache, what, check_conda_archive, progress)
+                check_identity(package, archive_identity(archive), job.lock_file)
+                verified.append((package, archive))
+                progress.advance(overall)
+        return verified
+
+
+def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
+    """The archive must be the package its lock entry names: name and version, and the build its URL's
+    file name carries (<name>-<version>-<build>.conda), or conda-meta would disagree with the lock."""
+    named = f"{found.name}-{found.version}-{found.build}"
+    if (found.name, found.version) != (package.name, package.version) or \
+            package.filename not in (named + suffix for suffix in CONDA_SUFFIXES):
+        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version} ({package.filename}): its "
+                           f"archive is {found.name} {found.version} build {found.build} by its info/index.json (the "
+                           f"entry was edited: {relock_hint(lock_file)}; nothing was installed)")
+
+
+def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
+
+    packages = []
+    for name, value in sorted(values.items()):
+        version, _, build = value.partition(" ")
+        packages.append(GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0")))
+    return packages
+
+
+def rattler_solve(channels: tuple[str, ...], specs: tuple[str, ...], platform: str,
+                  virtual: dict[str, str], gateway: Any = None) -> list[Any]:
+    """One platform's solve with py-rattler; solver and channel failures become one-line messages."""
+    import asyncio
+
+    import rattler
+    from rattler.exceptions import SolverError
+
+    try:
+        return asyncio.run(rattler.solve(
+            sources=[rattler.Channel(c) for c in channels], specs=list(specs), gateway=gateway or rattler.Gateway(),
+            platforms=[rattler.Platform(platform), rattler.Platform("noarch")],
+            virtual_packages=rattler_virtual_packages(virtual)))
+    except SolverError as exc:
+        raise ToolkitError(f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
+                           f"{_one_line(str(exc))}") from None
+    except Exception as exc:  # py-rattler raises one exception type per transport/parse failure
+        if exc.__class__.__module__ != "exceptions":
+            raise
+        causes = [part.strip() for part in str(exc).split("Caused by:")]
+        reason = causes[0] if len(causes) == 1 else f"{causes[0]}: {causes[-1]}"
+        raise ToolkitError(f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
+                           f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
+                           f"or lock on a machine that reaches it: see locks/README.md)") from None
+
+
+def _one_line(text: str) -> str:
+    """A solver's tree-shaped explanation on one line."""
+    parts = [line.strip(" │├└─") for line in text.splitlines()]
+    return "; ".join(part for part in parts if part)
+
+
+def fetch_action(record: Any) -> dict:
+    """A py-rattler RepoDataRecord as the FETCH action a `micromamba create --dry-run --json` reports."""
+    return {
+        "name": record.name.normalized, "version": str(record.version), "build": str(record.build),
+        "build_number": record.build_number, "depends": list(record.depends),
+        "constrains": list(record.constrains), "url": record.url, "fn": record.file_name,
+        "md5": record.md5.hex() if record.md5 else "", "sha256": record.sha256.hex() if record.sha256 else None,
+        "subdir": record.subdir, "channel": record.channel or "",
+        "timestamp": int(record.timestamp.timestamp() * 1000) if record.timestamp else 0,
+    }
+
+
+def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
+    """Solve every platform with py-rattler (runs inside run_isolated's worker, with its own console)."""
+    import rattler
+
+    console = Console(stderr=True, highlight=False)
+    gateway = rattler.Gateway()
+    solved = {}
+    for platform in request.platforms:
+        started = time.perf_counter()
+        with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
+            try:
+                records = rattler_solve(request.channels, request.specs, platform,
+                                        request.virtual_packages[platform], gateway)
+            except ToolkitError as exc:
+                raise ToolkitError(f"{request.spec_file}: {exc}") from None
+        solved[platform] = [fetch_action(r) for r in records]
+        checkpoint("lock:solve")
+        console.print(f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
+                      f"in {time.perf_counter() - started:.2f} s")
+    return solved
+
+
+def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_prefix: str, platform: str,
+                    package_cache: str) -> int:
+    """Install verified archives with py-rattler (runs inside run_isolated's worker).
+
+    archives: (local verified file, the lock's URL, its channel). Records are built from the verified
+    files themselves, so what is installed is what was hashed; conda-meta then names the lock's URL."""
+    import asyncio
+
+    import rattler
+
+    async def install() -> None:
+        records = []
+        for local, _url, channel in archives:
+            record = await rattler.RepoDataRecord.from_package_archive(local)
+            records.append(rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel))
+        await rattler.install(records, target_prefix=prefix, cache_dir=Path(package_cache),
+                              platform=rattler.Platform(platform), alternative_target_prefix=final_prefix,
+                              show_progress=sys.stderr.isatty())
+
+    asyncio.run(install())
+    checkpoint("install:worker")
+    by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
+    for meta in Path(prefix, "conda-meta").glob("*.json"):
+        record = read_json(meta, "conda-meta record", "install again")
+        if record.get("fn") in by_file:
+            record["url"], record["channel"] = by_file[record["fn"]]
+            meta.write_text(json.dumps(record, indent=2))
+    return len(list(Path(prefix, "conda-meta").glob("*.json")))
+
+
+# ---------------------------------------------------------------- pip layer of the embedded engine
+
+
+def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console) -> None:
+    """The lock's wheels by URL, hash-checked by pip (--require-hashes), no resolution (--no-deps)."""
+    if not packages:
+        return
+    python = staging / "bin" / "python"
+    if not python.exists():
+        raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
+    requirements = staging.parent / "pip-requirements.txt"
+    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
+    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
+    console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
+    result = subprocess.run([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
+                             "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
+                             "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ToolkitError(f"pip layer: {_pip_problem(packages, result.stderr)}; nothing was installed")
+    relocate_scripts(staging, prefix)
+
+
+def _pip_problem(packages: list[LockedPackage], stderr: str) -> str:
+    """The package whose hash pip refused, or pip's last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in stderr
+                  and any(line.replace(" ", "").startswith(f"{p.name}@") for line in lines)]
+    if mismatched:
+        return (f"{mismatched[0].name} {mismatched[0].version}: hash mismatch for {mismatched[0].url} (the wheel "
+                f"was changed or the index serves another file)")
+    return lines[-1] if lines else "no output"
+
+
+def relocate_scripts(staging: Path, prefix: Path) -> None:
+    """pip writes its interpreter's path into script shebangs: point them at the final prefix."""
+    old, new = str(staging).encode(), str(prefix).encode()
+    for script in (staging / "bin").iterdir():
+        if not script.is_file() or script.is_symlink():
+            continue
+        with script.open("rb") as stream:
+            head = stream.read(2)
+        if head == b"#!":
+            data = script.read_bytes()
+            first, _, rest = data.partition(b"\n")
+            if old in first:
+                script.write_bytes(first.replace(old, new) + b"\n" + rest)

@@ -1,0 +1,303 @@
+"""Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer).
+
+Engines (toolkit/env/engine.py, chosen once): `conda-lock install` where micromamba/mamba/conda is on PATH,
+else the embedded py-rattler installer. The embedded one checks every archive's sha256 itself before
+py-rattler sees it (py-rattler does not for file:// channels) and installs only from those verified copies.
+This module owns where the environment goes: the prefix checks, the swap, the install record.
+
+The embedded path builds the environment in an owned temporary folder beside the target (files patched
+for the final path) and swaps it into place at the end, so an interrupted install never leaves something
+that looks complete, and the old environment stays usable until the new one is there. micromamba/conda
+cannot relocate, so `conda-lock install` builds at the final path and the environment counts as finished
+only once etc/fa-envkit/lock.json, written last, is there.
+
+That install record, which names the prefix it was written for, is also what makes a prefix the
+toolkit's own: a non-empty folder without one written for it is never replaced or deleted, nor is an
+environment holding files no installer wrote (a user's notebook or work/ folder): the reinstall refuses,
+naming them, rather than carry them into the new one (where one may clash with a package's path, and an
+interruption would leave them split between the two). Before anything is written the lock must be current (as `lock --check` sees
+it) and its packages must be its spec's environment. SIGTERM and Ctrl-C remove this run's temporaries;
+a rerun removes those of a killed run (toolkit/base/atomic.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+
+from toolkit.base.atomic import (
+    TEMP_PREFIX,
+    checkpoint,
+    clean_stale,
+    exchange,
+    owned_dir,
+    remove_path,
+    run_temporaries,
+    temp_name,
+)
+from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import locked
+from toolkit.base.jsonfile import read_json
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
+from toolkit.env.install_record import PrefixRecord
+from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
+from toolkit.spec.envspec import load_spec, resolve_spec_arg
+
+console = Console(stderr=True, highlight=False)
+
+
+def running_platform() -> str:
+    import platform
+
+    machine = platform.machine()
+    platforms = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+    if sys.platform != "linux" or machine not in platforms:
+        raise ToolkitError(f"this machine ({sys.platform} {machine}) is not a platform the locks cover "
+                           f"(linux-64, linux-aarch64)")
+    return platforms[machine]
+
+
+# ---------------------------------------------------------------- the whole install
+
+
+def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Workspace.locks, backend: str = "auto",
+                 conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False) -> Path | None:
+    """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
+    `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
+
+    Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
+    Installs into one prefix take turns (a file lock beside it)."""
+    lock_file = Workspace(locks=Path(locks_dir)).lock_file(line)
+    locked_env = read_lock(lock_file)
+    if locked_env.toolchain_kind == "external":
+        raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
+                           f"to install (the machine provides it; `toolkit build {line}` checks it)")
+    platform = platform or running_platform()
+    if platform not in locked_env.platforms:
+        raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
+                           f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
+    check_current(locked_env, platform)
+    prefix = Path(prefix or Workspace().prefix(line)).absolute()
+    check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
+                           input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
+    engine = choose_engine(backend, conda_exe, console)
+    with locked(prefix):
+        clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
+        check_prefix(prefix)  # again: another install may have finished while this one waited
+        if if_stale and holds(prefix, record):
+            return None
+        if not engine.relocates:
+            install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
+            return prefix
+        with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
+            staging = work / "env"
+            staging.mkdir()
+            engine.install(InstallJob.of(locked_env, platform, staging, prefix))
+            record.write(staging)  # last: an environment without it is not a finished one
+            replace_prefix(staging, prefix)
+    return prefix
+
+
+def holds(prefix: Path, record: PrefixRecord) -> bool:
+    """Whether prefix is already the environment `record` describes (same lock digest, platform, folder)."""
+    installed = PrefixRecord.read(prefix) if prefix.is_dir() else None
+    return installed is not None and (installed.lock_sha256, installed.platform, installed.prefix) == (
+        record.lock_sha256, record.platform, record.prefix)
+
+
+def check_current(locked_env: LockedEnv, platform: str) -> None:
+    """Refuse a lock that `lock --check` calls stale, or whose packages are not its spec's environment."""
+    where = display_path(locked_env.path)
+    spec_file = locked_env.spec_file
+    if spec_file is None or not spec_file.is_file():
+        raise ToolkitError(f"{where}: its spec {display_path(spec_file) if spec_file else '(none named)'} is "
+                           f"missing: install checks that the lock is current (install from the project's checkout)")
+    spec = load_spec(spec_file)
+    problem = stale_reason(spec, locked_env) or environment_problem(spec, locked_env, platform)
+    if problem:
+        raise ToolkitError(f"{where}: {problem}")
+
+
+def check_prefix(prefix: Path, recovering: bool = False) -> None:
+    """The prefix must be absent, an empty folder, or an environment with the toolkit's install record
+    written for this folder and holding nothing but what installers wrote: never delete or replace what
+    the toolkit did not make. `recovering`: a killed in-place install set the old environment aside
+    beside it, so a prefix without record may be that install's unfinished one (restore_retired decides,
+    under the prefix lock)."""
+    where = display_path(prefix)
+    fix = "choose a new or empty --prefix, or move it away yourself"
+    if prefix.is_symlink():
+        raise ToolkitError(f"{where}: is a symlink; the toolkit does not replace it or what it points to ({fix})")
+    if not prefix.exists():
+        return
+    if not prefix.is_dir():
+        raise ToolkitError(f"{where}: exists and is not a folder; nothing was changed ({fix})")
+    if next(prefix.iterdir(), None) is None:
+        return
+    record = PrefixRecord.read(prefix)
+    if record is None:
+        if recovering:
+            return
+        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
+                           f"nothing was changed ({fix})")
+    if record.prefix is None or Path(record.prefix).resolve() != prefix.resolve():
+        written_for = "a folder it does not name" if record.prefix is None else repr(record.prefix)
+        raise ToolkitError(f"{where}: its {PrefixRecord.FILE} was written for {written_for}, not this folder "
+                           f"(copied or moved here); nothing was changed ({fix})")
+    foreign = foreign_entries(prefix)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ToolkitError(f"{where}: holds files no installer wrote ({', '.join(foreign[:3])}{more}); reinstalling "
+                           f"would delete them: nothing was changed (move them out of the environment, or choose "
+                           f"another --prefix)")
+
+
+OWNED_TREES = ("conda-meta", str(PrefixRecord.FILE.parent))  # the installers' and the toolkit's own records
+INSTALLER_FILES = ("CACHEDIR.TAG",)  # py-rattler tags every prefix it makes (a cache directory tag)
+
+
+def installed_paths(prefix: Path) -> set[str]:
+    """The paths (relative, POSIX) that installers wrote in a prefix: every conda package's files as its
+    conda-meta record lists them, and every pip distribution's as its RECORD does."""
+    fix = "move your own files out and remove the environment yourself, then install again"
+    paths: set[str] = set()
+    for meta in (prefix / "conda-meta").glob("*.json"):
+        record = read_json(meta, "conda-meta record", fix)
+        files = record.get("files") if isinstance(record, dict) else None
+        paths.update(f for f in files or () if isinstance(f, str))
+    for record_file in prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        site = record_file.parent.parent.relative_to(prefix)
+        try:
+            with open(record_file, newline="") as handle:
+                rows = [row[0] for row in csv.reader(handle) if row]
+        except (OSError, csv.Error, UnicodeDecodeError) as exc:
+            raise ToolkitError(f"{display_path(record_file)}: unreadable ({exc.__class__.__name__}; {fix})") from None
+        paths.update(os.path.normpath(site / row) for row in rows)
+    return paths | set(INSTALLER_FILES)
+
+
+def foreign_entries(prefix: Path) -> list[str]:
+    """What in a prefix no installer wrote (a notebook, a work/ folder): files, symlinks, and folders that
+    hold nothing installed (named once, with a trailing /). __pycache__ folders are Python's, made again."""
+    installed = installed_paths(prefix)
+    holding = {str(parent) for path in installed for parent in Path(path).parents}
+    foreign = []
+    for root, dirs, files in os.walk(prefix):
+        here = Path(root).relative_to(prefix)
+        descend = []
+        for name in dirs:
+            rel = str(here / name)
+            if rel in OWNED_TREES or name == "__pycache__":
+                continue
+            if (prefix / rel).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
+                if rel not in installed:
+                    foreign.append(rel)
+            elif rel in holding:
+                descend.append(name)
+            else:
+                foreign.append(rel + "/")
+        dirs[:] = descend
+        foreign += [str(here / name) for name in files if str(here / name) not in installed]
+    return sorted(foreign)
+
+
+def retired_tag(prefix: Path) -> str:
+    return temp_name(f"retired-{prefix.name}")
+
+
+def restore_retired(entry: Path, prefix: Path) -> bool:
+    """A killed in-place install left the old environment at <entry>/<name>: put it back at the prefix,
+    in place of the unfinished one that install was making there (it has no install record).
+    Returns whether the stale `entry` may now be removed: another prefix's old environment stays for
+    that prefix's own rerun."""
+    if not entry.name.startswith(TEMP_PREFIX + "retired-"):
+        return True
+    old = entry / prefix.name
+    if not entry.name.startswith(retired_tag(prefix)) or not old.is_dir():
+        return entry.is_dir() and next(entry.iterdir(), None) is None
+    if PrefixRecord.read(old) is not None and PrefixRecord.read(prefix) is None:
+        remove_path(prefix)
+        os.replace(old, prefix)
+    return True
+
+
+@contextmanager
+def old_env_aside(prefix: Path) -> Iterator[None]:
+    """For the body, an existing prefix lies in an owned retired-<name> folder beside it: put back if the
+    body fails, removed after it succeeds, and put back by the next install's restore_retired if the
+    process is killed in between."""
+    with owned_dir(prefix.parent, f"retired-{prefix.name}") as retired:
+        kept = prefix.exists()
+        if kept:
+            os.replace(prefix, retired / prefix.name)
+        try:
+            yield
+        except BaseException:
+            remove_path(prefix)
+            if kept:
+                os.replace(retired / prefix.name, prefix)
+            raise
+
+
+def install_in_place(engine: CondaEngine, job: InstallJob, record: PrefixRecord) -> None:
+    """An engine that cannot relocate (micromamba/conda write the prefix into files) builds at the final
+    path with an older environment set aside, and the fa-envkit record (what marks it finished) last."""
+    with old_env_aside(job.prefix):
+        checkpoint("install:in-place")
+        engine.install(job)
+        record.write(job.prefix)
+
+
+def replace_prefix(staging: Path, prefix: Path) -> None:
+    """Move the finished environment into place. An older one is swapped out in one step (renameat2),
+    so an interruption at any moment leaves the old or the new environment at `prefix`; the old one
+    then lies at `staging`, inside the owned work folder that is removed afterwards. Where the
+    filesystem cannot swap (NFS), the old one is set aside first (old_env_aside)."""
+    checkpoint("install:replace")
+    if prefix.exists() and exchange(staging, prefix):
+        return
+    with old_env_aside(prefix):
+        os.replace(staging, prefix)
+
+
+# ---------------------------------------------------------------- the `install` verb
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "install", help="create a line's environment from its lock",
+        description="Create the environment of locks/<line>.conda-lock.yml: `conda-lock install` where "
+                    "micromamba/mamba/conda is on PATH, else py-rattler after checking every archive's sha256, "
+                    "then the pip layer with --require-hashes --no-deps. Built in a temporary prefix and "
+                    "renamed into place.")
+    parser.add_argument("line", metavar="LINE", help="line name (cu126)")
+    parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="leave an environment that already holds this lock as it is (default: reinstall it)")
+    add_engine_options(parser)
+    add_workspace_options(parser)
+    parser.set_defaults(func=run_install)
+
+
+def run_install(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
+    if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
+        resolve_spec_arg(args.line, workspace.envs)
+    with run_temporaries("install"):
+        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda,
+                              if_stale=args.if_stale)
+    lock = display_path(workspace.lock_file(args.line))
+    print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
+          f"{display_path(args.prefix or workspace.prefix(args.line))}: already the environment of {lock}; left as it is")
+    return 0

@@ -1,0 +1,489 @@
+"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform).
+
+The file is conda-lock's unified format, written through conda-lock's own models and writer, so
+`conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
+flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
+layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
+the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/env/lockfile.py;
+the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--backend`.
+
+Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as host
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
+from toolkit.base.errors import ToolkitError
+from toolkit.base.jsonfile import read_json
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
+from toolkit.env.lockfile import (
+    KEY_DIGEST,
+    KEY_INPUT_HASH,
+    KEY_LINE,
+    KEY_PIP_RESOLVER,
+    KEY_SDIST_FILENAME,
+    KEY_SDIST_SHA256,
+    KEY_SDIST_URL,
+    KEY_TOOLCHAIN,
+    LockedEnv,  # noqa: F401 - build and modules import it from here
+    LockedSdist,
+    lock_digest,
+    lock_path,
+    read_lock,
+    stale_reason,
+)
+from toolkit.knowledge import files as knowledge_files
+from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
+
+# ---------------------------------------------------------------- what the solvers are asked
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+SDIST_PROJECT = "flash-attn"
+VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
+console = Console(stderr=True, highlight=False)
+
+
+def channel_url(channel: str, relative_to: Path) -> str:
+    """A spec's channel entry as conda tools take it: names and URLs as written, paths as file:// URLs.
+
+    Paths start with /, ./, ../ or ~ and are relative to the spec file that lists them."""
+    if not channel.startswith(("/", "./", "../", "~")):
+        return channel
+    return (relative_to / Path(channel).expanduser()).resolve().as_uri()
+
+
+def virtual_packages(spec: EnvSpec) -> dict[str, dict[str, str]]:
+    """The target machines' virtual packages per platform, with __cuda set to the line's CUDA."""
+    table = knowledge_files.typed(VIRTUAL_PACKAGES_FILE, lambda data: data["platforms"])
+    return {platform: {**table[platform], "__cuda": spec.cuda} for platform in spec.platforms}
+
+
+def conda_request(spec: EnvSpec) -> CondaRequest:
+    base = spec.where("channels").file.parent
+    return CondaRequest(
+        line=spec.line,
+        spec_file=display_path(spec.path),
+        channels=tuple(channel_url(c, base) for c in spec.channels),
+        platforms=spec.platforms,
+        specs=tuple(spec.conda_specs()) if spec.toolchain.kind == "locked" else (),
+        virtual_packages=virtual_packages(spec),
+    )
+
+
+# ---------------------------------------------------------------- pip layer
+
+
+@dataclass
+class PipLayer:
+    """One platform's pip layer: the hash-pinned requirements file and the lock's pip entries."""
+
+    platform: str
+    resolver: str  # how it was resolved, recorded in the lock
+    requirements: str  # pip-tools format, for pip-sync
+    packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
+
+
+@dataclass(frozen=True)
+class PipTarget:
+    """The interpreter and machine a pip layer is resolved for."""
+
+    platform: str  # linux-64 / linux-aarch64
+    python: str  # "3.12" or "3.12.7"
+    glibc: str  # "2.28"
+
+    @property
+    def machine(self) -> str:
+        return {"linux-64": "x86_64", "linux-aarch64": "aarch64"}[self.platform]
+
+    @property
+    def wheel_platform(self) -> str:
+        return f"manylinux_{self.glibc.replace('.', '_')}_{self.machine}"
+
+    @property
+    def abi(self) -> str:
+        return "cp" + "".join(self.python.split(".")[:2])
+
+    def is_running_interpreter(self) -> bool:
+        running = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(host.machine())
+        return running == self.platform and self.python.split(".")[:2] == [str(v) for v in sys.version_info[:2]]
+
+    def markers(self) -> dict[str, str]:
+        full = self.python if self.python.count(".") == 2 else f"{self.python}.0"
+        return {"python_version": ".".join(self.python.split(".")[:2]), "python_full_version": full,
+                "sys_platform": "linux", "platform_system": "Linux", "platform_machine": self.machine,
+                "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                "extra": ""}
+
+
+def check_index_reachable(index_url: str, spec_file: str) -> None:
+    probe = index_url.rstrip("/") + "/"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=20):
+            return
+    except urllib.error.HTTPError:
+        return  # the host answered: the index is there, it just dislikes HEAD on its root
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ToolkitError(f"{spec_file}: torch.index {index_url} is unreachable from this machine ({reason}); "
+                           f"the pip layer needs it: lock on a machine that reaches it (see locks/README.md) "
+                           f"or set torch.index to a mirror") from None
+
+
+def lock_pip_requirements(requirements: list[str], index_urls: list[str], target: PipTarget,
+                          compile_command: str) -> PipLayer:
+    """Resolve, hash-pin and pick each package's artifact for one platform.
+
+    pip-tools resolves for the interpreter it runs in; for another platform or python the same
+    requirements go through uv's resolver (`uv pip compile --python-platform`). Either way pip itself
+    then picks the artifact the target installs (`pip install --dry-run --report --platform ...`)."""
+    with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
+        (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
+        started = time.perf_counter()
+        with console.status(f"{target.platform}: resolving the pip layer"):
+            if target.is_running_interpreter():
+                compiled, resolver = _compile_with_pip_tools(workdir, index_urls, compile_command)
+            else:
+                compiled, resolver = _compile_with_uv(workdir, index_urls, target, compile_command)
+            report = _pip_report(workdir, index_urls, target)
+        packages = pip_entries(report, target)
+    console.print(f"{target.platform}: {len(packages)} pip packages pinned ({resolver.split(' (')[0]}) "
+                  f"in {time.perf_counter() - started:.1f} s")
+    return PipLayer(platform=target.platform, resolver=resolver, requirements=compiled, packages=packages)
+
+
+def _index_args(index_urls: list[str]) -> list[str]:
+    return ["--index-url", index_urls[0], *[a for url in index_urls[1:] for a in ("--extra-index-url", url)]]
+
+
+def _run_tool(command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+        problem = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
+        raise ToolkitError(f"{what} failed: {problem}")
+
+
+def _compile_with_pip_tools(workdir: Path, index_urls: list[str], compile_command: str) -> tuple[str, str]:
+    import piptools
+
+    env = {**locking_environment(), "CUSTOM_COMPILE_COMMAND": compile_command}
+    _run_tool([sys.executable, "-m", "piptools", "compile", "--quiet", "--generate-hashes", "--allow-unsafe",
+               "--strip-extras", "--no-emit-find-links", *_index_args(index_urls), "--output-file",
+               "requirements.txt", "requirements.in"], workdir, "pip-compile", env)
+    version = getattr(piptools, "__version__", None) or _distribution_version("pip-tools")
+    running = f"python {sys.version_info[0]}.{sys.version_info[1]}"
+    return (workdir / "requirements.txt").read_text(), f"pip-tools {version} (pip-compile in {running})"
+
+
+def _compile_with_uv(workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str) -> tuple[str, str]:
+    uv = _uv_executable()
+    python_platform = f"{target.machine}-manylinux_{target.glibc.replace('.', '_')}"
+    _run_tool([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--generate-hashes",
+               "--python-version", target.python,
+               "--python-platform", python_platform, "--index-strategy", "unsafe-best-match", "--emit-index-url",
+               *_index_args(index_urls), "--custom-compile-command", compile_command, "--output-file",
+               "requirements.txt", "requirements.in"], workdir, "uv pip compile")
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+    running = f"{host.machine()} python {sys.version_info[0]}.{sys.version_info[1]}"
+    return ((workdir / "requirements.txt").read_text(),
+            f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
+            f"pip-tools resolves only for the interpreter it runs in: {running})")
+
+
+def _uv_executable() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise ToolkitError("uv: not installed (it resolves pip layers for other platforms and pythons: "
+                               "pip install uv)") from None
+        return found
+
+
+def _distribution_version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def _pip_report(workdir: Path, index_urls: list[str], target: PipTarget) -> dict:
+    """Ask pip which artifact of each pinned version the target installs (nothing is installed)."""
+    _run_tool([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--no-deps",
+               "--require-hashes", "--report", "report.json", "--target", str(workdir / "target"),
+               "--platform", target.wheel_platform, "--python-version", target.python, "--implementation", "cp",
+               "--abi", target.abi, "--only-binary", ":all:", *_index_args(index_urls),
+               "--requirement", "requirements.txt"], workdir, f"pip (choosing {target.platform} wheels)")
+    return read_json(workdir / "report.json", "pip install report", "lock again; report pip's answer if it repeats")
+
+
+def pip_entries(report: dict, target: PipTarget) -> list[Any]:
+    """pip's install report -> conda-lock pip entries (url + sha256, dependencies for this platform)."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    items = report.get("install") or []
+    locked_names = {canonicalize_name(item["metadata"]["name"]) for item in items}
+    markers = target.markers()
+    entries = []
+    for item in items:
+        metadata = item["metadata"]
+        dependencies = {}
+        for line in metadata.get("requires_dist") or []:
+            requirement = Requirement(line)
+            name = canonicalize_name(requirement.name)
+            if name in locked_names and (requirement.marker is None or requirement.marker.evaluate(markers)):
+                dependencies[name] = str(requirement.specifier) or "*"
+        info = item["download_info"]
+        entries.append(LockedDependency(
+            name=canonicalize_name(metadata["name"]), version=metadata["version"], manager="pip",
+            platform=target.platform, dependencies=dependencies, url=info["url"],
+            hash=HashModel(sha256=info["archive_info"]["hashes"]["sha256"]), categories={"main"}))
+    return entries
+
+
+def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) -> PipLayer:
+    """The line's pip layer for one platform: torch from the line's index, the rest from PyPI (or its mirror)."""
+    if spec.toolchain.kind == "external":
+        return PipLayer(platform=target.platform, resolver="none: external toolchain (the machine provides python, "
+                        "torch and the build dependencies; `toolkit build` checks its fingerprint)", requirements="")
+    check_index_reachable(spec.torch_index, display_path(spec.path))
+    layer = lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}")
+    return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
+
+
+def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer:
+    """The layer plus FlashAttention-4's exact wheels (knowledge/flash_attn_4.yaml, the line's CUDA-major flavor of
+    nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
+    requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
+    An `if_missing` pin the layer already has is left to the layer's version."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.utils import canonicalize_name
+
+    from toolkit.env import fa4_lock
+    from toolkit.knowledge import fa4_pins
+    from toolkit.spec import fa4_rules
+
+    assert spec.flash_attn_4 is not None
+    rel = fa4_pins.release(spec.flash_attn_4.version)
+    unpinned = fa4_rules.platforms_pinned(spec, None)  # `toolkit check` refuses it first; a spec given directly too
+    if unpinned:
+        raise ToolkitError(f"{spec.where('platforms')}: {unpinned}")
+    have = {canonicalize_name(p.name): p.version for p in layer.packages}
+    entries = fa4_lock.lock_entries(rel, spec.cuda.split(".")[0], files_of or fa4_lock.pypi_files)
+    added = []
+    for entry in entries:
+        name = canonicalize_name(entry["name"])
+        if name in have:
+            if entry["if_missing"]:
+                continue
+            raise ToolkitError(f"{spec.where('flash_attn_4')}: the pip layer already pins {name} {have[name]} and "
+                               f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)")
+        added.append(LockedDependency(name=name, version=entry["version"], manager="pip", platform=layer.platform,
+                                      dependencies={}, url=entry["url"], hash=HashModel(sha256=entry["sha256"]),
+                                      categories={"main"}))
+    resolver = f"{layer.resolver}; + flash-attn-4 {rel.version}: {len(added)} pinned wheels (knowledge, not resolved)"
+    return replace(layer, packages=[*layer.packages, *added], resolver=resolver)
+
+
+# ---------------------------------------------------------------- flash-attn sdist
+
+
+def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
+    """flash-attn's source archive for a version, from PyPI's JSON simple API (PEP 691)."""
+    from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+    from packaging.version import Version
+
+    url = f"{index.rstrip('/')}/{SDIST_PROJECT}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            files = json.load(response)["files"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, RecursionError) as exc:
+        raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
+                           f"the sdist pin needs PyPI: lock where PyPI is reachable)") from None
+    for entry in files:
+        try:
+            _, sdist_version = parse_sdist_filename(entry["filename"])
+        except InvalidSdistFilename:
+            continue
+        if sdist_version == Version(version) and not entry.get("yanked") and entry["hashes"].get("sha256"):
+            return LockedSdist(url=urllib.parse.urljoin(url, entry["url"]), filename=entry["filename"],
+                               sha256=entry["hashes"]["sha256"])
+    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn.version)")
+
+
+# ---------------------------------------------------------------- writing the lock
+
+
+def requirements_path(line: str, platform: str, locks_dir: Path = Workspace.locks) -> Path:
+    """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
+    return Workspace(locks=Path(locks_dir)).requirements_file(line, platform)
+
+
+def lock_header(spec: EnvSpec, sources: list[str]) -> str:
+    return (f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
+            f"(conda-lock install/render read it).\n"
+            f"# Written by `toolkit lock {spec.line}`; do not edit (metadata.custom_metadata."
+            f"{KEY_DIGEST} refuses edits).\n"
+            f"# Install: toolkit install {spec.line} --prefix DIR\n")
+
+
+def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
+               locks_dir: Path = Workspace.locks) -> Path:
+    """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
+    from conda_lock.lockfile import write_conda_lock_file
+    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
+
+    locks_dir = Path(locks_dir)
+    locks_dir.mkdir(parents=True, exist_ok=True)
+    custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
+              KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
+    custom.update({KEY_PIP_RESOLVER + layer.platform: layer.resolver for layer in pip_layers})
+    sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
+    lockfile = Lockfile(
+        package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
+        metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
+                          sources=sources, custom_metadata=custom))
+    path = lock_path(spec.line, locks_dir)
+    with owned_dir(locks_dir, "lock") as tmp:
+        draft = tmp / path.name
+        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
+        lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
+        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
+        draft.write_text(lock_header(spec, sources) + draft.read_text())
+        read_lock(draft)  # what we wrote reads back and verifies
+        staged = []
+        for layer in pip_layers:
+            if layer.requirements:
+                target = requirements_path(spec.line, layer.platform, locks_dir)
+                (tmp / target.name).write_text(layer.requirements)
+                staged.append((tmp / target.name, target))
+        checkpoint("lock:write")
+        for source, target in staged:
+            os.replace(source, target)
+        os.replace(draft, path)  # last: the lock is what says the requirements files are current
+    return path
+
+
+# ---------------------------------------------------------------- the `lock` verb
+
+
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = Workspace.locks,
+              force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
+    """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
+    path = lock_path(spec.line, locks_dir)
+    if not force and path.exists():
+        try:
+            current = stale_reason(spec, read_lock(path)) is None
+        except ToolkitError:
+            current = False
+        if current:
+            return path, False
+    sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
+    request = conda_request(spec)
+    conda = choose_engine(backend, conda_exe, console).solve(request)
+    pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
+    glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
+    pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
+                  for platform in spec.platforms]
+    return write_lock(spec, conda, pip_layers, sdist, locks_dir), True
+
+
+def check_locks(specs: list[EnvSpec], locks_dir: Path) -> list[str]:
+    """One line per lock that is missing or does not match its spec."""
+    problems = []
+    for spec in specs:
+        path = lock_path(spec.line, locks_dir)
+        if not path.exists():
+            problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
+            continue
+        try:
+            reason = stale_reason(spec, read_lock(path))
+        except ToolkitError as exc:
+            problems.append(str(exc))
+            continue
+        if reason:
+            problems.append(f"{display_path(path)}: stale: {reason}")
+    return problems
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lock", help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
+        description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
+                    "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
+                    "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
+                    "plus locks/<line>.<platform>.requirements.txt. A lock whose inputs are unchanged is kept.")
+    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
+    parser.add_argument("--all", action="store_true", help="every line in envs/")
+    parser.add_argument("--check", action="store_true",
+                        help="only say which locks are missing, stale or broken (exit 1 if any)")
+    add_engine_options(parser)
+    parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
+    parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
+                        help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
+                             f"(default: {PYPI_SIMPLE})")
+    add_workspace_options(parser)
+    parser.set_defaults(func=run_lock)
+
+
+def run_lock(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
+    paths = [resolve_spec_arg(s, workspace.envs) for s in args.lines] or (spec_paths(workspace.envs)
+                                                                          if args.all or args.check else [])
+    if not paths:
+        raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
+    if args.check:
+        problems = check_locks([load_spec(p) for p in paths], workspace.locks)
+        for line in problems:
+            print(line)
+        if not problems:
+            print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
+        return 1 if problems else 0
+    clean_stale(workspace.locks)  # what earlier interrupted runs left
+    with run_temporaries("lock"):
+        return lock_paths(paths, args, workspace)
+
+
+def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace) -> int:
+    """Lock each spec; with several, a failing one is reported and the others still locked."""
+    from toolkit.spec.rules import checked_spec
+
+    failed = 0
+    for path in paths:
+        try:
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace.locks, args.force,
+                                         args.pypi)
+        except ToolkitError as exc:
+            if len(paths) == 1:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}")
+    return 1 if failed else 0

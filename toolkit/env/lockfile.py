@@ -1,0 +1,315 @@
+"""The lock file model: locks/<line>.conda-lock.yml read, verified and checked once, for every stage.
+
+`read_lock` returns a typed `LockedEnv` (its sdist pin and every package) only after the file parsed,
+its digest matched, and every value that later becomes a path, a URL or a command line has a strict
+form: plain file names (no separator, no `..`), 64 lowercase hex digits for each sha256, URL schemes
+https/http/file, names that are names, each package at most once per platform and manager.
+`environment_problem` says whether the packages form the environment the spec describes.
+
+Trust model: the digest (`fa-envkit.lock-sha256`) is a checksum inside the file it covers. Anyone who
+edits a lock can recompute it, so it catches accidents (a hand edit, a bad merge, a truncated copy),
+not attackers. What protects content is the sha256 of every archive, checked before anything is
+installed or built; the lock itself must come from a trusted source (git review).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from toolkit.base.digest import sha256_json
+from toolkit.base.errors import ToolkitError, first_problem
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import LOCK_SUFFIX, Workspace
+from toolkit.spec.envspec import PLATFORMS, EnvSpec
+
+# metadata.custom_metadata keys (conda-lock allows only str -> str there).
+KEY_LINE = "fa-envkit.line"
+KEY_INPUT_HASH = "fa-envkit.input-hash"
+KEY_TOOLCHAIN = "fa-envkit.toolchain-kind"
+KEY_SDIST_URL = "fa-envkit.flash-attn-sdist.url"
+KEY_SDIST_FILENAME = "fa-envkit.flash-attn-sdist.filename"
+KEY_SDIST_SHA256 = "fa-envkit.flash-attn-sdist.sha256"
+KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
+KEY_DIGEST = "fa-envkit.lock-sha256"
+REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
+                 KEY_DIGEST)
+
+# The strict forms of values that become paths, URLs or command lines.
+SHA256 = re.compile(r"[0-9a-f]{64}")
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")  # a plain file name: no separator, never "." or ".."
+NAME = re.compile(r"_?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a conda (_libgcc_mutex) or PEP 508 project name
+URL = re.compile(r"[!-~]+")  # printable ASCII, no space or control character (pip reads URLs line by line)
+URL_SCHEMES = ("https", "http", "file")
+TOOLCHAIN_KINDS = ("locked", "external")
+CONDA_SUFFIXES = (".conda", ".tar.bz2")
+SDIST_SUFFIXES = (".tar.gz", ".zip")
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
+
+
+@dataclass(frozen=True)
+class LockedSdist:
+    """The flash-attn source archive the build stage compiles, pinned by hash."""
+
+    url: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    """One package entry of a lock: what install downloads, verifies and installs."""
+
+    manager: str  # conda | pip
+    name: str
+    version: str
+    url: str
+    sha256: str
+    platform: str = ""
+    dependencies: tuple[str, ...] = ()  # names of the packages it depends on (virtual ones left out)
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1].split("#", 1)[0]
+
+    @property
+    def channel(self) -> str:
+        """A conda archive's channel: its URL without the subdir and file name."""
+        return self.url.rsplit("/", 2)[0]
+
+
+@dataclass(frozen=True)
+class LockedEnv:
+    """What later stages need from a lock file, read without network or solver."""
+
+    line: str
+    path: Path
+    input_hash: str
+    toolchain_kind: str
+    platforms: tuple[str, ...]
+    sdist: LockedSdist
+    packages: tuple[LockedPackage, ...] = ()
+    sources: tuple[str, ...] = ()  # the spec files it was made from, relative to the lock's folder
+    digest: str = ""
+
+    def packages_for(self, platform: str, manager: str | None = None) -> list[LockedPackage]:
+        return [p for p in self.packages if p.platform == platform and manager in (None, p.manager)]
+
+    @property
+    def spec_file(self) -> Path | None:
+        """The line's spec file this lock was made from (the first of its sources)."""
+        return self.path.parent / self.sources[0] if self.sources else None
+
+
+Check = Callable[[str, object, bool, str], None]  # read_lock's check(field, value, ok, what): raises unless ok
+_FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file name (no / or ..)",
+         "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
+
+
+def lock_path(line: str, locks_dir: Path = Workspace.locks) -> Path:
+    """The line's lock file in locks_dir (Workspace names it; kept for the lock model's callers)."""
+    return Workspace(locks=Path(locks_dir)).lock_file(line)
+
+
+def relock_hint(path: Path) -> str:
+    line = path.name[:-len(LOCK_SUFFIX)] if path.name.endswith(LOCK_SUFFIX) else "LINE"
+    return f"re-run `toolkit lock {line}`"
+
+
+def lock_digest(document: dict) -> str:
+    """sha256 of a parsed lock file with the digest entry itself left out."""
+    meta = dict(document.get("metadata") or {})
+    custom = {k: v for k, v in (meta.get("custom_metadata") or {}).items() if k != KEY_DIGEST}
+    meta["custom_metadata"] = custom
+    return sha256_json({**document, "metadata": meta})
+
+
+def load_lock_document(path: Path) -> dict:
+    """The lock as plain data, checked against its digest and, where conda-lock is installed, by its parser.
+
+    Build nodes such as the offline GPU machine may lack conda-lock; the digest alone still refuses any
+    accidental edit, so reading a lock there needs only pyyaml.
+    """
+    where, relock = display_path(path), relock_hint(path)
+    try:
+        text = path.read_text()
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)):
+            raise ToolkitError(f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
+                               f"without bound: {relock})")
+        document = yaml.safe_load(text)
+    except FileNotFoundError:
+        raise ToolkitError(f"{where}: no lock file ({relock})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ToolkitError(f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})") from None
+    except ValueError:  # no YAMLError: int() refusing a number of thousands of digits
+        raise ToolkitError(f"{where}: unreadable lock (a number of more than {sys.get_int_max_str_digits()} "
+                           f"digits; {relock})") from None
+    if not isinstance(document, dict):
+        raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
+    _parse_with_conda_lock(path, where, relock)
+    shape = _shape_problem(document)
+    if shape:
+        raise ToolkitError(f"{where}: not a conda-lock file of `toolkit lock` ({shape}; {relock})")
+    custom = document["metadata"]["custom_metadata"]
+    missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
+    if missing:
+        raise ToolkitError(f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
+                           f"(not written by `toolkit lock`; {relock})")
+    try:
+        digest = lock_digest(document)
+    except (TypeError, ValueError):  # a date, a set: YAML values that are not plain JSON data
+        raise ToolkitError(f"{where}: holds values that are not plain data ({relock})") from None
+    if digest != custom[KEY_DIGEST]:
+        raise ToolkitError(f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
+                           f"{relock} instead of editing it)")
+    return document
+
+
+def _shape_problem(document: dict) -> str | None:
+    """What is not the shape every reader relies on (conda-lock's parser checks more where installed)."""
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("custom_metadata"), dict):
+        return "metadata.custom_metadata is not a mapping"
+    if not all(isinstance(metadata.get(key, []), list) for key in ("platforms", "sources")):
+        return "metadata.platforms and metadata.sources must be lists"
+    packages = document.get("package", [])
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        return "package is not a list of entries"
+    for index, entry in enumerate(packages):
+        if not isinstance(entry.get("hash", {}), dict) or not isinstance(entry.get("dependencies", {}), dict):
+            return f"package[{index}]: hash and dependencies must be mappings"
+    return None
+
+
+def _parse_with_conda_lock(path: Path, where: str, relock: str) -> None:
+    try:
+        from conda_lock.lockfile import parse_conda_lock_file  # lazy: keeps `import toolkit.env.lockfile` light
+        from pydantic import ValidationError
+    except ImportError:
+        return
+    try:
+        parse_conda_lock_file(path)
+    except ValidationError as exc:
+        raise ToolkitError(f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
+    except AssertionError:  # conda-lock asserts that no package entry repeats for a platform and category
+        raise ToolkitError(f"{where}: package: an entry appears more than once for one platform "
+                           f"(conda-lock's parser refuses it; {relock})") from None
+
+
+def read_lock(path: Path) -> LockedEnv:
+    """Read and verify a lock; ToolkitError (one line) if it is missing, malformed, tampered, or holds a
+    value without its strict form. Nothing is touched before this returns."""
+    path = Path(path)
+    document = load_lock_document(path)
+    where, relock = display_path(path), relock_hint(path)
+    custom = document["metadata"]["custom_metadata"]
+
+    def check(field: str, value: object, ok: bool, what: str) -> None:
+        if not ok:
+            raise ToolkitError(f"{where}: {field}: {value!r} is not {what} ({relock}; a lock must come from "
+                               f"`toolkit lock` and a reviewed commit)")
+
+    for key, pattern, what in ((KEY_LINE, NAME, "a line name"), (KEY_INPUT_HASH, SHA256, _FORM["sha256"]),
+                               (KEY_SDIST_SHA256, SHA256, _FORM["sha256"]),
+                               (KEY_SDIST_FILENAME, FILE_NAME, _FORM["filename"])):
+        check(key, custom[key], isinstance(custom[key], str) and bool(pattern.fullmatch(custom[key])), "a " + what)
+    check(KEY_TOOLCHAIN, custom[KEY_TOOLCHAIN], custom[KEY_TOOLCHAIN] in TOOLCHAIN_KINDS,
+          f"one of {', '.join(TOOLCHAIN_KINDS)}")
+    check(KEY_SDIST_FILENAME, custom[KEY_SDIST_FILENAME], custom[KEY_SDIST_FILENAME].endswith(SDIST_SUFFIXES),
+          f"an sdist file name ({' or '.join(SDIST_SUFFIXES)})")
+    check(f"{KEY_SDIST_URL} (url)", custom[KEY_SDIST_URL], _url_ok(custom[KEY_SDIST_URL]), "a " + _FORM["url"])
+    platforms = document["metadata"].get("platforms") or []
+    check("metadata.platforms", platforms, bool(platforms) and all(p in PLATFORMS for p in platforms)
+          and len(set(platforms)) == len(platforms), f"a list of distinct platforms of {', '.join(PLATFORMS)}")
+    sources = document["metadata"].get("sources") or []
+    check("metadata.sources", sources, all(isinstance(s, str) and s.endswith(".yaml") and "\0" not in s
+                                           for s in sources), "a list of spec files")
+    return LockedEnv(
+        line=custom[KEY_LINE], path=path, input_hash=custom[KEY_INPUT_HASH], toolchain_kind=custom[KEY_TOOLCHAIN],
+        platforms=tuple(platforms), sources=tuple(sources), digest=custom[KEY_DIGEST],
+        sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
+                          sha256=custom[KEY_SDIST_SHA256]),
+        packages=tuple(_packages(document, platforms, check)))
+
+
+def _url_ok(url: object, file_name_suffixes: tuple[str, ...] | None = None) -> bool:
+    """An allowed scheme, no whitespace; where the URL names a file that becomes a cache path, a plain name."""
+    if not isinstance(url, str) or not URL.fullmatch(url):
+        return False
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.netloc):
+        return False
+    name = url.rsplit("/", 1)[-1].split("#", 1)[0]
+    return file_name_suffixes is None or (bool(FILE_NAME.fullmatch(name)) and name.endswith(file_name_suffixes))
+
+
+def _packages(document: dict, platforms: list[str], check: Check) -> list[LockedPackage]:
+    packages, seen = [], set()
+    for index, entry in enumerate(document.get("package") or []):
+        name, platform, manager = entry.get("name"), entry.get("platform"), entry.get("manager")
+        field = f"package[{index}]"
+        check(f"{field}.name", name, isinstance(name, str) and bool(NAME.fullmatch(name)), "a package name")
+        field = f"package[{index}] {name}"
+        check(f"{field}: platform", platform, platform in platforms, "one of metadata.platforms")
+        check(f"{field}: manager", manager, manager in ("conda", "pip"), "conda or pip")
+        check(f"{field}: url", entry.get("url"),
+              _url_ok(entry.get("url"), CONDA_SUFFIXES if manager == "conda" else None),
+              "a " + _FORM["url"] + (" naming a .conda/.tar.bz2 file" if manager == "conda" else ""))
+        given = (entry.get("hash") or {}).get("sha256")
+        sha256 = given if isinstance(given, str) else ""
+        check(f"{field}: hash.sha256", given, bool(SHA256.fullmatch(sha256)), "a " + _FORM["sha256"])
+        check(f"{field} ({platform}, {manager})", name, (platform, manager, name) not in seen,
+              "listed once: it appears more than once")
+        seen.add((platform, manager, name))
+        depends = tuple(sorted(str(d) for d in (entry.get("dependencies") or {}) if not str(d).startswith("__")))
+        packages.append(LockedPackage(manager, name, str(entry.get("version")), entry["url"], sha256, platform,
+                                      depends))
+    return packages
+
+
+def stale_reason(spec: EnvSpec, locked: LockedEnv) -> str | None:
+    """Why a lock no longer matches its spec (one sentence with the fix), or None when it does."""
+    relock = f"re-run `toolkit lock {spec.line}`"
+    if locked.line != spec.line:
+        return f"the lock is for line {locked.line}, not {spec.line} ({relock})"
+    if locked.input_hash != spec.input_hash():
+        sources = ", ".join(display_path(p) for p in spec.chain)
+        return f"{sources} changed since this lock was made ({relock})"
+    return None
+
+
+def environment_problem(spec: EnvSpec, locked: LockedEnv, platform: str) -> str | None:
+    """Why the lock's packages for `platform` are not the environment the spec describes, or None.
+
+    Every package the spec asks for must be there, and every dependency of a locked package: an entry
+    deleted (or all of them) is found even when the digest was recomputed over the edit."""
+    from packaging.utils import canonicalize_name
+
+    relock = f"an entry was deleted or the lock was edited; re-run `toolkit lock {locked.line}`"
+    if locked.toolchain_kind != "locked":
+        return None
+    by_manager = {m: {p.name: p for p in locked.packages_for(platform, m)} for m in ("conda", "pip")}
+    if not by_manager["conda"]:
+        return f"{platform}: no conda packages for a locked toolchain ({relock})"
+    wanted: dict[str, list[str]] = {"conda": list(spec.conda_packages),
+              "pip": [canonicalize_name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0]) for r in spec.pip_requirements()]}
+    for manager, names in wanted.items():
+        for name in names:
+            if name not in by_manager[manager]:
+                return f"{platform}: {name}, which the spec asks for, is not among the lock's {manager} packages ({relock})"
+    for manager, packages in by_manager.items():
+        for package in packages.values():
+            missing = [d for d in package.dependencies if d not in packages]
+            if missing:
+                return (f"{platform}: {missing[0]}, a dependency of {package.name}, is not among the lock's "
+                        f"{manager} packages ({relock})")
+    return None

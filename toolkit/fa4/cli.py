@@ -1,0 +1,229 @@
+"""The `toolkit fa4` verbs (fetch, join, lock, install, env, warm, cache-install, recommend) and
+`python -m toolkit.fa4`'s entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from toolkit.base.atomic import clean_stale, run_temporaries, write_atomic
+from toolkit.base.digest import sha256_file
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path, folder_argument
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.env.fa4_lock import read_lock, write_lock
+from toolkit.fa4.install import import_check, install, load_record, python_argument
+from toolkit.fa4.jit import (
+    Variant,
+    cache_entries,
+    cache_key,
+    cache_record,
+    default_variants,
+    pack,
+    summary_lines,
+    unpack,
+    warm,
+)
+from toolkit.fa4.wheels import carried_wheel, carry_split, check_join, fetch, parts_of, write_joined
+from toolkit.knowledge.fa4_pins import DEFAULT_RELEASE, release
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from toolkit.attention import recommend
+
+    parser = subparsers.add_parser("fa4", help="FlashAttention-4: fetch, install, warm its kernel cache",
+                                   description="FlashAttention-4 (flash-attn-4) from the pinned wheels of "
+                                               "knowledge/flash_attn_4.yaml.")
+    verbs = parser.add_subparsers(dest="fa4_verb", metavar="STEP", required=True)
+    fetch_parser = verbs.add_parser("fetch", help="download the pinned wheels from PyPI and check their hashes")
+    _release_options(fetch_parser)
+    fetch_parser.add_argument("--dest", type=Path, required=True)
+    fetch_parser.add_argument("--split-into", type=Path, help="also cut the wheels into two carryable folders")
+    fetch_parser.set_defaults(func=_fetch_command)
+    lock_parser = verbs.add_parser("lock", help="write locks/LINE.fa4-lock.json: the line's exact wheels + URLs")
+    lock_parser.add_argument("line", metavar="LINE", help="line name or spec file (with a flash_attn_4 section)")
+    add_workspace_options(lock_parser)
+    lock_parser.add_argument("--locks-dir", dest="locks", type=Path, default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)  # the earlier spelling of --locks
+    lock_parser.set_defaults(func=_lock_command)
+    install_parser = verbs.add_parser("install", help="install the pinned wheels into a --target folder")
+    _release_options(install_parser)
+    install_parser.add_argument("--lock", type=Path, help="a `toolkit fa4 lock` file (sets release and CUDA major)")
+    install_parser.add_argument("--wheels", type=Path, required=True, help="folder with the pinned wheels")
+    add_target_option(install_parser)
+    install_parser.add_argument("--python", default=sys.executable, help="interpreter the install is for")
+    install_parser.set_defaults(func=_install_command)
+    join_parser = verbs.add_parser("join", help="reassemble split wheels (folders of parts) into one folder")
+    join_parser.add_argument("--dest", type=Path, required=True)
+    join_parser.add_argument("parts", type=Path, nargs="+", help="folders holding parts and manifests")
+    join_parser.set_defaults(func=_join_command)
+    env_parser = verbs.add_parser("env", help="print NAME=VALUE lines an install (and its kernel cache) needs")
+    add_target_option(env_parser)
+    env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
+    env_parser.set_defaults(func=_env_command)
+    _register_cache_verbs(verbs)
+    recommend.register(verbs)
+
+
+def add_target_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", type=Path, required=True, help="the `toolkit fa4 install` folder")
+
+
+def _release_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--release", default=DEFAULT_RELEASE, help=f"flash-attn-4 version (default {DEFAULT_RELEASE})")
+    parser.add_argument("--cuda-major", default="13", help="CUDA major of the line (picks the libs-cuN flavor)")
+
+
+def _fetch_command(args: argparse.Namespace) -> int:
+    rel = release(args.release)
+    paths = fetch(rel, args.cuda_major, args.dest)
+    for path in paths:
+        print(f"ok {path.name} sha256 {sha256_file(path)[:16]}")
+    if args.split_into:
+        carry_split(paths, args.split_into)
+    return 0
+
+
+def _join_command(args: argparse.Namespace) -> int:
+    missing = next((folder for folder in args.parts if not folder.is_dir()), None)
+    if missing is not None:
+        raise ToolkitError(f"{missing}: not a folder of parts (pass the carried part1/part2 folders)")
+    dest = folder_argument(args.dest, "--dest")
+    manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
+    wheels = [w for folder in args.parts for w in sorted(folder.glob("*.whl"))]
+    if not manifests and not wheels:
+        raise ToolkitError(f"{', '.join(map(str, args.parts))}: no wheels and no parts manifests there "
+                           f"(pass the folders scripts/fetch_fa4_wheels.sh wrote)")
+    items = [*map(carried_wheel, wheels), *(parts_of(m, list(args.parts)) for m in manifests.values())]
+    check_join(items, dest)  # everything refused before the first write
+    dest.mkdir(parents=True, exist_ok=True)
+    clean_stale(dest)  # what a killed join left
+    for item in items:
+        out = write_joined(item, dest)
+        if item.sha256:
+            print(f"joined {display_path(out)}")
+    return 0
+
+
+def _env_command(args: argparse.Namespace) -> int:
+    """For a shell to read as data (`while IFS== read -r name value`), never to eval."""
+    from toolkit.fa4.jit import cache_env
+
+    env = load_record(args.target).env()  # its values checked there
+    if args.cache_dir and not str(args.cache_dir.absolute()).isprintable():
+        raise ToolkitError(f"--cache-dir {str(args.cache_dir.absolute())!r}: holds a control character (pass a "
+                           f"plain folder path)")
+    env.update(cache_env(args.cache_dir.absolute()) if args.cache_dir else {})
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def _lock_command(args: argparse.Namespace) -> int:
+    from toolkit.spec.envspec import resolve_spec_arg
+    from toolkit.spec.rules import checked_spec
+
+    workspace = Workspace.from_args(args)
+    path = write_lock(checked_spec(resolve_spec_arg(args.line, workspace.envs)), locks_dir=workspace.locks)
+    print(f"wrote {path}")
+    return 0
+
+
+def _install_command(args: argparse.Namespace) -> int:
+    rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
+    with run_temporaries("fa4-install"):  # pip's own temporaries: removed by the next run if this one is killed
+        record = install(rel, cuda_major, args.wheels, args.target, args.python)
+    print(f"installed {', '.join(record.installed)} into {record.target}")
+    print(f"from the base python: {', '.join(f'{k}=={v}' for k, v in record.from_base.items())}")
+    print(f"PYTHONPATH={os.pathsep.join(record.python_path)}")
+    if record.flash_attn_2:
+        print(f"beside flash-attn {record.flash_attn_2}: its {len(record.replaced_from_flash_attn_2)} flash_attn/cute "
+              f"files gave way to FA4's (and left its RECORD)")
+    ok, line = import_check(record)
+    print(f"import flash_attn.cute: {'ok' if ok else 'FAILED'}: {line}")
+    return 0 if ok else 1
+
+
+def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
+    """warm and cache-install: FA4's kernel cache (fa4_jit)."""
+    parser = verbs.add_parser("warm", help="compile FA4's kernel variants into a persistent cache and time "
+                                           "first calls cold vs warm, each in a fresh process")
+    _target_and_arch(parser)
+    parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
+    parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
+    parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
+    parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
+                                                                           "causal x fwd, fwd+bwd")
+    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
+    parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
+    parser.set_defaults(func=_warm_command)
+    use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
+    _target_and_arch(use)
+    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
+    use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
+                                                              "one an earlier cache-install filled")
+    use.set_defaults(func=_cache_install_command)
+
+
+def _warm_command(args: argparse.Namespace) -> int:
+    record = load_record(args.target, python_argument(args.python))
+    env = record.env()
+    key = cache_key(record.python, env, args.arch)
+    ok, line = import_check(record)
+    if not ok:  # every child would fail the same way: say it once
+        raise ToolkitError(f"{args.target}: `import flash_attn.cute` fails: {line} (fix the install first)")
+    variants = args.variants or default_variants()
+    rows: list[dict] = []
+
+    def on_row(row: dict) -> None:  # the report grows row by row: a killed run keeps what it measured
+        rows.append(row)
+        write_atomic(args.report, json.dumps({"key": key, "variants": rows, "partial": True}, indent=2) + "\n")
+        print(summary_lines({"variants": [row]})[0], flush=True)
+
+    with run_temporaries("fa4-warm"):  # the cold runs' caches: removed by the next run if this one is killed
+        latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
+                       jobs=args.jobs)
+    latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
+    archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
+    latency.update(artifact=str(archive), record=str(record_path))
+    write_atomic(args.report, json.dumps(latency, indent=2) + "\n")
+    for line in summary_lines(latency)[-1:]:
+        print(line)
+    print(f"cache artifact {archive} ({archive.stat().st_size / 2 ** 20:.1f} MiB), record {record_path}")
+    failed = [row["variant"] for row in latency["variants"] if "error" in row["cold"] or "error" in row["warm"]]
+    return 1 if failed else 0
+
+
+def _target_and_arch(parser: argparse.ArgumentParser) -> None:
+    add_target_option(parser)
+    parser.add_argument("--arch", required=True, help="the GPU's sm, e.g. 90 (part of the cache's key)")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter of the install (its record must "
+                                                                 "name it; default: this one)")
+
+
+def _cache_install_command(args: argparse.Namespace) -> int:
+    record = load_record(args.target, python_argument(args.python))
+    folder_argument(args.dest, "--dest")
+    cache_record(args.record)  # a damaged record is refused before any program runs
+    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
+    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
+    for name, value in env.items():
+        print(f"{name}={value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.fa4 STEP ...`: the fa4 verbs without loading every other stage."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit.fa4")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["fa4", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return args.func(args)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code

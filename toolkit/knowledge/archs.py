@@ -1,0 +1,114 @@
+"""Which GPU architectures a CUDA extension (.so / .o) carries, read from its ELF `.nv_fatbin` section.
+
+Why pure Python: checking that a built wheel covers the requested archs must work where there is no
+`cuobjdump` (the CI machines have only nvcc). When `cuobjdump` is on PATH, `cuobjdump_archs` gives the
+same answer from NVIDIA's tool, and the tests compare the two where both exist.
+
+Fatbin container layout (little endian), as laid out by nvcc's `fatbinary` and checked here against
+objects compiled by nvcc 13.0 with several -gencode targets (tests/test_build.py):
+  container header, 16 bytes: u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size;
+  then entries, each: u16 kind (1 PTX, 2 ELF/cubin), u16 ?, u32 entry header size, u64 payload size,
+  u32 compressed size, u32 ?, u16 minor, u16 major, u32 sm number (80, 90, 120 ...),
+  u32 name offset, u32 name length, u64 flags (0x100000: arch-specific `a`, 0x200000: family `f`).
+A linked library holds one container per object, each 8-byte aligned, in the same section.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.base.errors import ToolkitError
+
+FATBIN_MAGIC = 0xBA55ED50
+KIND_NAMES = {1: "ptx", 2: "elf"}
+FLAG_ARCH_SPECIFIC = 0x100000  # sm_90a
+FLAG_FAMILY_SPECIFIC = 0x200000  # sm_100f
+CONTAINER_HEADER = struct.Struct("<IHHQ")
+ENTRY_HEADER = struct.Struct("<HHIQIIHHIIIQ")
+
+
+@dataclass(frozen=True, order=True)
+class FatbinEntry:
+    kind: str  # "elf" (a cubin: runs on that sm) or "ptx" (JIT-compiled by the driver)
+    arch: str  # "90", "90a", "100f"
+
+
+def _section(data: bytes, name: bytes) -> bytes | None:
+    """Bytes of one named section of a 64-bit little-endian ELF file, or None when absent."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(index: int) -> tuple[int, int, int]:
+        name_off, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
+        return name_off, offset, size
+
+    _, strtab_off, _ = header(shstrndx)
+    for index in range(shnum):
+        name_off, offset, size = header(index)
+        end = data.index(b"\0", strtab_off + name_off)
+        if data[strtab_off + name_off:end] == name:
+            return data[offset:offset + size]
+    return None
+
+
+def parse_fatbin(section: bytes) -> list[FatbinEntry]:
+    """Every (kind, arch) entry in a `.nv_fatbin` section (one or more concatenated containers)."""
+    entries: list[FatbinEntry] = []
+    pos = 0
+    while pos + CONTAINER_HEADER.size <= len(section):
+        magic, _version, header_size, payload_size = CONTAINER_HEADER.unpack_from(section, pos)
+        if magic != FATBIN_MAGIC:
+            pos += 8  # alignment padding between containers
+            continue
+        entry_pos, end = pos + header_size, pos + header_size + payload_size
+        while entry_pos + ENTRY_HEADER.size <= end:
+            kind, _, entry_header, size, _, _, _, _, sm, _, _, flags = ENTRY_HEADER.unpack_from(section, entry_pos)
+            suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY_SPECIFIC else ""
+            entries.append(FatbinEntry(KIND_NAMES.get(kind, f"kind{kind}"), f"{sm}{suffix}"))
+            entry_pos += entry_header + size
+        pos = (end + 7) // 8 * 8
+    return sorted(set(entries))
+
+
+def fatbin_entries(path: Path) -> list[FatbinEntry]:
+    """The archs compiled into one object or shared library; [] when it has no device code."""
+    try:
+        data = Path(path).read_bytes()
+        section = _section(data, b".nv_fatbin")
+    except (OSError, ValueError, struct.error) as exc:
+        raise ToolkitError(f"{path}: cannot read its ELF sections ({exc}; is it a complete CUDA extension?)") from None
+    return parse_fatbin(section) if section else []
+
+
+def cubin_archs(path: Path) -> set[str]:
+    """The sm targets with machine code (cubins) in the file: what runs without JIT."""
+    return {entry.arch for entry in fatbin_entries(path) if entry.kind == "elf"}
+
+
+def cuobjdump_archs(path: Path) -> set[str] | None:
+    """The same answer from NVIDIA's cuobjdump, when it is installed (None otherwise)."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return None
+    done = subprocess.run([tool, "--list-elf", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None
+    return set(re.findall(r"\.sm_(\d+[af]?)\.cubin", done.stdout))
+
+
+def compiled_archs(path: Path) -> set[str]:
+    """cuobjdump's answer where it is installed (the GPU machine), else the pure-Python reader's."""
+    from_tool = cuobjdump_archs(path)
+    return from_tool if from_tool else cubin_archs(path)  # an empty answer: an output format we do not know
+
+
+def missing_archs(requested: tuple[str, ...], built: set[str]) -> list[str]:
+    """Requested archs with no cubin in the build."""
+    return [arch for arch in requested if arch not in built]

@@ -1,0 +1,146 @@
+"""Can this machine build flash-attn? The checks `toolkit build`'s preflight and `toolkit doctor` share.
+
+Each check turns the toolchain fingerprint into a Finding with one policy: preflight refuses a build on
+every `fail` (one line each) and prints every `warn`; doctor shows each finding as a row. The policy for
+a torch/nvcc CUDA mismatch is torch's own (torch/utils/cpp_extension.py `_check_cuda_version`): across
+CUDA majors it raises, within a major it only logs a warning and builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+from toolkit.base.paths import display_path
+from toolkit.knowledge.facts import load_knowledge, minor_of
+from toolkit.knowledge.nvcc_gcc import gcc_cap
+from toolkit.machine.fingerprint import Fingerprint
+from toolkit.spec.envspec import EnvSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict on the machine: ok | warn | fail, the file or tool it is about, what is wrong, the fix."""
+
+    status: str
+    where: str
+    message: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """The house one-line form, `where: problem (fix)`, as preflight reports it."""
+        return f"{self.where}: {self.message}" + (f" ({self.fix})" if self.fix else "")
+
+
+def cuda_tag(cuda: str) -> str:
+    """'12.6' -> 'cu126', the tag of torch's wheel index."""
+    return "cu" + cuda.replace(".", "")
+
+
+def python_runs(fp: Fingerprint, spec: EnvSpec | None, line: str = "LINE") -> Finding:
+    """The environment's python runs (everything torch-related is read through it). The fix depends on
+    whether the python is a machine's own (an external toolchain) or a locked line's environment."""
+    where = fp.python_path or "python3"
+    if fp.python_version:
+        return Finding("ok", where, f"{fp.python_version} at {fp.python_path}")
+    if spec and spec.toolchain.kind == "external":
+        fix = f"run on the machine {display_path(spec.path)} describes, or fix its toolchain.python_executable"
+    else:
+        fix = f"install the environment (toolkit install {spec.line if spec else line}) or put a python3 on PATH"
+    return Finding("fail", where, "not found or does not run", fix)
+
+
+def torch_installed(fp: Fingerprint, install: str) -> Finding | None:
+    """torch in the environment's python, with a version it could have: flash-attn's setup.py imports it.
+    `install` is the pip command that installs the right one (the line's torch, where a line is known)."""
+    if not fp.python_version:
+        return None  # no python that runs: its own check says so
+    torch = fp.torch
+    if torch is None:
+        return Finding("fail", fp.python_path or "python3", "torch is not installed",
+                       f"flash-attn builds and runs against torch: {install}")
+    try:
+        Version(torch.version)
+    except InvalidVersion:
+        return Finding("fail", f"{torch.path}/version.py", "holds no version torch could have",
+                       f"reinstall torch: {install}")
+    return Finding("ok", f"{torch.path}/version.py",
+                   f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
+                   f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
+
+
+def torch_cuda_build(fp: Fingerprint, install: str) -> Finding | None:
+    """A CUDA build of torch (torch.version.cuda set): a CPU build cannot compile or run flash-attn."""
+    torch = fp.torch
+    if torch is None or torch.cuda:
+        return None
+    return Finding("fail", f"{torch.path}/version.py", f"torch {torch.version} is a CPU build (torch.version.cuda "
+                                                       f"is None)", f"flash-attn needs a CUDA build of torch: {install}")
+
+
+def torch_vs_nvcc(fp: Fingerprint) -> Finding | None:
+    """torch's CUDA against nvcc's, judged as torch's cpp_extension judges them when flash-attn builds."""
+    torch, have = fp.torch, fp.nvcc_line
+    if not torch or not torch.cuda or not have:
+        return None
+    want = minor_of(torch.cuda)
+    where = f"{torch.path}/version.py"
+    if have == want:
+        return Finding("ok", where, f"torch {torch.version} and nvcc both CUDA {have}")
+    fix = (f"use a CUDA {want} nvcc (conda cuda-nvcc {want}.*, or CUDA_HOME of a {want} toolkit), "
+           f"or torch's {cuda_tag(have)} build")
+    built = f"torch {torch.version} built for CUDA {torch.cuda}, nvcc is {have}"
+    if have.split(".")[0] != want.split(".")[0]:
+        return Finding("fail", where, f"{built}: torch refuses to build extensions across CUDA majors", fix)
+    return Finding("warn", where, f"{built}: torch builds with a warning within a CUDA major; the line's lock "
+                                  f"keeps them equal", fix)
+
+
+def nvcc(fp: Fingerprint, line: str = "LINE") -> Finding:
+    """nvcc under CUDA_HOME (or on PATH) that runs: pip's torch ships none, and flash-attn compiles with it."""
+    if not fp.nvcc_path:
+        where = f"{fp.cuda_home}/bin/nvcc" if fp.cuda_home else "PATH"
+        return Finding("fail", where, "nvcc not found", f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install "
+                                                   f"{line}, conda cuda-nvcc) and point CUDA_HOME at it")
+    if not fp.nvcc_version:
+        return Finding("fail", fp.nvcc_path, "does not run or prints no version",
+                       "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)")
+    return Finding("ok", fp.nvcc_path, f"{fp.nvcc_version} at {fp.nvcc_path}")
+
+
+def cuda_headers(fp: Fingerprint) -> Finding | None:
+    """cuda.h and nvcc's crt/host_config.h under CUDA_HOME: a toolkit without them fails the first compile."""
+    home = fp.cuda_home
+    if not home:
+        return None
+    full = ("point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
+            "(e.g. export CUDA_HOME=/usr/local/cuda)")
+    if not fp.cuda_h:
+        return Finding("fail", f"{home}/include/cuda.h", "missing (a build fails: 'cuda.h: No such file')",
+                       f"install cuda-cudart-dev, or {full}")
+    if not fp.host_config_h:
+        return Finding("fail", f"{home}/include/crt/host_config.h", "missing (nvcc cannot compile without its "
+                                                                    "crt headers)", f"install cuda-nvcc's crt headers, or {full}")
+    return Finding("ok", fp.cuda_h, fp.cuda_h)
+
+
+def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
+    """A host g++ that runs and that nvcc accepts (nvcc_gcc.gcc_cap: its crt/host_config.h cap where read,
+    `host_cap`, else the line's in the knowledge)."""
+    if fp.cxx_path and not fp.gcc_version:
+        return Finding("fail", fp.cxx_path, "does not run or prints no version for -dumpfullversion",
+                       "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
+                       "or reinstall it")
+    if not fp.cxx_path or not fp.gcc_major:
+        return Finding("fail", fp.cxx_path or "g++", "no host C++ compiler (g++ on PATH)",
+                       "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
+    cap = gcc_cap(fp.nvcc_line, load_knowledge(), host_cap, fp.host_config_h)
+    if cap is None:
+        return Finding("ok", fp.cxx_path, f"{fp.gcc_version} at {fp.cxx_path}")
+    if not cap.accepts(int(fp.gcc_major)):
+        most = cap.max_gcc
+        return Finding("fail", fp.cxx_path, f"gcc {fp.gcc_version} is newer than nvcc {fp.nvcc_line} accepts "
+                                            f"(max gcc {most}, per {cap.source})",
+                       f"use gcc <= {most}: conda gxx {most}.*, or CC=gcc-{most} CXX=g++-{most}")
+    return Finding("ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap.max_gcc})")

@@ -1,0 +1,208 @@
+"""`toolkit matrix`: the lines side by side (a table, JSON, a GitHub Actions matrix); `matrix run` builds them all.
+
+`toolkit matrix run [LINE...]` hands the lines to toolkit.site.scaleout, which runs each line's stages as
+Slurm jobs (or on this machine); this module is only the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.knowledge.facts import Knowledge, load_knowledge, minor_of
+from toolkit.site.scaleout import (
+    BATCH_CPUS,
+    BATCH_NVCC_THREADS,
+    EXECUTORS,
+    VERIFY_MODES,
+    RunOptions,
+    plan_matrix,
+    run_plan,
+    verification_gres,
+)
+from toolkit.spec import patches
+from toolkit.spec.envspec import EnvSpec, resolve_spec_arg, spec_paths
+from toolkit.spec.rules import checked_spec
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    line: str
+    cuda: str
+    python: str
+    torch: str
+    torch_experimental: bool  # upstream marks this release's wheels for the line experimental
+    gcc: str
+    flash_attn: str
+    archs: list[str]
+    driver_floor: str
+    toolchain: str
+    platforms: list[str]
+    patches: list[str]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
+    status: str  # current | old stack
+    status_note: str  # why, from the torch release knowledge
+
+
+def line_status(spec: EnvSpec, kb: Knowledge) -> tuple[str, str]:
+    """Current: the line builds the newest torch that ships its CUDA line, and that torch is one of the two
+    newest releases known (PyTorch keeps shipping both). Otherwise it is kept for an old stack."""
+    minors = list(kb.torch_releases)
+    serving = kb.torch_lines(spec.cuda)
+    tag = kb.cuda_lines[spec.cuda].tag
+    if not serving:
+        return "old stack", f"no torch release ships {tag}"
+    newest = serving[-1]
+    if minor_of(spec.torch_version) != newest:
+        return "old stack", f"torch {newest} ships {tag} (this line keeps torch {minor_of(spec.torch_version)})"
+    if newest not in minors[-2:]:
+        return "old stack", f"torch {newest} is the last with {tag} wheels (newest torch: {minors[-1]})"
+    return "current", f"torch {newest} is the newest with {tag} wheels"
+
+
+def matrix_row(spec: EnvSpec) -> MatrixRow:
+    kb = load_knowledge()
+    line = kb.cuda_lines[spec.cuda]
+    experimental = spec.cuda in kb.torch_releases[minor_of(spec.torch_version)].experimental
+    status, note = line_status(spec, kb)
+    return MatrixRow(spec.line, spec.cuda, spec.python, spec.torch_version, experimental, spec.gcc,
+                     spec.flash_attn_version,
+                     list(spec.archs), line.min_driver, spec.toolchain.kind, list(spec.platforms),
+                     [p.file.name for p in patches.spec_plan(spec).patches], status, note)
+
+
+def selected_specs(names: list[str], envs_dir: Path) -> list[EnvSpec]:
+    paths = [resolve_spec_arg(n, envs_dir) for n in names] if names else spec_paths(envs_dir)
+    return [checked_spec(p) for p in paths]
+
+
+def github_matrix(specs: list[EnvSpec]) -> dict:
+    """The `strategy.matrix` of a GitHub Actions workflow that builds these lines (one job per line)."""
+    return {"include": [{"line": s.line, "cuda": s.cuda, "python": s.python, "torch": s.torch_version,
+                         "archs": ";".join(s.archs)} for s in specs]}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "matrix", help="show every line side by side; `matrix run` builds and verifies them all",
+        usage="toolkit matrix [run] [LINE ...] [options]",
+        description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
+                    "gcc, flash-attn, the patches its build applies, archs, driver floor, toolchain. "
+                    "`toolkit matrix run [LINE...]` runs lock (if stale) -> install -> build -> verify for each "
+                    "line as Slurm jobs (or here, with --executor local) and prints a summary.")
+    parser.add_argument("lines", nargs="*", metavar="LINE",
+                        help="lines (default: all); `run` first builds and verifies them")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON instead of a table (with `run`: the summary)")
+    parser.add_argument("--github", action="store_true",
+                        help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
+                             "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
+    add_workspace_options(parser)
+    add_run_options(parser)
+    parser.set_defaults(func=run_matrix)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `toolkit matrix run`; left out of the namespace unless given (see RunOptions for defaults)."""
+    group = parser.add_argument_group("matrix run", "options of `toolkit matrix run [LINE...]`")
+    d = RunOptions()
+
+    def option(flag: str, help: str, **kwargs) -> None:
+        group.add_argument(flag, default=argparse.SUPPRESS, help=help, **kwargs)
+
+    option("--executor", choices=EXECUTORS, help="slurm: a build job array and per-line verification jobs "
+           f"after it; local: the same batch scripts on this machine (default: {d.executor})")
+    option("--verify", choices=VERIFY_MODES, help="always: verification must pass; if-gpu: where no GPU is "
+           "visible it is 'skipped (no GPU)', not a failure; never: build only "
+           f"(default: {d.verify})")
+    option("--stages", type=Path, metavar="FILE", help="stage commands per phase (default: the toolkit's "
+           "toolkit/site/templates/matrix-stages.yaml: lock if stale, install, build; verify)")
+    option("--runs-dir", type=Path, metavar="DIR", help=f"where runs/<timestamp>/ goes (default: {d.runs_dir})")
+    option("--cpus", type=int, metavar="N", help="build jobs = cpus per build task, for lines whose "
+           f"build.jobs is auto (default: {BATCH_CPUS} for Slurm; local: sized from this machine, as `toolkit "
+           "build` does)")
+    option("--nvcc-threads", type=int, metavar="N", help="threads per nvcc, for lines whose build.nvcc_threads "
+           f"is auto (default: {BATCH_NVCC_THREADS} for Slurm; local: sized from this machine)")
+    option("--verify-cpus", type=int, metavar="N", help=f"cpus of a verification job (default: {d.verify_cpus})")
+    option("--verify-mem-gb", type=float, metavar="GB",
+           help=f"memory of a verification job (default: {d.verify_mem_gb:g})")
+    option("--gres", metavar="GRES", help="what a verification job asks for, '' for nothing, e.g. when a "
+           f"--verify-partition has GPUs without gres (default: {d.gres})")
+    option("--partition", metavar="NAME", help="Slurm partition of every job (default: the cluster's default)")
+    option("--verify-partition", metavar="NAME", help="partition of the verification jobs (default: --partition)")
+    option("--account", metavar="NAME", help="Slurm account to charge")
+    option("--time", metavar="LIMIT", help="time limit of every job, e.g. 2:00:00")
+    option("--verify-time", metavar="LIMIT", help="time limit of a verification job (default: --time)")
+    option("--sbatch", action="append", metavar="OPTION",
+           help="one more sbatch option for every job, written as --sbatch=--qos=long or --sbatch=--exclusive "
+           "(repeatable; a plain value: letters, digits and _.,:/@%%+=&|!*^~-)")
+    option("--max-parallel", type=int, metavar="N",
+           help=f"--executor local: lines built at the same time (default: {d.max_parallel})")
+    option("--poll", type=float, metavar="SECONDS",
+           help=f"seconds between progress checks (default: {d.poll:g})")
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    given = {f.name: getattr(args, f.name) for f in fields(RunOptions) if hasattr(args, f.name)}
+    if "sbatch" in given:
+        given["sbatch"] = tuple(given["sbatch"])
+    return RunOptions(**given)
+
+
+def command_line(lines: list[str], options: RunOptions, workspace: Workspace) -> str:
+    """The `toolkit matrix run` command that asks for exactly these options (written into the scripts)."""
+    words = ["toolkit", "matrix", "run", *lines, *workspace.options()]
+    default = RunOptions()
+    for f in fields(RunOptions):
+        value = getattr(options, f.name)
+        if value != getattr(default, f.name):
+            words += [f"--{f.name.replace('_', '-')}={v}" for v in (value if isinstance(value, tuple) else (value,))]
+    return shlex.join(words)
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    if args.lines[:1] == ["run"]:
+        return run_matrix_jobs(args, args.lines[1:])
+    misplaced = ["--" + f.name.replace("_", "-") for f in fields(RunOptions) if hasattr(args, f.name)]
+    if misplaced:
+        raise ToolkitError(f"toolkit matrix: {', '.join(misplaced)} belong to `toolkit matrix run` "
+                           "(write `toolkit matrix run [LINE...]`)")
+    specs = selected_specs(args.lines, Workspace.from_args(args).envs)
+    if args.github:
+        print(json.dumps(github_matrix(specs)))
+        return 0
+    rows = [matrix_row(spec) for spec in specs]
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="FlashAttention build matrix")
+    for column in ("line", "status", "CUDA", "python", "torch", "gcc", "flash-attn", "patches", "archs", "driver >=",
+                   "toolchain"):
+        table.add_column(column)
+    for r in rows:
+        torch = r.torch + (" (exp.)" if r.torch_experimental else "")
+        table.add_row(r.line, r.status, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.patches) or "-",
+                      " ".join(r.archs), r.driver_floor, r.toolchain)
+    Console().print(table)
+    for r in rows:
+        print(f"{r.line}: {r.status}: {r.status_note}")
+    return 0
+
+
+def run_matrix_jobs(args: argparse.Namespace, lines: list[str]) -> int:
+    if args.github:
+        raise ToolkitError("toolkit matrix: --github prints the matrix for CI and runs nothing "
+                           "(drop `run`, or drop --github)")
+    options = run_options(args)
+    workspace = Workspace.from_args(args)
+    specs = selected_specs(lines, workspace.envs)
+    plan = plan_matrix(specs, options, verification_gres(options), command_line(lines, options, workspace),
+                       workspace)
+    return run_plan(plan, options, args.json)

@@ -1,0 +1,483 @@
+"""`toolkit bench LINE`: flash-attn's TFLOP/s against torch SDPA's backends and eager attention.
+
+Grid: forward and forward+backward, causal and not, seqlen 512..16k at a fixed number of tokens per
+batch (batch = tokens / seqlen) and a fixed model width (heads = 2048 / head_dim), head dims
+64/128/256, bf16 and fp16, as upstream's benchmarks/benchmark_flash_attention.py does. FLOPs count
+the two matmuls of the forward, 4 * batch * heads * seqlen^2 * head_dim (halved when causal), and
+3.5x that for forward+backward (the backward is 2.5x the forward).
+
+Two steps, so that the measuring half runs in the line's python with nothing but torch and
+flash-attn: `measure` times everything and writes the raw bench.json; `finish` (the toolkit's own
+python) adds the card's peak from toolkit/knowledge/gpus.yaml, checks the throughput targets, plots
+bench.png and prints the table. Eager and SDPA-math materialise the seqlen x seqlen matrix and are
+skipped above QUADRATIC_MAX_SEQLEN, recorded with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.base.atomic import write_atomic
+from toolkit.base.errors import ToolkitError
+from toolkit.base.jsonfile import read_json
+from toolkit.knowledge import files as knowledge_files
+from toolkit.verify import machine
+
+IMPLEMENTATIONS = ("flash-attn", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
+SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
+                 "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
+# Implementations that come from an installed package rather than torch: the module each one calls.
+PACKAGED = {"flash-attn": "flash_attn (flash-attn 2.x)", "fa4": "flash_attn.cute (flash-attn-4)"}
+# torch's words when the requested SDPA backend cannot take the inputs (CUDA, CPU)
+NO_KERNEL_MARKERS = ("No available kernel", "No viable backend")
+QUADRATIC = ("sdpa-math", "eager")
+QUADRATIC_MAX_SEQLEN = 8192
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+HEAD_DIMS = (64, 128, 256)
+DTYPES = ("bfloat16", "float16")
+MODES = ("fwd", "fwd+bwd")
+MODE_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}
+TOKENS = 16384
+PARTIAL_EVERY = 32  # rows between rewrites of bench.json while the grid runs
+MODEL_WIDTH = 2048
+GPUS_FILE = Path(__file__).parents[1] / "knowledge" / "gpus.yaml"
+DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
+
+Timer = Callable[[Callable[[], Any]], float]  # runs a function repeatedly, returns milliseconds per call
+
+
+@dataclass(frozen=True)
+class Shape:
+    dtype: str
+    head_dim: int
+    seqlen: int
+    batch: int
+    nheads: int
+
+
+@dataclass
+class Measurement:
+    implementation: str
+    mode: str
+    causal: bool
+    dtype: str
+    head_dim: int
+    seqlen: int
+    batch: int
+    nheads: int
+    status: str  # "ok" | "skipped" (not measurable by design or by the backend) | "error"
+    ms: float | None = None
+    tflops: float | None = None
+    reason: str = ""
+
+
+def attention_flops(shape: Shape, causal: bool, mode: str) -> float:
+    forward = 4 * shape.batch * shape.nheads * shape.seqlen ** 2 * shape.head_dim
+    return forward / (2 if causal else 1) * MODE_FLOPS[mode]
+
+
+def shapes(tokens: int = TOKENS, seqlens=SEQLENS, head_dims=HEAD_DIMS, dtypes=DTYPES) -> list[Shape]:
+    return [Shape(dtype, d, s, max(1, tokens // s), MODEL_WIDTH // d) for dtype in dtypes for d in head_dims
+            for s in seqlens]
+
+
+# ---------------------------------------------------------------- implementations
+
+
+def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device
+                  ) -> tuple[bool, Callable]:
+    """(wants heads-first layout, fn(q, k, v) -> out) for one implementation."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if implementation == "flash-attn":
+        return False, lambda q, k, v: modules["flash-attn"].flash_attn_func(q, k, v, causal=causal)
+    if implementation == "fa4":  # flash_attn.cute returns (out, lse)
+        return False, lambda q, k, v: modules["fa4"].flash_attn_func(q, k, v, causal=causal)[0]
+    if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
+        future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
+
+        def eager(q, k, v):
+            scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)
+            if future is not None:
+                scores = scores.masked_fill(future, float("-inf"))
+            return torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+        return True, eager
+    backend = getattr(SDPBackend, SDPA_BACKENDS[implementation])
+
+    def sdpa(q, k, v):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return True, sdpa
+
+
+def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
+                inputs: dict, device) -> Callable[[], Any]:
+    import torch
+
+    heads_first, attend = _attention_fn(implementation, modules, causal, shape.seqlen, device)
+    q, k, v = inputs["bhsd" if heads_first else "bshd"]
+    if mode == "fwd":
+        def forward():
+            with torch.no_grad():
+                return attend(q, k, v)
+
+        return forward
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    grad_out = torch.randn_like(q)
+
+    def forward_backward():
+        return torch.autograd.grad(attend(*leaves), leaves, grad_out)
+
+    return forward_backward
+
+
+def _row(implementation: str, shape: Shape, causal: bool, mode: str, status: str, reason: str = "") -> Measurement:
+    return Measurement(implementation, mode, causal, shape.dtype, shape.head_dim, shape.seqlen, shape.batch,
+                       shape.nheads, status, reason=reason)
+
+
+def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> str:
+    if implementation in PACKAGED and modules.get(implementation) is None:
+        return f"{PACKAGED[implementation]} is not installed in this environment"
+    if implementation in QUADRATIC and shape.seqlen > QUADRATIC_MAX_SEQLEN:
+        return f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
+    return ""
+
+
+def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str, inputs: dict,
+                device, timer: Timer) -> Measurement:
+    import torch
+
+    row = _row(implementation, shape, causal, mode, "ok")
+    row.reason = _skip_reason(implementation, shape, modules)
+    if row.reason:
+        row.status = "skipped"
+        return row
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # torch says why a backend refuses, as warnings
+            warnings.simplefilter("always")
+            row.ms = timer(_timed_call(implementation, modules, shape, causal, mode, inputs, device))
+        row.tflops = attention_flops(shape, causal, mode) / (row.ms * 1e-3) / 1e12
+    except torch.cuda.OutOfMemoryError:
+        row.status, row.reason = "skipped", "out of memory"
+    except RuntimeError as exc:
+        unsupported = any(marker in str(exc) for marker in NO_KERNEL_MARKERS)
+        row.status = "skipped" if unsupported else "error"
+        why = "; ".join(str(w.message).strip().splitlines()[0] for w in caught[:1]) or str(exc).strip()
+        row.reason = (f"torch has no {implementation} kernel for this shape: {why}" if unsupported else
+                      f"RuntimeError: {str(exc).strip().splitlines()[0]}")[:300]
+    except Exception as exc:  # keep benchmarking the rest; the row says what went wrong
+        row.status, row.reason = "error", f"{type(exc).__name__}: {exc}"[:300]
+    if row.status != "ok" and device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def run_bench(flash_attn: Any, shape_list: list[Shape], device, timer: Timer,
+              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None,
+              fa4: Any = None) -> list[Measurement]:
+    """Every implementation x mode x causal on every shape; inputs are made once per shape.
+    `flash_attn` / `fa4`: the flash-attn 2.x module and flash_attn.cute, None where not installed."""
+    import torch
+
+    device = torch.device(device)
+    modules = {"flash-attn": flash_attn, "fa4": fa4}
+    rows = []
+    for shape in shape_list:
+        torch.manual_seed(0)
+        size = (shape.batch, shape.seqlen, shape.nheads, shape.head_dim)
+        try:
+            bshd = [torch.randn(size, device=device, dtype=getattr(torch, shape.dtype)) for _ in range(3)]
+            inputs = {"bshd": bshd, "bhsd": [t.transpose(1, 2).contiguous() for t in bshd]}
+            failure = ""
+        except Exception as exc:  # no memory for the inputs, a dead device: every row of the shape says so
+            inputs, failure = {}, f"inputs: {type(exc).__name__}: {exc}"[:300]
+        for mode in MODES:
+            for causal in (False, True):
+                for implementation in implementations:
+                    row = measure_one(implementation, modules, shape, causal, mode, inputs, device, timer) \
+                        if inputs else _row(implementation, shape, causal, mode, "error", failure)
+                    on_row(row)
+                    rows.append(row)
+        del inputs
+    return rows
+
+
+def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 40.0) -> float:
+    """Median milliseconds per call from CUDA events, after a warmup (the approach of triton's do_bench)."""
+    import torch
+
+    def event():
+        return torch.cuda.Event(enable_timing=True)
+
+    fn()
+    torch.cuda.synchronize()
+    first, last = event(), event()
+    first.record()
+    for _ in range(3):
+        fn()
+    last.record()
+    torch.cuda.synchronize()
+    estimate = max(first.elapsed_time(last) / 3, 1e-3)
+    for _ in range(max(1, min(1000, int(warmup_ms / estimate)))):
+        fn()
+    count = max(5, min(1000, int(rep_ms / estimate)))
+    starts, ends = [event() for _ in range(count)], [event() for _ in range(count)]
+    for start, end in zip(starts, ends):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in zip(starts, ends))
+
+
+# ---------------------------------------------------------------- measuring side (line's python)
+
+
+def import_packages() -> tuple[Any, Any, list[str]]:
+    """(flash-attn 2.x module or None, flash_attn.cute or None, why each missing one does not import).
+    With only FA4 installed `import flash_attn` gives FA4's namespace package, which is not FA2."""
+    from toolkit.verify.fa4 import import_fa4
+
+    flash_attn, fa2_error = machine.import_flash_attn()
+    if flash_attn is not None and not hasattr(flash_attn, "flash_attn_func"):
+        flash_attn, fa2_error = None, "flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"
+    fa4, fa4_error = import_fa4()
+    errors = [f"flash_attn: {fa2_error}"] if flash_attn is None else []
+    return flash_attn, fa4, errors + ([f"flash_attn.cute: {fa4_error}"] if fa4 is None else [])
+
+
+def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, head_dims) -> int:
+    machine.require_cuda("the benchmark")
+    flash_attn, fa4, import_errors = import_packages()
+    if flash_attn is None and fa4 is None:
+        raise ToolkitError(f"neither flash-attn nor flash-attn-4 imports under {sys.executable}: "
+                           f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
+                           f"`toolkit verify {line}` for details)")
+    shape_list = shapes(tokens, seqlens, head_dims)
+    total = len(shape_list) * len(MODES) * 2 * len(IMPLEMENTATIONS)
+    started = time.perf_counter()
+    from toolkit.verify.fa4 import fa4_version
+
+    header = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
+              "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
+              "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
+              "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
+    rows: list[Measurement] = []
+
+    def write(partial: bool) -> None:
+        data = {**header, "duration_s": round(time.perf_counter() - started, 1),
+                **({"partial": f"{len(rows)} of {total} rows (the run was still going)"} if partial else {}),
+                "measurements": [asdict(r) for r in rows]}
+        write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
+
+    def on_row(row: Measurement) -> None:  # the file grows as it goes: a run cut short keeps what it measured
+        rows.append(row)
+        if len(rows) % PARTIAL_EVERY == 0:
+            write(partial=True)
+        advance(f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: "
+                f"{row.reason}" if row.status == "error" else "")
+
+    with machine.progress(total, f"bench {line}") as advance:
+        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, on_row=on_row)
+    write(partial=False)
+    return 0
+
+
+# ---------------------------------------------------------------- report side (toolkit's python)
+
+
+def gpu_facts(gpu_name: str | None, path: Path = GPUS_FILE) -> tuple[dict | None, list[dict]]:
+    """(the gpus.yaml entry this card matches, or None; the throughput targets for that entry)."""
+    return knowledge_files.typed(path, lambda data: _gpu_facts(gpu_name, data))
+
+
+def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict]]:
+    entry = next((g for g in data["gpus"] if gpu_name and g["match"] in gpu_name), None)
+    if entry is None:
+        return None, []
+    entry = {**entry, "source": data["sources"][entry["source"]]}
+    targets = [{**t, "source": data["sources"][t["source"]]} for t in data["targets"] if t["gpu"] == entry["match"]]
+    return entry, targets
+
+
+def evaluate_targets(data: dict, targets: list[dict]) -> list[dict]:
+    """Each target with the measured TFLOP/s (None when that row is missing or failed) and met or not."""
+    keys = ("implementation", "mode", "dtype", "head_dim", "causal", "seqlen")
+    results = []
+    for target in targets:
+        row = next((m for m in data["measurements"] if all(m[k] == target[k] for k in keys)), None)
+        measured = row["tflops"] if row else None
+        results.append({**target, "measured_tflops": measured,
+                        "met": measured is not None and measured >= target["min_tflops"]})
+    return results
+
+
+def finish(report_dir: Path, console) -> int:
+    """Add peak fractions and targets to bench.json, plot bench.png, print the table; 1 if a target is missed."""
+    path = report_dir / "bench.json"
+    data = read_json(path, "bench report", "run the bench again")
+    gpu, targets = gpu_facts(data.get("gpu"))
+    peak = gpu["bf16_dense_tflops"] if gpu else None
+    data["peak"] = gpu or {"match": None, "bf16_dense_tflops": None,
+                           "source": f"{data.get('gpu')!r} is not in {GPUS_FILE.name}: no fraction of peak"}
+    for row in data["measurements"]:
+        row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
+    data["targets"] = evaluate_targets(data, targets)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(report_dir / "bench.png", plot(data))
+    print_table(data, console)
+    for target in data["targets"]:
+        measured = target["measured_tflops"]
+        verdict = "met" if target["met"] else "MISSED"
+        console.print(f"target {verdict}: {target['implementation']} {target['mode']} {target['dtype']} "
+                      f"d{target['head_dim']} seqlen {target['seqlen']} "
+                      f"{'causal' if target['causal'] else 'non-causal'}: "
+                      f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s "
+                      f"(needs >= {target['min_tflops']})", highlight=False)
+    console.print(f"bench {data['line']}: {len(data['measurements'])} measurements in {data['duration_s']} s on "
+                  f"{data['gpu']}; {path} and {report_dir / 'bench.png'}", highlight=False)
+    return 0 if all(t["met"] for t in data["targets"]) else 1
+
+
+def print_table(data: dict, console) -> None:
+    from rich.table import Table
+
+    peak = data["peak"]["bf16_dense_tflops"]
+    fa4 = data.get("flash_attn_4", {}).get("version")
+    table = Table(title=f"attention TFLOP/s on {data['gpu']} (flash-attn {data['flash_attn']['version']}, "
+                        f"{f'flash-attn-4 {fa4}, ' if fa4 else ''}torch {data['torch']})")
+    for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, "flash-attn % peak"):
+        table.add_column(column, justify="right")
+    grouped: dict[tuple, dict[str, dict]] = {}
+    for row in data["measurements"]:
+        key = (row["dtype"], row["head_dim"], row["mode"], row["causal"], row["seqlen"])
+        grouped.setdefault(key, {})[row["implementation"]] = row
+    for (dtype, head_dim, mode, causal, seqlen), rows in grouped.items():
+        cells = [_cell(rows.get(name)) for name in IMPLEMENTATIONS]
+        fa = rows.get("flash-attn")
+        share = f"{100 * fa['tflops'] / peak:.0f}%" if peak and fa and fa["tflops"] else "-"
+        table.add_row(dtype, str(head_dim), mode, "yes" if causal else "no", str(seqlen), *cells, share)
+    console.print(table)
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return ""
+    return f"{row['tflops']:.0f}" if row["status"] == "ok" else row["status"]
+
+
+def plot(data: dict) -> bytes:
+    """TFLOP/s against seqlen: one panel per (dtype, head dim) x (mode, causal), one line per implementation."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dtypes = sorted({r["dtype"] for r in data["measurements"]})
+    head_dims = sorted({r["head_dim"] for r in data["measurements"]})
+    columns = [(mode, causal) for mode in MODES for causal in (False, True)]
+    rows = [(dtype, d) for dtype in dtypes for d in head_dims]
+    figure, axes = plt.subplots(len(rows), len(columns), figsize=(4.2 * len(columns), 3.2 * len(rows)),
+                                squeeze=False, sharex=True)
+    peak = data["peak"]["bf16_dense_tflops"]
+    for (dtype, head_dim), axes_row in zip(rows, axes):
+        for (mode, causal), ax in zip(columns, axes_row):
+            for name in IMPLEMENTATIONS:
+                points = sorted((r["seqlen"], r["tflops"]) for r in data["measurements"]
+                                if (r["implementation"], r["dtype"], r["head_dim"], r["mode"], r["causal"])
+                                == (name, dtype, head_dim, mode, causal) and r["tflops"])
+                if points:
+                    ax.plot(*zip(*points), marker="o", markersize=3, label=name)
+            if peak:
+                ax.axhline(peak, color="grey", linestyle="--", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{dtype} d{head_dim} {mode}{' causal' if causal else ''}", fontsize=9)
+            ax.set_ylabel("TFLOP/s", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("seqlen", fontsize=8)
+    figure.suptitle(f"{data['line']}: attention throughput on {data['gpu']}"
+                    + (f" (dashed: bf16 dense peak {peak} TFLOP/s)" if peak else ""))
+    figure.tight_layout(rect=(0, 0, 1, 0.98))  # leave the top strip to the title
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _add_grid_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"batch x seqlen per shape (default {TOKENS})")
+    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, help="comma-separated (default 512..16384)")
+    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, help="comma-separated (default 64,128,256)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="TFLOP/s of flash-attn vs torch SDPA backends and eager, on a GPU",
+        description="Time flash-attn against torch SDPA (flash, cuDNN, efficient, math) and eager attention: "
+                    "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
+                    "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed.")
+    machine.add_line_arguments(parser)
+    _add_grid_options(parser)
+    parser.set_defaults(func=run_bench_command)
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    grid = ["--tokens", str(args.tokens), "--seqlens", ",".join(map(str, args.seqlens)),
+            "--head-dims", ",".join(map(str, args.head_dims))]
+    command = " ".join(["toolkit bench", args.line, *grid])
+    code, written = machine.measure_for_line(
+        args, "toolkit.verify.bench", ["--command", command, *grid],
+        lambda line, report_dir: measure(line, report_dir, command, args.tokens, args.seqlens, args.head_dims),
+        "the benchmark", "bench.json")
+    if code != 0 or written is None:
+        return code or 1
+    return finish(written.parent, Console())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.verify.bench`: the measuring half alone, as re-executed under the line's python."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench")
+    parser.add_argument("--line", required=True)
+    parser.add_argument("--report-dir", type=Path, required=True)
+    parser.add_argument("--command", default="python -m toolkit.verify.bench")
+    _add_grid_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
