@@ -9,38 +9,17 @@ test_hostile_lock_install.py; here the lock itself and `fa4 cache-install`'s unp
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from test_fa4_jit_cache_install import FP, KEY, A, artifact, entry
+from test_hostile_spec import bounded
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.fa4 import jit as fa4_jit
-
-
-class Hang(Exception):
-    pass
-
-
-@contextmanager
-def within(seconds: float = 10) -> Iterator[None]:
-    """The body must end within `seconds` (a blocking open of a FIFO is interrupted by SIGALRM)."""
-    def hang(signum, frame):
-        raise Hang(f"ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def make(kind: str, lock: Path, outside: Path) -> None:
@@ -64,7 +43,7 @@ def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path, kind):
     entry_path, outside = tmp_path / "cache" / "entry", tmp_path / "elsewhere" / "target"
     entry_path.parent.mkdir()
     make(kind, tmp_path / "cache" / "entry.lock", outside)
-    with within(), pytest.raises(ToolkitError) as caught:
+    with bounded(), pytest.raises(ToolkitError) as caught:
         with locked(entry_path):
             pytest.fail("the body ran")
     message = str(caught.value)
@@ -119,7 +98,7 @@ def test_cache_install_refuses_a_dest_lock_that_is_not_a_regular_file(tmp_path, 
     dest, outside = tmp_path / "dest", tmp_path / "elsewhere" / "target"
     make(kind, tmp_path / "dest.lock", outside)
     record = artifact(tmp_path / "wh", [entry(f"{FP}/{A}.o")])
-    with within(), pytest.raises(ToolkitError) as caught:
+    with bounded(), pytest.raises(ToolkitError) as caught:
         fa4_jit.unpack(record, KEY, dest)
     assert "dest.lock: is a" in str(caught.value) and "\n" not in str(caught.value)
     assert not dest.exists() and (not outside.exists() or outside.read_text() == "precious")
