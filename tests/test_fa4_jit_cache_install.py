@@ -226,15 +226,20 @@ def test_an_interrupted_install_leaves_dest_as_it_was(tmp_path, monkeypatch):
     assert tree(dest) == before and no_temporaries(tmp_path)
 
 
-@pytest.fixture
-def install(tmp_path) -> Path:
-    """A `fa4 install` folder: its record, and dist-info STAND-INS of the three packages the key names."""
-    site = tmp_path / "site"
+def key_packages(site: Path) -> Path:
+    """dist-info STAND-INS of the three packages the cache key names, in `site`."""
     for name, version in (("flash_attn_4", KEY["flash_attn_4"]), ("nvidia_cutlass_dsl", KEY["cutlass_dsl"]),
                           ("torch", KEY["torch"])):
         (site / f"{name}-{version}.dist-info").mkdir(parents=True)
         (site / f"{name}-{version}.dist-info" / "METADATA").write_text(
             f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    return site
+
+
+@pytest.fixture
+def install(tmp_path) -> Path:
+    """A `fa4 install` folder: its record, and dist-info STAND-INS of the three packages the key names."""
+    site = key_packages(tmp_path / "site")
     Fa4Record("4.0.0b36", "13", str(site), sys.executable, [], {}, [str(site)]).write(site)
     return site
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_fa4 import FETCHED, PY312, python312_base
-from test_fa4_jit_cache_install import KEY, artifact, entry, tree
+from test_fa4_jit_cache_install import KEY, artifact, entry, key_packages, tree
 
 from toolkit.cli import main
 from toolkit.env.install_record import Fa4Record
@@ -202,13 +202,7 @@ def test_a_folder_swapped_for_a_symlink_during_the_merge_touches_nothing_outside
 @pytest.fixture
 def site(tmp_path) -> Path:
     """A `fa4 install` folder whose record a user edited to name another program as its python."""
-    site = tmp_path / "site"
-    for name, version in (("flash_attn_4", KEY["flash_attn_4"]), ("nvidia_cutlass_dsl", KEY["cutlass_dsl"]),
-                          ("torch", KEY["torch"])):
-        (site / f"{name}-{version}.dist-info").mkdir(parents=True)
-        (site / f"{name}-{version}.dist-info" / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
-    return site
+    return key_packages(tmp_path / "site")
 
 
 def _program(tmp_path: Path, answer: str) -> Path:
