@@ -8,13 +8,14 @@ import re
 import shutil
 from pathlib import Path
 
+from test_wings import FLOORS
+
 from toolkit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROJECT_FILES = {p.name for folder in ("toolkit", "tests", "bench", "scripts") for p in (ROOT / folder).rglob("*.py")}
 PROJECT_FILES |= {p.name for p in ROOT.glob("*.py")}
-WINGS = ("base", "knowledge", "spec", "env", "machine", "attention", "verify", "fa4", "build", "doctor", "site")
 
 
 def test_no_document_names_an_issue_number():
@@ -43,7 +44,7 @@ def test_every_module_path_a_document_names_exists():
     for doc in DOCS:
         text = doc.read_text()
         files = set(re.findall(r"toolkit/[\w/]+\.(?:py|yaml)", text))
-        files |= {f"toolkit/{p}" for p in re.findall(rf"`((?:{'|'.join(WINGS)})/\w+\.py)`", text)}
+        files |= {f"toolkit/{p}" for p in re.findall(rf"`((?:{'|'.join(FLOORS)})/\w+\.py)`", text)}
         missing += [f"{doc.name}: {f}" for f in sorted(files) if not (ROOT / f).is_file()]
         # a bare `spec.py`, `machine_checks.py`: some file of the project has that name
         missing += [f"{doc.name}: {name}" for name in sorted(set(re.findall(r"`(\w+\.py)`", text)))
