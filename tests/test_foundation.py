@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -437,6 +438,25 @@ def test_matrix_table(monkeypatch, capsys):
     assert main(["matrix", "cu126"]) == 0
     out = capsys.readouterr().out
     assert "cu126" in out and "560.28.03" in out and "cu118" not in out
+
+
+def test_matrix_fits_80_columns_with_every_line_name_whole():
+    """At 80 columns rich cut every line name to `cu1…`: the table may wrap or abbreviate other columns, never
+    the line names, and no printed row may be wider than the terminal."""
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-m", "toolkit", "matrix"], capture_output=True, text=True, cwd=ROOT,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.splitlines()
+    too_wide = [row for row in rows if len(row) > 80]
+    assert not too_wide, too_wide
+    names = sorted(p.stem for p in (ROOT / "envs").glob("*.yaml") if p.stem != "base")
+    assert "gpu-machine-fa4" in names  # the longest name today
+    notes = next(i for i, row in enumerate(rows) if re.match(r"[\w.+-]+: ", row))  # `cu126: old stack: ...`
+    table = rows[:notes]
+    for name in names:  # the first cell of a table row is the whole name
+        cell = re.compile(rf"^[\s│┃]*{re.escape(name)}([\s│┃]|$)")
+        assert any(cell.search(row) for row in table), (name, done.stdout)
 
 
 def test_every_verb_has_help():

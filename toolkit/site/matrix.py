@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import textwrap
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -179,21 +180,32 @@ def run_matrix(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
+    print_table(rows)
+    return 0
+
+
+def print_table(rows: list[MatrixRow]) -> None:
+    """The table fits an 80-column terminal (rich cut every line name to `cu1…` there): status and patches go
+    to the notes under it, columns are one space apart, torch's local label and experimental mark go on a
+    second line, and only torch and archs wrap; the line name and the other single values are never cut."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="FlashAttention build matrix")
-    for column in ("line", "status", "CUDA", "python", "torch", "gcc", "flash-attn", "patches", "archs", "driver >=",
-                   "toolchain"):
-        table.add_column(column)
+    console = Console()
+    table = Table(title="FlashAttention build matrix", box=box.SIMPLE_HEAD, padding=0, show_edge=False,
+                  collapse_padding=True)
+    for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "toolchain"):
+        table.add_column(column, no_wrap=column not in ("torch", "archs"))
     for r in rows:
-        torch = r.torch + (" (exp.)" if r.torch_experimental else "")
-        table.add_row(r.line, r.status, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.patches) or "-",
-                      " ".join(r.archs), r.driver_floor, r.toolchain)
-    Console().print(table)
+        torch = r.torch.replace("+", "\n+", 1) + ("\n(exp.)" if r.torch_experimental else "")
+        table.add_row(r.line, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
+                      r.toolchain)
+    console.print(table)
     for r in rows:
-        print(f"{r.line}: {r.status}: {r.status_note}")
-    return 0
+        note = f"{r.line}: {r.status}: {r.status_note}" + (f"; patches {', '.join(r.patches)}" if r.patches else "")
+        print(textwrap.fill(note, width=console.width, subsequent_indent="    ", break_long_words=False,
+                            break_on_hyphens=False))
 
 
 def run_matrix_jobs(args: argparse.Namespace, lines: list[str]) -> int:
