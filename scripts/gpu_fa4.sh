@@ -18,7 +18,7 @@ RESULTS=$STATE/results
 WHEELS=$STATE/wheels
 TARGET=$STATE/site
 CACHE=$STATE/kernel-cache
-WHEELHOUSE=$STATE/wheelhouse
+ARTIFACTS=$STATE/fa4-artifacts  # warm's cache artifact and its .kernel-cache.json record
 LINE=${LINE:-gpu-machine-fa4}  # envs/gpu-machine-fa4.yaml: the image + FA4 instead of FA2
 PY=$(command -v python3)
 mkdir -p "$OUT" "$RESULTS" "$WHEELS"
@@ -31,8 +31,8 @@ pack() {  # the reports (small) straight into $OUT, everything else in one archi
   cp "$RESULTS"/steps.txt "$OUT"/ 2>/dev/null
   (cd "$RESULTS" && find . -maxdepth 2 \( -name '*.json' -o -name '*.png' -o -name '*.xml' \) -size -15M \
     -exec cp --parents {} "$OUT"/ \;) 2>/dev/null
-  tar czf "$OUT/fa4-results.tgz" -C "$STATE" results $(cd "$STATE" && ls -d wheelhouse/*.build.json 2>/dev/null)
-  for artifact in "$WHEELHOUSE"/*.tar.gz; do  # the warmed cache comes back if it fits one file
+  tar czf "$OUT/fa4-results.tgz" -C "$STATE" results $(cd "$STATE" && ls -d fa4-artifacts/*.kernel-cache.json 2>/dev/null)
+  for artifact in "$ARTIFACTS"/*.tar.gz; do  # the warmed cache comes back if it fits one file
     [ -f "$artifact" ] && [ "$(stat -c %s "$artifact")" -lt 15000000 ] && cp "$artifact" "$OUT"/
   done
   ls -la "$OUT"
@@ -51,7 +51,7 @@ case "${1:-}" in
     step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS/part1" "$WHEELS/part2"
     step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
       --target "$TARGET" --python "$PY"
-    step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --python "$PY" --cache-dir "$CACHE" --wheelhouse "$WHEELHOUSE" \
+    step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --python "$PY" --cache-dir "$CACHE" --artifacts "$ARTIFACTS" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env "$TARGET" "$CACHE"
     step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
@@ -60,7 +60,7 @@ case "${1:-}" in
     ;;
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
-    record=$(ls "$WHEELHOUSE"/*.build.json 2>/dev/null | head -n 1)
+    record=$(ls "$ARTIFACTS"/*.kernel-cache.json 2>/dev/null | head -n 1)
     [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --python "$PY" --arch 90 \
       --record "$record" --dest "$STATE/cache-from-artifact"
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact

@@ -23,12 +23,17 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.base.errors import ToolkitError
 from toolkit.build.record import BuildRecord
 from toolkit.cli import main
 from toolkit.doctor.command import Facts, Row, conda_build, evaluate, gpu_runs
 from toolkit.doctor.facts import LineFacts, gather_line, read_report
 from toolkit.env.lockfile import LockedPackage
+from toolkit.machine.checks import SPEC_FACTS
+from toolkit.machine.fingerprint import TorchInfo
+from toolkit.machine.preflight import BUILD_CHECKS, PreflightInput, problems, run_preflight, warnings
 from toolkit.spec.envspec import load_spec
+from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = ROOT / "envs"
@@ -308,7 +313,8 @@ def test_nvcc_beside_a_torch_of_another_cuda(workdir, capsys):
     code, report = replay(capsys, RECORDED / "nvcc-torch-mismatch.json")
     assert_well_formed(report, code)
     line_cuda = row(report, "line-cuda")
-    assert line_cuda["status"] == "fail" and line_cuda["value"] == "nvcc 12.4, the line wants 12.6"
+    nvcc = report["fingerprint"]["nvcc_path"]  # the tool the value was read from, named first as build names it
+    assert line_cuda["status"] == "fail" and line_cuda["value"] == f"{nvcc}: nvcc 12.4, the line wants 12.6"
     assert "toolkit install cu126" in line_cuda["fix"]
     mismatch = row(report, "torch-vs-nvcc")
     assert mismatch["status"] == "warn" and "torch 2.9.1+cu126 built for CUDA 12.6, nvcc is 12.4" in mismatch["value"]
@@ -382,11 +388,74 @@ def test_line_differences_from_the_spec(workdir, capsys):
     """Replaying the healthy machine against another line lists every difference, each with its status."""
     code, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "cu126")
     assert code == 1
-    assert row(report, "line-cuda")["value"] == "nvcc 13.0, the line wants 12.6"
-    assert row(report, "line-torch")["value"] == "torch 2.11.0, the line wants 2.9.1"
-    assert row(report, "line-torch-cuda")["value"] == "torch build cu130, the line wants cu126"
+    nvcc, torch = report["fingerprint"]["nvcc_path"], report["fingerprint"]["torch"]["path"] + "/version.py"
+    assert row(report, "line-cuda")["value"] == f"{nvcc}: nvcc 13.0, the line wants 12.6"
+    assert row(report, "line-torch")["value"] == f"{torch}: torch 2.11.0, the line wants 2.9.1"
+    assert row(report, "line-torch-cuda")["value"] == f"{torch}: torch build cu130, the line wants cu126"
     assert row(report, "line-driver")["status"] == "ok"  # a newer driver runs an older runtime
     assert row(report, "line-gcc")["status"] == "ok" and not any(r["check"] == "line-cxx11-abi" for r in report["rows"])
+
+
+# ---------------------------------------------------------------- doctor --line X fails exactly where build X refuses
+
+
+EXTERNAL_SPECS = ("gpu-machine", "gpu-replica", "gpu-machine-fa4")
+# doctor's rows of the build's findings: the machine against the spec (SPEC_FACTS) and the shared checks
+BUILD_ROWS = {fact.check for fact in SPEC_FACTS} | {"python", "nvcc", "cuda-headers", "gcc", "torch", "torch-cuda",
+                                                     "torch-vs-nvcc"}
+H200_EDITS = {
+    "gcc differs": {"gcc_version": "14.2.0"},
+    "nvcc differs": {"nvcc_version": "12.8.93"},
+    "python differs": {"python_version": "3.11.9"},
+    "torch differs": {"torch": TorchInfo("2.10.0+cu130", "13.0", True, "/t")},
+    "torch of another major": {"torch": TorchInfo("2.11.0+cu128", "12.8", True, "/t")},
+    "torch of another minor": {"torch": TorchInfo("2.11.0+cu131", "13.1", True, "/t")},
+    "cpu torch": {"torch": TorchInfo("2.11.0+cpu", None, True, "/t")},
+    "ABI differs": {"torch": TorchInfo("2.11.0+cu130", "13.0", False, "/t")},
+    "everything differs": {"gcc_version": "12.3.0", "nvcc_version": "12.6.85",
+                           "torch": TorchInfo("2.9.1+cu126", "12.6", False, "/t")},
+}
+CASES = [(report.stem, {}) for report in sorted(RECORDED.glob("*.json"))] + \
+    [("healthy-h200", edit) for edit in H200_EDITS.values()]
+
+
+@pytest.mark.parametrize("spec_name", EXTERNAL_SPECS)
+@pytest.mark.parametrize("recorded, edit", CASES, ids=[r for r, _ in CASES[:-len(H200_EDITS)]] + list(H200_EDITS))
+def test_build_refuses_exactly_what_doctor_fails(workdir, recorded, edit, spec_name):
+    """Each recorded machine (and the H200 changed one field at a time) against each external spec: the lines
+    `build` refuses are doctor's failing rows, word for word (`where: message (fix)`); what build only prints,
+    doctor warns about. The build's own questions (ninja, disk, memory, archs, headers) have no row; whether
+    the GPU is usable is the run's question, not the build's (the probe is set to usable)."""
+    fp, probed, _ = read_report(RECORDED / f"{recorded}.json")
+    fp, probed = replace(fp, **edit), replace(probed, cuda_available=True)
+    spec = checked_spec(ENVS / f"{spec_name}.yaml")
+    p = PreflightInput(spec, fp, spec.archs, 240.0, Path("/tmp"), nvcc_archs=None, gcc_cap=probed.nvcc_max_gcc)
+    build_only = {line for check in BUILD_CHECKS if (line := check(p))}
+    refused, warned = set(problems(p)) - build_only, set(warnings(p))
+    rows = [r for r in evaluate(Facts(fp, probed, gather_line(spec.line, spec, None, fp.machine)))
+            if r.check in BUILD_ROWS]
+    said = lambda status: {f"{r.value} ({r.fix})" for r in rows if r.status == status}
+    assert refused == said("fail")
+    assert warned <= said("warn") and not refused & said("warn")
+    assert (refused != set()) == (recorded != "healthy-h200" or edit not in ({}, H200_EDITS["torch of another minor"]))
+
+
+def test_a_gcc_other_than_the_spec_s_fails_doctor_as_it_stops_the_build(workdir, capsys):
+    """The H200 image with gcc 14 against gpu-machine (gcc 13): `build` refused it while `doctor --line`
+    warned and exited 0. Now doctor fails with the build's words."""
+    report = json.loads((RECORDED / "healthy-h200.json").read_text())
+    report["fingerprint"]["gcc_version"] = "14.2.0"
+    (workdir / "r.json").write_text(json.dumps(report))
+    code, replayed = replay(capsys, workdir / "r.json", "--line", "gpu-machine")
+    assert code == 1 and replayed["ok"] is False
+    gcc = row(replayed, "line-gcc")
+    spec = checked_spec(ENVS / "gpu-machine.yaml")
+    fp, probed, _ = read_report(workdir / "r.json")
+    with pytest.raises(ToolkitError) as refused:
+        run_preflight(PreflightInput(spec, fp, spec.archs, 240.0, Path("/tmp"), None, probed.nvcc_max_gcc))
+    assert gcc["status"] == "fail" and str(refused.value) == f"{gcc['value']} ({gcc['fix']})"
+    assert gcc["value"] == "/usr/bin/g++: gcc 14, the line wants 13"
+    assert gcc["fix"] == f"fix the machine or the toolchain section of {ENVS / 'gpu-machine.yaml'}"
 
 
 # ---------------------------------------------------------------- line files: lock, build record

@@ -138,9 +138,11 @@ def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, t
 
 
 def test_a_record_pointing_outside_its_folder_is_refused(tmp_path):
-    record = tmp_path / "r.build.json"
-    record.write_text(json.dumps({"key": {}, "artifact": "../../elsewhere.tar.gz", "sha256": "0"}))
-    with pytest.raises(ToolkitError, match="artifact must be a file name"):
+    record = tmp_path / "r.kernel-cache.json"
+    key = {"flash_attn_4": "4.0.0b36", "cutlass_dsl": "4.8.1", "torch": "2.11.0+cu130", "python": "3.12", "arch": "90"}
+    record.write_text(json.dumps({"kind": "fa4-kernel-cache", "key": key, "artifact": "../../elsewhere.tar.gz",
+                                  "sha256": "0" * 64, "entries": 1, "variants": [], "env": []}))
+    with pytest.raises(ToolkitError, match="artifact: must be a file name"):
         fa4_jit.unpack(record, {}, tmp_path / "dest")
     record.write_text("{")
     with pytest.raises(ToolkitError, match="unreadable cache record"):

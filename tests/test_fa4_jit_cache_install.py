@@ -1,7 +1,7 @@
 """`fa4 cache-install` with tampered artifacts and records, and a --dest that holds other files (hostile review D3).
 
 The artifacts are made here the way `fa4_jit.pack` makes them (a tar.gz of the cache folder beside a
-.build.json naming it and its sha256), with the layout of FA4's cache (flash_attn/cute/cache_utils.py of
+.kernel-cache.json naming it and its sha256), with the layout of FA4's cache (flash_attn/cute/cache_utils.py of
 the pinned flash_attn_4 4.0.0b36 wheel: <fingerprint>/<sha256 of the compile key>.o, a <sha256>.lock
 beside each entry that FA4 itself creates when it loads or writes one). The object files' bytes are
 NOT real kernels: cache-install never looks inside them. No torch needed: the key is passed directly,
@@ -49,15 +49,16 @@ def link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> Member:
 
 
 def artifact(folder: Path, members: list[Member], name: str = "cache", **record) -> Path:
-    """folder/<name>.tar.gz of `members` and its record folder/<name>.build.json (fields overridable)."""
+    """folder/<name>.tar.gz of `members` and its record folder/<name>.kernel-cache.json (fields overridable)."""
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / f"{name}.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         for member, data in members:
             tar.addfile(member, io.BytesIO(data))
     fields = {"kind": "fa4-kernel-cache", "key": KEY, "artifact": archive.name,
-              "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(), **record}
-    path = folder / f"{name}.build.json"
+              "sha256": hashlib.sha256(archive.read_bytes()).hexdigest(), "entries": len(members), "variants": [],
+              "env": sorted(fa4_jit.cache_env(Path("DIR"))), **record}
+    path = folder / f"{name}.kernel-cache.json"
     path.write_text(json.dumps(fields))
     return path
 
@@ -136,14 +137,14 @@ def _truncated(folder: Path) -> Path:
 
 def _deep(folder: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / "r.build.json").write_text("[" * 100_000 + "]" * 100_000)
-    return folder / "r.build.json"
+    (folder / "r.kernel-cache.json").write_text("[" * 100_000 + "]" * 100_000)
+    return folder / "r.kernel-cache.json"
 
 
 def _a_list(folder: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / "r.build.json").write_text("[]")
-    return folder / "r.build.json"
+    (folder / "r.kernel-cache.json").write_text("[]")
+    return folder / "r.kernel-cache.json"
 
 
 DAMAGED = {  # record or artifact -> a phrase of its refusal
@@ -151,13 +152,13 @@ DAMAGED = {  # record or artifact -> a phrase of its refusal
     "no sha256": (lambda f: _record_fields(f, sha256=None), "sha256: not a sha256"),
     "sha256 not hex": (lambda f: _record_fields(f, sha256="$(id)"), "sha256: not a sha256"),
     "sha256 differs": (lambda f: _record_fields(f, sha256="0" * 64), "sha256 differs"),
-    "artifact ..": (lambda f: _record_fields(f, artifact=".."), "artifact must be a file name"),
-    "artifact a list": (lambda f: _record_fields(f, artifact=["x"]), "artifact must be a file name"),
+    "artifact ..": (lambda f: _record_fields(f, artifact=".."), "artifact: must be a file name"),
+    "artifact a list": (lambda f: _record_fields(f, artifact=["x"]), "artifact: must be a file name"),
     "not a tar": (_not_a_tar, "not a readable cache artifact (ReadError"),
     "truncated gzip": (_truncated, "not a readable cache artifact (EOFError"),
     "record a list": (_a_list, "not a cache record"),
     "record deep": (_deep, "nested too deeply"),
-    "record missing": (lambda f: f / "none.build.json", "file not found"),
+    "record missing": (lambda f: f / "none.kernel-cache.json", "file not found"),
     "another key": (lambda f: _record_fields(f, key={**KEY, "arch": "100"}), "built for"),
 }
 

@@ -218,7 +218,7 @@ def test_no_program_a_record_names_is_run(tmp_path, capsys, site, verb):
     program = _program(tmp_path, json.dumps({k: v for k, v in KEY.items() if k != "arch"}))
     Fa4Record("4.0.0b36", "13", str(site), str(program), [], {}, [str(site)]).write(site)
     record = artifact(tmp_path / "wh", [entry("a.o")])
-    extra = {"warm": ["--cache-dir", str(tmp_path / "c"), "--wheelhouse", str(tmp_path / "wh2"), "--report",
+    extra = {"warm": ["--cache-dir", str(tmp_path / "c"), "--artifacts", str(tmp_path / "wh2"), "--report",
                       str(tmp_path / "r.json")],
              "cache-install": ["--record", str(record), "--dest", str(tmp_path / "dest")]}[verb]
     assert main(["fa4", verb, "--target", str(site), "--arch", "90", *extra]) == 1
@@ -230,11 +230,11 @@ def test_cache_install_reads_its_cache_record_before_running_python_and_a_non_js
         tmp_path, capsys, site):
     program = _program(tmp_path, "hello, not JSON")
     Fa4Record("4.0.0b36", "13", str(site), str(program), [], {}, [str(site)]).write(site)
-    (tmp_path / "damaged.build.json").write_text("{not json")
+    (tmp_path / "damaged.kernel-cache.json").write_text("{not json")
     args = ["fa4", "cache-install", "--target", str(site), "--arch", "90", "--python", str(program), "--dest",
             str(tmp_path / "dest")]
-    assert main([*args, "--record", str(tmp_path / "damaged.build.json")]) == 1
-    assert "damaged.build.json" in one_line(capsys) and not (tmp_path / "it-ran").exists()
+    assert main([*args, "--record", str(tmp_path / "damaged.kernel-cache.json")]) == 1
+    assert "damaged.kernel-cache.json" in one_line(capsys) and not (tmp_path / "it-ran").exists()
     assert main([*args, "--record", str(artifact(tmp_path / "wh", [entry("a.o")]))]) == 1
     assert "version probe" in one_line(capsys) and not (tmp_path / "dest").exists()
 
@@ -261,6 +261,71 @@ def test_cache_install_refuses_a_member_name_with_a_control_character(tmp_path, 
         fa4_jit.unpack(artifact(tmp_path / "wh", [entry("good.o"), entry(name)]), KEY, tmp_path / "dest")
     assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
     assert not (tmp_path / "dest").exists()
+
+
+# ---------------------------------------------------------------- the kernel-cache record beside build records
+
+
+def _a_built_wheel(line_dir: Path) -> str:
+    """A build record the real H200 build wrote (docs/results/), its wheel beside it: what `toolkit build` left."""
+    from toolkit.build.record import BuildRecord
+
+    record = BuildRecord.read(ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json")
+    line_dir.mkdir(parents=True)
+    (line_dir / record.outputs.wheel).write_bytes(b"stand-in wheel")
+    (line_dir / f"{record.outputs.wheel}.build.json").write_text(record.text())
+    return record.outputs.wheel
+
+
+def test_a_warmed_cache_packed_into_a_line_folder_leaves_its_build_records_readable(tmp_path):
+    """`fa4 warm --artifacts wheelhouse/LINE` (pack) named its record <key>.build.json, the build records' suffix:
+    `toolkit build`'s cache lookup, doctor and the PEP 503 index then refused the line's folder ("not a build
+    record of schema 1"). Its record is <key>.kernel-cache.json now; the build's readers see their records only."""
+    from toolkit.build.wheelhouse import find_cached, records, write_index
+    from toolkit.fa4 import jit as fa4_jit
+
+    line_dir = tmp_path / "wheelhouse" / "gpu-machine"
+    wheel = _a_built_wheel(line_dir)
+    (tmp_path / "cache" / "fp").mkdir(parents=True)
+    (tmp_path / "cache" / "fp" / "a.o").write_bytes(b"kernel")
+    archive, record_path = fa4_jit.pack(tmp_path / "cache", line_dir, KEY, {"variants": [{"variant": "fwd"}]})
+    assert record_path.name == f"{archive.name.removesuffix('.tar.gz')}.kernel-cache.json"
+    assert [path.name for path, _ in records(line_dir)] == [f"{wheel}.build.json"]
+    assert find_cached(line_dir, "0" * 64) is None
+    index = (write_index(tmp_path / "wheelhouse") / "flash-attn" / "index.html").read_text()
+    assert wheel in index and archive.name not in index
+    assert fa4_jit.unpack(record_path, KEY, tmp_path / "dest")  # and the cache record itself still installs
+    old_name = line_dir / f"{archive.name.removesuffix('.tar.gz')}.build.json"  # what warm wrote before
+    record_path.rename(old_name)
+    with pytest.raises(fa4.ToolkitError) as caught:
+        records(line_dir)
+    assert str(caught.value) == (f"{old_name}: a kernel cache's record (`toolkit fa4 warm`), not a build record "
+                                 f"(rename it to {record_path})")
+
+
+@pytest.mark.parametrize("edit, phrase", [
+    ({"entries": "many"}, "entries: input should be a valid integer, not 'many'"),
+    ({"key": {**KEY, "arch": 90}}, "key.arch: input should be a valid string, not 90"),
+    ({"sha256": "$(id)"}, "sha256: not a sha256 hex digest"),
+    ({"artifact": "../x.tar.gz"}, "artifact: must be a file name beside the record"),
+    ({"kind": "fa4-cache-install"}, "kind: input should be 'fa4-kernel-cache'"),
+    ({"comment": "mine"}, "comment: unexpected keyword argument"),
+], ids=["entries", "key.arch", "sha256", "artifact", "kind", "extra"])
+def test_a_hand_edited_cache_record_is_one_line_naming_the_field(tmp_path, capsys, site, edit, phrase):
+    """Read before any program runs: the stand-in interpreter never runs, nothing is unpacked."""
+    from toolkit.fa4 import jit as fa4_jit
+
+    program = _program(tmp_path, "{}")
+    Fa4Record("4.0.0b36", "13", str(site), str(program), [], {}, [str(site)]).write(site)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "a.o").write_bytes(b"kernel")
+    _, record_path = fa4_jit.pack(tmp_path / "cache", tmp_path / "wh", KEY, {"variants": []})
+    record_path.write_text(json.dumps({**json.loads(record_path.read_text()), **edit}))
+    assert main(["fa4", "cache-install", "--target", str(site), "--arch", "90", "--python", str(program),
+                 "--record", str(record_path), "--dest", str(tmp_path / "dest")]) == 1
+    said = one_line(capsys)
+    assert said.startswith(f"error: {record_path}: not a cache record: {phrase}") and said.endswith("(warm again)\n")
+    assert not (tmp_path / "it-ran").exists() and not (tmp_path / "dest").exists()
 
 
 # ---------------------------------------------------------------- a killed install

@@ -18,7 +18,7 @@ from test_fa4_recommend import GPU, _bench, _case
 
 from toolkit.cli import main
 from toolkit.machine.fingerprint import from_dict
-from toolkit.machine.preflight import toolchain_mismatches
+from toolkit.machine.preflight import findings, preflight_input
 from toolkit.site.scaleout import RunOptions, plan_matrix
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
@@ -64,7 +64,9 @@ def test_a_missing_interpreter_is_not_python_none():
     spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
     h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
     no_python = replace(h200, python_path=None, python_version=None, torch=None, gcc_version="12.3.0")
-    assert toolchain_mismatches(spec, no_python) == ["gcc 12 (spec: 13)"]
+    judged = findings(preflight_input(spec, no_python, spec.archs, 240.0, Path("/tmp")))
+    assert [f.message for f in judged if f.status == "fail"] == ["gcc 12, the line wants 13", "not found or does not run"]
+    assert not any("None" in f.line() for f in judged)
 
 
 def test_a_cpu_torch_fails_check(tmp_path):

@@ -24,7 +24,7 @@ from toolkit.doctor.facts import gather_line, read_report
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.nvcc_gcc import host_config_cap
 from toolkit.machine.fingerprint import TorchInfo, from_dict, probe
-from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, toolchain_mismatches, warnings
+from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, warnings
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,8 @@ def test_each_broken_piece_is_one_line_naming_the_file_and_fix(stub_env):
     torch = fp.torch
     cases = {
         "nvcc not found": replace(fp, nvcc_path=None, nvcc_version=None),
-        "but line fixture is CUDA 13.0": replace(fp, nvcc_version="12.6.85"),
+        "bin/nvcc: nvcc 12.6, the line wants 13.0 (fix the machine or the toolchain section of": replace(
+            fp, nvcc_version="12.6.85"),
         "built for CUDA 12.8, nvcc is 13.0: torch refuses": replace(fp, torch=replace(torch, cuda="12.8")),
         "torch is not installed": replace(fp, torch=None),
         "does not run or prints no version for -dumpfullversion": replace(fp, gcc_version=None),
@@ -133,12 +134,12 @@ def test_the_gpu_machine_fingerprint_passes_and_a_changed_image_is_refused():
     h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
     assert found(spec, h200, mem_gb=240.0) == []
     changed = replace(h200, gcc_version="14.2.0", torch=TorchInfo("2.10.0+cu130", "13.0", False, "/x"))
-    assert toolchain_mismatches(spec, changed) == ["gcc 14 (spec: 13)", "torch 2.10.0+cu130 (spec: 2.11.0+cu130)",
-                                                   "cxx11_abi False (spec: True)"]
+    fix = "(fix the machine or the toolchain section of envs/gpu-machine.yaml)"
     with pytest.raises(ToolkitError) as error:
         run_preflight(preflight_input(spec, changed, spec.archs, 240.0, Path("/tmp")))
-    first = str(error.value).splitlines()[0]
-    assert first.startswith("envs/gpu-machine.yaml:") and "toolchain differs from the spec: gcc 14 (spec: 13)" in first
+    assert str(error.value).split("\nerror: ") == [f"/usr/bin/g++: gcc 14, the line wants 13 {fix}",
+                                                   f"/x/version.py: torch 2.10.0, the line wants 2.11.0 {fix}",
+                                                   f"/x/version.py: torch C++11 ABI False, the line wants True {fix}"]
 
 
 @pytest.mark.parametrize("nvcc, status", [("12.6.85", "ok"), ("12.4.131", "warn"), ("13.0.88", "fail")])

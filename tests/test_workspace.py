@@ -86,8 +86,8 @@ def workspace_actions(parser: argparse.ArgumentParser) -> dict[str, tuple]:
             for a in parser._actions for flag in a.option_strings if flag in ("--envs", "--locks", "--wheelhouse")}
 
 
-# Verbs that read or write no workspace folder take none of the options. `fa4 warm --wheelhouse` is the one
-# other spelling left: the (required) folder its kernel-cache artifact goes to, not wheelhouse/<line>/.
+# Verbs that read or write no workspace folder take none of the options (`fa4 warm` names the folder its
+# kernel-cache artifact goes to --artifacts: --wheelhouse is the workspace's, everywhere).
 NO_WORKSPACE = {("explain",), ("knowledge",), ("knowledge", "check-updates"), ("fa4",), ("fa4", "fetch"),
                 ("fa4", "install"), ("fa4", "join"), ("fa4", "env"), ("fa4", "cache-install"),
                 ("fa4", "recommend"), ("fa4", "warm")}
@@ -107,7 +107,7 @@ def test_every_verb_declares_the_workspace_options_once_with_one_help_text():
         shown = " ".join(parser.format_help().split())  # --help, unwrapped
         for flag, (_, _, _, _, text) in expected.items():
             assert f"{flag} DIR {' '.join(text.split())}" in shown, (words, flag)
-    assert not workspace_actions(verbs[("explain",)])
+    assert not workspace_actions(verbs[("explain",)]) and not workspace_actions(verbs[("fa4", "warm")])
 
 
 def test_workspace_from_args_keeps_the_defaults_and_names_only_what_was_moved():

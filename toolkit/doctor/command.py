@@ -418,38 +418,9 @@ def check_line(line: LineFacts) -> Row:
                              f"archs {' '.join(spec.archs)}, {spec.toolchain.kind} toolchain")
 
 
-def _toolchain_hint(spec: EnvSpec) -> str:
-    if spec.toolchain.kind == "external":
-        return f"fix the machine or the toolchain section of {display_path(spec.path)}"
-    return f"use the line's env: toolkit install {spec.line}, then toolkit doctor --line {spec.line}"
-
-
-# (check, what, the spec's value, this machine's value, status when they differ): one row each.
-LINE_COMPARISONS: tuple[tuple[str, str, Callable[[EnvSpec, Facts], object], Callable[[Fingerprint], object],
-                              str], ...] = (
-    ("line-cuda", "nvcc", lambda s, f: s.cuda, lambda fp: fp.nvcc_line, "fail"),
-    ("line-python", "python", lambda s, f: s.python, lambda fp: fp.python_minor, "fail"),
-    ("line-gcc", "gcc", lambda s, f: s.gcc, lambda fp: fp.gcc_major, "warn"),
-    ("line-torch", "torch", lambda s, f: Version(s.torch_version).public,
-     lambda fp: version.public if fp.torch and (version := _version(fp.torch.version)) else None, "fail"),
-    ("line-torch-cuda", "torch build", lambda s, f: f.kb.cuda_lines[s.cuda].tag if s.cuda in f.kb.cuda_lines else None,
-     lambda fp: (checks.cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, "fail"),
-    ("line-cxx11-abi", "torch C++11 ABI", lambda s, f: s.toolchain.cxx11_abi,
-     lambda fp: fp.torch.cxx11_abi if fp.torch else None, "fail"),
-)
-
-
 def line_comparisons(f: Facts, line: LineFacts, spec: EnvSpec) -> list[Row]:
-    rows = []
-    for check, what, wanted_of, have_of, status in LINE_COMPARISONS:
-        wanted, have = wanted_of(spec, f), have_of(f.fingerprint)
-        if wanted is None or have is None:
-            continue  # the spec does not say, or the machine lacks it (its own row says so)
-        if str(wanted) == str(have):
-            rows.append(Row(check, "ok", f"{what} {have}"))
-        else:
-            rows.append(Row(check, status, f"{what} {have}, the line wants {wanted}", _toolchain_hint(spec)))
-    return rows
+    """This machine against the spec: the table `toolkit build` refuses by (checks.SPEC_FACTS), one row each."""
+    return [row for check, finding in checks.against_spec(spec, f.fingerprint) if (row := finding_row(check, finding))]
 
 
 def check_line_driver(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:

@@ -155,7 +155,8 @@ def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
                                            "first calls cold vs warm, each in a fresh process")
     _target_and_arch(parser)
     parser.add_argument("--cache-dir", type=Path, required=True, help="the persistent cache folder to fill")
-    parser.add_argument("--wheelhouse", type=Path, required=True, help="where the artifact and record go")
+    parser.add_argument("--artifacts", type=Path, required=True, metavar="DIR",
+                        help="the folder the cache artifact and its .kernel-cache.json record go to")
     parser.add_argument("--report", type=Path, required=True, help="latency JSON to write")
     parser.add_argument("--variants", nargs="*", type=Variant.parse, help="default: d64/128 x bf16/fp16 x "
                                                                            "causal x fwd, fwd+bwd")
@@ -164,7 +165,7 @@ def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_warm_command)
     use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
     _target_and_arch(use)
-    use.add_argument("--record", type=Path, required=True, help="the artifact's .build.json")
+    use.add_argument("--record", type=Path, required=True, help="the artifact's .kernel-cache.json record")
     use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
                                                               "one an earlier cache-install filled")
     use.set_defaults(func=_cache_install_command)
@@ -189,7 +190,7 @@ def _warm_command(args: argparse.Namespace) -> int:
         latency = warm(record.python, variants, args.cache_dir, env, on_row=on_row, budget_s=args.budget_s,
                        jobs=args.jobs)
     latency.update(key=key, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cache_dir=str(args.cache_dir))
-    archive, record_path = pack(args.cache_dir, args.wheelhouse, key, latency)
+    archive, record_path = pack(args.cache_dir, args.artifacts, key, latency)
     latency.update(artifact=str(archive), record=str(record_path))
     write_atomic(args.report, json.dumps(latency, indent=2) + "\n")
     for line in summary_lines(latency)[-1:]:

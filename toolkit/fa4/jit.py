@@ -5,7 +5,8 @@ forward+backward on an H200) unless FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 poi
 folder (knowledge: cache; off by default, Dao-AILab/flash-attention#2635). `warm` compiles the
 variants users run, each in a FRESH process with its own empty cache (that first call is the cold
 latency), merges them into one cache folder, then calls each variant again in a fresh process using
-that cache (the warm latency). The cache is packed as a wheelhouse artifact beside a build record keyed
+that cache (the warm latency). The cache is packed as an artifact beside its kernel-cache record (<key>.kernel-cache.json,
+KernelCacheRecord: not a build record's suffix, so it can lie in wheelhouse/<line>/ beside them) keyed
 by (FA4 version, cutlass-dsl version, arch, torch, python): FA4 itself namespaces entries under a
 fingerprint of its sources and the cutlass/tvm_ffi versions, so a mismatched cache is never loaded,
 only missed.
@@ -27,13 +28,16 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated, Literal
+
+import pydantic
 
 from toolkit.base import children
 from toolkit.base.atomic import clean_stale, copy_atomic, publish_dir, publish_file, write_atomic
 from toolkit.base.digest import sha256_file
-from toolkit.base.errors import ToolkitError
+from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument, printable
@@ -53,6 +57,7 @@ CALL_SEQLEN = 2048
 # In a cache-install's --dest: the files it wrote there (the rest is FA4's, or the user's, and stays).
 INSTALLED = ".fa-envkit-cache-install.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
+RECORD_SUFFIX = ".kernel-cache.json"  # never a build record's (.build.json): both may share wheelhouse/<line>/
 
 
 @dataclass(frozen=True)
@@ -237,21 +242,64 @@ def key_id(key: dict) -> str:
     return text.replace("+", "_")
 
 
-def pack(cache_dir: Path, wheelhouse: Path, key: dict, latency: dict) -> tuple[Path, Path]:
-    """The cache as wheelhouse/<key>.tar.gz plus <key>.build.json (the record the env is matched by)."""
+def _sha256(value: object) -> object:
+    if not isinstance(value, str) or not SHA256.fullmatch(value):
+        raise ValueError("not a sha256 hex digest")
+    return value
+
+
+def _file_name(value: object) -> object:
+    if not isinstance(value, str) or value != Path(value).name or value in ("", ".", ".."):
+        raise ValueError("must be a file name beside the record")
+    return value
+
+
+Text = Annotated[str, pydantic.Strict()]
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """What a cache is valid for: the interpreter's FA4, cutlass-dsl, torch and python, and the GPU's sm."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")
+    flash_attn_4: Text
+    cutlass_dsl: Text
+    torch: Text
+    python: Text
+    arch: Text
+
+
+@dataclass(frozen=True)
+class KernelCacheRecord:
+    """<key>.kernel-cache.json, written by `fa4 warm` beside its artifact; cache-install matches an env by it."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")
+    kind: Literal["fa4-kernel-cache"]
+    key: CacheKey
+    artifact: Annotated[str, pydantic.BeforeValidator(_file_name)]  # the .tar.gz beside the record
+    sha256: Annotated[str, pydantic.BeforeValidator(_sha256)]  # of the artifact
+    entries: Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
+    variants: list[Text]
+    env: list[Text]  # the variables that point FA4 at an installed cache
+
+
+_RECORD = pydantic.TypeAdapter(KernelCacheRecord)
+
+
+def pack(cache_dir: Path, artifacts: Path, key: dict, latency: dict) -> tuple[Path, Path]:
+    """The cache as artifacts/<key>.tar.gz plus its record <key>.kernel-cache.json (the env is matched by it)."""
     name = key_id(key)
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    archive = wheelhouse / f"{name}.tar.gz"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    archive = artifacts / f"{name}.tar.gz"
     with publish_file(archive, 0o644) as staged, tarfile.open(staged, mode="x:gz") as tar:
         for entry in cache_entries(cache_dir):
             tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
-    record = {"kind": "fa4-kernel-cache", "key": key, "artifact": archive.name,
-              "sha256": sha256_file(archive),
-              "entries": len(cache_entries(cache_dir)),
-              "variants": [row["variant"] for row in latency["variants"]],
-              "env": sorted(cache_env(Path("DIR")))}
-    record_path = wheelhouse / f"{name}.build.json"
-    write_atomic(record_path, json.dumps(record, indent=2) + "\n")
+    record = KernelCacheRecord(kind="fa4-kernel-cache", key=CacheKey(**key), artifact=archive.name,
+                               sha256=sha256_file(archive), entries=len(cache_entries(cache_dir)),
+                               variants=[row["variant"] for row in latency["variants"]],
+                               env=sorted(cache_env(Path("DIR"))))
+    record_path = artifacts / f"{name}{RECORD_SUFFIX}"
+    write_atomic(record_path, json.dumps(asdict(record), indent=2) + "\n")
     return archive, record_path
 
 
@@ -264,10 +312,11 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     those INSTALLED lists: only these may an artifact replace. A non-empty dest without INSTALLED, or one
     that is not a folder, is refused. The lock beside dest (fslock) makes concurrent installs (jobs of an
     array starting at once) wait for each other instead of refusing each other's files."""
-    archive, sha256, built_for = cache_record(record_path)
-    if built_for != key:
-        raise ToolkitError(f"{display_path(record_path)}: built for {built_for}, this env is {key} "
+    record = cache_record(record_path)
+    if asdict(record.key) != key:
+        raise ToolkitError(f"{display_path(record_path)}: built for {asdict(record.key)}, this env is {key} "
                            f"(run `toolkit fa4 warm` for this env)")
+    archive, sha256 = record_path.parent / record.artifact, record.sha256
     dest = Path(os.path.abspath(dest))
     if not dest.name:
         raise ToolkitError(f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)")
@@ -286,18 +335,14 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     return cache_env(dest)
 
 
-def cache_record(record_path: Path) -> tuple[Path, str, object]:
-    """The archive a cache record names beside it, its sha256, and the key it was built for."""
+def cache_record(record_path: Path) -> KernelCacheRecord:
+    """A kernel-cache record, typed: a hand-edited field is one line naming it."""
     where = display_path(record_path)
-    record = read_json(record_path, "cache record", "warm again")
-    if not isinstance(record, dict):
-        raise ToolkitError(f"{where}: not a cache record (a JSON object written by `toolkit fa4 warm`; warm again)")
-    artifact, sha256 = record.get("artifact"), record.get("sha256")
-    if not isinstance(artifact, str) or artifact != Path(artifact).name or artifact == "..":
-        raise ToolkitError(f"{where}: artifact must be a file name beside the record (warm again)")
-    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
-        raise ToolkitError(f"{where}: sha256: not a sha256 hex digest (warm again)")
-    return record_path.parent / artifact, sha256, record.get("key")
+    data = read_json(record_path, "cache record", "warm again")
+    try:
+        return _RECORD.validate_python(data)
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{where}: not a cache record: {first_problem(exc)} (warm again)") from None
 
 
 def _installed_before(dest: Path) -> set[str]:

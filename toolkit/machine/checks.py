@@ -3,11 +3,14 @@
 Each check turns the toolchain fingerprint into a Finding with one policy: preflight refuses a build on
 every `fail` (one line each) and prints every `warn`; doctor shows each finding as a row. The policy for
 a torch/nvcc CUDA mismatch is torch's own (torch/utils/cpp_extension.py `_check_cuda_version`): across
-CUDA majors it raises, within a major it only logs a warning and builds.
+CUDA majors it raises, within a major it only logs a warning and builds. What the spec says the toolchain
+is (nvcc, python, gcc, torch and its build and ABI) is one table, SPEC_FACTS, that `build LINE` and
+`doctor --line LINE` both read, so doctor fails exactly where the build refuses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -144,3 +147,88 @@ def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
                                             f"(max gcc {most}, per {cap.source})",
                        f"use gcc <= {most}: conda gxx {most}.*, or CC=gcc-{most} CXX=g++-{most}")
     return Finding("ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap.max_gcc})")
+
+
+# ---------------------------------------------------------------- this machine against the spec
+
+
+@dataclass(frozen=True)
+class SpecFact:
+    """One thing the spec says the toolchain is, read from the spec and from the machine. `severity` says what
+    a difference means: `fail`, the build refuses and doctor fails; `warn`, the build prints it and goes on."""
+
+    check: str  # doctor's row
+    what: str
+    wanted: Callable[[EnvSpec], object]  # None: the spec does not say
+    have: Callable[[Fingerprint], object]  # None: the machine lacks the tool (its own check says so)
+    where: Callable[[Fingerprint], str]  # the machine's file or tool the value was read from
+    severity: Callable[[str, str], str]  # (wanted, have) -> fail | warn
+
+
+def _public(version: str) -> str | None:
+    """The release without the local build tag (2.11.0+cu130 -> 2.11.0); None for no version torch has."""
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return None  # torch_installed says what is wrong with it
+
+
+def _line_tag(spec: EnvSpec) -> str | None:
+    line = load_knowledge().cuda_lines.get(spec.cuda)
+    return line.tag if line else None
+
+
+def _refused(wanted: str, have: str) -> str:
+    return "fail"
+
+
+def _torch_policy(wanted: str, have: str) -> str:
+    """torch's own (torch_vs_nvcc): another CUDA build of the same major builds with a warning (cu131 for
+    cu130); another major, or a CPU build, is refused."""
+    return "warn" if have != "cpu" and have[:-1] == wanted[:-1] else "fail"
+
+
+def _torch_file(fp: Fingerprint) -> str:
+    return f"{fp.torch.path}/version.py" if fp.torch else "torch"
+
+
+# Every field an external toolchain promises (spec rules keep toolchain.nvcc/gcc/python/torch equal to the
+# spec's cuda/gcc/python/torch, and toolchain.torch's build tag the line's); a locked line's environment is
+# made from the same values. A gcc other than the spec's is a toolchain the spec does not describe: refused.
+# A torch of another CUDA build within the line's major builds (torch_vs_nvcc, where nvcc is the line's).
+SPEC_FACTS: tuple[SpecFact, ...] = (
+    SpecFact("line-cuda", "nvcc", lambda s: s.cuda, lambda fp: fp.nvcc_line,
+             lambda fp: fp.nvcc_path or "nvcc", _refused),
+    SpecFact("line-python", "python", lambda s: s.python, lambda fp: fp.python_minor,
+             lambda fp: fp.python_path or "python3", _refused),
+    SpecFact("line-gcc", "gcc", lambda s: s.gcc, lambda fp: fp.gcc_major, lambda fp: fp.cxx_path or "g++", _refused),
+    SpecFact("line-torch", "torch", lambda s: _public(s.torch_version),
+             lambda fp: _public(fp.torch.version) if fp.torch else None, _torch_file, _refused),
+    SpecFact("line-torch-cuda", "torch build", _line_tag,
+             lambda fp: (cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, _torch_file,
+             _torch_policy),
+    SpecFact("line-cxx11-abi", "torch C++11 ABI", lambda s: s.toolchain.cxx11_abi,
+             lambda fp: fp.torch.cxx11_abi if fp.torch else None, _torch_file, _refused),
+)
+
+
+def spec_fix(spec: EnvSpec) -> str:
+    """Where a difference from the spec is fixed: the machine or the spec, or the line's own environment."""
+    if spec.toolchain.kind == "external":
+        return f"fix the machine or the toolchain section of {display_path(spec.path)}"
+    return f"use the line's env: toolkit install {spec.line}, then toolkit doctor --line {spec.line}"
+
+
+def against_spec(spec: EnvSpec, fp: Fingerprint) -> list[tuple[str, Finding]]:
+    """(doctor's row, finding) for each SPEC_FACTS entry both the spec and the machine have a value for."""
+    found = []
+    for fact in SPEC_FACTS:
+        wanted, have = fact.wanted(spec), fact.have(fp)
+        if wanted is None or have is None:
+            continue
+        if str(wanted) == str(have):
+            found.append((fact.check, Finding("ok", fact.where(fp), f"{fact.what} {have}")))
+        else:
+            found.append((fact.check, Finding(fact.severity(str(wanted), str(have)), fact.where(fp),
+                                              f"{fact.what} {have}, the line wants {wanted}", spec_fix(spec))))
+    return found

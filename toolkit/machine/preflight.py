@@ -105,21 +105,8 @@ def python_present(p: PreflightInput) -> checks.Finding:
     return checks.python_runs(p.fp, p.spec)
 
 
-def python_matches(p: PreflightInput) -> str | None:
-    if not p.fp.python_minor or p.fp.python_minor == p.spec.python:
-        return None
-    return f"{p.fp.python_path}: python {p.fp.python_version}, the spec says {p.spec.python} (use the line's environment)"
-
-
 def nvcc_present(p: PreflightInput) -> checks.Finding:
     return checks.nvcc(p.fp, p.spec.line)
-
-
-def nvcc_matches_line(p: PreflightInput) -> str | None:
-    if not p.fp.nvcc_line or p.fp.nvcc_line == p.spec.cuda:
-        return None
-    return (f"{p.fp.nvcc_path}: nvcc {p.fp.nvcc_version} but line {p.spec.line} is CUDA {p.spec.cuda} "
-            f"(use a CUDA {p.spec.cuda} toolkit)")
 
 
 def _torch_install(spec: EnvSpec) -> str:
@@ -226,56 +213,31 @@ def enough_memory(p: PreflightInput) -> str | None:
             f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
 
 
-# Each check: a problem with its fix (str), a shared machine Finding (refused when `fail`), or None.
-CHECKS: tuple[Callable[[PreflightInput], str | checks.Finding | None], ...] = (
-    python_present, python_matches, nvcc_present, nvcc_matches_line, torch_present, torch_is_cuda_build,
-    torch_cuda_matches_nvcc, host_compiler, cuda_headers_present, headers_visible, ninja_present,
-    archs_supported, enough_disk, enough_memory,
-)
-
-
+# The shared machine checks (toolkit/machine/checks.py): doctor shows the same findings as rows.
 SHARED_CHECKS: tuple[Callable[[PreflightInput], checks.Finding | None], ...] = (
     python_present, nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler,
     cuda_headers_present)
 
+# What only a build asks (the build's archs, disk and memory, ninja, what its compilers see): doctor has no row.
+BUILD_CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
+    headers_visible, ninja_present, archs_supported, enough_disk, enough_memory)
 
-def toolchain_mismatches(spec: EnvSpec, fp: Fingerprint) -> list[str]:
-    """For an external toolchain: where this machine differs from what spec.toolchain promises."""
-    want = spec.toolchain
-    torch = fp.torch
-    pairs = [
-        ("nvcc", want.nvcc, fp.nvcc_line),
-        ("gcc", want.gcc, fp.gcc_major),
-        ("python", want.python, fp.python_minor),
-        ("torch", want.torch, torch.version if torch else None),
-        ("cxx11_abi", want.cxx11_abi, torch.cxx11_abi if torch else None),
-    ]
-    # Unknown (None): the interpreter or compiler is missing, which its own check says with the fix.
-    return [f"{name} {have} (spec: {expected})" for name, expected, have in pairs
-            if expected is not None and have is not None and have != expected]
+
+def findings(p: PreflightInput) -> list[checks.Finding]:
+    """This machine against the spec (checks.SPEC_FACTS), then the shared checks: the findings doctor also shows."""
+    return [finding for _, finding in checks.against_spec(p.spec, p.fp)] + \
+        [finding for check in SHARED_CHECKS if (finding := check(p))]
 
 
 def problems(p: PreflightInput) -> list[str]:
-    """Every preflight problem, in the order a user should fix them."""
-    found = []
-    mismatches = toolchain_mismatches(p.spec, p.fp) if p.spec.toolchain.kind == "external" else []
-    if mismatches:
-        found.append(f"{p.spec.where('toolchain')}: this machine's toolchain differs from the spec: "
-                     f"{', '.join(mismatches)} (fix the machine, or the spec's toolchain section)")
-    found += [problem for check in CHECKS if (problem := _refusal(check(p)))]
-    return found
-
-
-def _refusal(result: str | checks.Finding | None) -> str | None:
-    """A preflight problem's line; a shared Finding refuses only when it fails."""
-    if isinstance(result, checks.Finding):
-        return result.line() if result.status == "fail" else None
-    return result
+    """Every preflight problem, in the order a user should fix them: each failing finding, then the build's own."""
+    return [finding.line() for finding in findings(p) if finding.status == "fail"] + \
+        [problem for check in BUILD_CHECKS if (problem := check(p))]
 
 
 def warnings(p: PreflightInput) -> list[str]:
-    """The shared machine findings that do not stop a build but should be seen (a CUDA minor mismatch)."""
-    return [finding.line() for check in SHARED_CHECKS if (finding := check(p)) and finding.status == "warn"]
+    """The findings that do not stop a build but should be seen (a CUDA minor mismatch)."""
+    return [finding.line() for finding in findings(p) if finding.status == "warn"]
 
 
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
