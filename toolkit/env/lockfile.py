@@ -240,7 +240,7 @@ def read_lock(path: Path) -> LockedEnv:
                                            for s in sources), "a list of spec files")
     pypi = custom[KEY_TOOLCHAIN] == "pypi"
     if pypi:
-        for key, pattern, what in ((KEY_CUDA, MAJOR_MINOR, "a CUDA release like 13.2"),
+        for key, pattern, what in ((KEY_CUDA, MAJOR_MINOR, "CUDA release like 13.2"),
                                    (KEY_PYLOCK_SHA256, SHA256, _FORM["sha256"])):
             check(key, custom.get(key), isinstance(custom.get(key), str) and bool(pattern.fullmatch(custom[key])),
                   "a " + what)
