@@ -1,4 +1,5 @@
-"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform).
+"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform; a pypi
+line's pip layer alone, with its PEP 751 locks/pylock.<line>.toml: toolkit/env/pypi_lock.py).
 
 The file is conda-lock's unified format, written through conda-lock's own models and writer, so
 `conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
@@ -477,7 +478,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
                     "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
                     "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
-                    "plus locks/<line>.<platform>.requirements.txt. A lock whose inputs are unchanged is kept.")
+                    "plus locks/<line>.<platform>.requirements.txt. A pypi line (toolchain kind pypi) has no conda "
+                    "layer: uv resolves its wheels from metadata into the lock and locks/pylock.<line>.toml. A lock "
+                    "whose inputs are unchanged is kept.")
     parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
