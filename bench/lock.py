@@ -8,8 +8,11 @@ so the solver has real choices to make. Only repodata is written (solving reads 
 
     python bench/lock.py                      # 100,000 records, the cu126 line, every backend available
     python bench/lock.py --records 2000 --line cu130
+    python bench/lock.py --pypi py-cu132      # a pypi line's pip layer against PyPI: seconds and bytes downloaded
 
-Target: under 3 s for the embedded py-rattler solver, repodata loading included.
+Target: under 3 s for the embedded py-rattler solver, repodata loading included. A pypi line (torch and NVIDIA's
+CUDA wheels, several GB of wheels) must lock from metadata: seconds, and a few MB downloaded, never a wheel.
+Its bytes are counted on the wire by a local CONNECT proxy that uv (HTTPS_PROXY) sends every request through.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ import argparse
 import json
 import os
 import random
+import select
+import socket
+import socketserver
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +38,7 @@ from rich.console import Console  # noqa: E402
 from toolkit.base.workspace import Workspace  # noqa: E402
 from toolkit.env.engine import CondaLockEngine, conda_executable, rattler_solve  # noqa: E402
 from toolkit.env.lock import conda_request  # noqa: E402
+from toolkit.env.pypi_lock import tomllib  # noqa: E402 - tomllib, or tomli on python 3.10
 from toolkit.spec.envspec import load_spec  # noqa: E402
 
 TARGET_SECONDS = 3.0
@@ -125,12 +133,89 @@ def write_channel(directory: Path, records: int, seed: int) -> int:
     return sum(len(p) for p in subdirs.values())
 
 
+class CountingProxy(socketserver.ThreadingTCPServer):
+    """An HTTPS (CONNECT) proxy on 127.0.0.1 that counts the bytes it relays each way."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Tunnel)
+        self.down = self.up = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Tunnel(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        request = self.rfile.readline().decode("latin-1").split()
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass
+        if len(request) < 2 or request[0] != "CONNECT":
+            self.wfile.write(b"HTTP/1.1 405 CONNECT only\r\n\r\n")
+            return
+        host, port = request[1].rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=60) as upstream:
+                self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                self.wfile.flush()
+                self._relay(self.connection, upstream)
+        except OSError:  # either side hung up: the tunnel is over
+            return
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        server: CountingProxy = self.server  # type: ignore[assignment]
+        while True:
+            ready, _, _ = select.select([client, upstream], [], [], 60)
+            if not ready:
+                return
+            for source in ready:
+                data = source.recv(1 << 16)
+                if not data:
+                    return
+                (upstream if source is client else client).sendall(data)
+                with server.lock:
+                    if source is client:
+                        server.up += len(data)
+                    else:
+                        server.down += len(data)
+
+
+def bench_pypi(line: str) -> None:
+    """Lock a pypi line's pip layer twice, with an empty uv cache and then with the one the first run filled."""
+    from toolkit.env.lock import lock_pypi_layer
+    from toolkit.spec.rules import checked_spec
+
+    spec = checked_spec(Workspace(envs=ROOT / Workspace.envs).spec_file(line))
+    proxy = CountingProxy()
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    with tempfile.TemporaryDirectory(prefix="bench-uv-") as tmp:
+        os.environ.update(UV_CACHE_DIR=str(Path(tmp) / "cache"), HTTPS_PROXY=proxy.url, https_proxy=proxy.url)
+        print(f"line {line}: torch {spec.torch_version}, CUDA {spec.cuda}, python {spec.python}, index {spec.torch_index}")
+        print(f"{'uv cache':<10}{'seconds':>9}{'downloaded':>14}{'sent':>10}{'wheels':>8}{'locked wheel bytes':>20}")
+        for cache in ("empty", "warm"):
+            proxy.down = proxy.up = 0
+            started = time.perf_counter()
+            layer, _ = lock_pypi_layer(spec, Path(tmp) / "locks")
+            seconds = time.perf_counter() - started
+            size = sum(w.get("size", 0) for p in tomllib.loads(layer.pylock)["packages"] for w in p.get("wheels", []))
+            print(f"{cache:<10}{seconds:>9.2f}{proxy.down / 1e6:>11.2f} MB{proxy.up / 1e6:>7.2f} MB"
+                  f"{len(layer.packages):>8}{size / 1e9:>17.2f} GB")
+    proxy.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000, help="filler records (default 100000)")
     parser.add_argument("--line", default="cu126", help="the line whose conda layer is solved (default cu126)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pypi", metavar="LINE", help="measure a pypi line's lock against PyPI instead (py-cu132)")
     args = parser.parse_args()
+    if args.pypi:
+        bench_pypi(args.pypi)
+        return
     spec = load_spec(Workspace(envs=ROOT / Workspace.envs).spec_file(args.line))
     with tempfile.TemporaryDirectory(prefix="bench-channel-") as tmp:
         channel = Path(tmp) / "channel"

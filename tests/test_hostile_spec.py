@@ -491,7 +491,7 @@ def assert_invariants(spec: EnvSpec) -> None:
     assert spec.archs and len(set(spec.archs)) == len(spec.archs)
     assert all(re.fullmatch(r"[0-9]{2,3}[af]?", arch, re.ASCII) for arch in spec.archs), spec.archs
     assert spec.platforms and len(set(spec.platforms)) == len(spec.platforms) and set(spec.platforms) <= set(PLATFORMS)
-    assert spec.channels and len(set(spec.channels)) == len(spec.channels)
+    assert (spec.channels or spec.toolchain.kind == "pypi") and len(set(spec.channels)) == len(spec.channels)
     for version in (spec.cuda, spec.python, spec.torch_version, spec.flash_attn_version):
         assert ASCII_VERSION.fullmatch(version), version
         assert len(Version(version).release) >= 2

@@ -61,6 +61,10 @@ class Workspace:
         """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
         return self.locks / f"{checked_line(line)}.{platform}.requirements.txt"
 
+    def pylock_file(self, line: str) -> Path:
+        """A pypi line's pip layer as PEP 751 locks/pylock.<line>.toml, the name `uv pip install -r` requires."""
+        return self.locks / f"pylock.{checked_line(line)}.toml"
+
     def prefix(self, line: str) -> Path:
         return self.environments / checked_line(line)
 

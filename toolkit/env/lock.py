@@ -1,4 +1,5 @@
-"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform).
+"""Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform; a pypi
+line's pip layer alone, with its PEP 751 locks/pylock.<line>.toml: toolkit/env/pypi_lock.py).
 
 The file is conda-lock's unified format, written through conda-lock's own models and writer, so
 `conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
@@ -16,7 +17,6 @@ import argparse
 import json
 import os
 import platform as host
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,16 +32,20 @@ import yaml
 from rich.console import Console
 
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
+from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.env import pypi_lock
 from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.env.lockfile import (
+    KEY_CUDA,
     KEY_DIGEST,
     KEY_INPUT_HASH,
     KEY_LINE,
     KEY_PIP_RESOLVER,
+    KEY_PYLOCK_SHA256,
     KEY_SDIST_FILENAME,
     KEY_SDIST_SHA256,
     KEY_SDIST_URL,
@@ -50,10 +54,12 @@ from toolkit.env.lockfile import (
     LockedSdist,
     lock_digest,
     lock_path,
+    pylock_problem,
     read_lock,
     stale_reason,
 )
 from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge.facts import load_knowledge
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
 
 # ---------------------------------------------------------------- what the solvers are asked
@@ -102,6 +108,7 @@ class PipLayer:
     resolver: str  # how it was resolved, recorded in the lock
     requirements: str  # pip-tools format, for pip-sync
     packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
+    pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,11 @@ class PipTarget:
     @property
     def wheel_platform(self) -> str:
         return f"manylinux_{self.glibc.replace('.', '_')}_{self.machine}"
+
+    @property
+    def python_platform(self) -> str:
+        """uv's --python-platform for the target: x86_64-manylinux_2_28."""
+        return f"{self.machine}-manylinux_{self.glibc.replace('.', '_')}"
 
     @property
     def abi(self) -> str:
@@ -177,6 +189,7 @@ def _index_args(index_urls: list[str]) -> list[str]:
 
 
 def _run_tool(command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Run pip or pip-compile; on failure, its first line naming an error (uv's own: pypi_lock.run_uv)."""
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
     if result.returncode != 0:
         lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
@@ -197,31 +210,18 @@ def _compile_with_pip_tools(workdir: Path, index_urls: list[str], compile_comman
 
 
 def _compile_with_uv(workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str) -> tuple[str, str]:
-    uv = _uv_executable()
-    python_platform = f"{target.machine}-manylinux_{target.glibc.replace('.', '_')}"
-    _run_tool([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--generate-hashes",
+    uv = pypi_lock.uv_executable()
+    python_platform = target.python_platform
+    pypi_lock.run_uv([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--generate-hashes",
                "--python-version", target.python,
                "--python-platform", python_platform, "--index-strategy", "unsafe-best-match", "--emit-index-url",
                *_index_args(index_urls), "--custom-compile-command", compile_command, "--output-file",
-               "requirements.txt", "requirements.in"], workdir, "uv pip compile")
-    version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+               "requirements.txt", "requirements.in"], workdir, "uv pip compile", locking_environment())
+    version = pypi_lock.uv_version(uv)
     running = f"{host.machine()} python {sys.version_info[0]}.{sys.version_info[1]}"
     return ((workdir / "requirements.txt").read_text(),
             f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
             f"pip-tools resolves only for the interpreter it runs in: {running})")
-
-
-def _uv_executable() -> str:
-    try:
-        from uv import find_uv_bin
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if not found:
-            raise ToolkitError("uv: not installed (it resolves pip layers for other platforms and pythons: "
-                               "pip install uv)") from None
-        return found
 
 
 def _distribution_version(name: str) -> str:
@@ -274,6 +274,31 @@ def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) ->
     check_index_reachable(spec.torch_index, display_path(spec.path))
     layer = lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}")
     return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
+
+
+def lock_pypi_layer(spec: EnvSpec, locks_dir: Path = Workspace.locks) -> tuple[PipLayer, CondaLayer]:
+    """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
+    a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants."""
+    if len(spec.platforms) != 1:
+        raise ToolkitError(f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
+                           f"list one)")
+    platform = spec.platforms[0]
+    target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
+    requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
+    check_index_reachable(spec.torch_index, display_path(spec.path))
+    pylock = Workspace(locks=Path(locks_dir)).pylock_file(spec.line)
+    started = time.perf_counter()
+    with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
+        with console.status(f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
+                            f"is downloaded)"):
+            text, resolver = pypi_lock.compile_pylock(requirements, constraints, target.python,
+                                                      target.python_platform, spec.torch_index, workdir, pylock.name,
+                                                      f"toolkit lock {spec.line}", locking_environment())
+    packages = pypi_lock.pylock_entries(text, display_path(pylock), platform, target.python, target.glibc)
+    console.print(f"{platform}: {len(packages)} wheels pinned (uv) in {time.perf_counter() - started:.1f} s")
+    inputs = sha256_json({"requirements": requirements, "constraints": constraints, "index": spec.torch_index})
+    return (PipLayer(platform=platform, resolver=resolver, requirements="", packages=packages, pylock=text),
+            CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]))
 
 
 def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer:
@@ -364,6 +389,9 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
     custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
               KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
     custom.update({KEY_PIP_RESOLVER + layer.platform: layer.resolver for layer in pip_layers})
+    pylocks = [layer.pylock for layer in pip_layers if layer.pylock]
+    if spec.toolchain.kind == "pypi":
+        custom[KEY_CUDA] = spec.cuda
     sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
     lockfile = Lockfile(
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
@@ -372,12 +400,17 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
     path = lock_path(spec.line, locks_dir)
     with owned_dir(locks_dir, "lock") as tmp:
         draft = tmp / path.name
+        staged = []
+        for text in pylocks:  # one: a pypi line has one platform
+            target = Workspace(locks=locks_dir).pylock_file(spec.line)
+            (tmp / target.name).write_text(text)
+            lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
+            staged.append((tmp / target.name, target))
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         draft.write_text(lock_header(spec, sources) + draft.read_text())
         read_lock(draft)  # what we wrote reads back and verifies
-        staged = []
         for layer in pip_layers:
             if layer.requirements:
                 target = requirements_path(spec.line, layer.platform, locks_dir)
@@ -399,12 +432,16 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     path = lock_path(spec.line, locks_dir)
     if not force and path.exists():
         try:
-            current = stale_reason(spec, read_lock(path)) is None
+            locked = read_lock(path)
+            current = stale_reason(spec, locked) is None and pylock_problem(locked) is None
         except ToolkitError:
             current = False
         if current:
             return path, False
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
+    if spec.toolchain.kind == "pypi":
+        layer, empty = lock_pypi_layer(spec, locks_dir)
+        return write_lock(spec, empty, [layer], sdist, locks_dir), True
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
@@ -423,12 +460,15 @@ def check_locks(specs: list[EnvSpec], locks_dir: Path) -> list[str]:
             problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
             continue
         try:
-            reason = stale_reason(spec, read_lock(path))
+            locked = read_lock(path)
+            reason = stale_reason(spec, locked)
         except ToolkitError as exc:
             problems.append(str(exc))
             continue
         if reason:
             problems.append(f"{display_path(path)}: stale: {reason}")
+        elif problem := pylock_problem(locked):
+            problems.append(problem)
     return problems
 
 
@@ -438,7 +478,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
                     "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
                     "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
-                    "plus locks/<line>.<platform>.requirements.txt. A lock whose inputs are unchanged is kept.")
+                    "plus locks/<line>.<platform>.requirements.txt. A pypi line (toolchain kind pypi) has no conda "
+                    "layer: uv resolves its wheels from metadata into the lock and locks/pylock.<line>.toml. A lock "
+                    "whose inputs are unchanged is kept.")
     parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from toolkit.base.digest import sha256_json
+from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace
@@ -38,6 +38,8 @@ KEY_SDIST_FILENAME = "fa-envkit.flash-attn-sdist.filename"
 KEY_SDIST_SHA256 = "fa-envkit.flash-attn-sdist.sha256"
 KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
 KEY_DIGEST = "fa-envkit.lock-sha256"
+KEY_CUDA = "fa-envkit.cuda"  # a pypi lock's CUDA release, whose wheels its components must be
+KEY_PYLOCK_SHA256 = "fa-envkit.pylock-sha256"  # a pypi lock's pylock.<line>.toml, written with it
 REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
                  KEY_DIGEST)
 
@@ -47,7 +49,8 @@ FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")  # a plain file name: no
 NAME = re.compile(r"_?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a conda (_libgcc_mutex) or PEP 508 project name
 URL = re.compile(r"[!-~]+")  # printable ASCII, no space or control character (pip reads URLs line by line)
 URL_SCHEMES = ("https", "http", "file")
-TOOLCHAIN_KINDS = ("locked", "external")
+TOOLCHAIN_KINDS = ("locked", "external", "pypi")
+MAJOR_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
@@ -97,6 +100,8 @@ class LockedEnv:
     packages: tuple[LockedPackage, ...] = ()
     sources: tuple[str, ...] = ()  # the spec files it was made from, relative to the lock's folder
     digest: str = ""
+    cuda: str = ""  # pypi: the CUDA release every NVIDIA wheel of the lock belongs to
+    pylock_sha256: str = ""  # pypi: sha256 of locks/pylock.<line>.toml
 
     def packages_for(self, platform: str, manager: str | None = None) -> list[LockedPackage]:
         return [p for p in self.packages if p.platform == platform and manager in (None, p.manager)]
@@ -233,12 +238,66 @@ def read_lock(path: Path) -> LockedEnv:
     sources = document["metadata"].get("sources") or []
     check("metadata.sources", sources, all(isinstance(s, str) and s.endswith(".yaml") and "\0" not in s
                                            for s in sources), "a list of spec files")
+    pypi = custom[KEY_TOOLCHAIN] == "pypi"
+    if pypi:
+        for key, pattern, what in ((KEY_CUDA, MAJOR_MINOR, "CUDA release like 13.2"),
+                                   (KEY_PYLOCK_SHA256, SHA256, _FORM["sha256"])):
+            check(key, custom.get(key), isinstance(custom.get(key), str) and bool(pattern.fullmatch(custom[key])),
+                  "a " + what)
+    packages = tuple(_packages(document, platforms, check))
+    if pypi:
+        problem = pypi_release_problem(packages, custom[KEY_CUDA])
+        if problem:
+            raise ToolkitError(f"{where}: {problem} (a pypi lock is one CUDA release: {relock})")
     return LockedEnv(
         line=custom[KEY_LINE], path=path, input_hash=custom[KEY_INPUT_HASH], toolchain_kind=custom[KEY_TOOLCHAIN],
         platforms=tuple(platforms), sources=tuple(sources), digest=custom[KEY_DIGEST],
         sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
                           sha256=custom[KEY_SDIST_SHA256]),
-        packages=tuple(_packages(document, platforms, check)))
+        packages=packages, cuda=custom.get(KEY_CUDA, "") if pypi else "",
+        pylock_sha256=custom.get(KEY_PYLOCK_SHA256, "") if pypi else "")
+
+
+def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str | None:
+    """Why a pypi lock's NVIDIA wheels are not all CUDA `cuda`'s (toolkit/knowledge/pypi_cuda.yaml), or None.
+
+    nvidia-cuda-nvcc does not pin its siblings: left floating, crt and nvvm of a newer release resolve beside
+    it (nvcc 13.2.86 with crt 13.5.37), an nvcc whose headers are not its own."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    from toolkit.knowledge.facts import load_knowledge
+
+    line = load_knowledge().pypi.lines.get(cuda)
+    if line is None:
+        return f"CUDA {cuda} is not a pypi line of toolkit/knowledge/pypi_cuda.yaml"
+    pip = {p.name: p.version for p in packages if p.manager == "pip"}
+    nvcc = f" beside nvidia-cuda-nvcc {pip['nvidia-cuda-nvcc']}" if "nvidia-cuda-nvcc" in pip else ""
+    wanted = {"cuda-toolkit": f"=={line.cuda_toolkit}", **{n: f"=={v}.*" for n, v in line.components.items()}}
+    for name, specifier in [*wanted.items(), *((n, p) for n, p in line.pins.items() if n in pip)]:
+        if name not in pip:
+            return f"{name} is missing: CUDA {cuda}'s cuda-toolkit {line.cuda_toolkit} installs it"
+        try:
+            fits = SpecifierSet(specifier).contains(Version(pip[name]), prereleases=True)
+        except InvalidVersion:
+            fits = False
+        if not fits:
+            return (f"{name} {pip[name]}{'' if name == 'nvidia-cuda-nvcc' else nvcc} is not CUDA {cuda}'s "
+                    f"(cuda-toolkit {line.cuda_toolkit}: {name}{specifier}, toolkit/knowledge/pypi_cuda.yaml)")
+    return None
+
+
+def pylock_problem(locked: LockedEnv) -> str | None:
+    """Why a pypi lock's pylock.<line>.toml beside it is not the one written with it, or None (other kinds)."""
+    if locked.toolchain_kind != "pypi":
+        return None
+    path = Workspace(locks=locked.path.parent).pylock_file(locked.line)
+    fix = relock_hint(locked.path)
+    if not path.is_file():
+        return f"{display_path(path)}: missing beside {display_path(locked.path)} ({fix})"
+    if sha256_file(path) != locked.pylock_sha256:
+        return f"{display_path(path)}: not the pylock written with {display_path(locked.path)} (edited? {fix})"
+    return None
 
 
 def _url_ok(url: object, file_name_suffixes: tuple[str, ...] | None = None) -> bool:
@@ -295,14 +354,15 @@ def environment_problem(spec: EnvSpec, locked: LockedEnv, platform: str) -> str 
     from packaging.utils import canonicalize_name
 
     relock = f"an entry was deleted or the lock was edited; re-run `toolkit lock {locked.line}`"
-    if locked.toolchain_kind != "locked":
+    if locked.toolchain_kind == "external":
         return None
-    by_manager = {m: {p.name: p for p in locked.packages_for(platform, m)} for m in ("conda", "pip")}
-    if not by_manager["conda"]:
+    managers = ("conda", "pip") if locked.toolchain_kind == "locked" else ("pip",)  # pypi: no conda layer
+    by_manager = {m: {p.name: p for p in locked.packages_for(platform, m)} for m in managers}
+    if "conda" in by_manager and not by_manager["conda"]:
         return f"{platform}: no conda packages for a locked toolchain ({relock})"
     wanted: dict[str, list[str]] = {"conda": list(spec.conda_packages),
               "pip": [canonicalize_name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0]) for r in spec.pip_requirements()]}
-    for manager, names in wanted.items():
+    for manager, names in ((m, wanted[m]) for m in managers):
         for name in names:
             if name not in by_manager[manager]:
                 return f"{platform}: {name}, which the spec asks for, is not among the lock's {manager} packages ({relock})"

@@ -36,6 +36,7 @@ class TorchRelease:
     cuda: tuple[str, ...]
     experimental: tuple[str, ...]
     python: tuple[str, ...]
+    pypi: str | None = None  # the CUDA release PyPI's own Linux wheels of the minor are built with
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,29 @@ class NvccPackaging:
 
 
 @dataclass(frozen=True)
+class PypiLine:
+    """A CUDA release whose toolchain comes from NVIDIA's PyPI wheels (pypi_cuda.yaml, the `pypi` kind)."""
+
+    cuda: str  # "13.2"
+    cuda_toolkit: str  # the cuda-toolkit meta wheel, "13.2.2"
+    components: dict[str, str]  # wheel name -> the version the meta wheel's extras pin (==<version>.*)
+    pins: dict[str, str]  # floating components -> the specifier that keeps them this release's
+    symlinks: dict[str, str]  # link under cuda_home -> its target, relative to the link's directory
+    torch: str | None  # the torch whose PyPI wheels pin this cuda_toolkit; None: no torch pairs with it
+
+
+@dataclass(frozen=True)
+class PypiCuda:
+    """pypi_cuda.yaml: the lines, what every line shares, and why CUDA 12 cannot be one."""
+
+    lines: dict[str, PypiLine]
+    cuda_home: str  # relative to site-packages
+    extras: tuple[str, ...]  # the cuda-toolkit extras a flash-attn build installs
+    platforms: tuple[str, ...]  # the platforms the wheels were read for
+    cuda_12: str
+
+
+@dataclass(frozen=True)
 class Knowledge:
     cuda_lines: dict[str, CudaLine]
     torch_releases: dict[str, TorchRelease]
@@ -79,6 +103,7 @@ class Knowledge:
     fa_released: tuple[str, ...]
     fa_min_arch: int
     nvcc_packaging: dict[str, NvccPackaging]
+    pypi: PypiCuda
 
     def torch_lines(self, cuda: str) -> list[str]:
         """Torch minors with a wheel for this CUDA line, oldest first."""
@@ -101,6 +126,7 @@ def load_knowledge() -> Knowledge:
         fa_released=released,
         fa_min_arch=min_arch,
         nvcc_packaging=knowledge_files.typed("conda_forge_nvcc.yaml", _nvcc_packaging),
+        pypi=knowledge_files.typed("pypi_cuda.yaml", _pypi_cuda),
     )
 
 
@@ -125,9 +151,23 @@ def _torch_releases(data: dict) -> dict[str, TorchRelease]:
             cuda=tuple(facts["cuda"]),
             experimental=tuple(facts.get("experimental", ())),
             python=tuple(facts["python"]),
+            pypi=facts.get("pypi"),
         )
         for minor, facts in data["releases"].items()
     }
+
+
+def _pypi_cuda(data: dict) -> PypiCuda:
+    lines = {
+        cuda: PypiLine(cuda=cuda, cuda_toolkit=str(facts["cuda_toolkit"]),
+                       components={str(k): str(v) for k, v in facts["components"].items()},
+                       pins={str(k): str(v) for k, v in facts["pins"].items()},
+                       symlinks={str(k): str(v) for k, v in facts["symlinks"].items()},
+                       torch=None if facts["torch"] is None else str(facts["torch"]))
+        for cuda, facts in data["lines"].items()
+    }
+    return PypiCuda(lines=lines, cuda_home=str(data["cuda_home"]), extras=tuple(data["extras"]),
+                    platforms=tuple(data["platforms"]), cuda_12=str(data["cuda_12"]))
 
 
 def _flash_attn(data: dict) -> tuple[tuple[FlashAttnRequirement, ...], tuple[str, ...], int]:

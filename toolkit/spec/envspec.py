@@ -219,7 +219,7 @@ CONDA_SPEC = FieldType("a conda version spec like \"*\", \"1.2.*\" or \">=1.2,<2
                        hint="no spaces, build strings, brackets or channels")
 BOOL = FieldType("true or false", (bool,))
 PLATFORM = FieldType("a platform", (str,), choices=PLATFORMS)
-KIND = FieldType("locked or external", (str,), choices=("locked", "external"))
+KIND = FieldType("locked, external or pypi", (str,), choices=("locked", "external", "pypi"))
 MODULE = FieldType("a module name like cuda/12.6", (str,), r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 PATH = FieldType("an absolute path", (str,), ABSOLUTE_PATH, hint="/ followed by letters, digits and ._+@%=,/~- only")
 
@@ -257,6 +257,8 @@ SCHEMA: Struct = {
 }
 REQUIRED = ("cuda", "python", "gcc", "platforms", "channels", "torch.version", "torch.index",
             "flash_attn.version", "archs", "toolchain.kind")
+# A pypi toolchain has no conda layer: it may set channels to null (its wheels come from torch.index).
+PYPI_REQUIRED = tuple(name for name in REQUIRED if name != "channels")
 EXTERNAL_REQUIRED = ("toolchain.cuda_home", "toolchain.python_executable", "toolchain.nvcc",
                      "toolchain.gcc", "toolchain.python", "toolchain.torch", "toolchain.cxx11_abi")
 
@@ -274,7 +276,7 @@ class BuildKnobs:
 
 @dataclass(frozen=True)
 class Toolchain:
-    kind: str  # "locked" | "external"
+    kind: str  # "locked" | "external" | "pypi"
     cuda_home: str | None = None
     python_executable: str | None = None
     nvcc: str | None = None
@@ -686,7 +688,7 @@ def load_spec(path: Path) -> EnvSpec:
     line = checked_line(path.stem, display_path(path))
     merged, locations, chain = resolve_chain(path)
     kind = _get(merged, "toolchain.kind")
-    required = REQUIRED + (EXTERNAL_REQUIRED if kind == "external" else ())
+    required = {"external": REQUIRED + EXTERNAL_REQUIRED, "pypi": PYPI_REQUIRED}.get(kind, REQUIRED)
     missing = [name for name in required if _get(merged, name) is None]
     if missing:
         raise ToolkitError(f"{display_path(path)}: missing required field{'s' if len(missing) > 1 else ''} "
@@ -704,7 +706,7 @@ def load_spec(path: Path) -> EnvSpec:
         python=merged["python"],
         gcc=str(merged["gcc"]),
         platforms=tuple(merged["platforms"]),
-        channels=tuple(merged["channels"]),
+        channels=tuple(merged.get("channels") or ()),
         conda_packages=_packages(merged, "conda_packages", fields, locations, path),
         pip_packages=_packages(merged, "pip_packages", fields, locations, path),
         torch_version=merged["torch"]["version"],

@@ -264,14 +264,62 @@ def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec,
 
 
 def locked_has_no_external_fields(spec: EnvSpec, kb: Knowledge) -> str | None:
-    if spec.toolchain.kind != "locked":
+    if spec.toolchain.kind == "external":
         return None
     extra = [k for k in ("cuda_home", "python_executable", "nvcc", "gcc", "python", "torch", "cxx11_abi")
              if getattr(spec.toolchain, k) is not None]
     if not extra:
         return None
-    return (f"{', '.join(extra)} only apply to kind: external (a locked toolchain comes from the lock; "
-            f"remove them or set kind: external)")
+    return (f"{', '.join(extra)} only apply to kind: external (a {spec.toolchain.kind} toolchain comes from the "
+            f"lock; remove them or set kind: external)")
+
+
+# ---------------------------------------------------------------- the `pypi` kind (knowledge/pypi_cuda.yaml)
+
+
+def pypi_line_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """Only a CUDA release whose nvcc, crt and nvvm wheels are on PyPI can be a pypi line; CUDA 12's cannot."""
+    if spec.toolchain.kind != "pypi" or spec.cuda in kb.pypi.lines:
+        return None
+    if spec.cuda.split(".")[0] == "12":
+        return (f"CUDA {spec.cuda} has {kb.pypi.cuda_12} (use kind: locked, or a pypi line of CUDA "
+                f"{span(list(kb.pypi.lines))}; toolkit/knowledge/pypi_cuda.yaml)")
+    return (f"CUDA {spec.cuda} is not a pypi line (pypi lines: {', '.join(kb.pypi.lines)}; "
+            f"toolkit/knowledge/pypi_cuda.yaml)")
+
+
+def pypi_torch_pairs_with_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """torch's PyPI wheels pin one cuda-toolkit release: the line's torch must be the one that pins its release."""
+    line = kb.pypi.lines.get(spec.cuda)
+    if spec.toolchain.kind != "pypi" or not line or (line.torch and Version(spec.torch_version) == Version(line.torch)):
+        return None
+    release = kb.torch_releases.get(minor_of(spec.torch_version))
+    built = f"torch {release.minor}'s PyPI wheels are CUDA {release.pypi}; " if release and release.pypi else ""
+    pairs = [c for c, other in kb.pypi.lines.items() if other.torch and Version(other.torch) == Version(spec.torch_version)]
+    paired = [f"CUDA {c} with torch {other.torch}" for c, other in kb.pypi.lines.items() if other.torch]
+    advice = f"use CUDA {pairs[0]}" if pairs else f"pypi lines with a torch: {', '.join(paired)}"
+    if not line.torch:
+        return (f"no torch on PyPI pins cuda-toolkit {line.cuda_toolkit} (CUDA {spec.cuda}), so torch "
+                f"{spec.torch_version} cannot share its environment ({built}{advice}; toolkit/knowledge/pypi_cuda.yaml)")
+    return (f"torch {spec.torch_version} does not pair with CUDA {spec.cuda} from PyPI ({built}CUDA {spec.cuda}'s "
+            f"cuda-toolkit {line.cuda_toolkit} is pinned by torch {line.torch}: use torch {line.torch}; "
+            f"toolkit/knowledge/pypi_cuda.yaml)")
+
+
+def pypi_platforms_known(spec: EnvSpec, kb: Knowledge) -> str | None:
+    unknown = [p for p in spec.platforms if p not in kb.pypi.platforms]
+    if spec.toolchain.kind != "pypi" or not unknown:
+        return None
+    return (f"{', '.join(unknown)}: the pypi lines' wheels were checked for {', '.join(kb.pypi.platforms)} only "
+            f"(use platforms: [{', '.join(kb.pypi.platforms)}]; toolkit/knowledge/pypi_cuda.yaml)")
+
+
+def pypi_has_no_conda_layer(spec: EnvSpec, kb: Knowledge) -> str | None:
+    """A pypi line installs wheels into a venv: conda packages and channels would be silently ignored."""
+    if spec.toolchain.kind != "pypi" or not (spec.conda_packages or spec.channels):
+        return None
+    return ("a pypi toolchain has no conda layer: its python is the machine's and its CUDA comes from PyPI "
+            "(set conda_packages: null and channels: null)")
 
 
 RULES: tuple[Rule, ...] = (
@@ -298,6 +346,10 @@ RULES: tuple[Rule, ...] = (
     Rule("external-python-is-spec-python", "toolchain.python", _external_equal("python", "python")),
     Rule("external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")),
     Rule("external-torch-is-line-build", "toolchain.torch", external_torch_is_line_build),
+    Rule("pypi-line-known", "cuda", pypi_line_known),
+    Rule("pypi-torch-pairs-with-cuda", "torch.version", pypi_torch_pairs_with_cuda),
+    Rule("pypi-platforms-checked", "platforms", pypi_platforms_known),
+    Rule("pypi-has-no-conda-layer", "conda_packages", pypi_has_no_conda_layer),
     # FlashAttention-4 (issue 16): toolkit/spec/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
     *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
 )

@@ -1,0 +1,145 @@
+"""The pip layer of a `pypi` line: torch and NVIDIA's CUDA wheels resolved by uv into PEP 751 pylock.toml.
+
+uv resolves from metadata alone (PEP 658 files, else HTTP range reads of the wheel's zip), so locking torch and
+the CUDA toolchain downloads a few MB, never the wheels. What it is asked comes from
+toolkit/knowledge/pypi_cuda.yaml: torch==<the line's torch>, cuda-toolkit[<extras>]==<release>, and as
+constraints the components the extras leave floating (nvjitlink, cuda-bindings), so the lock is one CUDA
+release. The pylock is committed as written; the conda-lock file's pip entries are read from it (one wheel per
+package, the one the target installs), so both name the same files and hashes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency there)
+    import tomli as tomllib
+
+from toolkit.base.errors import ToolkitError
+from toolkit.knowledge.facts import PypiCuda
+from toolkit.spec.envspec import EnvSpec
+
+MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+
+
+def uv_executable() -> str:
+    """The uv that resolves pip layers: the `uv` package's binary (a declared dependency), else uv on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise ToolkitError("uv: not installed (it resolves pip layers for other platforms and pythons: "
+                               "pip install uv)") from None
+        return found
+
+
+def uv_version(uv: str) -> str:
+    return subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+
+
+def uv_complaint(output: str) -> str:
+    """uv's reason in one line: the `cause:` (or `╰─▶`) text after "No solution found", joined, rather than
+    the first line naming an error, which only says that resolving failed."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.startswith(("cause:", "╰─▶")):
+            cause = [line.removeprefix("cause:").removeprefix("╰─▶").strip()]
+            cause += [rest.lstrip("│ ").strip() for rest in lines[index + 1:]
+                      if not rest.startswith(("hint:", "help:"))]
+            head = next((e for e in lines[:index] if "error" in e.lower() or e.startswith("×")), "")
+            head = head.removeprefix("error:").lstrip("× ").strip()
+            return f"{head}: {' '.join(cause)}" if head else " ".join(cause)
+    return next((line.removeprefix("error:").strip() for line in lines if "error" in line.lower()),
+                lines[-1] if lines else "no output")
+
+
+def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise ToolkitError(f"{what} failed: {uv_complaint(result.stderr + result.stdout)}")
+
+
+def pypi_inputs(spec: EnvSpec, pypi: PypiCuda) -> tuple[list[str], list[str]]:
+    """(requirements, constraints) of a pypi line: torch, the toolkit meta wheel with the build's extras and the
+    spec's build dependencies; the line's pins as constraints (they bound, never add, a package)."""
+    line = pypi.lines[spec.cuda]
+    requirements = [f"torch=={spec.torch_version}", f"cuda-toolkit[{','.join(pypi.extras)}]=={line.cuda_toolkit}",
+                    *spec.pip_requirements()[1:]]
+    return requirements, [f"{name}{pin}" for name, pin in line.pins.items()]
+
+
+def compile_pylock(requirements: list[str], constraints: list[str], python: str, python_platform: str, index: str,
+                   workdir: Path, output_name: str, compile_command: str, env: dict[str, str]) -> tuple[str, str]:
+    """Resolve with `uv pip compile --format pylock.toml --generate-hashes`; returns (the pylock text, how it
+    was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml)."""
+    uv = uv_executable()
+    (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
+    (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    run_uv([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--format", "pylock.toml",
+            "--generate-hashes", "--python-version", python, "--python-platform", python_platform,
+            "--index-url", index, "--constraints", "constraints.txt", "--custom-compile-command", compile_command,
+            "--output-file", output_name, "requirements.in"], workdir, "uv pip compile", env)
+    resolver = (f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
+                f"--python-version {python}; constraints: {', '.join(constraints) or 'none'})")
+    return (workdir / output_name).read_text(), resolver
+
+
+def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
+    """The wheel tags a CPython `python` on manylinux `glibc` accepts, most specific first (pip's order)."""
+    from packaging import tags
+
+    machine = MACHINES[platform]
+    major, minor = (int(part) for part in glibc.split(".")[:2])
+    platforms = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    platforms += [f"{legacy[m]}_{machine}" for m in legacy if m <= minor]
+    version = tuple(int(part) for part in python.split(".")[:2])
+    return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
+
+
+def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
+    """The conda-lock pip entries of a pylock: per package, the wheel this target installs (url + sha256).
+    A package without such a wheel is refused: the layer installs wheels only."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.markers import Marker
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    supported = {tag: rank for rank, tag in enumerate(_supported_tags(python, platform, glibc))}
+    markers = {"python_version": ".".join(python.split(".")[:2]), "python_full_version": f"{python}.0",
+               "sys_platform": "linux", "platform_system": "Linux", "platform_machine": MACHINES[platform],
+               "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    try:
+        packages = tomllib.loads(text)["packages"]
+    except (tomllib.TOMLDecodeError, KeyError) as exc:
+        raise ToolkitError(f"{where}: not a pylock.toml uv wrote ({exc}; lock again)") from None
+    entries = []
+    for package in packages:
+        if "marker" in package and not Marker(package["marker"]).evaluate(markers):
+            continue
+        ranked = []
+        for wheel in package.get("wheels") or []:
+            try:
+                file_tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[-1])[3]
+            except InvalidWheelFilename:
+                continue
+            rank = min((supported[t] for t in file_tags if t in supported), default=None)
+            if rank is not None:
+                ranked.append((rank, wheel))
+        if not ranked:
+            raise ToolkitError(f"{where}: {package['name']} {package['version']} has no wheel for {platform} python "
+                               f"{python} (the layer installs wheels only: pin a version that has one)")
+        wheel = min(ranked, key=lambda item: item[0])[1]
+        entries.append(LockedDependency(
+            name=canonicalize_name(package["name"]), version=package["version"], manager="pip", platform=platform,
+            dependencies={}, url=wheel["url"], hash=HashModel(sha256=wheel["hashes"]["sha256"]),
+            categories={"main"}))
+    return entries
