@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FlashAttention-4 on the lent H200 (issue 16): install through the toolkit from carried wheels, warm
+# FlashAttention-4 on the lent H200: install through the toolkit from carried wheels, warm
 # the kernel cache, time first calls cold vs warm (fresh processes), verify, bench beside FA2/SDPA,
 # recommend. The machine has no network: run scripts/fetch_fa4_wheels.sh here first (it fills
 # .whl-fa4/part1 and .whl-fa4/part2, each < 60 MiB). Phases, each under 9 minutes, on ONE warm machine:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13, deliverable 7: on the lent GPU machine, lay its CUDA 13.0 (made of NVIDIA's PyPI wheels) out as
+# On the lent GPU machine, lay its CUDA 13.0 (made of NVIDIA's PyPI wheels) out as
 # conda-forge's packages (tests/conda_forge_replica: headers only under targets/x86_64-linux/include,
 # conda-forge's patched nvcc.profile, cuda-nvcc's activate.d script), then build the real flash-attn 2.8.3.post2
 # sdist with it as the toolchain (envs/gpu-replica.yaml, external: that prefix + torch 2.11.0+cu130), inside the

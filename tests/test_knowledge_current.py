@@ -270,8 +270,9 @@ def test_matrix_says_which_lines_are_current_and_which_patches_they_get(monkeypa
     monkeypatch.chdir(ROOT)
     assert main(["matrix", "--json"]) == 0
     rows = {r["line"]: r for r in json.loads(capsys.readouterr().out)}
-    assert {line for line, r in rows.items() if r["status"] == "current"} == {"cu130", "cu132"}
+    assert {line for line, r in rows.items() if r["status"] == "current"} == {"cu130", "cu132", "py-cu130", "py-cu132"}
     assert rows["cu132"]["patches"] == rows["cu130"]["patches"] == ["flash-attn-2.8.3-cxx20.patch"]
+    assert rows["py-cu132"]["patches"] == rows["py-cu130"]["patches"] == ["flash-attn-2.8.3-cxx20.patch"]  # torch >= 2.13
     assert rows["cu124"]["status"] == "old stack"
     assert rows["cu124"]["status_note"] == "torch 2.6 is the last with cu124 wheels (newest torch: 2.15)"
     assert rows["cu126"]["status_note"] == "torch 2.14 ships cu126 (this line keeps torch 2.9)"

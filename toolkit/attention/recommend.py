@@ -378,7 +378,7 @@ def for_parity(path: Path, head_dim: int, seqlen: int, causal: bool = True) -> d
 
 
 def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
-    """Issue 16's ratio targets: FA4 over each named backend on one shape (FA2's committed number
+    """The knowledge's ratio targets: FA4 over each named backend on one shape (FA2's committed number
     where this run has no flash-attn row, said so in `fa2_source`)."""
     shapes = _by_shape(bench)
     results = []

@@ -1,4 +1,4 @@
-"""The newest gcc an nvcc accepts: one answer for the spec rule (rules.py) and the machine check (machine_checks.py).
+"""The newest gcc an nvcc accepts: one answer for the spec rule (rules.py) and the machine check (machine/checks.py).
 
 nvcc refuses a newer host gcc in its crt/host_config.h (`#if __GNUC__ > 15` ... "unsupported GNU version").
 Where that header was read, its number is the cap; otherwise the line's `max_gcc` in

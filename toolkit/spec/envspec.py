@@ -6,7 +6,7 @@ Merge rules (child over parent, applied down the `extends` chain):
   * a key set to null in the child removes the parent's key (not a `build:` knob: each always has a value).
 Every value remembers the file and line it came from, so errors point at the right place.
 
-A spec is input from anyone (issue 14), so loading it is bounded and strict: a regular UTF-8 file of at most
+A spec is input from anyone, so loading it is bounded and strict: a regular UTF-8 file of at most
 64 KiB without control characters; YAML without anchors, aliases or tags, at most 16 levels deep, with names
 as keys; at most 16 files in an `extends` chain, each named (never a path); every value in the form its
 consumer takes (PEP 440 versions and specifiers, rattler match specs, http(s)/file URLs, module names) in
@@ -238,7 +238,7 @@ SCHEMA: Struct = {
                           "a PEP 508 name: letters, digits and _.- inside", PACKAGE_SPEC, PIP_SPEC),
     "torch": {"version": VERSION, "index": INDEX_URL},
     "flash_attn": {"version": VERSION},
-    # FlashAttention-4 (issue 16): pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
+    # FlashAttention-4: pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
     "flash_attn_4": {"version": VERSION, "with_flash_attn_2": BOOL},
     "archs": ListOf(ARCH, example='["80", "90"]'),
     "build": {"jobs": JOBS, "nvcc_threads": NVCC_THREADS, "gb_per_nvcc_thread": GB_PER_THREAD,

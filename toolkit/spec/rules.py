@@ -350,7 +350,7 @@ RULES: tuple[Rule, ...] = (
     Rule("pypi-torch-pairs-with-cuda", "torch.version", pypi_torch_pairs_with_cuda),
     Rule("pypi-platforms-checked", "platforms", pypi_platforms_known),
     Rule("pypi-has-no-conda-layer", "conda_packages", pypi_has_no_conda_layer),
-    # FlashAttention-4 (issue 16): toolkit/spec/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
+    # FlashAttention-4: toolkit/spec/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
     *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
 )
 
