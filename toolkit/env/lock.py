@@ -35,7 +35,7 @@ from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporar
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.env.lockfile import (
     KEY_DIGEST,
@@ -49,7 +49,6 @@ from toolkit.env.lockfile import (
     LockedEnv,  # noqa: F401 - build and modules import it from here
     LockedSdist,
     lock_digest,
-    lock_path,
     read_lock,
     stale_reason,
 )
@@ -340,11 +339,6 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
 # ---------------------------------------------------------------- writing the lock
 
 
-def requirements_path(line: str, platform: str, locks_dir: Path = Workspace.locks) -> Path:
-    """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
-    return Workspace(locks=Path(locks_dir)).requirements_file(line, platform)
-
-
 def lock_header(spec: EnvSpec, sources: list[str]) -> str:
     return (f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
             f"(conda-lock install/render read it).\n"
@@ -354,12 +348,12 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
 
 
 def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
-               locks_dir: Path = Workspace.locks) -> Path:
+               workspace: Workspace = DEFAULT) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
-    locks_dir = Path(locks_dir)
+    locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
               KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
@@ -369,7 +363,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
         metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
                           sources=sources, custom_metadata=custom))
-    path = lock_path(spec.line, locks_dir)
+    path = workspace.lock_file(spec.line)
     with owned_dir(locks_dir, "lock") as tmp:
         draft = tmp / path.name
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
@@ -380,7 +374,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         staged = []
         for layer in pip_layers:
             if layer.requirements:
-                target = requirements_path(spec.line, layer.platform, locks_dir)
+                target = workspace.requirements_file(spec.line, layer.platform)
                 (tmp / target.name).write_text(layer.requirements)
                 staged.append((tmp / target.name, target))
         checkpoint("lock:write")
@@ -393,10 +387,10 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
 # ---------------------------------------------------------------- the `lock` verb
 
 
-def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = Workspace.locks,
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, workspace: Workspace = DEFAULT,
               force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
-    path = lock_path(spec.line, locks_dir)
+    path = workspace.lock_file(spec.line)
     if not force and path.exists():
         try:
             current = stale_reason(spec, read_lock(path)) is None
@@ -411,14 +405,14 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
     pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
                   for platform in spec.platforms]
-    return write_lock(spec, conda, pip_layers, sdist, locks_dir), True
+    return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
-def check_locks(specs: list[EnvSpec], locks_dir: Path) -> list[str]:
+def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
     """One line per lock that is missing or does not match its spec."""
     problems = []
     for spec in specs:
-        path = lock_path(spec.line, locks_dir)
+        path = workspace.lock_file(spec.line)
         if not path.exists():
             problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
             continue
@@ -449,17 +443,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
     add_workspace_options(parser)
-    parser.set_defaults(func=run_lock)
+    parser.set_defaults(func=lock_command)
 
 
-def run_lock(args: argparse.Namespace) -> int:
+def lock_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    paths = [resolve_spec_arg(s, workspace.envs) for s in args.lines] or (spec_paths(workspace.envs)
+    paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (spec_paths(workspace.envs)
                                                                           if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
     if args.check:
-        problems = check_locks([load_spec(p) for p in paths], workspace.locks)
+        problems = check_locks([load_spec(p) for p in paths], workspace)
         for line in problems:
             print(line)
         if not problems:
@@ -477,7 +471,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace.locks, args.force,
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace, args.force,
                                          args.pypi)
         except ToolkitError as exc:
             if len(paths) == 1:
