@@ -86,7 +86,7 @@ def test_explain_search_prefix_means_prefixes_to_search_and_prefix_means_an_envi
 def test_the_line_is_the_positional_LINE_in_every_verb_that_takes_one():
     for words, parser in leaf_verbs(build_parser()):
         assert not any("--line" in a.option_strings and a.help != argparse.SUPPRESS for a in parser._actions), words
-        lines = [a for a in parser._actions if a.dest in ("line", "lines") and not a.option_strings]
+        lines = [a for a in parser._actions if not a.option_strings and a.dest in ("line", "lines", "specs")]
         assert all(a.metavar == "LINE" for a in lines), words
 
 

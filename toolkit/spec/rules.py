@@ -347,7 +347,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check", help="validate env specs against the compatibility knowledge",
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
                     "compatibility rule. One line per problem; exit 1 if any.")
-    parser.add_argument("specs", nargs="*", metavar="SPEC", help="line names (cu126) or spec files")
+    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     add_workspace_options(parser)
     parser.set_defaults(func=check_command)
 
@@ -368,7 +368,7 @@ def patch_notes(paths: list[Path]) -> list[str]:
 
 def check_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    paths = [resolve_spec_arg(s, workspace) for s in args.specs] if args.specs else spec_paths(workspace.envs)
+    paths = [resolve_spec_arg(s, workspace) for s in args.lines] if args.lines else spec_paths(workspace.envs)
     problems = check_paths(paths)
     for line in problems + patch_notes(paths):
         print(line)
