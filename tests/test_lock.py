@@ -32,12 +32,12 @@ from toolkit.env.lock import (
     check_locks,
     conda_request,
     lock_line,
-    lock_path,
     lock_pip_requirements,
     read_lock,
     stale_reason,
     write_lock,
 )
+from toolkit.env.lockfile import lock_path
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
