@@ -47,7 +47,7 @@ def check(session: nox.Session) -> None:
 @nox.session
 def matrix(session: nox.Session) -> None:
     """Show every line side by side."""
-    toolkit(session, "matrix")
+    toolkit(session, "matrix", "show")
 
 
 @nox.session(name="lock-all")
@@ -58,7 +58,7 @@ def lock_all(session: nox.Session) -> None:
 
 @nox.session
 def doctor(session: nox.Session) -> None:
-    """Explain this machine/environment (`nox -s doctor -- --line cu126 --json`)."""
+    """Explain this machine/environment (`nox -s doctor -- cu126 --json`)."""
     toolkit(session, "doctor")
 
 

@@ -198,7 +198,7 @@ def bench_pypi(line: str) -> None:
         for cache in ("empty", "warm"):
             proxy.down = proxy.up = 0
             started = time.perf_counter()
-            layer, _ = lock_pypi_layer(spec, Path(tmp) / "locks")
+            layer, _ = lock_pypi_layer(spec, Workspace(locks=Path(tmp) / "locks"))
             seconds = time.perf_counter() - started
             size = sum(w.get("size", 0) for p in tomllib.loads(layer.pylock)["packages"] for w in p.get("wheels", []))
             print(f"{cache:<10}{seconds:>9.2f}{proxy.down / 1e6:>11.2f} MB{proxy.up / 1e6:>7.2f} MB"

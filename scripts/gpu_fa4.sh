@@ -54,9 +54,9 @@ case "${1:-}" in
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --python "$PY" --cache-dir "$CACHE" --artifacts "$ARTIFACTS" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env "$TARGET" "$CACHE"
-    step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level smoke \
+    step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 "$LINE" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"
-    step parity-fa4 90 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level parity --report-dir "$RESULTS/parity-fa4"
+    step parity-fa4 90 "$PY" -m toolkit.verify.fa4 "$LINE" --level parity --report-dir "$RESULTS/parity-fa4"
     ;;
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
@@ -69,14 +69,14 @@ case "${1:-}" in
     step bench 360 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     # the verb checks the line's spec first; if that refused quickly, measure without it (no peak/targets/plot)
     if [ ! -f "$RESULTS/bench/bench.json" ] && [ $(( $(date +%s) - began )) -lt 60 ]; then
-      step bench-measure-only 400 "$PY" -m toolkit.verify.bench --line "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
+      step bench-measure-only 400 "$PY" -m toolkit.verify.bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     fi
     step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
       --verify "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
     ;;
   verify-full)
     fa4_env "$TARGET" "$CACHE"
-    step verify-fa4-full 520 "$PY" -m toolkit.verify.fa4 --line "$LINE" --level full \
+    step verify-fa4-full 520 "$PY" -m toolkit.verify.fa4 "$LINE" --level full \
       --report-dir "$RESULTS/verify-fa4-full"
     ;;
   *) echo "usage: $0 carry1|carry2|bench|verify-full"; exit 2 ;;

@@ -29,7 +29,7 @@ case "${1:-}" in
   start)
     { date -u; nvidia-smi; nproc; free -g; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; } \
       > "$STATE/machine.txt" 2>&1
-    python3 -m toolkit doctor --line "$LINE" > "$STATE/doctor-before.txt" 2>&1
+    python3 -m toolkit doctor "$LINE" > "$STATE/doctor-before.txt" 2>&1
     cat "$STATE/doctor-before.txt"
     date -u +%s > "$STATE/build.started"
     # memory in use every 5 s while the build runs (MemTotal grows on this machine: used = total - available)
@@ -54,8 +54,8 @@ case "${1:-}" in
     tail -15 "$STATE/verify-full.txt"
     python3 -m toolkit bench "$LINE" > "$STATE/bench.txt" 2>&1; echo "bench rc=$?"
     tail -25 "$STATE/bench.txt"
-    python3 -m toolkit doctor --line "$LINE" > "$STATE/doctor-after.txt" 2>&1; echo "doctor rc=$?"
-    python3 -m toolkit doctor --line "$LINE" --json > "$STATE/doctor-after.json" 2>&1
+    python3 -m toolkit doctor "$LINE" > "$STATE/doctor-after.txt" 2>&1; echo "doctor rc=$?"
+    python3 -m toolkit doctor "$LINE" --json > "$STATE/doctor-after.json" 2>&1
     cat "$STATE/doctor-after.txt"
     ;;
   *) echo "usage: $0 start|wait|check"; exit 2 ;;

@@ -272,7 +272,7 @@ def test_explain_prefix_names_the_environment_the_log_does_not_show(tmp_path, co
     log.write_text(output_of(["g++", "-c", str(tmp_path / "api.cpp"), "-o", str(tmp_path / "api.o")]))
     plain = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log)], capture_output=True, text=True)
     assert plain.returncode == 0 and "[cuda-h-missing" in plain.stdout
-    told = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), "--prefix", str(conda_prefix)],
+    told = subprocess.run([sys.executable, "-m", "toolkit", "explain", str(log), "--search-prefix", str(conda_prefix)],
                           capture_output=True, text=True)
     assert told.returncode == 0 and "[cuda-header-under-targets" in told.stdout
     assert f"-isystem {conda_prefix}/targets/x86_64-linux/include" in told.stdout

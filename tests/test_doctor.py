@@ -358,7 +358,7 @@ def test_wheel_without_the_gpus_arch(workdir, capsys):
 
 
 def test_a_line_that_cannot_target_the_gpu(workdir, capsys):
-    _, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json", "--line", "cu126")
+    _, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json", "cu126")
     archs = row(report, "line-archs")
     assert archs["status"] == "fail" and archs["value"] == "archs 80 90 leave out GPU 0 (sm_120)"
     assert archs["fix"] == (f"add '120' to archs in {ENVS / 'cu126.yaml'} "
@@ -386,7 +386,7 @@ def test_healthy_gpu_machine_exits_0(workdir, capsys):
 
 def test_line_differences_from_the_spec(workdir, capsys):
     """Replaying the healthy machine against another line lists every difference, each with its status."""
-    code, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "cu126")
+    code, report = replay(capsys, RECORDED / "healthy-h200.json", "cu126")
     assert code == 1
     nvcc, torch = report["fingerprint"]["nvcc_path"], report["fingerprint"]["torch"]["path"] + "/version.py"
     assert row(report, "line-cuda")["value"] == f"{nvcc}: nvcc 13.0, the line wants 12.6"
@@ -642,7 +642,7 @@ def test_probe_of_a_missing_python_is_a_row(workdir, capsys):
     """An external line whose python is not on this machine: a failing row, not a traceback."""
     if Path("/opt/torch/.venv/bin/python3").exists():
         pytest.skip("this is the GPU machine: its python is there")
-    code = main(["doctor", "--line", "gpu-machine", "--envs", str(ENVS), "--json"])
+    code = main(["doctor", "gpu-machine", "--envs", str(ENVS), "--json"])
     report = json.loads(capsys.readouterr().out)
     python = row(report, "python")
     assert code == 1 and python["status"] == "fail" and python["value"].startswith("/opt/torch/.venv/bin/python3")
@@ -656,7 +656,7 @@ def test_a_broken_spec_is_a_row_not_an_abort(workdir, capsys):
     for name in ("base", "cu126"):
         (envs / f"{name}.yaml").write_text((ENVS / f"{name}.yaml").read_text())
     (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text().replace("gcc: 13", "gcc: 15"))
-    code = main(["doctor", "--fingerprint", str(RECORDED / "healthy-h200.json"), "--line", "cu126", "--envs",
+    code = main(["doctor", "--fingerprint", str(RECORDED / "healthy-h200.json"), "cu126", "--envs",
                  str(envs), "--json"])
     report = json.loads(capsys.readouterr().out)
     line = row(report, "line")
@@ -680,7 +680,7 @@ def test_bad_report_files_are_one_line_errors(workdir, capsys, content, message)
 
 
 def test_unknown_line_and_missing_prefix_are_one_line_errors(workdir, capsys):
-    assert main(["doctor", "--line", "cu999", "--envs", str(ENVS)]) == 1
+    assert main(["doctor", "cu999", "--envs", str(ENVS)]) == 1
     assert "no spec for line 'cu999'" in capsys.readouterr().err
     assert main(["doctor", "--prefix", str(workdir / "nope")]) == 1
     assert "no such environment prefix" in capsys.readouterr().err
@@ -710,7 +710,7 @@ def test_nox_has_a_doctor_session():
 def test_a_locked_line_without_its_environment_says_how_to_make_it(workdir, capsys):
     """Nothing installed for cu126: the shell's own nvcc, gcc and python are not what the line builds with,
     so they are neither probed nor compared with the spec; one row says the environment is missing."""
-    code = main(["doctor", "--line", "cu126", "--envs", str(ENVS), "--json"])
+    code = main(["doctor", "cu126", "--envs", str(ENVS), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert_well_formed(report, code)
     env = row(report, "env")
@@ -728,7 +728,7 @@ def test_a_locked_line_without_its_environment_says_how_to_make_it(workdir, caps
 def test_a_locked_line_with_a_lock_but_no_environment_only_needs_install(workdir, capsys):
     (workdir / "locks").mkdir()
     (workdir / "locks" / "cu126.conda-lock.yml").write_text("not: a real lock\n")
-    main(["doctor", "--line", "cu126", "--envs", str(ENVS), "--json"])
+    main(["doctor", "cu126", "--envs", str(ENVS), "--json"])
     env = row(json.loads(capsys.readouterr().out), "env")
     assert env["fix"].startswith("toolkit install cu126") and "nox -s env-cu126" in env["fix"]
 
@@ -743,15 +743,15 @@ def test_the_line_s_recommended_attention_is_a_row(workdir, capsys):
     rec.parent.mkdir(parents=True)
     data = json.loads(H200_RECOMMENDATION.read_text())
     rec.write_text(json.dumps(data))
-    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     attention = row(report, "attention")
     assert attention["status"] == "ok", attention
     assert "fa4 (attn_implementation=flash_attention_4)" in attention["value"]
     assert "measured on NVIDIA H200 2026-12-01" in attention["value"]
     rec.write_text(json.dumps({**data, "gpu": "NVIDIA A100-SXM4-80GB"}))
-    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn"
-    assert "toolkit fa4 recommend --line gpu-machine" in row(report, "attention")["fix"]
+    assert "toolkit fa4 recommend gpu-machine" in row(report, "attention")["fix"]
     rec.write_text(json.dumps({**data, "rules": [{**data["rules"][0], "backend": "$(id)"}]}))
-    _, report = replay(capsys, RECORDED / "healthy-h200.json", "--line", "gpu-machine")
+    _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn" and "not a recommendation" in row(report, "attention")["value"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env import fa4_lock
 from toolkit.env.install_record import Fa4Record
@@ -412,7 +413,7 @@ def recorded_pypi(project: str) -> list[dict]:
 def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
     from toolkit.spec.envspec import load_spec
 
-    path = fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, tmp_path)
+    path = fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, Workspace(locks=tmp_path))
     data = json.loads(path.read_text())
     assert path.name == "gpu-machine-fa4.fa4-lock.json" and data["cuda_major"] == "13"
     assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4_pins.release().wheels_for("13")]
@@ -436,7 +437,7 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
         return files
 
     with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
-        fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, tmp_path)
+        fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, Workspace(locks=tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 

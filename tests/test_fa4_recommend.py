@@ -159,8 +159,8 @@ def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     args = ["fa4", "recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
             "--verify", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
-    assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give --line LINE")
-    assert main([*args, "--line", "gpu-machine"]) == 0
+    assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give LINE")
+    assert main([*args, "gpu-machine"]) == 0
     written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
     rec = recommend.read_recommendation(written)
     assert rec.gpu == "NVIDIA H200" and rec.date == "2026-12-01"

@@ -424,7 +424,7 @@ def test_knowledge_archs_of_13_0_match_the_real_nvcc():
 
 def test_matrix_json(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert main(["matrix", "--json"]) == 0
+    assert main(["matrix", "show", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     by_line = {r["line"]: r for r in rows}
     assert by_line["cu118"]["driver_floor"] == "520.61.05"
@@ -437,7 +437,7 @@ def test_matrix_json(monkeypatch, capsys):
 def test_matrix_table(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("COLUMNS", "200")
-    assert main(["matrix", "cu126"]) == 0
+    assert main(["matrix", "show", "cu126"]) == 0
     out = capsys.readouterr().out
     assert "cu126" in out and "560.28.03" in out and "cu118" not in out
 

@@ -30,6 +30,7 @@ import yaml
 from conda_channel import channel_dir, file_url, isolated_caches, pip_index, write_project  # noqa: F401
 
 from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env.download import cache_entry
 from toolkit.env.lock import lock_line
@@ -44,7 +45,7 @@ def project(tmp_path_factory, channel_dir, pip_index):
     """envs/ + locks/ of one locked line (file:// channel), copied per test by `fresh_project`."""
     root = tmp_path_factory.mktemp("hostile-project")
     envs = write_project(root, file_url(channel_dir), pip_index)
-    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=root / "locks", pypi=pip_index)
+    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", workspace=Workspace(locks=root / "locks"), pypi=pip_index)
     return root
 
 

@@ -181,6 +181,21 @@ def test_a_newline_in_a_path_is_refused_not_written_into_a_comment(project, caps
     assert not (project / MARKER).exists() and not (project / "runs").exists()
 
 
+@pytest.mark.parametrize("kind, says", [("fifo", "not a regular file (a FIFO"), ("large", "larger than 64 KiB")])
+def test_a_stages_file_that_is_a_fifo_or_huge_is_refused_in_one_line(project, kind, says):
+    """--stages goes through the bounded reader: a FIFO never blocks the run, a huge file is never read whole."""
+    stages = project / "odd-stages.yaml"
+    if kind == "fifo":
+        os.mkfifo(stages)
+    else:
+        stages.write_text("build:\n  build: \"true\"\n" + "# padding\n" * 8000)
+    done = subprocess.run([sys.executable, "-m", "toolkit", "matrix", "run", "fx1", "--executor", "local",
+                           "--stages", str(stages)], cwd=project, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert done.stderr.startswith("error: odd-stages.yaml: ") and not (project / "runs").exists()
+
+
 # ---------------------------------------------------------------- logs for `toolkit explain`
 
 OOM_LINE = b"nvcc error   : 'cicc' died due to signal 9 (Kill signal)"

@@ -23,6 +23,7 @@ from conda_lock.lockfile import parse_conda_lock_file
 from rich.console import Console
 
 from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env import engine
 from toolkit.env.engine import InstallJob, RattlerEngine
@@ -41,7 +42,7 @@ def lock_over_http(tmp_path_factory, channel_dir, pip_index):
     root = tmp_path_factory.mktemp("project")
     with serve_directory(channel_dir) as channel_url:
         envs = write_project(root, channel_url, pip_index)
-        path, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=root / "locks",
+        path, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", workspace=Workspace(locks=root / "locks"),
                             pypi=pip_index)
         yield path
 
@@ -51,7 +52,7 @@ def leftovers(directory: Path, prefix_name: str) -> list[str]:
 
 
 def test_install_creates_the_locked_prefix(lock_over_http, tmp_path, isolated_caches):
-    prefix = install_line("cu126", tmp_path / "envs" / "cu126", lock_over_http.parent, backend="rattler",
+    prefix = install_line("cu126", tmp_path / "envs" / "cu126", Workspace(locks=lock_over_http.parent), backend="rattler",
                           platform="linux-64")
     locked = [p for p in parse_conda_lock_file(lock_over_http).package if p.platform == "linux-64"]
     conda = {p.name: p for p in locked if p.manager == "conda"}
@@ -74,7 +75,8 @@ def test_tampered_archive_is_refused_and_nothing_is_left(lock_over_http, channel
     tamper(archive)
     try:
         with pytest.raises(ToolkitError) as caught:
-            install_line("cu126", tmp_path / "cu126", lock_over_http.parent, backend="rattler", platform="linux-64")
+            install_line("cu126", tmp_path / "cu126", Workspace(locks=lock_over_http.parent), backend="rattler",
+                         platform="linux-64")
     finally:
         archive.write_bytes(original)
     message = str(caught.value)
@@ -87,11 +89,11 @@ def test_pip_hash_mismatch_is_refused_and_nothing_is_left(channel_dir, tmp_path,
     simple = build_simple_index(index_root, pip_index_files(index_root / "dist"))
     with serve_directory(index_root) as url:
         envs = write_project(tmp_path, file_url(channel_dir), f"{url}/simple")
-        lock, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=tmp_path / "locks",
+        lock, _ = lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", workspace=Workspace(locks=tmp_path / "locks"),
                             pypi=f"{url}/simple")
         tamper(simple / "torch" / "torch-2.9.1-py3-none-any.whl")
         with pytest.raises(ToolkitError) as caught:
-            install_line("cu126", tmp_path / "env", lock.parent, backend="rattler", platform="linux-64")
+            install_line("cu126", tmp_path / "env", Workspace(locks=lock.parent), backend="rattler", platform="linux-64")
     message = str(caught.value)
     assert "\n" not in message and "torch 2.9.1: hash mismatch" in message
     assert not (tmp_path / "env").exists() and leftovers(tmp_path, "env") == []
@@ -103,16 +105,16 @@ def test_an_interrupted_install_leaves_no_prefix(lock_over_http, tmp_path, isola
 
     monkeypatch.setattr(engine, "install_pip_layer", interrupted)  # stop after the conda layer is in place
     with pytest.raises(KeyboardInterrupt):
-        install_line("cu126", tmp_path / "cu126", lock_over_http.parent, backend="rattler", platform="linux-64")
+        install_line("cu126", tmp_path / "cu126", Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64")
     assert not (tmp_path / "cu126").exists() and leftovers(tmp_path, "cu126") == []
 
 
 def test_reinstall_replaces_the_old_prefix_and_reuses_verified_archives(lock_over_http, tmp_path, isolated_caches):
     prefix = tmp_path / "cu126"
-    install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
+    install_line("cu126", prefix, Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64")
     (prefix / "etc" / "nvcc.profile").write_text("from an older install")  # a file the old env's installer wrote
     cached = sorted(isolated_caches.rglob("*.conda"))
-    install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64")
+    install_line("cu126", prefix, Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64")
     assert (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n" and (prefix / "bin" / "nvcc").exists()
     assert sorted(isolated_caches.rglob("*.conda")) == cached and cached
     assert leftovers(tmp_path, "cu126") == []
@@ -122,15 +124,15 @@ def test_if_stale_leaves_an_environment_of_the_same_lock_as_it_is(lock_over_http
     """A local matrix run installs with --if-stale: the environment a current record names is not rebuilt (the
     same folder, inode and files), while one whose record names another lock digest is."""
     prefix = tmp_path / "cu126"
-    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64") == prefix
+    assert install_line("cu126", prefix, Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64") == prefix
     before = prefix.stat().st_ino
     (prefix / "etc" / "nvcc.profile").write_text("as the first install left it")
-    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64",
+    assert install_line("cu126", prefix, Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64",
                         if_stale=True) is None
     assert prefix.stat().st_ino == before and (prefix / "etc" / "nvcc.profile").read_text() == "as the first install left it"
     record = prefix / "etc" / "fa-envkit" / "lock.json"
     record.write_text(record.read_text().replace('"lock_sha256": "', '"lock_sha256": "0'))  # another lock's
-    assert install_line("cu126", prefix, lock_over_http.parent, backend="rattler", platform="linux-64",
+    assert install_line("cu126", prefix, Workspace(locks=lock_over_http.parent), backend="rattler", platform="linux-64",
                         if_stale=True) == prefix
     assert prefix.stat().st_ino != before and (prefix / "etc" / "nvcc.profile").read_text() == f"TOP = {prefix}\n"
 

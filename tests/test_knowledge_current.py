@@ -268,7 +268,7 @@ def test_torch_pypi_cuda_is_what_the_wheel_metadata_pins():
 
 def test_matrix_says_which_lines_are_current_and_which_patches_they_get(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert main(["matrix", "--json"]) == 0
+    assert main(["matrix", "show", "--json"]) == 0
     rows = {r["line"]: r for r in json.loads(capsys.readouterr().out)}
     assert {line for line, r in rows.items() if r["status"] == "current"} == {"cu130", "cu132", "py-cu130", "py-cu132"}
     assert rows["cu132"]["patches"] == rows["cu130"]["patches"] == ["flash-attn-2.8.3-cxx20.patch"]
@@ -278,6 +278,6 @@ def test_matrix_says_which_lines_are_current_and_which_patches_they_get(monkeypa
     assert rows["cu126"]["status_note"] == "torch 2.14 ships cu126 (this line keeps torch 2.9)"
     assert rows["cu126"]["patches"] == []
     monkeypatch.setenv("COLUMNS", "220")
-    assert main(["matrix", "cu132"]) == 0
+    assert main(["matrix", "show", "cu132"]) == 0
     out = capsys.readouterr().out
     assert "flash-attn-2.8.3-cxx20.patch" in out and "cu132: current: torch 2.15 is the newest with cu132" in out

@@ -21,6 +21,7 @@ from conda_lock.lockfile import parse_conda_lock_file
 from rich.console import Console
 
 from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env.engine import CondaLockEngine, RattlerEngine, choose_engine
 from toolkit.env.lock import (
@@ -31,13 +32,12 @@ from toolkit.env.lock import (
     check_locks,
     conda_request,
     lock_line,
-    lock_path,
     lock_pip_requirements,
     read_lock,
-    requirements_path,
     stale_reason,
     write_lock,
 )
+from toolkit.env.lockfile import lock_path
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
@@ -51,7 +51,8 @@ FIXED_SDIST = LockedSdist(url="https://files.example/flash_attn-2.8.3.post2.tar.
 
 def lock_fixture_line(tmp_path: Path, channel: str, index: str, **kwargs) -> tuple[Path, Path]:
     envs = write_project(tmp_path, channel, index, extra=kwargs.pop("extra", ""))
-    path, written = lock_line(checked_spec(envs / "cu126.yaml"), locks_dir=tmp_path / "locks", pypi=index, **kwargs)
+    path, written = lock_line(checked_spec(envs / "cu126.yaml"), workspace=Workspace(locks=tmp_path / "locks"), pypi=index,
+                              **kwargs)
     assert written
     return envs, path
 
@@ -89,7 +90,7 @@ def test_lock_covers_both_platforms_and_layers_and_reads_back(locked, channel_di
             assert hashlib.md5(archive.read_bytes()).hexdigest() == package.hash.md5
         torch = packages_of(lock, platform, "pip")["torch"]
         assert torch.version == "2.9.1" and torch.url.endswith("torch-2.9.1-py3-none-any.whl")
-        requirements = requirements_path("cu126", platform, lock.parent).read_text()
+        requirements = Workspace(locks=lock.parent).requirements_file("cu126", platform).read_text()
         assert f"--hash=sha256:{torch.hash.sha256}" in requirements and "toolkit lock cu126" in requirements
 
 
@@ -119,15 +120,15 @@ def test_relocking_unchanged_inputs_changes_nothing_and_check_finds_stale_locks(
     envs, lock = locked
     before = lock.read_bytes(), lock.stat().st_mtime_ns
     spec = checked_spec(envs / "cu126.yaml")
-    assert lock_line(spec, locks_dir=lock.parent, pypi=pip_index) == (lock, False)
+    assert lock_line(spec, workspace=Workspace(locks=lock.parent), pypi=pip_index) == (lock, False)
     assert (lock.read_bytes(), lock.stat().st_mtime_ns) == before
-    assert check_locks([spec], lock.parent) == []
+    assert check_locks([spec], Workspace(locks=lock.parent)) == []
     assert main(["lock", "--check", "cu126", "--envs", str(envs), "--locks", str(lock.parent)]) == 0
     spec_file = envs / "cu126.yaml"
     original = spec_file.read_text()
     try:
         spec_file.write_text(original.replace('archs: ["80", "90"]', 'archs: ["90"]'))
-        problems = check_locks([load_spec(spec_file)], lock.parent)
+        problems = check_locks([load_spec(spec_file)], Workspace(locks=lock.parent))
         assert len(problems) == 1 and "stale" in problems[0] and "cu126.yaml" in problems[0]
         assert main(["lock", "--check", "--envs", str(envs), "--locks", str(lock.parent)]) == 1
         assert "cu126.conda-lock.yml: stale" in capsys.readouterr().out
@@ -138,7 +139,7 @@ def test_relocking_unchanged_inputs_changes_nothing_and_check_finds_stale_locks(
 def test_forced_relock_of_the_same_inputs_is_byte_identical(locked, pip_index):
     envs, lock = locked
     before = lock.read_bytes()
-    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=lock.parent, pypi=pip_index,
+    lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", workspace=Workspace(locks=lock.parent), pypi=pip_index,
               force=True)
     assert lock.read_bytes() == before
 
@@ -156,8 +157,8 @@ def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monk
     envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/simple")
     spec = checked_spec(envs / "cu126.yaml")
     by_cli = write_lock(spec, CondaLockEngine(str(standin), CONSOLE).solve(conda_request(spec)), [], FIXED_SDIST,
-                        tmp_path / "cli")
-    by_rattler = write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, tmp_path / "rattler")
+                        Workspace(locks=tmp_path / "cli"))
+    by_rattler = write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, Workspace(locks=tmp_path / "rattler"))
     assert by_cli.read_text() == by_rattler.read_text()  # content hash included: conda-lock computed the CLI's
 
 
@@ -167,7 +168,7 @@ def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monk
 def conda_only_lock(tmp_path: Path, channel: str, extra: str = "", cuda: str = "12.6", line: str = "cu126") -> Path:
     envs = write_project(tmp_path, channel, "http://127.0.0.1:9/simple", line=line, cuda=cuda, extra=extra)
     spec = checked_spec(envs / f"{line}.yaml")
-    return write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, tmp_path / "locks")
+    return write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, Workspace(locks=tmp_path / "locks"))
 
 
 def test_http_channel_locks_the_same_packages_as_file_channel(channel_dir, tmp_path):
@@ -256,7 +257,8 @@ def test_missing_and_malformed_locks_are_one_line_errors(tmp_path):
 def test_unreachable_torch_index_is_one_line_naming_the_index(channel_dir, pip_index, tmp_path):
     envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/whl/cu126")
     with pytest.raises(ToolkitError) as caught:
-        lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", locks_dir=tmp_path / "locks", pypi=pip_index)
+        lock_line(checked_spec(envs / "cu126.yaml"), backend="rattler", workspace=Workspace(locks=tmp_path / "locks"),
+                  pypi=pip_index)
     message = str(caught.value)
     assert "\n" not in message and "torch.index http://127.0.0.1:9/whl/cu126 is unreachable" in message
     assert "locks/README.md" in message and not (tmp_path / "locks" / "cu126.conda-lock.yml").exists()
@@ -342,7 +344,7 @@ def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp
     assert set(added) == set(pins) - {"typing-extensions"} and "nvidia-cutlass-dsl-libs-cu12" not in added
     assert all(added[n].hash.sha256 == pins[n].sha256 and added[n].url.endswith(pins[n].file) for n in added)
     assert "flash-attn-4 4.0.0b36: 12 pinned wheels" in layer.resolver
-    path = write_lock(spec, RATTLER.solve(conda_request(spec)), [layer], FIXED_SDIST, tmp_path / "locks")
+    path = write_lock(spec, RATTLER.solve(conda_request(spec)), [layer], FIXED_SDIST, Workspace(locks=tmp_path / "locks"))
     locked = {p.name: p for p in read_lock(path).packages_for("linux-64") if p.manager == "pip"}
     assert locked["flash-attn-4"].version == "4.0.0b36" and locked["typing-extensions"].version == "4.16.0"
     assert locked["nvidia-cutlass-dsl-libs-cu13"].sha256 == pins["nvidia-cutlass-dsl-libs-cu13"].sha256

@@ -160,10 +160,10 @@ def test_locking_twice_gives_the_same_packages_and_hashes(tmp_path, monkeypatch)
     spec = checked_spec(ROOT / "envs" / "py-cu132.yaml")
     first, second = tmp_path / "first", tmp_path / "second"
     started = time.perf_counter()
-    assert lock_line(spec, locks_dir=first) == (lock_path("py-cu132", first), True)
+    assert lock_line(spec, workspace=Workspace(locks=first)) == (Workspace(locks=first).lock_file("py-cu132"), True)
     assert time.perf_counter() - started < 120  # metadata only: the 540 MB torch wheel is never downloaded
-    assert lock_line(spec, locks_dir=first) == (lock_path("py-cu132", first), False)  # current: kept
-    lock_line(spec, locks_dir=second)
+    assert lock_line(spec, workspace=Workspace(locks=first)) == (Workspace(locks=first).lock_file("py-cu132"), False)
+    lock_line(spec, workspace=Workspace(locks=second))
     assert locked_files(first, "py-cu132") == locked_files(second, "py-cu132")
     packages, _ = locked_files(first, "py-cu132")
     assert {(name, version) for name, version, _, _ in packages} >= {

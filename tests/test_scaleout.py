@@ -189,7 +189,7 @@ def test_a_bad_stages_file_is_one_line(project, text, problem):
 
 
 def test_github_matrix_lists_every_line(capsys):
-    assert main(["matrix", "--github", "--envs", str(ROOT / "envs")]) == 0
+    assert main(["matrix", "show", "--github", "--envs", str(ROOT / "envs")]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1  # one line, for $GITHUB_OUTPUT
     rows = json.loads(out)["include"]
@@ -201,11 +201,11 @@ def test_github_matrix_lists_every_line(capsys):
 
 
 def test_run_options_without_run_are_refused(project, capsys):
-    assert main(["matrix", "fx1", "--executor", "local", "--max-parallel", "2"]) == 1
+    assert main(["matrix", "show", "fx1", "--executor", "local", "--max-parallel", "2"]) == 1
     err = capsys.readouterr().err
     assert "--executor, --max-parallel belong to `toolkit matrix run`" in err and err.count("\n") == 1
     assert main(["matrix", "run", "fx1", "--github"]) == 1
-    assert main(["matrix", "fx1", "--json"]) == 0 and not (project / "runs").exists()
+    assert main(["matrix", "show", "fx1", "--json"]) == 0 and not (project / "runs").exists()
 
 
 # ---------------------------------------------------------------- file locks

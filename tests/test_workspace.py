@@ -88,7 +88,7 @@ def workspace_actions(parser: argparse.ArgumentParser) -> dict[str, tuple]:
 
 # Verbs that read or write no workspace folder take none of the options (`fa4 warm` names the folder its
 # kernel-cache artifact goes to --artifacts: --wheelhouse is the workspace's, everywhere).
-NO_WORKSPACE = {("explain",), ("knowledge",), ("knowledge", "check-updates"), ("fa4",), ("fa4", "fetch"),
+NO_WORKSPACE = {("explain",), ("matrix",), ("knowledge",), ("knowledge", "check-updates"), ("fa4",), ("fa4", "fetch"),
                 ("fa4", "install"), ("fa4", "join"), ("fa4", "env"), ("fa4", "cache-install"),
                 ("fa4", "recommend"), ("fa4", "warm")}
 
@@ -98,8 +98,9 @@ def test_every_verb_declares_the_workspace_options_once_with_one_help_text():
     add_workspace_options(reference)
     expected = workspace_actions(reference)
     verbs = dict(verb_parsers(build_parser()))
-    assert set(verbs) - NO_WORKSPACE >= {("check",), ("matrix",), ("lock",), ("install",), ("modules",), ("doctor",),
-                                         ("build",), ("verify",), ("bench",), ("fa4", "lock")}
+    assert set(verbs) - NO_WORKSPACE >= {("check",), ("matrix", "show"), ("matrix", "run"), ("lock",), ("install",),
+                                         ("modules",), ("doctor",), ("build",), ("build-report",), ("verify",),
+                                         ("bench",), ("fa4", "lock")}
     for words, parser in verbs.items():
         if words in NO_WORKSPACE:
             continue
@@ -132,9 +133,9 @@ def record_elsewhere(wheelhouse: Path, line: str, python: str, **outputs: str) -
 def test_build_report_reads_the_given_wheelhouse(project: Path, monkeypatch, capsys):
     monkeypatch.chdir(project)
     record = record_elsewhere(project / "elsewhere", "cu126", "3.12")
-    assert main(["build", "cu126", "--report"]) == 1
+    assert main(["build-report", "cu126"]) == 1
     assert "wheelhouse/cu126: no build records" in capsys.readouterr().err
-    assert main(["build", "cu126", "--report", "--wheelhouse", "elsewhere"]) == 0
+    assert main(["build-report", "cu126", "--wheelhouse", "elsewhere"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"elsewhere/cu126/{record.name}:") and "4 jobs x 1 nvcc thread" in out
 

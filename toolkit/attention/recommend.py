@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, get_args
 import pydantic
 
 from toolkit.base.atomic import write_atomic
+from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
 
@@ -327,7 +328,7 @@ def check_recommendation(data: object, path: Path) -> Recommendation:
 
 
 def read_if_any(path: Path) -> Recommendation | None:
-    """The line's recommendation, None where `toolkit fa4 recommend --line` never wrote one."""
+    """The line's recommendation, None where `toolkit fa4 recommend LINE` never wrote one."""
     return read_recommendation(path) if Path(path).is_file() else None
 
 
@@ -420,10 +421,12 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
     parser.add_argument("--verify", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
                         help="a packaged backend's verification report (fa4=..., flash-attn=...)")
-    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with --line: "
+    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
                                                  "reports/LINE/recommendation.json, where doctor and modules read it)")
-    parser.add_argument("--line", help="the line the bench ran for (its reports folder gets the file)")
-    parser.set_defaults(func=_recommend_command)
+    parser.add_argument("line", nargs="?", metavar="LINE",
+                        help="the line the bench ran for (its reports folder gets the file)")
+    add_renamed_option(parser, "--line", "`toolkit fa4 recommend LINE`")
+    parser.set_defaults(func=fa4_recommend_command)
 
 
 def _read_json(path: Path) -> object:
@@ -474,12 +477,12 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
     return lines
 
 
-def _recommend_command(args: argparse.Namespace) -> int:
+def fa4_recommend_command(args: argparse.Namespace) -> int:
     from toolkit.base.workspace import Workspace
     from toolkit.knowledge.fa4_pins import knowledge
 
     if args.out is None and args.line is None:
-        raise ToolkitError("fa4 recommend: give --line LINE (writes reports/LINE/recommendation.json) or --out FILE")
+        raise ToolkitError("fa4 recommend: give LINE (writes reports/LINE/recommendation.json) or --out FILE")
     args.out = args.out or Workspace().recommendation_file(args.line)
     facts = knowledge()
     bench, reports = _read_reports(args, tuple(facts["attn_implementation"]))

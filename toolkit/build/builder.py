@@ -28,9 +28,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from toolkit.base.atomic import clean_stale, owned_dir, run_temporaries
 from toolkit.base.children import kill_group, popen_tied
 from toolkit.base.digest import sha256_file
+from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build.diagnose import explain_file
 from toolkit.build.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
 from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
@@ -71,9 +72,9 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    wheelhouse: Path = Workspace.wheelhouse
-    cache: Path | None = None  # None: Workspace().cache ($TOOLKIT_CACHE or .cache)
-    prefix: Path | None = None  # locked toolchain's conda prefix (default .envs/<line>)
+    workspace: Workspace = DEFAULT  # the lock it builds from, the wheelhouse it places the wheel in
+    cache: Path | None = None  # None: the workspace's cache ($TOOLKIT_CACHE or .cache)
+    prefix: Path | None = None  # locked toolchain's conda prefix (default: the workspace's .envs/<line>)
     arch: str | None = None  # "native", "80,90" or None (the spec's archs)
     jobs: int | None = None
     nvcc_threads: int | None = None
@@ -306,11 +307,12 @@ def build_folder(parent: Path, line: str, keep: bool, console: Console) -> Itera
         console.print(f"build directory kept: {display_path(folder)}")
 
 
-def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Console) -> BuildResult:
+def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult:
     """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
-    cache = options.cache or Workspace().cache
-    line_dir = Workspace(wheelhouse=options.wheelhouse).wheel_dir(spec.line)
-    tc = line_env.resolve(spec, options.prefix).require_installed(spec.line)
+    workspace = options.workspace
+    cache = options.cache or workspace.cache
+    lock_file, line_dir = workspace.lock_file(spec.line), workspace.wheel_dir(spec.line)
+    tc = line_env.resolve(spec, options.prefix, workspace=workspace).require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
     clean_stale(build_parent)  # what killed builds left
@@ -406,34 +408,24 @@ def build(spec: EnvSpec, lock_file: Path, options: BuildOptions, console: Consol
             finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         wheel = place(built, line_dir, record)
-        write_index(options.wheelhouse)
+        write_index(workspace.wheelhouse)
         return BuildResult(wheel, record_path_for(wheel), record, cached=False)
 
 
 # ---------------------------------------------------------------- CLI
 
 
-def cmd_build(args: argparse.Namespace) -> int:
+def build_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     workspace = Workspace.from_args(args)
-    spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
-    if args.report:
-        line_dir = workspace.wheel_dir(spec.line)
-        found = records(line_dir) if line_dir.is_dir() else []
-        if not found:
-            raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
-        path, record = found[0]
-        print(f"{display_path(path)}:")
-        for text in describe(record):
-            print(f"  {text}")
-        return 0
-    options = BuildOptions(wheelhouse=workspace.wheelhouse, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
+    spec = checked_spec(resolve_spec_arg(args.line, workspace))
+    options = BuildOptions(workspace=workspace, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
                            install_target=args.install_target, order_from=args.order_from)
     t0 = time.monotonic()
     with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
-        result = build(spec, workspace.lock_file(spec.line), options, console)
+        result = build(spec, options, console)
     if result.cached:
         print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, {time.monotonic() - t0:.2f} s; "
               f"--force rebuilds)")
@@ -443,6 +435,21 @@ def cmd_build(args: argparse.Namespace) -> int:
             print(f"  {text}")
         print(f"  record: {display_path(result.record_path)}; index: "
               f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}")
+    return 0
+
+
+def build_report_command(args: argparse.Namespace) -> int:
+    """The newest build record's figures: wall time, parallelism, the slowest objects."""
+    workspace = Workspace.from_args(args)
+    spec = checked_spec(resolve_spec_arg(args.line, workspace))
+    line_dir = workspace.wheel_dir(spec.line)
+    found = records(line_dir) if line_dir.is_dir() else []
+    if not found:
+        raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
+    path, record = found[0]
+    print(f"{display_path(path)}:")
+    for text in describe(record):
+        print(f"  {text}")
     return 0
 
 
@@ -468,7 +475,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
                     "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
                     "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
-    parser.add_argument("line", help="line name (cu126) or spec file")
+    parser.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
     add_workspace_options(parser)
     parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
     parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
@@ -485,5 +492,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--order-from", type=Path, metavar="RECORD",
                         help="start objects longest first by the times in this build record of the same sdist "
                              "(default: the newest record in wheelhouse/LINE/)")
-    parser.add_argument("--report", action="store_true", help="print the newest build record's figures and exit")
-    parser.set_defaults(func=cmd_build)
+    add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
+    parser.set_defaults(func=build_command)
+    report = subparsers.add_parser("build-report", help="the newest build record's wall time and parallel efficiency",
+                                   description="Print the figures of the newest build record in wheelhouse/LINE/: "
+                                               "wall time, jobs x nvcc threads and why, parallel efficiency.")
+    report.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
+    add_workspace_options(report)
+    report.set_defaults(func=build_report_command)

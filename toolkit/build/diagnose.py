@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.knowledge import files as knowledge_files
@@ -86,7 +87,7 @@ class Context:
     """What advice may consult beyond the matched line: the rest of the log and the environment prefixes."""
 
     tail: LogTail
-    given: tuple[Path, ...] = ()  # prefixes the caller knows (the build's, --prefix)
+    given: tuple[Path, ...] = ()  # prefixes the caller knows (the build's, --search-prefix)
     _targets: dict[str, Path | None] = field(default_factory=dict)
 
     @cached_property
@@ -304,8 +305,8 @@ def explain_log(path: Path, prefixes: tuple[Path, ...] = ()) -> str:
                        f"(add it to toolkit/knowledge/build_failures.yaml{hint}{partial})")
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    print(explain_log(args.log, tuple(args.prefix or ())))
+def explain_command(args: argparse.Namespace) -> int:
+    print(explain_log(args.log, tuple(args.search_prefix or ())))
     return 0
 
 
@@ -315,8 +316,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Match a log (a failed `toolkit build`, pip or import output) against "
                     "toolkit/knowledge/build_failures.yaml and print the cause and the fix in one line. "
                     f"A log longer than {TAIL_BYTES >> 20} MB is explained from its end.")
-    parser.add_argument("log", type=Path, help="the log file")
-    parser.add_argument("--prefix", type=Path, action="append", metavar="DIR",
-                        help="the environment the build used, to tell a missing header from one it did not "
-                             "search (default: the prefixes of the -I paths the log shows; repeatable)")
-    parser.set_defaults(func=cmd_explain)
+    parser.add_argument("log", type=Path, metavar="LOG", help="the log file")
+    parser.add_argument("--search-prefix", type=Path, action="append", metavar="DIR",
+                        help="an environment the build used, searched to tell a missing header from one it did "
+                             "not look for (default: the prefixes of the -I paths the log shows; repeatable)")
+    add_renamed_option(parser, "--prefix", "`--search-prefix DIR`")  # --prefix is an environment to use elsewhere
+    parser.set_defaults(func=explain_command)

@@ -23,6 +23,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -405,11 +406,11 @@ MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
 )
 
 
-# ---------------------------------------------------------------- checks against --line
+# ---------------------------------------------------------------- checks against the LINE given
 
 
 def check_line(line: LineFacts) -> Row:
-    """The --line's spec, or why it could not be read (then no other line check runs)."""
+    """The LINE's spec, or why it could not be read (then no other line check runs)."""
     if line.spec is None:
         return Row("line", "fail", line.spec_error or "unreadable spec", f"fix the spec (toolkit check {line.name})")
     spec = line.spec
@@ -582,12 +583,12 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
 
 
 def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    """The fastest verified attention `toolkit fa4 recommend --line` found for this line, when it ran: on
+    """The fastest verified attention `toolkit fa4 recommend LINE` found for this line, when it ran: on
     which GPU, and what to ask transformers for (bf16, head dim 128; the file has every measured shape)."""
     from toolkit.attention.recommend import summary
 
     if line.recommendation_error:
-        return Row("attention", "warn", line.recommendation_error, f"toolkit fa4 recommend --line {line.name} ...")
+        return Row("attention", "warn", line.recommendation_error, f"toolkit fa4 recommend {line.name} ...")
     rec = line.recommendation
     if rec is None:
         return None
@@ -596,7 +597,7 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
     here = {gpu.name for gpu in f.fingerprint.gpus}
     if here and rec.gpu not in here:
         return Row("attention", "warn", f"{text} ({where}; this machine has {', '.join(sorted(here))})",
-                   f"measure here: toolkit bench {line.name}, then toolkit fa4 recommend --line {line.name}")
+                   f"measure here: toolkit bench {line.name}, then toolkit fa4 recommend {line.name}")
     return Row("attention", "ok" if here else "info", f"{text} ({where})")
 
 
@@ -634,9 +635,9 @@ def gather(args: argparse.Namespace) -> Facts:
     if args.fingerprint:
         fp, found, recorded_line = read_report(args.fingerprint)
         line_name = line_name or recorded_line
-    spec, spec_error = load_line(line_name, args.envs) if line_name else (None, None)
-    machine = fp.machine if args.fingerprint else platform.machine()
     workspace = Workspace.from_args(args)
+    spec, spec_error = load_line(line_name, workspace) if line_name else (None, None)
+    machine = fp.machine if args.fingerprint else platform.machine()
     line = gather_line(line_name, spec, spec_error, machine, workspace, args.prefix) if line_name else None
     if not args.fingerprint:
         if args.prefix is not None and not args.prefix.is_dir():
@@ -655,10 +656,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor", help="explain this machine/environment: versions, mismatches, fixes",
         description="Gather driver, GPUs, CUDA_HOME/nvcc, gcc, python, torch, flash-attn and transformers, "
-                    "compare them with each other and (with --line) with the line's spec, lock and build "
+                    "compare them with each other and (given a LINE) with the line's spec, lock and build "
                     "record. One row per check with a fix where wrong; failing rows first. Exit 0 when "
                     "all is well, 1 when something would break a build or a run.")
-    parser.add_argument("--line", metavar="LINE", help="also compare with this line's spec, lock and build record")
+    parser.add_argument("line", nargs="?", metavar="LINE", help="also compare with this line's spec, lock and build record")
+    add_renamed_option(parser, "--line", "`toolkit doctor LINE`")
     parser.add_argument("--prefix", type=Path, metavar="DIR",
                         help="check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH)")
     parser.add_argument("--json", action="store_true",
@@ -666,7 +668,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fingerprint", type=Path, metavar="REPORT",
                         help="evaluate a recorded `toolkit doctor --json` report instead of this machine")
     add_workspace_options(parser)
-    parser.set_defaults(func=run_doctor)
+    parser.set_defaults(func=doctor_command)
 
 
 def report(facts: Facts, rows: list[Row]) -> dict:
@@ -680,7 +682,7 @@ def print_table(rows: list[Row], facts: Facts) -> None:
     from rich.table import Table
 
     colors = {"fail": "bold red", "warn": "yellow", "ok": "green", "info": "dim"}
-    title = f"toolkit doctor{' --line ' + facts.line.name if facts.line else ''}"
+    title = f"toolkit doctor{' ' + facts.line.name if facts.line else ''}"
     table = Table(title=title)
     for column in ("status", "check", "value", "fix"):
         table.add_column(column, overflow="fold")
@@ -693,7 +695,7 @@ def print_table(rows: list[Row], facts: Facts) -> None:
                   f"{'something would break a build or a run' if counts['fail'] else 'all is well'}")
 
 
-def run_doctor(args: argparse.Namespace) -> int:
+def doctor_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     with Console(stderr=True).status("probing the toolchain and the environment's python"):

@@ -182,9 +182,9 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
                 workspace: Workspace = DEFAULT, prefix: Path | None = None) -> LineFacts:
     """The line's lock, env prefix (`prefix`, else the workspace's) and build record, each tolerated absent."""
     from toolkit.build.wheelhouse import records
-    from toolkit.env.lockfile import lock_path, read_lock, stale_reason
+    from toolkit.env.lockfile import read_lock, stale_reason
 
-    lock_file, wheel_dir = lock_path(name, workspace.locks), workspace.wheel_dir(name)
+    lock_file, wheel_dir = workspace.lock_file(name), workspace.wheel_dir(name)
     lock_problem, locked, lock_digest = None, None, None
     if lock_file.exists():
         try:
@@ -212,11 +212,11 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
                      record, record_error, install_record, lock_digest, recommendation, recommendation_error)
 
 
-def load_line(name: str, envs_dir: Path) -> tuple[EnvSpec | None, str | None]:
+def load_line(name: str, workspace: Workspace) -> tuple[EnvSpec | None, str | None]:
     """The checked spec, or the first problem as text (a broken spec is a row, not an abort)."""
     from toolkit.spec.rules import checked_spec
 
-    path = resolve_spec_arg(name, envs_dir)
+    path = resolve_spec_arg(name, workspace)
     try:
         return checked_spec(path), None
     except ToolkitError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 from toolkit.base.atomic import write_atomic
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
-from toolkit.base.workspace import Workspace
+from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.knowledge.fa4_pins import KNOWLEDGE_FILE, Release, release, wheel_fits_python
 
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -47,7 +47,7 @@ def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dic
     return entries
 
 
-def write_lock(spec, files_of=pypi_files, locks_dir: Path = Workspace.locks) -> Path:
+def write_lock(spec, files_of=pypi_files, workspace: Workspace = DEFAULT) -> Path:
     """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
     from toolkit.base.digest import sha256_json
 
@@ -62,7 +62,7 @@ def write_lock(spec, files_of=pypi_files, locks_dir: Path = Workspace.locks) -> 
             "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
             "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
     data["digest"] = sha256_json(data)
-    path = Workspace(locks=Path(locks_dir)).fa4_lock_file(spec.line)
+    path = workspace.fa4_lock_file(spec.line)
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 

@@ -46,7 +46,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
@@ -69,14 +69,14 @@ def running_platform() -> str:
 # ---------------------------------------------------------------- the whole install
 
 
-def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Workspace.locks, backend: str = "auto",
+def install_line(line: str, prefix: Path | None = None, workspace: Workspace = DEFAULT, backend: str = "auto",
                  conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False) -> Path | None:
     """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
     `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
 
     Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
     Installs into one prefix take turns (a file lock beside it)."""
-    lock_file = Workspace(locks=Path(locks_dir)).lock_file(line)
+    lock_file = workspace.lock_file(line)
     locked_env = read_lock(lock_file)
     if locked_env.toolchain_kind == "external":
         raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
@@ -86,7 +86,7 @@ def install_line(line: str, prefix: Path | None = None, locks_dir: Path = Worksp
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
                            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
     check_current(locked_env, platform)
-    prefix = Path(prefix or Workspace().prefix(line)).absolute()
+    prefix = Path(prefix or workspace.prefix(line)).absolute()
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     prefix.parent.mkdir(parents=True, exist_ok=True)
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
@@ -287,15 +287,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="leave an environment that already holds this lock as it is (default: reinstall it)")
     add_engine_options(parser)
     add_workspace_options(parser)
-    parser.set_defaults(func=run_install)
+    parser.set_defaults(func=install_command)
 
 
-def run_install(args: argparse.Namespace) -> int:
+def install_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
     if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
-        resolve_spec_arg(args.line, workspace.envs)
+        resolve_spec_arg(args.line, workspace)
     with run_temporaries("install"):
-        prefix = install_line(args.line, args.prefix, workspace.locks, args.backend, args.conda,
+        prefix = install_line(args.line, args.prefix, workspace, args.backend, args.conda,
                               if_stale=args.if_stale)
     lock = display_path(workspace.lock_file(args.line))
     print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else

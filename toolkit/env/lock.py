@@ -36,7 +36,7 @@ from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env import pypi_lock
 from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
 from toolkit.env.lockfile import (
@@ -53,7 +53,6 @@ from toolkit.env.lockfile import (
     LockedEnv,  # noqa: F401 - build and modules import it from here
     LockedSdist,
     lock_digest,
-    lock_path,
     pylock_problem,
     read_lock,
     stale_reason,
@@ -276,7 +275,7 @@ def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) ->
     return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
 
 
-def lock_pypi_layer(spec: EnvSpec, locks_dir: Path = Workspace.locks) -> tuple[PipLayer, CondaLayer]:
+def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT) -> tuple[PipLayer, CondaLayer]:
     """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
     a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants."""
     if len(spec.platforms) != 1:
@@ -286,7 +285,7 @@ def lock_pypi_layer(spec: EnvSpec, locks_dir: Path = Workspace.locks) -> tuple[P
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
     check_index_reachable(spec.torch_index, display_path(spec.path))
-    pylock = Workspace(locks=Path(locks_dir)).pylock_file(spec.line)
+    pylock = workspace.pylock_file(spec.line)
     started = time.perf_counter()
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         with console.status(f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
@@ -365,11 +364,6 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
 # ---------------------------------------------------------------- writing the lock
 
 
-def requirements_path(line: str, platform: str, locks_dir: Path = Workspace.locks) -> Path:
-    """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
-    return Workspace(locks=Path(locks_dir)).requirements_file(line, platform)
-
-
 def lock_header(spec: EnvSpec, sources: list[str]) -> str:
     return (f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
             f"(conda-lock install/render read it).\n"
@@ -379,12 +373,12 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
 
 
 def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
-               locks_dir: Path = Workspace.locks) -> Path:
+               workspace: Workspace = DEFAULT) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
-    locks_dir = Path(locks_dir)
+    locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
               KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
@@ -397,12 +391,12 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
         metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
                           sources=sources, custom_metadata=custom))
-    path = lock_path(spec.line, locks_dir)
+    path = workspace.lock_file(spec.line)
     with owned_dir(locks_dir, "lock") as tmp:
         draft = tmp / path.name
         staged = []
         for text in pylocks:  # one: a pypi line has one platform
-            target = Workspace(locks=locks_dir).pylock_file(spec.line)
+            target = workspace.pylock_file(spec.line)
             (tmp / target.name).write_text(text)
             lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
@@ -413,7 +407,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         read_lock(draft)  # what we wrote reads back and verifies
         for layer in pip_layers:
             if layer.requirements:
-                target = requirements_path(spec.line, layer.platform, locks_dir)
+                target = workspace.requirements_file(spec.line, layer.platform)
                 (tmp / target.name).write_text(layer.requirements)
                 staged.append((tmp / target.name, target))
         checkpoint("lock:write")
@@ -426,10 +420,10 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
 # ---------------------------------------------------------------- the `lock` verb
 
 
-def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, locks_dir: Path = Workspace.locks,
+def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, workspace: Workspace = DEFAULT,
               force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
-    path = lock_path(spec.line, locks_dir)
+    path = workspace.lock_file(spec.line)
     if not force and path.exists():
         try:
             locked = read_lock(path)
@@ -440,22 +434,22 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
             return path, False
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
     if spec.toolchain.kind == "pypi":
-        layer, empty = lock_pypi_layer(spec, locks_dir)
-        return write_lock(spec, empty, [layer], sdist, locks_dir), True
+        layer, empty = lock_pypi_layer(spec, workspace)
+        return write_lock(spec, empty, [layer], sdist, workspace), True
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
     pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
                   for platform in spec.platforms]
-    return write_lock(spec, conda, pip_layers, sdist, locks_dir), True
+    return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
-def check_locks(specs: list[EnvSpec], locks_dir: Path) -> list[str]:
+def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
     """One line per lock that is missing or does not match its spec."""
     problems = []
     for spec in specs:
-        path = lock_path(spec.line, locks_dir)
+        path = workspace.lock_file(spec.line)
         if not path.exists():
             problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
             continue
@@ -491,17 +485,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
     add_workspace_options(parser)
-    parser.set_defaults(func=run_lock)
+    parser.set_defaults(func=lock_command)
 
 
-def run_lock(args: argparse.Namespace) -> int:
+def lock_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    paths = [resolve_spec_arg(s, workspace.envs) for s in args.lines] or (spec_paths(workspace.envs)
+    paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (spec_paths(workspace.envs)
                                                                           if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
     if args.check:
-        problems = check_locks([load_spec(p) for p in paths], workspace.locks)
+        problems = check_locks([load_spec(p) for p in paths], workspace)
         for line in problems:
             print(line)
         if not problems:
@@ -519,7 +513,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace.locks, args.force,
+            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace, args.force,
                                          args.pypi)
         except ToolkitError as exc:
             if len(paths) == 1:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from toolkit.base.atomic import clean_stale, run_temporaries, write_atomic
 from toolkit.base.digest import sha256_file
+from toolkit.base.entry import program
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -44,28 +45,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _release_options(fetch_parser)
     fetch_parser.add_argument("--dest", type=Path, required=True)
     fetch_parser.add_argument("--split-into", type=Path, help="also cut the wheels into two carryable folders")
-    fetch_parser.set_defaults(func=_fetch_command)
+    fetch_parser.set_defaults(func=fa4_fetch_command)
     lock_parser = verbs.add_parser("lock", help="write locks/LINE.fa4-lock.json: the line's exact wheels + URLs")
     lock_parser.add_argument("line", metavar="LINE", help="line name or spec file (with a flash_attn_4 section)")
     add_workspace_options(lock_parser)
     lock_parser.add_argument("--locks-dir", dest="locks", type=Path, default=argparse.SUPPRESS,
                              help=argparse.SUPPRESS)  # the earlier spelling of --locks
-    lock_parser.set_defaults(func=_lock_command)
+    lock_parser.set_defaults(func=fa4_lock_command)
     install_parser = verbs.add_parser("install", help="install the pinned wheels into a --target folder")
     _release_options(install_parser)
     install_parser.add_argument("--lock", type=Path, help="a `toolkit fa4 lock` file (sets release and CUDA major)")
     install_parser.add_argument("--wheels", type=Path, required=True, help="folder with the pinned wheels")
     add_target_option(install_parser)
     install_parser.add_argument("--python", default=sys.executable, help="interpreter the install is for")
-    install_parser.set_defaults(func=_install_command)
+    install_parser.set_defaults(func=fa4_install_command)
     join_parser = verbs.add_parser("join", help="reassemble split wheels (folders of parts) into one folder")
     join_parser.add_argument("--dest", type=Path, required=True)
     join_parser.add_argument("parts", type=Path, nargs="+", help="folders holding parts and manifests")
-    join_parser.set_defaults(func=_join_command)
+    join_parser.set_defaults(func=fa4_join_command)
     env_parser = verbs.add_parser("env", help="print NAME=VALUE lines an install (and its kernel cache) needs")
     add_target_option(env_parser)
     env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
-    env_parser.set_defaults(func=_env_command)
+    env_parser.set_defaults(func=fa4_env_command)
     _register_cache_verbs(verbs)
     recommend.register(verbs)
 
@@ -79,7 +80,7 @@ def _release_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-major", default="13", help="CUDA major of the line (picks the libs-cuN flavor)")
 
 
-def _fetch_command(args: argparse.Namespace) -> int:
+def fa4_fetch_command(args: argparse.Namespace) -> int:
     rel = release(args.release)
     paths = fetch(rel, args.cuda_major, args.dest)
     for path in paths:
@@ -89,7 +90,7 @@ def _fetch_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _join_command(args: argparse.Namespace) -> int:
+def fa4_join_command(args: argparse.Namespace) -> int:
     missing = next((folder for folder in args.parts if not folder.is_dir()), None)
     if missing is not None:
         raise ToolkitError(f"{missing}: not a folder of parts (pass the carried part1/part2 folders)")
@@ -110,7 +111,7 @@ def _join_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_command(args: argparse.Namespace) -> int:
+def fa4_env_command(args: argparse.Namespace) -> int:
     """For a shell to read as data (`while IFS== read -r name value`), never to eval."""
     from toolkit.fa4.jit import cache_env
 
@@ -124,17 +125,17 @@ def _env_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lock_command(args: argparse.Namespace) -> int:
+def fa4_lock_command(args: argparse.Namespace) -> int:
     from toolkit.spec.envspec import resolve_spec_arg
     from toolkit.spec.rules import checked_spec
 
     workspace = Workspace.from_args(args)
-    path = write_lock(checked_spec(resolve_spec_arg(args.line, workspace.envs)), locks_dir=workspace.locks)
+    path = write_lock(checked_spec(resolve_spec_arg(args.line, workspace)), workspace=workspace)
     print(f"wrote {path}")
     return 0
 
 
-def _install_command(args: argparse.Namespace) -> int:
+def fa4_install_command(args: argparse.Namespace) -> int:
     rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
     with run_temporaries("fa4-install"):  # pip's own temporaries: removed by the next run if this one is killed
         record = install(rel, cuda_major, args.wheels, args.target, args.python)
@@ -162,16 +163,16 @@ def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
                                                                            "causal x fwd, fwd+bwd")
     parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
     parser.add_argument("--jobs", type=int, default=1, help="variants warmed at a time (default 1)")
-    parser.set_defaults(func=_warm_command)
+    parser.set_defaults(func=fa4_warm_command)
     use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
     _target_and_arch(use)
     use.add_argument("--record", type=Path, required=True, help="the artifact's .kernel-cache.json record")
     use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
                                                               "one an earlier cache-install filled")
-    use.set_defaults(func=_cache_install_command)
+    use.set_defaults(func=fa4_cache_install_command)
 
 
-def _warm_command(args: argparse.Namespace) -> int:
+def fa4_warm_command(args: argparse.Namespace) -> int:
     record = load_record(args.target, python_argument(args.python))
     env = record.env()
     key = cache_key(record.python, env, args.arch)
@@ -207,7 +208,7 @@ def _target_and_arch(parser: argparse.ArgumentParser) -> None:
                                                                  "name it; default: this one)")
 
 
-def _cache_install_command(args: argparse.Namespace) -> int:
+def fa4_cache_install_command(args: argparse.Namespace) -> int:
     record = load_record(args.target, python_argument(args.python))
     folder_argument(args.dest, "--dest")
     cache_record(args.record)  # a damaged record is refused before any program runs
@@ -218,13 +219,10 @@ def _cache_install_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@program
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.fa4 STEP ...`: the fa4 verbs without loading every other stage."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.fa4")
     register(parser.add_subparsers())
     args = parser.parse_args(["fa4", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        return args.func(args)
-    except ToolkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return args.func(args)

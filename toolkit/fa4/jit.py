@@ -37,6 +37,7 @@ import pydantic
 from toolkit.base import children
 from toolkit.base.atomic import clean_stale, copy_atomic, publish_dir, publish_file, write_atomic
 from toolkit.base.digest import sha256_file
+from toolkit.base.entry import program
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import parse_json, read_json
@@ -450,6 +451,7 @@ def _s(value) -> str:
     return f"{value:7.3f} s" if isinstance(value, (int, float)) else "      - "
 
 
+@program
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.fa4.jit call VARIANT...`: the child; prints one JSON line."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.fa4.jit")

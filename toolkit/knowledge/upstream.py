@@ -359,10 +359,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                          "wheels, torch per CUDA line) the knowledge does not cover.")
     check.add_argument("--recorded", type=Path, metavar="DIR", help="answer from recorded files (DIR/index.json)")
     check.add_argument("--record", type=Path, metavar="DIR", help="also write what was fetched, trimmed, into DIR")
-    check.set_defaults(func=run_check_updates)
+    check.set_defaults(func=knowledge_check_updates_command)
 
 
-def run_check_updates(args: argparse.Namespace) -> int:
+def knowledge_check_updates_command(args: argparse.Namespace) -> int:
     if args.record:
         record_folder(args.record)  # before fetching: a run that cannot record refuses at once
     fetch = recorded_fetch(args.recorded) if args.recorded else live_fetch

@@ -5,7 +5,7 @@ every `fail` (one line each) and prints every `warn`; doctor shows each finding 
 a torch/nvcc CUDA mismatch is torch's own (torch/utils/cpp_extension.py `_check_cuda_version`): across
 CUDA majors it raises, within a major it only logs a warning and builds. What the spec says the toolchain
 is (nvcc, python, gcc, torch and its build and ABI) is one table, SPEC_FACTS, that `build LINE` and
-`doctor --line LINE` both read, so doctor fails exactly where the build refuses.
+`doctor LINE` both read, so doctor fails exactly where the build refuses.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def spec_fix(spec: EnvSpec) -> str:
     """Where a difference from the spec is fixed: the machine or the spec, or the line's own environment."""
     if spec.toolchain.kind == "external":
         return f"fix the machine or the toolchain section of {display_path(spec.path)}"
-    return f"use the line's env: toolkit install {spec.line}, then toolkit doctor --line {spec.line}"
+    return f"use the line's env: toolkit install {spec.line}, then toolkit doctor {spec.line}"
 
 
 def against_spec(spec: EnvSpec, fp: Fingerprint) -> list[tuple[str, Finding]]:

@@ -1,4 +1,4 @@
-"""`toolkit matrix`: the lines side by side (a table, JSON, a GitHub Actions matrix); `matrix run` builds them all.
+"""`toolkit matrix show`: the lines side by side (a table, JSON, a GitHub Actions matrix); `matrix run` builds them all.
 
 `toolkit matrix run [LINE...]` hands the lines to toolkit.site.scaleout, which runs each line's stages as
 Slurm jobs (or on this machine); this module is only the command line.
@@ -76,8 +76,8 @@ def matrix_row(spec: EnvSpec) -> MatrixRow:
                      [p.file.name for p in patches.spec_plan(spec).patches], status, note)
 
 
-def selected_specs(names: list[str], envs_dir: Path) -> list[EnvSpec]:
-    paths = [resolve_spec_arg(n, envs_dir) for n in names] if names else spec_paths(envs_dir)
+def selected_specs(names: list[str], workspace: Workspace) -> list[EnvSpec]:
+    paths = [resolve_spec_arg(n, workspace) for n in names] if names else spec_paths(workspace.envs)
     return [checked_spec(p) for p in paths]
 
 
@@ -89,31 +89,44 @@ def github_matrix(specs: list[EnvSpec]) -> dict:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "matrix", help="show every line side by side; `matrix run` builds and verifies them all",
-        usage="toolkit matrix [run] [LINE ...] [options]",
+        "matrix", help="the lines side by side (`matrix show`), or built and verified (`matrix run`)",
+        description="`toolkit matrix show [LINE...]`: one row per CUDA line. `toolkit matrix run [LINE...]`: "
+                    "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "
+                    "--executor local) and a summary.")
+    verbs = parser.add_subparsers(title="steps", metavar="STEP")
+    show = verbs.add_parser(
+        "show", help="every line side by side (a table, JSON, a GitHub Actions matrix)",
         description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
-                    "gcc, flash-attn, the patches its build applies, archs, driver floor, toolchain. "
-                    "`toolkit matrix run [LINE...]` runs lock (if stale) -> install -> build -> verify for each "
-                    "line as Slurm jobs (or here, with --executor local) and prints a summary.")
-    parser.add_argument("lines", nargs="*", metavar="LINE",
-                        help="lines (default: all); `run` first builds and verifies them")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON instead of a table (with `run`: the summary)")
-    parser.add_argument("--github", action="store_true",
-                        help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
-                             "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
-    add_workspace_options(parser)
-    add_run_options(parser)
-    parser.set_defaults(func=run_matrix)
+                    "gcc, flash-attn, the patches its build applies, archs, driver floor, toolchain.")
+    show.add_argument("lines", nargs="*", metavar="LINE", help="lines (default: all)")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show.add_argument("--github", action="store_true",
+                      help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
+                           "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
+    add_workspace_options(show)
+    add_run_options(show, hidden=True)  # given here, refused with the verb they belong to
+    show.set_defaults(func=matrix_show_command)
+    run = verbs.add_parser(
+        "run", help="build and verify the lines as Slurm jobs (or here) and print a summary",
+        description="Run lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, "
+                    "with --executor local) and print a summary.")
+    run.add_argument("lines", nargs="*", metavar="LINE", help="lines (default: all)")
+    run.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    run.add_argument("--github", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    add_workspace_options(run)
+    add_run_options(run)
+    run.set_defaults(func=matrix_run_command)
+    parser.set_defaults(func=matrix_command, show_defaults=show.parse_args([]))
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options of `toolkit matrix run`; left out of the namespace unless given (see RunOptions for defaults)."""
+def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> None:
+    """Options of `toolkit matrix run`; left out of the namespace unless given (see RunOptions for defaults).
+    `hidden`: on `matrix show`, out of its --help, so that given there they are refused naming `matrix run`."""
     group = parser.add_argument_group("matrix run", "options of `toolkit matrix run [LINE...]`")
     d = RunOptions()
 
     def option(flag: str, help: str, **kwargs) -> None:
-        group.add_argument(flag, default=argparse.SUPPRESS, help=help, **kwargs)
+        group.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS if hidden else help, **kwargs)
 
     option("--executor", choices=EXECUTORS, help="slurm: a build job array and per-line verification jobs "
            f"after it; local: the same batch scripts on this machine (default: {d.executor})")
@@ -165,14 +178,17 @@ def command_line(lines: list[str], options: RunOptions, workspace: Workspace) ->
     return shlex.join(words)
 
 
-def run_matrix(args: argparse.Namespace) -> int:
-    if args.lines[:1] == ["run"]:
-        return run_matrix_jobs(args, args.lines[1:])
+def matrix_command(args: argparse.Namespace) -> int:
+    """`toolkit matrix` alone shows every line, as `toolkit matrix show` does."""
+    return matrix_show_command(args.show_defaults)
+
+
+def matrix_show_command(args: argparse.Namespace) -> int:
     misplaced = ["--" + f.name.replace("_", "-") for f in fields(RunOptions) if hasattr(args, f.name)]
     if misplaced:
-        raise ToolkitError(f"toolkit matrix: {', '.join(misplaced)} belong to `toolkit matrix run` "
+        raise ToolkitError(f"toolkit matrix show: {', '.join(misplaced)} belong to `toolkit matrix run` "
                            "(write `toolkit matrix run [LINE...]`)")
-    specs = selected_specs(args.lines, Workspace.from_args(args).envs)
+    specs = selected_specs(args.lines, Workspace.from_args(args))
     if args.github:
         print(json.dumps(github_matrix(specs)))
         return 0
@@ -208,13 +224,13 @@ def print_table(rows: list[MatrixRow]) -> None:
                             break_on_hyphens=False))
 
 
-def run_matrix_jobs(args: argparse.Namespace, lines: list[str]) -> int:
-    if args.github:
-        raise ToolkitError("toolkit matrix: --github prints the matrix for CI and runs nothing "
-                           "(drop `run`, or drop --github)")
+def matrix_run_command(args: argparse.Namespace) -> int:
+    if hasattr(args, "github"):
+        raise ToolkitError("toolkit matrix run: --github prints the matrix for CI and runs nothing "
+                           "(write `toolkit matrix show --github`)")
     options = run_options(args)
     workspace = Workspace.from_args(args)
-    specs = selected_specs(lines, workspace.envs)
-    plan = plan_matrix(specs, options, verification_gres(options), command_line(lines, options, workspace),
+    specs = selected_specs(args.lines, workspace)
+    plan = plan_matrix(specs, options, verification_gres(options), command_line(args.lines, options, workspace),
                        workspace)
     return run_plan(plan, options, args.json)

@@ -574,10 +574,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", type=Path, help="external lines: the site dir the wheel was installed into "
                                                     "with pip --target (default: the toolchain's interpreter)")
     add_workspace_options(parser)
-    parser.set_defaults(func=run_modules)
+    parser.set_defaults(func=modules_command)
 
 
-def run_modules(args: argparse.Namespace) -> int:
+def modules_command(args: argparse.Namespace) -> int:
     if args.prefix and len(args.lines) != 1:
         raise ToolkitError("--prefix: names the prefix of one line (give exactly one LINE, or use --env-root)")
     options = ModuleOptions(
@@ -588,7 +588,7 @@ def run_modules(args: argparse.Namespace) -> int:
     )
     workspace = replace(Workspace.from_args(args), environments=args.env_root)
     sources = Sources(workspace, args.prefix, args.target)
-    paths = [resolve_spec_arg(n, workspace.envs) for n in args.lines] if args.lines else spec_paths(workspace.envs)
+    paths = [resolve_spec_arg(n, workspace) for n in args.lines] if args.lines else spec_paths(workspace.envs)
     modules: list[Modulefile] = []
     for path in paths:
         spec = checked_spec(path)

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from toolkit.base.atomic import write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -37,6 +38,7 @@ from toolkit.spec.envspec import EnvSpec
 
 TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_STAGES = TEMPLATES / "matrix-stages.yaml"
+MAX_STAGES_BYTES = 64 * 1024  # a stages file is a few lines; /dev/zero or a FIFO given to --stages is refused
 SLURM_STATES = Path(__file__).parents[1] / "knowledge" / "slurm_job_states.yaml"
 LINE_LOCKS = DEFAULT.line_locks  # <line>.lock: one job per line at a time (see matrix-stage-functions.sh)
 HEADROOM_GB = 2  # python, pip and the linker beside the nvcc processes
@@ -210,10 +212,16 @@ def load_stage_templates(path: Path) -> StageTemplates:
     """Read and check a stages file, so a typo fails here and not an hour into a build."""
     where = display_path(path)
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise ToolkitError(f"{where}: stages file not found (pass an existing file to --stages)") from None
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(regular_file_bytes(Path(path), MAX_STAGES_BYTES))
+    except Unreadable as exc:
+        raise ToolkitError({
+            "missing": f"{where}: stages file not found (pass an existing file to --stages)",
+            "error": f"{where}: cannot read the stages file ({exc.detail})",
+            "special": f"{where}: not a regular file ({exc.detail}; pass a YAML stages file to --stages)",
+            "large": f"{where}: larger than {MAX_STAGES_BYTES // 1024} KiB (a stages file is a few lines: is "
+                     f"this the right file?)",
+        }[exc.why]) from None
+    except yaml.YAMLError as exc:
         raise ToolkitError(f"{where}: cannot read the stages file ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or set(data) - set(PHASES) or not isinstance(data.get("build"), dict):
         raise ToolkitError(f"{where}: expected a mapping with `build:` and optional `verify:`, each of "

@@ -34,7 +34,7 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError, shown
 from toolkit.base.paths import display_path, printable
-from toolkit.base.workspace import Workspace, checked_line
+from toolkit.base.workspace import DEFAULT, Workspace, checked_line
 
 BASE_NAME = "base"
 PLATFORMS = ("linux-64", "linux-aarch64")
@@ -749,16 +749,16 @@ def spec_paths(envs_dir: Path = Workspace.envs) -> list[Path]:
     return sorted(p for p in envs_dir.glob("*.yaml") if p.stem != BASE_NAME)
 
 
-def resolve_spec_arg(arg: str, envs_dir: Path = Workspace.envs) -> Path:
+def resolve_spec_arg(arg: str, workspace: Workspace = DEFAULT) -> Path:
     """A CLI argument that is a line name (cu126) or a path to a spec file. Every verb that takes a line
     resolves it here, so a typo (cu26) is named as one, with the nearest real line, before any other file
     (its lock, its prefix) is looked for."""
     candidate = Path(arg)
     if candidate.suffix in (".yaml", ".yml"):
         return candidate
-    path = Workspace(envs=envs_dir).spec_file(arg)
+    path = workspace.spec_file(arg)
     if not path.exists():
-        known = [p.stem for p in spec_paths(envs_dir)]
+        known = [p.stem for p in spec_paths(workspace.envs)]
         near = difflib.get_close_matches(arg, known, n=1)
         guess = f"did you mean {near[0]}? " if near else ""
         raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} ({guess}known lines: "

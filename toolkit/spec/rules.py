@@ -399,9 +399,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check", help="validate env specs against the compatibility knowledge",
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
                     "compatibility rule. One line per problem; exit 1 if any.")
-    parser.add_argument("specs", nargs="*", metavar="SPEC", help="line names (cu126) or spec files")
+    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     add_workspace_options(parser)
-    parser.set_defaults(func=run_check)
+    parser.set_defaults(func=check_command)
 
 
 def patch_notes(paths: list[Path]) -> list[str]:
@@ -418,9 +418,9 @@ def patch_notes(paths: list[Path]) -> list[str]:
     return notes
 
 
-def run_check(args: argparse.Namespace) -> int:
-    envs = Workspace.from_args(args).envs
-    paths = [resolve_spec_arg(s, envs) for s in args.specs] if args.specs else spec_paths(envs)
+def check_command(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
+    paths = [resolve_spec_arg(s, workspace) for s in args.lines] if args.lines else spec_paths(workspace.envs)
     problems = check_paths(paths)
     for line in problems + patch_notes(paths):
         print(line)

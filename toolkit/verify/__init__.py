@@ -9,9 +9,10 @@ This module stays light (no torch at import): the CLI loads it to register the v
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
+
+from toolkit.base.entry import program
 
 LEVELS = ("smoke", "full", "parity")
 
@@ -31,10 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "reports/LINE/verify.json and verify.xml; exit 1 on any failure or without a GPU.")
     add_line_arguments(parser)
     parser.add_argument("--level", choices=LEVELS, default="smoke", help="how much to run (default: smoke)")
-    parser.set_defaults(func=run_verify)
+    parser.set_defaults(func=verify_command)
 
 
-def run_verify(args: argparse.Namespace) -> int:
+def verify_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from toolkit.verify import machine, report
@@ -85,18 +86,13 @@ def parity_recommendation(line: str) -> dict | None:
     return for_parity(Workspace().recommendation_file(line), PARITY.head_dim, PARITY.seqlen)
 
 
+@program
 def main(argv: list[str] | None = None) -> int:
-    """`python -m toolkit.verify`: the measurement alone, as re-executed under the line's python."""
-    from toolkit.base.errors import ToolkitError
-
+    """`python -m toolkit.verify LINE`: the measurement alone, as re-executed under the line's python."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify")
-    parser.add_argument("--line", required=True)
+    parser.add_argument("line", metavar="LINE")
     parser.add_argument("--level", choices=LEVELS, default="smoke")
     parser.add_argument("--report-dir", type=Path, required=True)
     parser.add_argument("--command", default="python -m toolkit.verify")
     args = parser.parse_args(argv)
-    try:
-        return measure(args.line, args.level, args.report_dir, args.command)
-    except ToolkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return measure(args.line, args.level, args.report_dir, args.command)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.base.atomic import write_atomic
+from toolkit.base.entry import program
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.knowledge import files as knowledge_files
@@ -446,10 +447,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed.")
     machine.add_line_arguments(parser)
     _add_grid_options(parser)
-    parser.set_defaults(func=run_bench_command)
+    parser.set_defaults(func=bench_command)
 
 
-def run_bench_command(args: argparse.Namespace) -> int:
+def bench_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     grid = ["--tokens", str(args.tokens), "--seqlens", ",".join(map(str, args.seqlens)),
@@ -464,19 +465,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return finish(written.parent, Console())
 
 
+@program
 def main(argv: list[str] | None = None) -> int:
-    """`python -m toolkit.verify.bench`: the measuring half alone, as re-executed under the line's python."""
+    """`python -m toolkit.verify.bench LINE`: the measuring half alone, as re-executed under the line's python."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench")
-    parser.add_argument("--line", required=True)
+    parser.add_argument("line", metavar="LINE")
     parser.add_argument("--report-dir", type=Path, required=True)
     parser.add_argument("--command", default="python -m toolkit.verify.bench")
     _add_grid_options(parser)
     args = parser.parse_args(argv)
-    try:
-        return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)
-    except ToolkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)
 
 
 if __name__ == "__main__":

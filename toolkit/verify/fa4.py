@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from toolkit.base.entry import program
 from toolkit.verify.cases import Case
 
 PACKED_APIS = ("qkvpacked", "kvpacked")
@@ -260,25 +260,22 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
     return 0 if report.passed(write(f"fa4-{level}")) else 1
 
 
+@program
 def main(argv: list[str] | None = None) -> int:
+    """`python -m toolkit.verify.fa4 [LINE]`: FA4's verification in this python (no `toolkit` verb runs it)."""
     from rich.console import Console
 
-    from toolkit.base.errors import ToolkitError
     from toolkit.verify import report
 
     parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")
-    parser.add_argument("--line", default="gpu-machine")
+    parser.add_argument("line", nargs="?", default="gpu-machine", metavar="LINE")
     parser.add_argument("--level", choices=("smoke", "full", "parity"), default="smoke",
                         help="parity: transformers' tiny-Llama logits with flash_attention_4 vs eager fp32")
     parser.add_argument("--report-dir", type=Path, required=True)
     parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
     args = parser.parse_args(argv)
     command = f"python -m toolkit.verify.fa4 --level {args.level}"
-    try:
-        code = measure(args.line, args.level, args.report_dir, command, args.arch)
-    except ToolkitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    code = measure(args.line, args.level, args.report_dir, command, args.arch)
     report.show(args.report_dir / "verify.json", Console())
     return code
 

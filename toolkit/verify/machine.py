@@ -140,7 +140,7 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
     from toolkit.spec.rules import checked_spec
 
     workspace = Workspace.from_args(args)
-    spec = checked_spec(resolve_spec_arg(args.line, workspace.envs))
+    spec = checked_spec(resolve_spec_arg(args.line, workspace))
     report_dir = args.report_dir or workspace.report_dir(spec.line)
     python = line_env.resolve(spec, python=args.python).python
     if python is None:  # a line always names one (its prefix's bin/python or the toolchain's); kept for the type
@@ -150,7 +150,7 @@ def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str
     if is_current_interpreter(python):
         code = here(spec.line, report_dir)
     else:
-        code = run_under(python, module, ["--line", spec.line, "--report-dir", str(report_dir), *child_args],
+        code = run_under(python, module, [spec.line, "--report-dir", str(report_dir), *child_args],
                          spec.path, what)
     written = report.exists() and report.stat().st_mtime_ns != before
     return code, report if written else None

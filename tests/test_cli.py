@@ -1,0 +1,163 @@
+"""One CLI convention: every verb's handler named for its words, second verbs that argparse knows, one
+meaning per option name, the line given as LINE, and one entry wrapper for `toolkit` and every
+`python -m toolkit...` program (a ToolkitError, Ctrl-C and SIGTERM end each of them the same way)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def leaf_verbs(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    """(verb words, parser) of every verb that runs something (`fa4 lock` is ("fa4", "lock"))."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups and words:
+        yield words, parser
+    for group in groups:
+        for name, sub in group.choices.items():
+            yield from leaf_verbs(sub, (*words, name))
+
+
+def test_every_verb_handler_is_named_for_its_words():
+    verbs = dict(leaf_verbs(build_parser()))
+    assert {("matrix", "show"), ("matrix", "run"), ("build",), ("build-report",), ("fa4", "cache-install"),
+            ("fa4", "recommend"), ("knowledge", "check-updates")} <= set(verbs)
+    for words, parser in verbs.items():
+        handler = parser.get_default("func")
+        expected = "_".join(words).replace("-", "_") + "_command"
+        assert handler is not None and handler.__name__ == expected, (words, handler)
+        assert handler.__annotations__.get("return") in (int, "int"), words
+
+
+def test_matrix_run_and_build_report_are_verbs_argparse_knows(tmp_path, monkeypatch, capsys):
+    parse = build_parser().parse_args
+    run = parse(["matrix", "run", "cu126", "--executor", "local"])
+    assert run.func.__name__ == "matrix_run_command" and run.lines == ["cu126"] and run.executor == "local"
+    show = parse(["matrix", "show", "cu126", "--json"])
+    assert show.func.__name__ == "matrix_show_command" and show.lines == ["cu126"] and show.json
+    report = parse(["build-report", "cu126", "--wheelhouse", "wh"])
+    assert report.func.__name__ == "build_report_command" and report.line == "cu126" and report.wheelhouse == Path("wh")
+    # `run` is a verb, never a line name that happens to be first: `matrix show run` looks for envs/run.yaml
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "envs", tmp_path / "envs")
+    assert main(["matrix", "show", "run"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: envs/run.yaml: no spec for line 'run'") and err.count("\n") == 1
+    show_help = " ".join(dict(leaf_verbs(build_parser()))[("matrix", "show")].format_help().split())
+    assert "--executor" not in show_help and "--stages" not in show_help  # run's options: on `matrix run` only
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["explain", "build.log", "--prefix", "/opt/env"], "toolkit explain: --prefix is gone: write `--search-prefix DIR`"),
+    (["build", "cu126", "--report"], "toolkit build: --report is gone: write `toolkit build-report LINE`"),
+    (["doctor", "--line", "cu126"], "toolkit doctor: --line is gone: write `toolkit doctor LINE`"),
+    (["fa4", "recommend", "--bench", "b.json", "--line", "cu126"],
+     "toolkit fa4 recommend: --line is gone: write `toolkit fa4 recommend LINE`"),
+])
+def test_an_earlier_spelling_is_refused_in_one_line_naming_the_new_one(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {says}\n" and captured.out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_explain_search_prefix_means_prefixes_to_search_and_prefix_means_an_environment_elsewhere():
+    parsers = dict(leaf_verbs(build_parser()))
+    search = parsers[("explain",)].parse_args(["x.log", "--search-prefix", "/a", "--search-prefix", "/b"])
+    assert search.search_prefix == [Path("/a"), Path("/b")]
+    for words in (("install",), ("build",), ("doctor",), ("modules",)):  # one environment prefix each
+        prefix = next(a for a in parsers[words]._actions if "--prefix" in a.option_strings)
+        assert prefix.type is Path and prefix.nargs is None and not isinstance(prefix, argparse._AppendAction)
+
+
+def test_the_line_is_the_positional_LINE_in_every_verb_that_takes_one():
+    for words, parser in leaf_verbs(build_parser()):
+        assert not any("--line" in a.option_strings and a.help != argparse.SUPPRESS for a in parser._actions), words
+        lines = [a for a in parser._actions if not a.option_strings and a.dest in ("line", "lines", "specs")]
+        assert all(a.metavar == "LINE" for a in lines), words
+
+
+# ---------------------------------------------------------------- one entry wrapper
+
+
+def slow_python(tmp_path: Path) -> Path:
+    """An `interpreter` the fa4 install probes first: it says it started, then waits to be signalled."""
+    script = tmp_path / "slow-python"
+    script.write_text(f"#!/bin/sh\ntouch {tmp_path}/started\nexec sleep 60\n")
+    script.chmod(0o755)
+    return script
+
+
+def interrupted(command: list[str], tmp_path: Path) -> tuple[int, str]:
+    """Run `command` until its child interpreter started, send SIGTERM, return (exit code, stderr)."""
+    (tmp_path / "started").unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the probe never started: {process.communicate()}")
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err
+
+
+def test_sigterm_ends_python_m_toolkit_fa4_as_it_ends_toolkit_fa4(tmp_path):
+    args = ["install", "--wheels", str(tmp_path / "wheels"), "--target", str(tmp_path / "target"),
+            "--python", str(slow_python(tmp_path))]
+    by_toolkit = interrupted([sys.executable, "-m", "toolkit", "fa4", *args], tmp_path)
+    by_child = interrupted([sys.executable, "-m", "toolkit.fa4", *args], tmp_path)
+    line = "error: interrupted by SIGTERM (this run's temporary files were removed; re-run the same command)\n"
+    assert by_toolkit == (143, line)
+    assert by_child == by_toolkit
+    assert not (tmp_path / "target").exists()
+
+
+@pytest.mark.parametrize("module", ["toolkit.verify", "toolkit.verify.bench", "toolkit.verify.fa4"])
+def test_a_measuring_child_takes_LINE_and_fails_in_one_line(tmp_path, module):
+    """Without a GPU (or torch) each measuring child refuses in one `error:` line, as `toolkit` does."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", module, "cu126", "--report-dir", str(tmp_path / "r")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_matrix_alone_is_matrix_show(monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["matrix"]) == 0
+    alone = capsys.readouterr().out
+    assert main(["matrix", "show"]) == 0
+    assert alone == capsys.readouterr().out and "py-cu132" in alone
+
+
+def test_a_reader_that_leaves_early_ends_the_program_quietly():
+    """`toolkit matrix show --json | head -c 1` where head has gone: the closed pipe is exit 141 and no
+    traceback (the read end is closed before the program writes, so every write meets it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "toolkit", "matrix", "show", "--json"], cwd=ROOT, env=env,
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, b"")

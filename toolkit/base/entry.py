@@ -1,0 +1,113 @@
+"""The one wrapper around every program's main: `toolkit` and each `python -m toolkit...` child.
+
+Every program ends the same way: a ToolkitError is one `error:` line and its exit code, Ctrl-C and SIGTERM
+unwind like an interrupt (the run's temporaries removed) and end in one line with 130 / 143, and a declared
+dependency that is not installed is named with its install command. Only the standard library at the top:
+the verify and bench children run under a line's python that may lack the toolkit's dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable
+from functools import wraps
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from toolkit.base.atomic import Terminated, terminate_like_interrupt
+from toolkit.base.errors import ToolkitError
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+
+class Program(Protocol):
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """main(argv)'s exit code; every failure a user can cause is one line on stderr, never a traceback."""
+    try:
+        with terminate_like_interrupt():
+            return main(argv)
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ModuleNotFoundError as exc:
+        missing = missing_dependency(exc)
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader left (`toolkit matrix show --json | head`): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+        return 141
+    except KeyboardInterrupt as exc:
+        by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+        print(f"error: interrupted by {by} (this run's temporary files were removed; re-run the same command)",
+              file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+
+
+def program(main: Callable[[list[str] | None], int]) -> Program:
+    """A program's `main(argv=None) -> int`, run through run_main: `python -m` and a test calling main()
+    get the same exit code and line."""
+    @wraps(main)
+    def wrapped(argv: list[str] | None = None) -> int:
+        return run_main(main, argv)
+
+    return wrapped
+
+
+def add_renamed_option(parser: argparse.ArgumentParser, old: str, now: str) -> None:
+    """An option's earlier spelling, hidden from --help: given, it is refused in one line that says what to
+    write now (`now`: the command or option that replaced it), instead of argparse's usage block."""
+    class Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                     option_string: str | None = None) -> None:
+            raise ToolkitError(f"{parser.prog}: {old} is gone: write {now}")
+
+    parser.add_argument(old, nargs="?", action=Renamed, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def declared_requirements() -> list[Requirement]:
+    """fa-envkit's dependencies, extras included: the installed distribution's metadata, else (run from a
+    checkout) pyproject.toml beside the package."""
+    from packaging.requirements import Requirement
+
+    try:
+        lines = metadata.requires("fa-envkit") or []
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        if sys.version_info < (3, 11) or not pyproject.is_file():
+            return []
+        import tomllib
+
+        project = tomllib.loads(pyproject.read_text())["project"]
+        lines = [*project["dependencies"],
+                 *(f"{r}; extra == '{extra}'" for extra, rs in project["optional-dependencies"].items() for r in rs)]
+    return [Requirement(line) for line in lines]
+
+
+def missing_dependency(exc: ModuleNotFoundError) -> str | None:
+    """The one line for a declared dependency that is not installed (a lazy import failed mid-run), naming
+    the distribution and the install command; None for any other missing module (a bug: its traceback),
+    and where packaging itself is missing (a line's python running a child), since it cannot tell."""
+    try:
+        from packaging.utils import canonicalize_name
+    except ModuleNotFoundError:
+        return None
+    module = (exc.name or "").partition(".")[0]
+    for req in declared_requirements():
+        name = canonicalize_name(req.name)
+        if module in {name.replace("-", "_"), name.replace("-", ""), name.removeprefix("py-").replace("-", "_"),
+                      name.removeprefix("py")}:  # conda_lock, piptools, rattler (py-rattler), yaml (pyyaml)
+            extra = re.search(r"extra == ['\"]([\w.-]+)", str(req.marker or ""))
+            wanted = f"{req.name} (its {extra.group(1)} extra)" if extra else req.name
+            return (f"fa-envkit needs {wanted}, which this python lacks (no module {module!r}): "
+                    f"{sys.executable} -m pip install '{req.name}{req.specifier}'")
+    return None
