@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from packaging.utils import canonicalize_name
-from packaging.version import Version
 from conda_channel import build_simple_index, serve_directory
 from fixtures.fa_fixture_project import pack_fixture_sdist
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import read_lock
