@@ -1,6 +1,7 @@
 """The pypi toolchain kind end to end on real downloads: `toolkit lock` (uv against PyPI), `toolkit install` (a
 fresh venv, every wheel of the lock from PyPI, hash-checked), `toolkit build` of the fixture sdist with the
-lock's own nvcc (NVIDIA's nvidia-cuda-nvcc 13.0.88 wheel) and the machine's gcc, then its import.
+lock's own nvcc (NVIDIA's nvidia-cuda-nvcc 13.0.88 wheel) and the machine's gcc, then its import; and, in the same
+venv, flash-attn's real flash_api.cpp and one of its kernels compiled against the locked torch 2.14.1's headers.
 
 The line is envs/py-cu130.yaml (torch 2.14.1, cuda-toolkit 13.0.3), with archs ["90"] to keep the compile short;
 the sdist the lock pins is the fixture's (tests/fixtures/fa_fixture), served from a loopback index. About 4 GB
@@ -30,6 +31,8 @@ from packaging.version import Version
 
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import read_lock
+from toolkit.knowledge.archs import cubin_archs
+from toolkit.machine.line_env import include_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 LINE = "py-cu130"
@@ -140,3 +143,51 @@ def test_build_of_the_fixture_with_the_locked_nvcc_then_import(installed):
                                "import fa_fixture_cuda as m; print(m.kernels(), m.cuda_runtime_version())"],
                               capture_output=True, text=True, cwd="/")
     assert imported.returncode == 0 and "scale_kernel" in imported.stdout and "130" in imported.stdout, imported.stderr
+
+
+# ---------------------------------------------------------------- flash-attn's real sources with the venv's nvcc and torch
+
+FA_NVCC_FLAGS = [  # flash-attn 2.8.3's setup.py nvcc_flags, -std as the cxx20 patch sets it for torch >= 2.13
+    "-O3", "-std=c++20", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
+    "--expt-extended-lambda", "--use_fast_math"]
+
+
+@pytest.fixture(scope="module")
+def flash_attn_compile(installed, tmp_path_factory):
+    """The pinned sdist's sources and the include flags torch's cpp_extension gives them in the venv."""
+    from test_replica import _flash_attn_source, _torch_include_flags
+
+    src = _flash_attn_source(tmp_path_factory.mktemp("flash-attn"))
+    home = cuda_home(installed.prefix)
+    site = home.parent.parent
+    include = subprocess.run([str(installed.prefix / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    flags = [*_torch_include_flags(str(site), home), f"-I{src}/csrc/flash_attn", f"-I{src}/csrc/flash_attn/src",
+             f"-I{src}/csrc/cutlass/include", f"-I{include}", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+    env = {**{k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")},
+           **include_environment(home), "PATH": f"{home / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    return src, home, flags, env
+
+
+def test_flash_api_cpp_compiles_against_the_locked_torch_and_cuda_headers(flash_attn_compile):
+    """g++ as torch's cpp_extension runs it on flash_api.cpp, with the build's CPATH: torch 2.14.1's headers
+    and CUDA's (cuda_runtime.h, cublas_v2.h, cusparse.h) from the locked wheels in one nvidia/cu13 tree."""
+    src, _, flags, env = flash_attn_compile
+    done = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", *flags, f"{src}/csrc/flash_attn/flash_api.cpp"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_flash_attn_kernel_compiles_with_the_locked_nvcc(flash_attn_compile, tmp_path):
+    """One real kernel of the pinned sdist (the forward pass, head dim 32, fp16) for sm_80, with flash-attn's
+    nvcc flags, the locked nvcc 13.0.88 and the machine's gcc: an object with sm_80 code (a few minutes)."""
+    src, home, flags, env = flash_attn_compile
+    kernel = f"{src}/csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"
+    started = time.monotonic()
+    done = subprocess.run([str(home / "bin" / "nvcc"), "-c", *FA_NVCC_FLAGS, "-gencode", "arch=compute_80,code=sm_80",
+                           *flags, kernel, "-o", str(tmp_path / "k.o")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"\nflash_fwd_hdim32_fp16_sm80.cu: {time.monotonic() - started:.0f} s")
+    assert cubin_archs(tmp_path / "k.o") == {"80"}
