@@ -1,4 +1,5 @@
-"""Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer).
+"""Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer), or for
+a `pypi` line a venv of the machine's python holding every locked wheel (toolkit/env/pypi_install.py).
 
 Engines (toolkit/env/engine.py, chosen once): `conda-lock install` where micromamba/mamba/conda is on PATH,
 else the embedded py-rattler installer. The embedded one checks every archive's sha256 itself before
