@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conda_channel import build_simple_index, serve_directory
+from cuda_toolchain import CUDA_HOME, NVCC, require_nvcc
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 from rich.console import Console
 
@@ -48,9 +49,7 @@ from toolkit.machine.fingerprint import Gpu, from_dict
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-NVCC = Path("/usr/local/cuda/bin/nvcc")
 LOCAL_TAG = "+cu130torch2.13"
-needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc at /usr/local/cuda")
 
 
 def sha256_of(path: Path) -> str:
@@ -84,8 +83,7 @@ def wheels_and_records(line_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory):
     """Lock and build the fixture once: spec -> lock (sdist pinned from a loopback index) -> wheel."""
-    if not NVCC.exists():
-        pytest.skip("needs the real nvcc at /usr/local/cuda")
+    require_nvcc()
     root = tmp_path_factory.mktemp("fa-project")
     python = make_stub_torch_env(root / "venv", "2.13.0", "13.0")
     write_external_spec(root / "envs", "fixture", python, "2.13.0")
@@ -153,7 +151,7 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert env["FLASH_ATTENTION_FORCE_BUILD"] == "TRUE"
     assert env["FLASH_ATTN_CUDA_ARCHS"] == ";".join(spec.archs)
     assert env["FLASH_ATTN_LOCAL_VERSION"] == LOCAL_TAG[1:]
-    assert env["CUDA_HOME"] == "/usr/local/cuda" and env["PATH"].startswith("/usr/local/cuda/bin")
+    assert env["CUDA_HOME"] == str(CUDA_HOME) and env["PATH"].startswith(f"{CUDA_HOME}/bin")
     assert env["MAX_JOBS"] == str(record["parallelism"]["jobs"])
     assert env["NVCC_THREADS"] == str(record["parallelism"]["nvcc_threads"])
     assert env["SOURCE_DATE_EPOCH"].isdigit()
@@ -405,7 +403,7 @@ def test_a_stale_lock_stops_the_build(project, tmp_path):
 # ---------------------------------------------------------------- pieces
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_fatbin_reader_sees_every_gencode_target(tmp_path):
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.f; }\n")

@@ -15,11 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from cuda_toolchain import NVCC
 
 from toolkit.build.diagnose import CATALOG, diagnose
 
-NVCC = Path("/usr/local/cuda/bin/nvcc")
-needs_nvcc = pytest.mark.skipif(not NVCC.exists(), reason="needs the real nvcc at /usr/local/cuda")
 KERNEL = "__global__ void k(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] = x[i] * x[i] + 1.f; }\n"
 
 
@@ -57,14 +56,14 @@ def test_catalog_entries_are_complete_and_sourced():
     assert seeds <= set(ids)
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_unsupported_gpu_architecture_from_real_nvcc(kernel):
     text = output_of([str(NVCC), "-gencode", "arch=compute_999,code=sm_999", "-c", str(kernel)])
     found = diagnose(text)
     assert found.failure.id == "unsupported-gpu-architecture" and "compute_999" in found.cause
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_unsupported_gnu_version_from_real_host_config(kernel):
     # this machine's gcc is accepted, so the host compiler is told it is gcc 16: the real header then refuses it
     text = output_of([str(NVCC), "-Xcompiler", "-U__GNUC__", "-Xcompiler", "-D__GNUC__=16", "-c", str(kernel)])
@@ -104,7 +103,7 @@ def test_undefined_symbol_on_import_from_a_real_extension(tmp_path):
     assert found.failure.id == "undefined-symbol" and "_ZN3c105ErrorC1EPKc" in found.cause
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_oom_kill_from_a_real_nvcc_whose_cicc_is_killed(kernel):
     """What the kernel's OOM killer does to a build: SIGKILL to cicc; nvcc reports it in its own words."""
     proc = subprocess.Popen([str(NVCC), "-gencode", "arch=compute_80,code=sm_80", "-gencode",
@@ -155,7 +154,7 @@ def test_explain_cli_prints_cause_and_fix_or_the_first_error(tmp_path):
 # ---------------------------------------------------------------- advice from knowledge, not a fixed string
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 @pytest.mark.parametrize("arch, direction, lines", [
     ("compute_70", "older CUDA line (<= 12.9)", "11.8 to 12.9"),  # nvcc 13 dropped sm_50..72
     ("sm_70", "older CUDA line (<= 12.9)", "11.8 to 12.9"),
@@ -255,7 +254,7 @@ def test_ccbin_twice_from_an_activated_conda_env():
     assert found.failure.id == "nvcc-ccbin-twice" and "NVCC_PREPEND_FLAGS" in found.fix
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_nvcc_13_ccbin_warning_is_not_a_failure(kernel):
     done = subprocess.run([str(NVCC), "-ccbin", "/usr/bin/g++", "-c", str(kernel), "-o", os.devnull],
                           env={**os.environ, "NVCC_PREPEND_FLAGS": "-ccbin=/usr/bin/gcc"}, capture_output=True,

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cuda_toolchain import CUDA_HOME, HOST_CONFIG
 
 from toolkit.base.errors import ToolkitError
 from toolkit.build.record import BuildRecord
@@ -100,11 +101,11 @@ def shell_python() -> dict:
 # ---------------------------------------------------------------- this machine, for real
 
 
-@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists(), reason="needs the CUDA toolkit at /usr/local/cuda")
+@pytest.mark.nvcc
 def test_this_machine_real_rows_and_speed(tmp_path):
     if shutil.which("nvidia-smi"):
         pytest.skip("this test describes a machine without a GPU; one is present here")
-    env = shell_env(CUDA_HOME="/usr/local/cuda", CUDA_PATH=None)
+    env = shell_env(CUDA_HOME=str(CUDA_HOME), CUDA_PATH=None)
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done, elapsed = run_doctor(tmp_path, "--json", env=env)
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,18 +116,18 @@ def test_this_machine_real_rows_and_speed(tmp_path):
     report = json.loads(done.stdout)
     assert_well_formed(report, done.returncode)
 
-    nvcc_text = subprocess.run(["/usr/local/cuda/bin/nvcc", "--version"], capture_output=True, text=True).stdout
+    nvcc_text = subprocess.run([str(CUDA_HOME / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
     gcc = subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     python = shell_python()
     assert row(report, "driver")["status"] == "warn" and "no NVIDIA driver" in row(report, "driver")["value"]
     assert row(report, "gpus") == {"check": "gpus", "status": "info", "value": "none", "fix": ""}
-    assert row(report, "cuda-home")["value"] == "/usr/local/cuda (from CUDA_HOME)"
+    assert row(report, "cuda-home")["value"] == f"{CUDA_HOME} (from CUDA_HOME)"
     nvcc = row(report, "nvcc")
     assert nvcc["status"] == "ok" and nvcc["value"].split()[0] in nvcc_text
     assert row(report, "cuda-headers") == {"check": "cuda-headers", "status": "ok",
-                                           "value": "/usr/local/cuda/include/cuda.h", "fix": ""}
+                                           "value": f"{CUDA_HOME}/include/cuda.h", "fix": ""}
     assert row(report, "gcc")["value"].startswith(gcc)
-    header_cap = (Path("/usr/local/cuda/include/crt/host_config.h").read_text().split("gcc versions later than ")[1]
+    header_cap = (HOST_CONFIG.read_text().split("gcc versions later than ")[1]
                   .split()[0])
     assert f"accepts <= {header_cap})" in row(report, "gcc")["value"]
     assert row(report, "python")["value"].startswith(python["version"])

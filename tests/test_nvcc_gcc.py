@@ -1,6 +1,6 @@
 """One gcc cap per nvcc (toolkit/knowledge/nvcc_gcc.py): the spec rule and the machine check answer from it alike.
 
-The header case reads this machine's real nvcc 13.0 (/usr/local/cuda, NVIDIA's PyPI wheels); the other
+The header case reads the real nvcc 13.0 of tests/cuda_toolchain.py (NVIDIA's PyPI wheels: in CI the py-cu130 lock's); the other
 lines' caps are the knowledge's (toolkit/knowledge/cuda_lines.yaml, each with its source).
 """
 
@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cuda_toolchain import HOST_CONFIG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from toolkit.spec import rules
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-HOST_CONFIG = Path("/usr/local/cuda/include/crt/host_config.h")
 KB = load_knowledge()
 H200 = from_dict(json.loads((ROOT / "tests" / "fingerprints" / "healthy-h200.json").read_text())["fingerprint"])
 SPEC = checked_spec(ROOT / "envs" / "gpu-machine.yaml")  # external: the conda packaging rule stays out of it
@@ -53,7 +53,7 @@ def test_the_header_read_from_the_machine_wins_over_the_knowledge():
     assert finding.status == "fail" and "(max gcc 11, per crt/host_config.h)" in finding.message
 
 
-@pytest.mark.skipif(not HOST_CONFIG.exists(), reason="needs the CUDA toolkit at /usr/local/cuda")
+@pytest.mark.nvcc
 def test_the_real_nvcc_13_header_agrees_with_the_knowledge():
     assert host_config_cap(str(HOST_CONFIG)) == KB.cuda_lines["13.0"].max_gcc
     assert host_config_cap(None) is None and host_config_cap("/nonexistent/host_config.h") is None

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cuda_toolchain import CUDA_HOME as CUDA
 from fixtures.fa_fixture_project import make_stub_torch_env, write_external_spec
 
 from toolkit.base.errors import ToolkitError
@@ -28,8 +29,7 @@ from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems,
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-CUDA = Path("/usr/local/cuda")
-pytestmark = pytest.mark.skipif(not (CUDA / "bin/nvcc").exists(), reason="needs the real nvcc at /usr/local/cuda")
+pytestmark = pytest.mark.nvcc
 
 
 @pytest.fixture(scope="module")

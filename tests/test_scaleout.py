@@ -330,7 +330,7 @@ def test_slurm_verify_if_gpu_reports_skipped_and_submit_sh_resubmits(project, sl
 
 
 @pytest.mark.slurm
-@pytest.mark.skipif(not Path("/usr/local/cuda/bin/nvcc").exists(), reason="needs the real nvcc at /usr/local/cuda")
+@pytest.mark.nvcc
 def test_slurm_matrix_of_fixture_lines_through_the_real_verbs(tmp_path, monkeypatch, slurm_cluster, capsys):
     """fxa and fxb build the fixture sdist with the real nvcc; fxbad's machine has another torch than its
     spec says, so its build stops at the preflight. The default stages run: lock (current, so not re-run),

@@ -1,4 +1,5 @@
-"""Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer).
+"""Install stage: locks/<line>.conda-lock.yml -> a conda prefix (the conda layer, then the pip layer), or for
+a `pypi` line a venv of the machine's python holding every locked wheel (toolkit/env/pypi_install.py).
 
 Engines (toolkit/env/engine.py, chosen once): `conda-lock install` where micromamba/mamba/conda is on PATH,
 else the embedded py-rattler installer. The embedded one checks every archive's sha256 itself before
@@ -28,6 +29,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -50,7 +52,8 @@ from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
-from toolkit.spec.envspec import load_spec, resolve_spec_arg
+from toolkit.env.pypi_install import VenvBuild
+from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg
 
 console = Console(stderr=True, highlight=False)
 
@@ -70,40 +73,50 @@ def running_platform() -> str:
 
 
 def install_line(line: str, prefix: Path | None = None, workspace: Workspace = DEFAULT, backend: str = "auto",
-                 conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False) -> Path | None:
+                 conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False,
+                 python: Path | None = None) -> Path | None:
     """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
     `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
+    A pypi line's is a venv made with `python` (default: the spec's pythonX.Y on PATH).
 
-    Everything that can refuse (the lock, its spec, the prefix) is checked before anything is written.
-    Installs into one prefix take turns (a file lock beside it)."""
+    Everything that can refuse (the lock, its spec, the prefix, the python) is checked before anything is
+    written. Installs into one prefix take turns (a file lock beside it)."""
     lock_file = workspace.lock_file(line)
     locked_env = read_lock(lock_file)
     if locked_env.toolchain_kind == "external":
         raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
                            f"to install (the machine provides it; `toolkit build {line}` checks it)")
+    if python and locked_env.toolchain_kind != "pypi":
+        raise ToolkitError(f"--python: {line} has a {locked_env.toolchain_kind} toolchain, whose python comes from "
+                           f"{display_path(lock_file)} (drop --python)")
     platform = platform or running_platform()
     if platform not in locked_env.platforms:
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
                            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
-    check_current(locked_env, platform)
+    spec = check_current(locked_env, platform)
     prefix = Path(prefix or workspace.prefix(line)).absolute()
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
-    prefix.parent.mkdir(parents=True, exist_ok=True)
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
-    engine = choose_engine(backend, conda_exe, console)
+    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python) \
+        if locked_env.toolchain_kind == "pypi" else None
+    engine = None if venv else choose_engine(backend, conda_exe, console)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
     with locked(prefix):
         clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
         if if_stale and holds(prefix, record):
             return None
-        if not engine.relocates:
+        if engine and not engine.relocates:
             install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
             return prefix
         with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
             staging = work / "env"
-            staging.mkdir()
-            engine.install(InstallJob.of(locked_env, platform, staging, prefix))
+            if venv:  # what the toolkit wrote besides the wheels goes into the record
+                record = replace(record, written=venv.make(staging, prefix, console))
+            elif engine:
+                staging.mkdir()
+                engine.install(InstallJob.of(locked_env, platform, staging, prefix))
             record.write(staging)  # last: an environment without it is not a finished one
             replace_prefix(staging, prefix)
     return prefix
@@ -116,8 +129,9 @@ def holds(prefix: Path, record: PrefixRecord) -> bool:
         record.lock_sha256, record.platform, record.prefix)
 
 
-def check_current(locked_env: LockedEnv, platform: str) -> None:
-    """Refuse a lock that `lock --check` calls stale, or whose packages are not its spec's environment."""
+def check_current(locked_env: LockedEnv, platform: str) -> EnvSpec:
+    """The lock's spec; refuse a lock that `lock --check` calls stale, or whose packages are not its spec's
+    environment."""
     where = display_path(locked_env.path)
     spec_file = locked_env.spec_file
     if spec_file is None or not spec_file.is_file():
@@ -127,6 +141,7 @@ def check_current(locked_env: LockedEnv, platform: str) -> None:
     problem = stale_reason(spec, locked_env) or environment_problem(spec, locked_env, platform)
     if problem:
         raise ToolkitError(f"{where}: {problem}")
+    return spec
 
 
 def check_prefix(prefix: Path, recovering: bool = False) -> None:
@@ -169,9 +184,11 @@ INSTALLER_FILES = ("CACHEDIR.TAG",)  # py-rattler tags every prefix it makes (a 
 
 def installed_paths(prefix: Path) -> set[str]:
     """The paths (relative, POSIX) that installers wrote in a prefix: every conda package's files as its
-    conda-meta record lists them, and every pip distribution's as its RECORD does."""
+    conda-meta record lists them, every pip distribution's as its RECORD does, and what the install record
+    says the toolkit wrote itself (a venv's own files, the CUDA symlinks of a pypi line)."""
     fix = "move your own files out and remove the environment yourself, then install again"
-    paths: set[str] = set()
+    record = PrefixRecord.read(prefix)
+    paths: set[str] = set(record.written if record else ())
     for meta in (prefix / "conda-meta").glob("*.json"):
         record = read_json(meta, "conda-meta record", fix)
         files = record.get("files") if isinstance(record, dict) else None
@@ -191,7 +208,7 @@ def foreign_entries(prefix: Path) -> list[str]:
     """What in a prefix no installer wrote (a notebook, a work/ folder): files, symlinks, and folders that
     hold nothing installed (named once, with a trailing /). __pycache__ folders are Python's, made again."""
     installed = installed_paths(prefix)
-    holding = {str(parent) for path in installed for parent in Path(path).parents}
+    holding = {str(parent) for path in [*installed, *OWNED_TREES] for parent in Path(path).parents}
     foreign = []
     for root, dirs, files in os.walk(prefix):
         here = Path(root).relative_to(prefix)
@@ -203,7 +220,7 @@ def foreign_entries(prefix: Path) -> list[str]:
             if (prefix / rel).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
                 if rel not in installed:
                     foreign.append(rel)
-            elif rel in holding:
+            elif rel in holding or rel in installed:  # a folder an installer made (a venv's include/)
                 descend.append(name)
             else:
                 foreign.append(rel + "/")
@@ -279,12 +296,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "install", help="create a line's environment from its lock",
         description="Create the environment of locks/<line>.conda-lock.yml: `conda-lock install` where "
                     "micromamba/mamba/conda is on PATH, else py-rattler after checking every archive's sha256, "
-                    "then the pip layer with --require-hashes --no-deps. Built in a temporary prefix and "
-                    "renamed into place.")
+                    "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "
+                    "machine's python with every locked wheel (--require-hashes --no-deps). Built in a "
+                    "temporary prefix and renamed into place.")
     parser.add_argument("line", metavar="LINE", help="line name (cu126)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
     parser.add_argument("--if-stale", action="store_true",
                         help="leave an environment that already holds this lock as it is (default: reinstall it)")
+    parser.add_argument("--python", type=Path, metavar="EXE",
+                        help="a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, "
+                             "X.Y the spec's python)")
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=install_command)
@@ -296,7 +317,7 @@ def install_command(args: argparse.Namespace) -> int:
         resolve_spec_arg(args.line, workspace)
     with run_temporaries("install"):
         prefix = install_line(args.line, args.prefix, workspace, args.backend, args.conda,
-                              if_stale=args.if_stale)
+                              if_stale=args.if_stale, python=args.python)
     lock = display_path(workspace.lock_file(args.line))
     print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
           f"{display_path(args.prefix or workspace.prefix(args.line))}: already the environment of {lock}; left as it is")

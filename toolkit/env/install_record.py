@@ -76,7 +76,8 @@ class InstallRecord:
 
 @dataclass(frozen=True)
 class PrefixRecord(InstallRecord):
-    """A conda prefix `toolkit install` made: which lock, for which platform, from which inputs."""
+    """A prefix `toolkit install` made (a conda prefix, a pypi line's venv): which lock, for which platform,
+    from which inputs."""
 
     FILE: ClassVar[Path] = Path("etc") / "fa-envkit" / "lock.json"
 
@@ -86,6 +87,7 @@ class PrefixRecord(InstallRecord):
     input_hash: str
     lock_sha256: str
     prefix: str | None = None  # the folder it was written for (a copy elsewhere is no record there); None before
+    written: list[str] = field(default_factory=list)  # paths the toolkit made that no installer's record lists
 
 
 @dataclass(frozen=True)

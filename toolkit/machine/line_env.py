@@ -1,8 +1,11 @@
 """Where a line's environment is and what it runs: the one answer build, doctor, verify, bench and modules use.
 
-A line has one of two kinds of toolchain (docs/architecture.md): `locked`, the conda prefix `toolkit install`
-made from the lock (`.envs/<line>`, or wherever `--prefix` says), whose bin/ holds nvcc, gcc and python; or
-`external`, the CUDA_HOME and python the spec's toolchain section names. Without a line, doctor looks at a
+A line has one of three kinds of toolchain (docs/architecture.md): `locked`, the conda prefix `toolkit install`
+made from the lock (`.envs/<line>`, or wherever `--prefix` says), whose bin/ holds nvcc, gcc and python;
+`pypi`, the venv `toolkit install` made there from NVIDIA's and PyTorch's wheels, whose CUDA_HOME is
+site-packages/nvidia/cu13 and whose host compiler is the machine's gcc (like external, the fingerprint records
+it and preflight checks it against this nvcc's crt/host_config.h); or `external`, the CUDA_HOME and python
+the spec's toolchain section names. Without a line, doctor looks at a
 conda prefix given alone (`prefix`) or at this shell (`shell`: CUDA_HOME, else the nvcc on PATH). `--python`
 (verify, bench) replaces the interpreter. Where CUDA lives also decides the compilers' header search path,
 so the conda layout's include directories (CPATH) are decided here too.
@@ -20,6 +23,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.env.install_record import PrefixRecord
+from toolkit.env.pypi_install import cuda_home as pypi_cuda_home
 from toolkit.machine.fingerprint import Fingerprint, cuda_include_dirs, probe
 from toolkit.spec.envspec import EnvSpec
 
@@ -28,8 +32,8 @@ from toolkit.spec.envspec import EnvSpec
 class LineEnvironment:
     """The environment's place and its tools (None: what this shell's PATH finds)."""
 
-    kind: str  # locked | external | prefix (a conda env without a line) | shell
-    root: Path | None  # the conda prefix (locked, prefix): its conda-meta is what the lock is compared with
+    kind: str  # locked | pypi | external | prefix (a conda env without a line) | shell
+    root: Path | None  # the prefix toolkit install made (locked, pypi) or given (prefix)
     cuda_home: Path | None
     python: Path | None
     cxx: Path | None
@@ -39,8 +43,8 @@ class LineEnvironment:
 
     @property
     def missing(self) -> bool:
-        """A locked line whose prefix is not installed (no bin/python): it has no tools of its own."""
-        return self.kind == "locked" and not (self.python and self.python.exists())
+        """A locked or pypi line whose prefix is not installed (no bin/python): it has no tools of its own."""
+        return self.kind in ("locked", "pypi") and not (self.python and self.python.exists())
 
     def install_record(self) -> PrefixRecord | None:
         """The record `toolkit install` leaves in a prefix it made (which lock, which digest), or None: a
@@ -88,10 +92,12 @@ def include_environment(cuda_home: Path) -> dict[str, str]:
 
 def resolve(spec: EnvSpec | None, prefix: Path | None = None, python: Path | None = None,
             workspace: Workspace = DEFAULT) -> LineEnvironment:
-    """The line's environment (external: the spec's paths; locked: `prefix`, else the workspace's prefix of
-    the line); without a line, the conda env `prefix`, else this shell's. `python` replaces the interpreter."""
+    """The line's environment (external: the spec's paths; locked, pypi: `prefix`, else the workspace's
+    prefix of the line); without a line, the conda env `prefix`, else this shell's. `python` replaces the interpreter."""
     if spec is not None and spec.toolchain.kind == "external":
         found = external(spec)
+    elif spec is not None and spec.toolchain.kind == "pypi":
+        found = pypi_venv(spec, prefix or workspace.prefix(spec.line))
     elif spec is not None:
         found = conda_prefix("locked", prefix or workspace.prefix(spec.line))
     elif prefix is not None:
@@ -111,6 +117,19 @@ def external(spec: EnvSpec) -> LineEnvironment:
     cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
     return LineEnvironment("external", None, cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
                            path_env, f"{display_path(spec.path)} toolchain")
+
+
+def pypi_venv(spec: EnvSpec, prefix: Path) -> LineEnvironment:
+    """A pypi line's venv: CUDA_HOME inside its site-packages, its python, the machine's compilers from PATH
+    (behind CUDA_HOME/bin and the venv's bin, which holds ninja)."""
+    root = prefix.absolute()
+    cuda_home = pypi_cuda_home(root, spec.python)
+    path_env = os.pathsep.join([str(cuda_home / "bin"), str(root / "bin"), os.environ.get("PATH", "")])
+    cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
+    source = ("nothing: the line's environment is missing" if not (root / "bin" / "python").exists()
+              else f"venv {display_path(root)}")
+    return LineEnvironment("pypi", root, cuda_home, root / "bin" / "python", Path(cxx) if cxx else None,
+                           Path(cc) if cc else None, path_env, source)
 
 
 def conda_prefix(kind: str, prefix: Path) -> LineEnvironment:

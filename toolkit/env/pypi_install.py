@@ -1,0 +1,145 @@
+"""The environment of a `pypi` line: a venv of the machine's python holding every locked wheel, CUDA inside it.
+
+NVIDIA's CUDA 13 wheels install one CUDA-like tree, site-packages/nvidia/cu13, which is the line's CUDA_HOME
+(toolkit/knowledge/pypi_cuda.yaml). No wheel ships what a build links against by its plain name, so the
+knowledge's symlinks are made there (lib/libcudart.so; lib64 where nvcc.profile still links from it).
+
+install.py owns where the environment goes (the prefix checks, the swap, the record): this module only
+fills its staging folder. The venv is made there, so every file that names its own folder (bin/activate*,
+pyvenv.cfg, the scripts' shebangs) is rewritten for the final prefix before the swap. What the toolkit
+itself wrote (the venv's own files, the symlinks), which no wheel's RECORD lists, is returned for the
+install record, so a later reinstall can tell them from a user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from rich.console import Console
+
+from toolkit.base.children import run_tied
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.env.engine import install_pip_layer
+from toolkit.env.lockfile import LockedPackage
+from toolkit.knowledge.facts import PypiLine, load_knowledge
+from toolkit.spec.envspec import EnvSpec
+
+VERSION_CODE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"
+
+
+def site_packages(root: Path, python: str) -> Path:
+    """The venv's purelib (posix_prefix scheme): where pip puts the wheels, and nvidia/cu13 with them."""
+    return root / "lib" / f"python{python}" / "site-packages"
+
+
+def cuda_home(root: Path, python: str) -> Path:
+    """The line's CUDA_HOME inside the venv at `root` (pypi_cuda.yaml's cuda_home, relative to site-packages)."""
+    return site_packages(root, python) / load_knowledge().pypi.cuda_home
+
+
+def find_python(version: str, given: Path | None) -> Path:
+    """The interpreter the venv is made with: `given` (--python), else pythonX.Y on PATH; refused unless it
+    runs, is that version and has venv and ensurepip (Debian splits them into python3.X-venv)."""
+    fix = f"install python {version}, or pass --python PATH"
+    found = str(given) if given else shutil.which(f"python{version}")
+    if not found:
+        raise ToolkitError(f"python{version}: not on PATH; the line's spec asks for python {version} ({fix})")
+    try:
+        done = run_tied([found, "-I", "-c", VERSION_CODE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolkitError(f"{found}: does not run ({exc.__class__.__name__}; {fix})") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"{found}: cannot make a venv ({last}; {fix})")
+    if done.stdout.strip() != version:
+        raise ToolkitError(f"{found}: is python {done.stdout.strip()}, the line's spec asks for {version} ({fix})")
+    return Path(found)
+
+
+@dataclass(frozen=True)
+class VenvBuild:
+    """Everything a pypi install needs, found (and refused) before anything is written."""
+
+    python: Path  # the machine's interpreter the venv is made with
+    version: str  # its X.Y, the spec's
+    packages: tuple[LockedPackage, ...]
+    line: PypiLine
+    cuda_home: str  # relative to site-packages
+
+    @classmethod
+    def of(cls, spec: EnvSpec, packages: list[LockedPackage], given: Path | None) -> VenvBuild:
+        pypi = load_knowledge().pypi
+        line = pypi.lines.get(spec.cuda)
+        if line is None:
+            raise ToolkitError(f"{display_path(spec.path)}: CUDA {spec.cuda} is not a pypi line of "
+                               f"toolkit/knowledge/pypi_cuda.yaml (its lines: {', '.join(pypi.lines)})")
+        return cls(find_python(spec.python, given), spec.python, tuple(packages), line, pypi.cuda_home)
+
+    def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
+        """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs."""
+        done = run_tied([str(self.python), "-I", "-m", "venv", "--prompt", prefix.name, str(staging)],
+                        capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ToolkitError(f"{self.python} -m venv: failed ({last}); nothing was installed")
+        written = venv_files(staging, site_packages(staging, self.version))
+        install_pip_layer(list(self.packages), staging, prefix, console)
+        home = site_packages(staging, self.version) / self.cuda_home
+        if not (home / "bin" / "nvcc").is_file():
+            raise ToolkitError(f"{self.cuda_home}/bin/nvcc: not installed by the lock's wheels (the lock lacks "
+                               f"nvidia-cuda-nvcc; re-run `toolkit lock`)")
+        written += [str(link.relative_to(staging)) for link in make_symlinks(home, self.line.symlinks)]
+        relocate(staging, prefix)
+        return sorted(written)
+
+
+def venv_files(root: Path, site: Path) -> list[str]:
+    """Every path `python -m venv` made (folders too), relative; not what lies in site-packages (pip's own
+    files, which its RECORD lists)."""
+    made = []
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if here == site:
+            dirs[:] = []
+            continue
+        made += [str((here / name).relative_to(root)) for name in [*dirs, *files]]
+    return made
+
+
+def make_symlinks(home: Path, symlinks: dict[str, str]) -> list[Path]:
+    """The knowledge's links under CUDA_HOME (link -> target, relative to the link's folder); a link whose
+    path a wheel already fills is left alone. Returns the links made."""
+    made = []
+    for link, target in symlinks.items():
+        for name in (link, target):
+            parts = PurePosixPath(name).parts
+            if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+                raise ToolkitError(f"toolkit/knowledge/pypi_cuda.yaml: symlinks: {name!r} is not a path inside "
+                                   f"CUDA_HOME (restore the file from the toolkit's repository)")
+        path = home / link
+        if path.exists() or path.is_symlink():
+            continue
+        if not (path.parent / target).exists():
+            raise ToolkitError(f"{link} -> {target}: the target is not among the installed wheels' files "
+                               f"(toolkit/knowledge/pypi_cuda.yaml names a file this lock does not install)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+        made.append(path)
+    return made
+
+
+def relocate(staging: Path, prefix: Path) -> None:
+    """Point what names the staging folder at the final prefix: pyvenv.cfg and the text files of bin/
+    (activate scripts, script shebangs). Binaries are left as they are (their lengths would change)."""
+    old, new = str(staging).encode(), str(prefix).encode()
+    for path in [staging / "pyvenv.cfg", *sorted((staging / "bin").iterdir())]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data:
+            path.write_bytes(data.replace(old, new))
