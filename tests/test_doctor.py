@@ -442,12 +442,12 @@ def test_build_refuses_exactly_what_doctor_fails(workdir, recorded, edit, spec_n
 
 
 def test_a_gcc_other_than_the_spec_s_fails_doctor_as_it_stops_the_build(workdir, capsys):
-    """The H200 image with gcc 14 against gpu-machine (gcc 13): `build` refused it while `doctor --line`
+    """The H200 image with gcc 14 against gpu-machine (gcc 13): `build` refused it while `doctor LINE`
     warned and exited 0. Now doctor fails with the build's words."""
     report = json.loads((RECORDED / "healthy-h200.json").read_text())
     report["fingerprint"]["gcc_version"] = "14.2.0"
     (workdir / "r.json").write_text(json.dumps(report))
-    code, replayed = replay(capsys, workdir / "r.json", "--line", "gpu-machine")
+    code, replayed = replay(capsys, workdir / "r.json", "gpu-machine")
     assert code == 1 and replayed["ok"] is False
     gcc = row(replayed, "line-gcc")
     spec = checked_spec(ENVS / "gpu-machine.yaml")
