@@ -62,7 +62,7 @@ case "${1:-}" in
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
     record=$(ls "$ARTIFACTS"/*.kernel-cache.json 2>/dev/null | head -n 1)
     [ -n "$record" ] && step cache-install 60 "$PY" -m toolkit.fa4 cache-install --target "$TARGET" --python "$PY" --arch 90 \
-      --record "$record" --dest "$STATE/cache-from-artifact"
+      --cache-record "$record" --dest "$STATE/cache-from-artifact"
     [ -d "$STATE/cache-from-artifact" ] && CACHE=$STATE/cache-from-artifact
     fa4_env "$TARGET" "$CACHE"
     began=$(date +%s)
@@ -72,7 +72,7 @@ case "${1:-}" in
       step bench-measure-only 400 "$PY" -m toolkit.verify.bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     fi
     step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
-      --verify "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
+      --verified "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
     ;;
   verify-full)
     fa4_env "$TARGET" "$CACHE"

@@ -65,6 +65,10 @@ def test_matrix_run_and_build_report_are_verbs_argparse_knows(tmp_path, monkeypa
     (["doctor", "--line", "cu126"], "toolkit doctor: --line is gone: write `toolkit doctor LINE`"),
     (["fa4", "recommend", "--bench", "b.json", "--line", "cu126"],
      "toolkit fa4 recommend: --line is gone: write `toolkit fa4 recommend LINE`"),
+    (["fa4", "recommend", "--bench", "b.json", "--verify", "fa4=v.json"],
+     "toolkit fa4 recommend: --verify is gone: write --verified BACKEND=VERIFY_JSON (--verify is matrix run's mode)"),
+    (["fa4", "cache-install", "--target", "t", "--arch", "90", "--record", "r.json", "--dest", "d"],
+     "toolkit fa4 cache-install: --record is gone: write --cache-record (--record is check-updates' recording folder)"),
 ])
 def test_an_earlier_spelling_is_refused_in_one_line_naming_the_new_one(tmp_path, monkeypatch, capsys, argv, says):
     monkeypatch.chdir(tmp_path)

@@ -128,7 +128,7 @@ def test_cache_install_unpacks_an_artifact_only_for_a_matching_install(warmed, t
     key = fa4_jit.cache_key(sys.executable, record.env(), "90")
     assert (key["flash_attn_4"], key["cutlass_dsl"], key["arch"]) == ("4.0.0b36", "4.8.1", "90")
     _, record_path = fa4_jit.pack(tmp / "cache", tmp_path / "wheelhouse", key, latency)
-    args = ["fa4", "cache-install", "--target", str(site), "--record", str(record_path), "--dest", str(tmp_path / "c")]
+    args = ["fa4", "cache-install", "--target", str(site), "--cache-record", str(record_path), "--dest", str(tmp_path / "c")]
     assert main([*args, "--arch", "90"]) == 0
     out = capsys.readouterr().out
     assert "2 entries" in out and f"FLASH_ATTENTION_CUTE_DSL_CACHE_DIR={tmp_path / 'c'}" in out

@@ -257,7 +257,7 @@ def test_cache_install_refusals_are_one_line(install, tmp_path, capsys):
     dotdot = artifact(wheelhouse, [entry("good.o", b"x"), entry("../../review-escaped.txt", b"x")], name="dotdot",
                       key=key)
     for record, where in ((overwrite, dest), (dotdot, dest), (dotdot, tmp_path / "new")):
-        args = ["fa4", "cache-install", "--target", str(install), "--arch", "90", "--record", str(record)]
+        args = ["fa4", "cache-install", "--target", str(install), "--arch", "90", "--cache-record", str(record)]
         assert main([*args, "--dest", str(where)]) == 1
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, err

@@ -103,7 +103,7 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
     (tmp_path / "verify.json").write_text(json.dumps(_verify()))
     out = tmp_path / "recommendation.json"
     assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"),
-                 "--verify", f"fa4={tmp_path / 'verify.json'}", "--out", str(out)]) == 0
+                 "--verified", f"fa4={tmp_path / 'verify.json'}", "--out", str(out)]) == 0
     assert "target met: fa4 / sdpa-cudnn fwd" in capsys.readouterr().out
     assert recommend.lookup(out, GPU, "bfloat16", 128, False, "fwd", 6000).backend == "fa4"
     assert recommend.lookup(out, "NVIDIA A100", "bfloat16", 128, False, "fwd", 6000) is None
@@ -111,7 +111,7 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
 
 def test_a_bad_verify_option_or_report_is_one_line(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(_bench()))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verify", "fa4",
+    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verified", "fa4",
                  "--out", str(tmp_path / "r.json")]) == 1
     assert main(["fa4", "recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err.splitlines()
@@ -158,7 +158,7 @@ def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
 def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = ["fa4", "recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
-            "--verify", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
+            "--verified", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
     assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give LINE")
     assert main([*args, "gpu-machine"]) == 0
     written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"

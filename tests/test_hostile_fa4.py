@@ -220,7 +220,7 @@ def test_no_program_a_record_names_is_run(tmp_path, capsys, site, verb):
     record = artifact(tmp_path / "wh", [entry("a.o")])
     extra = {"warm": ["--cache-dir", str(tmp_path / "c"), "--artifacts", str(tmp_path / "wh2"), "--report",
                       str(tmp_path / "r.json")],
-             "cache-install": ["--record", str(record), "--dest", str(tmp_path / "dest")]}[verb]
+             "cache-install": ["--cache-record", str(record), "--dest", str(tmp_path / "dest")]}[verb]
     assert main(["fa4", verb, "--target", str(site), "--arch", "90", *extra]) == 1
     assert "written for the python" in one_line(capsys)
     assert not (tmp_path / "it-ran").exists()
@@ -233,9 +233,9 @@ def test_cache_install_reads_its_cache_record_before_running_python_and_a_non_js
     (tmp_path / "damaged.kernel-cache.json").write_text("{not json")
     args = ["fa4", "cache-install", "--target", str(site), "--arch", "90", "--python", str(program), "--dest",
             str(tmp_path / "dest")]
-    assert main([*args, "--record", str(tmp_path / "damaged.kernel-cache.json")]) == 1
+    assert main([*args, "--cache-record", str(tmp_path / "damaged.kernel-cache.json")]) == 1
     assert "damaged.kernel-cache.json" in one_line(capsys) and not (tmp_path / "it-ran").exists()
-    assert main([*args, "--record", str(artifact(tmp_path / "wh", [entry("a.o")]))]) == 1
+    assert main([*args, "--cache-record", str(artifact(tmp_path / "wh", [entry("a.o")]))]) == 1
     assert "version probe" in one_line(capsys) and not (tmp_path / "dest").exists()
 
 
@@ -247,7 +247,7 @@ def test_a_target_or_dest_that_is_not_a_plain_path_is_refused_at_the_door(tmp_pa
     Fa4Record("4.0.0b36", "13", str(site), sys.executable, [], {}, [str(site)]).write(site)
     record = artifact(tmp_path / "wh", [entry("a.o")])
     for args in (["install", "--wheels", str(tmp_path), "--target"], ["join", str(tmp_path / "wh"), "--dest"],
-                 ["cache-install", "--target", str(site), "--arch", "90", "--record", str(record), "--dest"]):
+                 ["cache-install", "--target", str(site), "--arch", "90", "--cache-record", str(record), "--dest"]):
         assert main(["fa4", *args, str(tmp_path / odd)]) == 1
         assert "or a control character (pass a plain folder path)" in one_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site", "wh"]
@@ -322,7 +322,7 @@ def test_a_hand_edited_cache_record_is_one_line_naming_the_field(tmp_path, capsy
     _, record_path = fa4_jit.pack(tmp_path / "cache", tmp_path / "wh", KEY, {"variants": []})
     record_path.write_text(json.dumps({**json.loads(record_path.read_text()), **edit}))
     assert main(["fa4", "cache-install", "--target", str(site), "--arch", "90", "--python", str(program),
-                 "--record", str(record_path), "--dest", str(tmp_path / "dest")]) == 1
+                 "--cache-record", str(record_path), "--dest", str(tmp_path / "dest")]) == 1
     said = one_line(capsys)
     assert said.startswith(f"error: {record_path}: not a cache record: {phrase}") and said.endswith("(warm again)\n")
     assert not (tmp_path / "it-ran").exists() and not (tmp_path / "dest").exists()

@@ -24,7 +24,7 @@ from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN = "cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa4, gpu-machine, gpu-replica"
+KNOWN = "cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa4, gpu-machine, gpu-replica, py-cu130, py-cu132"
 
 
 def toolkit(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -88,7 +88,7 @@ def test_recommend_says_which_shapes_the_verification_did_not_cover(tmp_path, ca
     (tmp_path / "verify.json").write_text(json.dumps({
         "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
         "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verify",
+    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verified",
                  f"fa4={tmp_path / 'verify.json'}", "--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2] == f"recommended vs best measured, worst shape: {477 / 537:.3f} (needs >= 0.98); {tmp_path}/r.json"

@@ -120,7 +120,7 @@ def _recommend(tmp_path: Path, capsys, bench: dict, verify: dict, backend: str =
     (tmp_path / "verify.json").write_text(json.dumps(verify))
     out = tmp_path / "out" / "recommendation.json"
     code = main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"),
-                 "--verify", f"{backend}={tmp_path / 'verify.json'}", "--out", str(out)])
+                 "--verified", f"{backend}={tmp_path / 'verify.json'}", "--out", str(out)])
     return code, capsys.readouterr().err, out
 
 

@@ -419,13 +419,14 @@ def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
 def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser("recommend", help="per GPU and shape, the fastest verified attention backend")
     parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
-    parser.add_argument("--verify", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
+    parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
                         help="a packaged backend's verification report (fa4=..., flash-attn=...)")
     parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
                                                  "reports/LINE/recommendation.json, where doctor and modules read it)")
     parser.add_argument("line", nargs="?", metavar="LINE",
                         help="the line the bench ran for (its reports folder gets the file)")
     add_renamed_option(parser, "--line", "`toolkit fa4 recommend LINE`")
+    add_renamed_option(parser, "--verify", "--verified BACKEND=VERIFY_JSON (--verify is matrix run's mode)")
     parser.set_defaults(func=fa4_recommend_command)
 
 
@@ -437,7 +438,7 @@ def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[
     """The bench report and the --verify reports, each checked (`check_input`) before anything is built."""
     packaged = [name for name in backends if name not in TORCH_BACKENDS]
     reports = {}
-    for item in args.verify:
+    for item in args.verified:
         backend, sep, path = item.partition("=")
         if not sep:
             raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")

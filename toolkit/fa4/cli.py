@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolkit.base.atomic import clean_stale, run_temporaries, write_atomic
 from toolkit.base.digest import sha256_file
-from toolkit.base.entry import program
+from toolkit.base.entry import add_renamed_option, program
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -166,7 +166,8 @@ def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=fa4_warm_command)
     use = verbs.add_parser("cache-install", help="unpack a warmed cache artifact for an install whose key matches")
     _target_and_arch(use)
-    use.add_argument("--record", type=Path, required=True, help="the artifact's .kernel-cache.json record")
+    use.add_argument("--cache-record", type=Path, required=True, help="the artifact's .kernel-cache.json record")
+    add_renamed_option(use, "--record", "--cache-record (--record is check-updates' recording folder)")
     use.add_argument("--dest", type=Path, required=True, help="the cache folder the env will use: new, empty, or "
                                                               "one an earlier cache-install filled")
     use.set_defaults(func=fa4_cache_install_command)
@@ -211,9 +212,9 @@ def _target_and_arch(parser: argparse.ArgumentParser) -> None:
 def fa4_cache_install_command(args: argparse.Namespace) -> int:
     record = load_record(args.target, python_argument(args.python))
     folder_argument(args.dest, "--dest")
-    cache_record(args.record)  # a damaged record is refused before any program runs
-    env = unpack(args.record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
-    print(f"unpacked {args.record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
+    cache_record(args.cache_record)  # a damaged record is refused before any program runs
+    env = unpack(args.cache_record, cache_key(record.python, record.env(), args.arch), args.dest.absolute())
+    print(f"unpacked {args.cache_record.name} into {args.dest}: {len(cache_entries(args.dest))} entries")
     for name, value in env.items():
         print(f"{name}={value}")
     return 0
