@@ -110,8 +110,10 @@
       # Why nixpkgs cannot provide a line on a platform, or null when it can.
       whyNot = platform: pkgs: name: line:
         let missing = filter (attr: !usable pkgs attr) (attrValues (attrsOf line)); in
-        if line.kind != "locked" then
-          "envs/${name}.yaml has toolchain.kind ${line.kind}: its toolchain is a machine image or site module, not something nixpkgs builds"
+        if line.kind == "external" then
+          "envs/${name}.yaml has toolchain.kind external: its toolchain is a machine image or site module, not something nixpkgs builds"
+        else if line.kind == "pypi" then
+          "envs/${name}.yaml has toolchain.kind pypi: its toolchain is NVIDIA's wheels in a venv (toolkit install ${name}), not nixpkgs' CUDA"
         else if !elem platform line.platforms then
           "envs/${name}.yaml does not list platform ${platform}"
         else if missing != [ ] then

@@ -127,7 +127,7 @@ def test_every_line_has_a_shell_or_a_reason(repo: Path, tmp_path: Path, specs, n
         for name, spec in specs.items():
             missing = sorted(nixpkgs_attrs(spec) - set(present))
             if spec.toolchain.kind != "locked":
-                assert "toolchain.kind external" in not_provided[system][name]
+                assert f"toolchain.kind {spec.toolchain.kind}:" in not_provided[system][name]
             elif platform not in spec.platforms:
                 assert platform in not_provided[system][name]
             elif missing:
