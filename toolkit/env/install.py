@@ -24,7 +24,6 @@ a rerun removes those of a killed run (toolkit/base/atomic.py).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 from collections.abc import Iterator
@@ -50,7 +49,7 @@ from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
-from toolkit.env.install_record import PrefixRecord
+from toolkit.env.install_record import PrefixRecord, record_rows
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.env.pypi_install import VenvBuild
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg
@@ -195,12 +194,7 @@ def installed_paths(prefix: Path) -> set[str]:
         paths.update(f for f in files or () if isinstance(f, str))
     for record_file in prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"):
         site = record_file.parent.parent.relative_to(prefix)
-        try:
-            with open(record_file, newline="") as handle:
-                rows = [row[0] for row in csv.reader(handle) if row]
-        except (OSError, csv.Error, UnicodeDecodeError) as exc:
-            raise ToolkitError(f"{display_path(record_file)}: unreadable ({exc.__class__.__name__}; {fix})") from None
-        paths.update(os.path.normpath(site / row) for row in rows)
+        paths.update(os.path.normpath(site / row[0]) for row in record_rows(record_file, fix))
     return paths | set(INSTALLER_FILES)
 
 

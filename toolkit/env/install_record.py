@@ -13,6 +13,7 @@ for the build record), so a record of another shape is no record rather than a h
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -108,3 +109,12 @@ class Fa4Record(InstallRecord):
 
     def env(self) -> dict[str, str]:
         return {"PYTHONPATH": os.pathsep.join(self.python_path)}
+
+
+def record_rows(path: Path, fix: str) -> list[list[str]]:
+    """The rows of a pip RECORD (csv: path, hash, size), the one reader of them; unreadable is one line."""
+    try:
+        with open(path, newline="") as handle:
+            return [row for row in csv.reader(handle) if row]
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise ToolkitError(f"{display_path(path)}: unreadable ({exc.__class__.__name__}; {fix})") from None

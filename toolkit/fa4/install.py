@@ -28,7 +28,7 @@ from toolkit.base import children
 from toolkit.base.atomic import clean_stale, owned_dir, write_atomic
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument, plain_path
-from toolkit.env.install_record import Fa4Record
+from toolkit.env.install_record import Fa4Record, record_rows
 from toolkit.fa4.wheels import check_wheel
 from toolkit.knowledge.fa4_pins import DSL_PACKAGES, KNOWLEDGE_FILE, Release, WheelPin, knowledge
 
@@ -70,6 +70,7 @@ def _unmet(metadata: list[dict], available: dict[str, str], replaced: dict[str, 
     return problems
 
 
+FA2_FIX = "reinstall flash-attn 2.x there"  # what an unreadable FA2 RECORD asks for
 _PROBE = ("import importlib.metadata as m, json, platform, sys\n"
           "from packaging.markers import default_environment\n"
           "print(json.dumps({'dists': {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']},"
@@ -209,7 +210,7 @@ def flash_attn_2_beside(target: Path) -> Fa2Install | None:
     if not init.is_file():
         return None
     for dist_info in sorted(target.glob("flash_attn-*.dist-info")):
-        rows = _record_rows(dist_info / "RECORD")
+        rows = record_rows(dist_info / "RECORD", FA2_FIX)
         if any(row[0] == "flash_attn/__init__.py" for row in rows):
             version = dist_info.name[len("flash_attn-"):-len(".dist-info")]
             known = knowledge()["beside_flash_attn_2"]
@@ -222,16 +223,6 @@ def flash_attn_2_beside(target: Path) -> Fa2Install | None:
                        f"writes flash_attn/cute into that package (install FA4 into its own --target folder)")
 
 
-def _record_rows(path: Path) -> list[list[str]]:
-    import csv
-
-    try:
-        with open(path, newline="") as handle:
-            return [row for row in csv.reader(handle) if row]
-    except (OSError, csv.Error, UnicodeDecodeError) as exc:
-        raise ToolkitError(f"{path}: unreadable ({exc}) (reinstall flash-attn 2.x there)") from None
-
-
 def hand_over_cute(fa2: Fa2Install) -> list[str]:
     """FA2's own copy of flash_attn/cute gives way to FA4's: its rows leave FA2's RECORD first (so
     `pip uninstall flash-attn` never deletes FA4's files), then the files it listed are removed. Only
@@ -240,7 +231,7 @@ def hand_over_cute(fa2: Fa2Install) -> list[str]:
     Each file is unlinked relative to its folder, opened from the site folder down without following a
     symlink (as merge_into holds its folders), so a folder swapped for a symlink after the check below
     makes the hand-over stop in one line, never delete outside."""
-    rows = _record_rows(fa2.record_file)
+    rows = record_rows(fa2.record_file, FA2_FIX)
     prefix = "flash_attn/cute/"
     ours = [row[0] for row in rows if row[0].startswith(prefix) and ".." not in Path(row[0]).parts]
     root = fa2.dist_info.parent
@@ -415,9 +406,9 @@ def owned_paths(target: Path, rel: Release, beside: Fa2Install | None) -> set[st
     for dist_info in target.glob("*.dist-info"):
         project = dist_info.name[:-len(".dist-info")].rsplit("-", 1)[0]
         if canonicalize_name(project) in projects and (dist_info / "RECORD").is_file():
-            owned.update(_pip_target_path(row[0]) for row in _record_rows(dist_info / "RECORD"))
+            owned.update(_pip_target_path(row[0]) for row in record_rows(dist_info / "RECORD", FA2_FIX))
     if beside:
-        owned.update(row[0] for row in _record_rows(beside.record_file) if row[0].startswith("flash_attn/cute/"))
+        owned.update(row[0] for row in record_rows(beside.record_file, FA2_FIX) if row[0].startswith("flash_attn/cute/"))
     return owned
 
 
