@@ -46,7 +46,9 @@ def main(lock_file: Path, target: Path) -> int:
                         "--require-hashes", "--no-index", "--target", str(partial), "-r", requirements.name],
                        env=env, check=True)
     pypi = load_knowledge().pypi
-    make_symlinks(partial / pypi.cuda_home, pypi.lines[locked.cuda].symlinks)
+    release = pypi.release(next(p.version for p in locked.packages if p.name == "cuda-toolkit"))
+    assert release, f"{lock_file}: its cuda-toolkit is not a release of toolkit/knowledge/pypi_cuda.yaml"
+    make_symlinks(partial / pypi.cuda_home, release.symlinks)
     (partial / "lock-sha256").write_text(locked.digest + "\n")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)

@@ -100,7 +100,7 @@ def small_venv(tmp_path_factory) -> Path:
     packages = (wheel(tmp / "wheels", "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
                 wheel(tmp / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"}))
     pypi = load_knowledge().pypi
-    build = VenvBuild(Path(sys.executable), PYTHON, packages, pypi.lines["13.0"], pypi.cuda_home)
+    build = VenvBuild(Path(sys.executable), PYTHON, packages, pypi.lines["13.0.3"], pypi.cuda_home)
     prefix, staging = tmp / "env", tmp / "staging" / "env"
     written = build.make(staging, prefix, Console(quiet=True))
     PrefixRecord("py-cu130", "lock", "linux-64", "0" * 64, "0" * 64, str(prefix), written).write(staging)

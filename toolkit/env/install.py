@@ -73,7 +73,8 @@ def running_platform() -> str:
 
 def install_line(line: str, prefix: Path | None = None, workspace: Workspace = DEFAULT, backend: str = "auto",
                  conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False,
-                 python: Path | None = None) -> Path | None:
+                 python: Path | None = None, torch_from: Path | None = None,
+                 wheels: Path | None = None) -> Path | None:
     """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
     `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
     A pypi line's is a venv made with `python` (default: the spec's pythonX.Y on PATH).
@@ -85,9 +86,10 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
     if locked_env.toolchain_kind == "external":
         raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
                            f"to install (the machine provides it; `toolkit build {line}` checks it)")
-    if python and locked_env.toolchain_kind != "pypi":
-        raise ToolkitError(f"--python: {line} has a {locked_env.toolchain_kind} toolchain, whose python comes from "
-                           f"{display_path(lock_file)} (drop --python)")
+    for option, given in (("--python", python), ("--torch-from", torch_from), ("--wheels", wheels)):
+        if given and locked_env.toolchain_kind != "pypi":
+            raise ToolkitError(f"{option}: {line} has a {locked_env.toolchain_kind} toolchain; the option is for "
+                               f"pypi lines' venvs (drop {option})")
     platform = platform or running_platform()
     if platform not in locked_env.platforms:
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
@@ -97,7 +99,7 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
-    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python) \
+    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels) \
         if locked_env.toolchain_kind == "pypi" else None
     engine = None if venv else choose_engine(backend, conda_exe, console)
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +114,8 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
         with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
             staging = work / "env"
             if venv:  # what the toolkit wrote besides the wheels goes into the record
-                record = replace(record, written=venv.make(staging, prefix, console))
+                record = replace(record, written=venv.make(staging, prefix, console),
+                                 stand_ins={s.name: s.describe() for s in venv.stand_ins})
             elif engine:
                 staging.mkdir()
                 engine.install(InstallJob.of(locked_env, platform, staging, prefix))
@@ -300,6 +303,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--python", type=Path, metavar="EXE",
                         help="a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, "
                              "X.Y the spec's python)")
+    parser.add_argument("--torch-from", type=Path, metavar="EXE",
+                        help="a pypi line: copy torch, and every locked package this interpreter's environment has at "
+                             "the locked version, from there (checked against its RECORD) instead of downloading "
+                             "them; its torch must be the lock's release, built for the line's CUDA")
+    parser.add_argument("--wheels", type=Path, metavar="DIR",
+                        help="a pypi line: read the lock's wheels from DIR by file name (still hash-checked) "
+                             "instead of their URLs, for a machine without internet")
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=install_command)
@@ -311,7 +321,8 @@ def install_command(args: argparse.Namespace) -> int:
         resolve_spec_arg(args.line, workspace)
     with run_temporaries("install"):
         prefix = install_line(args.line, args.prefix, workspace, args.backend, args.conda,
-                              if_stale=args.if_stale, python=args.python)
+                              if_stale=args.if_stale, python=args.python, torch_from=args.torch_from,
+                              wheels=args.wheels)
     lock = display_path(workspace.lock_file(args.line))
     print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
           f"{display_path(args.prefix or workspace.prefix(args.line))}: already the environment of {lock}; left as it is")

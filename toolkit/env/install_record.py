@@ -89,6 +89,7 @@ class PrefixRecord(InstallRecord):
     lock_sha256: str
     prefix: str | None = None  # the folder it was written for (a copy elsewhere is no record there); None before
     written: list[str] = field(default_factory=list)  # paths the toolkit made that no installer's record lists
+    stand_ins: dict[str, str] = field(default_factory=dict)  # name -> "version from <site-packages>" (--torch-from)
 
 
 @dataclass(frozen=True)

@@ -268,11 +268,20 @@ def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str 
 
     from toolkit.knowledge.facts import load_knowledge
 
-    line = load_knowledge().pypi.lines.get(cuda)
-    if line is None:
+    pypi = load_knowledge().pypi
+    if cuda not in pypi.cudas:
         return f"CUDA {cuda} is not a pypi line of toolkit/knowledge/pypi_cuda.yaml"
     pip = {p.name: p.version for p in packages if p.manager == "pip"}
+    releases = pypi.releases(cuda)
+    line = pypi.release(pip.get("cuda-toolkit", ""))
+    known = " or ".join(release.cuda_toolkit for release in releases)
+    if "cuda-toolkit" not in pip:
+        return f"cuda-toolkit is missing: CUDA {cuda}'s cuda-toolkit {known} installs it"
     nvcc = f" beside nvidia-cuda-nvcc {pip['nvidia-cuda-nvcc']}" if "nvidia-cuda-nvcc" in pip else ""
+    if line is None or line.cuda != cuda:
+        pins = " or ".join(f"=={release.cuda_toolkit}" for release in releases)
+        return (f"cuda-toolkit {pip['cuda-toolkit']}{nvcc} is not CUDA {cuda}'s (cuda-toolkit {known}: "
+                f"cuda-toolkit{pins}, toolkit/knowledge/pypi_cuda.yaml)")
     wanted = {"cuda-toolkit": f"=={line.cuda_toolkit}", **{n: f"=={v}.*" for n, v in line.components.items()}}
     for name, specifier in [*wanted.items(), *((n, p) for n, p in line.pins.items() if n in pip)]:
         if name not in pip:

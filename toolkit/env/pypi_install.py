@@ -26,6 +26,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.env.engine import install_pip_layer
 from toolkit.env.lockfile import LockedPackage
+from toolkit.env.standin import OtherEnvironment, StandIn, copy_in, local_wheels
 from toolkit.knowledge.facts import PypiLine, load_knowledge
 from toolkit.spec.envspec import EnvSpec
 
@@ -67,18 +68,29 @@ class VenvBuild:
 
     python: Path  # the machine's interpreter the venv is made with
     version: str  # its X.Y, the spec's
-    packages: tuple[LockedPackage, ...]
+    packages: tuple[LockedPackage, ...]  # installed from their wheels
     line: PypiLine
     cuda_home: str  # relative to site-packages
+    stand_ins: tuple[StandIn, ...] = ()  # copied from another environment (--torch-from) instead
 
     @classmethod
-    def of(cls, spec: EnvSpec, packages: list[LockedPackage], given: Path | None) -> VenvBuild:
+    def of(cls, spec: EnvSpec, packages: list[LockedPackage], given: Path | None, torch_from: Path | None = None,
+           wheels: Path | None = None) -> VenvBuild:
+        """Refused here, before anything is written: no such line, no such python, a --torch-from whose torch
+        is not the lock's, a --wheels folder that lacks a wheel still to install."""
         pypi = load_knowledge().pypi
-        line = pypi.lines.get(spec.cuda)
+        line = pypi.line(spec.cuda, spec.torch_version)
         if line is None:
-            raise ToolkitError(f"{display_path(spec.path)}: CUDA {spec.cuda} is not a pypi line of "
-                               f"toolkit/knowledge/pypi_cuda.yaml (its lines: {', '.join(pypi.lines)})")
-        return cls(find_python(spec.python, given), spec.python, tuple(packages), line, pypi.cuda_home)
+            raise ToolkitError(f"{display_path(spec.path)}: CUDA {spec.cuda} with torch {spec.torch_version} is not a "
+                               f"pypi line of toolkit/knowledge/pypi_cuda.yaml (`toolkit check {spec.line}` says why)")
+        python = find_python(spec.python, given)
+        stand_ins: tuple[StandIn, ...] = ()
+        rest = tuple(packages)
+        if torch_from:
+            stand_ins, rest = OtherEnvironment.probe(torch_from).split(rest, spec.python, spec.cuda)
+        if wheels:
+            rest = local_wheels(rest, wheels)
+        return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins)
 
     def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
         """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs."""
@@ -87,7 +99,11 @@ class VenvBuild:
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ToolkitError(f"{self.python} -m venv: failed ({last}); nothing was installed")
-        written = venv_files(staging, site_packages(staging, self.version))
+        site = site_packages(staging, self.version)
+        written = venv_files(staging, site)
+        for stand_in in self.stand_ins:
+            console.print(f"{stand_in.name} {stand_in.describe()}: copied, checked against its RECORD")
+            copy_in(stand_in, site)
         install_pip_layer(list(self.packages), staging, prefix, console)
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():

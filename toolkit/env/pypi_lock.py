@@ -22,6 +22,7 @@ else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency t
     import tomli as tomllib
 
 from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
 from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
 
@@ -71,7 +72,10 @@ def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) ->
 def pypi_inputs(spec: EnvSpec, pypi: PypiCuda) -> tuple[list[str], list[str]]:
     """(requirements, constraints) of a pypi line: torch, the toolkit meta wheel with the build's extras and the
     spec's build dependencies; the line's pins as constraints (they bound, never add, a package)."""
-    line = pypi.lines[spec.cuda]
+    line = pypi.line(spec.cuda, spec.torch_version)
+    if line is None:  # `toolkit check` refuses such a spec first (rules.pypi_torch_pairs_with_cuda)
+        raise ToolkitError(f"{display_path(spec.path)}: torch {spec.torch_version} pins no cuda-toolkit of CUDA "
+                           f"{spec.cuda} (`toolkit check {spec.line}` says which torch does)")
     requirements = [f"torch=={spec.torch_version}", f"cuda-toolkit[{','.join(pypi.extras)}]=={line.cuda_toolkit}",
                     *spec.pip_requirements()[1:]]
     return requirements, [f"{name}{pin}" for name, pin in line.pins.items()]

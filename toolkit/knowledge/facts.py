@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.files import KNOWLEDGE_DIR as KNOWLEDGE_DIR  # where the stages' data files lie
@@ -81,18 +81,41 @@ class PypiLine:
     components: dict[str, str]  # wheel name -> the version the meta wheel's extras pin (==<version>.*)
     pins: dict[str, str]  # floating components -> the specifier that keeps them this release's
     symlinks: dict[str, str]  # link under cuda_home -> its target, relative to the link's directory
-    torch: str | None  # the torch whose PyPI wheels pin this cuda_toolkit; None: no torch pairs with it
+    torch: tuple[str, ...]  # every torch whose PyPI wheels pin this cuda_toolkit, oldest first; () none
+
+    def pairs_with(self, torch: str) -> bool:
+        return any(Version(torch) == Version(paired) for paired in self.torch)
 
 
 @dataclass(frozen=True)
 class PypiCuda:
     """pypi_cuda.yaml: the lines, what every line shares, and why CUDA 12 cannot be one."""
 
-    lines: dict[str, PypiLine]
+    lines: dict[str, PypiLine]  # by cuda-toolkit release; a CUDA release may have several
     cuda_home: str  # relative to site-packages
     extras: tuple[str, ...]  # the cuda-toolkit extras a flash-attn build installs
     platforms: tuple[str, ...]  # the platforms the wheels were read for
     cuda_12: str
+
+    @property
+    def cudas(self) -> list[str]:
+        """The CUDA releases with a pypi line, in the file's order."""
+        return list(dict.fromkeys(line.cuda for line in self.lines.values()))
+
+    def releases(self, cuda: str) -> list[PypiLine]:
+        return [line for line in self.lines.values() if line.cuda == cuda]
+
+    def release(self, cuda_toolkit: str) -> PypiLine | None:
+        """The line of a cuda-toolkit wheel's version ('13.0.3.0' is 13.0.3); None: unknown or not a version."""
+        try:
+            wanted = Version(cuda_toolkit)
+        except InvalidVersion:
+            return None
+        return next((line for line in self.lines.values() if Version(line.cuda_toolkit) == wanted), None)
+
+    def line(self, cuda: str, torch: str) -> PypiLine | None:
+        """The cuda-toolkit release of CUDA `cuda` whose torch is `torch`: the one a pypi spec locks."""
+        return next((line for line in self.releases(cuda) if line.pairs_with(torch)), None)
 
 
 @dataclass(frozen=True)
@@ -159,12 +182,12 @@ def _torch_releases(data: dict) -> dict[str, TorchRelease]:
 
 def _pypi_cuda(data: dict) -> PypiCuda:
     lines = {
-        cuda: PypiLine(cuda=cuda, cuda_toolkit=str(facts["cuda_toolkit"]),
-                       components={str(k): str(v) for k, v in facts["components"].items()},
-                       pins={str(k): str(v) for k, v in facts["pins"].items()},
-                       symlinks={str(k): str(v) for k, v in facts["symlinks"].items()},
-                       torch=None if facts["torch"] is None else str(facts["torch"]))
-        for cuda, facts in data["lines"].items()
+        str(release): PypiLine(cuda=str(facts["cuda"]), cuda_toolkit=str(release),
+                               components={str(k): str(v) for k, v in facts["components"].items()},
+                               pins={str(k): str(v) for k, v in facts["pins"].items()},
+                               symlinks={str(k): str(v) for k, v in facts["symlinks"].items()},
+                               torch=tuple(str(t) for t in facts["torch"]))
+        for release, facts in data["lines"].items()
     }
     return PypiCuda(lines=lines, cuda_home=str(data["cuda_home"]), extras=tuple(data["extras"]),
                     platforms=tuple(data["platforms"]), cuda_12=str(data["cuda_12"]))

@@ -279,31 +279,33 @@ def locked_has_no_external_fields(spec: EnvSpec, kb: Knowledge) -> str | None:
 
 def pypi_line_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     """Only a CUDA release whose nvcc, crt and nvvm wheels are on PyPI can be a pypi line; CUDA 12's cannot."""
-    if spec.toolchain.kind != "pypi" or spec.cuda in kb.pypi.lines:
+    if spec.toolchain.kind != "pypi" or spec.cuda in kb.pypi.cudas:
         return None
     if spec.cuda.split(".")[0] == "12":
         return (f"CUDA {spec.cuda} has {kb.pypi.cuda_12} (use kind: locked, or a pypi line of CUDA "
-                f"{span(list(kb.pypi.lines))}; toolkit/knowledge/pypi_cuda.yaml)")
-    return (f"CUDA {spec.cuda} is not a pypi line (pypi lines: {', '.join(kb.pypi.lines)}; "
+                f"{span(kb.pypi.cudas)}; toolkit/knowledge/pypi_cuda.yaml)")
+    return (f"CUDA {spec.cuda} is not a pypi line (pypi lines: {', '.join(kb.pypi.cudas)}; "
             f"toolkit/knowledge/pypi_cuda.yaml)")
 
 
 def pypi_torch_pairs_with_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
-    """torch's PyPI wheels pin one cuda-toolkit release: the line's torch must be the one that pins its release."""
-    line = kb.pypi.lines.get(spec.cuda)
-    if spec.toolchain.kind != "pypi" or not line or (line.torch and Version(spec.torch_version) == Version(line.torch)):
+    """torch's PyPI wheels pin one cuda-toolkit release: the line's torch must be one that pins a release of its CUDA."""
+    releases = kb.pypi.releases(spec.cuda)
+    if spec.toolchain.kind != "pypi" or not releases or kb.pypi.line(spec.cuda, spec.torch_version):
         return None
     release = kb.torch_releases.get(minor_of(spec.torch_version))
     built = f"torch {release.minor}'s PyPI wheels are CUDA {release.pypi}; " if release and release.pypi else ""
-    pairs = [c for c, other in kb.pypi.lines.items() if other.torch and Version(other.torch) == Version(spec.torch_version)]
-    paired = [f"CUDA {c} with torch {other.torch}" for c, other in kb.pypi.lines.items() if other.torch]
+    pairs = [line.cuda for line in kb.pypi.lines.values() if line.pairs_with(spec.torch_version)]
+    paired = [f"CUDA {line.cuda} with torch {line.torch[-1]}" for line in kb.pypi.lines.values() if line.torch]
     advice = f"use CUDA {pairs[0]}" if pairs else f"pypi lines with a torch: {', '.join(paired)}"
-    if not line.torch:
-        return (f"no torch on PyPI pins cuda-toolkit {line.cuda_toolkit} (CUDA {spec.cuda}), so torch "
+    pinned = [line for line in releases if line.torch]
+    if not pinned:
+        toolkits = " or ".join(line.cuda_toolkit for line in releases)
+        return (f"no torch on PyPI pins cuda-toolkit {toolkits} (CUDA {spec.cuda}), so torch "
                 f"{spec.torch_version} cannot share its environment ({built}{advice}; toolkit/knowledge/pypi_cuda.yaml)")
+    by = "; ".join(f"cuda-toolkit {line.cuda_toolkit} is pinned by torch {', '.join(line.torch)}" for line in pinned)
     return (f"torch {spec.torch_version} does not pair with CUDA {spec.cuda} from PyPI ({built}CUDA {spec.cuda}'s "
-            f"cuda-toolkit {line.cuda_toolkit} is pinned by torch {line.torch}: use torch {line.torch}; "
-            f"toolkit/knowledge/pypi_cuda.yaml)")
+            f"{by}: use torch {pinned[0].torch[-1]}; toolkit/knowledge/pypi_cuda.yaml)")
 
 
 def pypi_platforms_known(spec: EnvSpec, kb: Knowledge) -> str | None:
