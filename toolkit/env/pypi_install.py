@@ -101,9 +101,10 @@ class VenvBuild:
             raise ToolkitError(f"{self.python} -m venv: failed ({last}); nothing was installed")
         site = site_packages(staging, self.version)
         written = venv_files(staging, site)
-        for stand_in in self.stand_ins:
-            console.print(f"{stand_in.name} {stand_in.describe()}: copied, checked against its RECORD")
-            copy_in(stand_in, site)
+        if self.stand_ins:
+            copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
+            console.print(f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
+                          f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}")
         install_pip_layer(list(self.packages), staging, prefix, console)
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():

@@ -131,6 +131,8 @@ def copy_in(stand_in: StandIn, site: Path) -> int:
             continue
         target = site / relative
         target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():  # the venv's own pip/setuptools: replaced, as pip would
+            target.unlink()
         digest = hashlib.sha256()
         try:
             with open(source / relative, "rb") as reader, open(target, "xb") as writer:
