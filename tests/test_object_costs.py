@@ -173,3 +173,41 @@ def test_a_first_build_with_a_broken_knowledge_file_stops_in_one_line(tmp_path, 
         schedule_order(None, tmp_path / "no-records", sdist_of(measured()), ("90",))
     assert len(str(err.value).splitlines()) == 1
     assert str(err.value).startswith(f"{knowledge / 'object_costs.yaml'}:") and "not valid YAML" in str(err.value)
+
+
+def bench_model():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_efficiency", ROOT / "bench" / "build_efficiency.py")
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    return model
+
+
+def test_the_model_shares_cpus_among_nvcc_threads():
+    model = bench_model()
+    # two 4 s objects of 2 threads each on 2 CPUs: each runs at half speed, both end at 8 s
+    log = model.simulated_log(["a", "b"], [4.0, 4.0], jobs=2, cpus=2, threads=2)
+    assert [(o["name"], o["start_s"], o["seconds"]) for o in log] == [("a", 0.0, 8.0), ("b", 0.0, 8.0)]
+    assert model.simulated_log(["a", "b"], [4.0, 4.0], jobs=1, cpus=2, threads=2)[1]["start_s"] == 4.0
+
+
+def test_first_build_model_against_the_bound_read_from_the_record():
+    """bench/build_efficiency.py --first-build: its bound and ceiling from the record's own figures (json), the
+    knowledge's order never behind build.ninja's or the name order."""
+    model = bench_model()
+    times = [o["seconds"] for o in measured()["outputs"]["objects"]]
+    table = {(c["cpus"], len(c["archs"])): c for c in model.first_build_table(load_object_costs().releases[0])}
+    assert sorted(table) == [(16, 1), (16, 4), (32, 1), (32, 4), (64, 1), (64, 4), (128, 1), (128, 4)]
+    small = table[(16, 1)]
+    assert (small["jobs"], small["nvcc_threads"]) == (20, 1)  # 16 x 1.25, as toolkit build sizes it
+    assert small["bound_s"] == pytest.approx(max(max(times), sum(times) / 16), abs=0.1)
+    big = table[(128, 1)]  # 73 objects on 124 slots: every order ends with the longest object
+    assert big["cpu_utilization_ceiling"] == pytest.approx(sum(times) / (128 * max(times)), abs=1e-3)
+    assert {r["wall_s"] for r in big["orders"].values()} == {round(max(times), 1)}
+    four = table[(16, 4)]
+    assert (four["jobs"], four["nvcc_threads"], four["work_cpu_s"]) == (5, 4, pytest.approx(4 * sum(times), abs=0.1))
+    for case in table.values():
+        orders = case["orders"]
+        assert orders["knowledge"]["wall_s"] <= min(orders["build.ninja"]["wall_s"], orders["name"]["wall_s"])
+        assert orders["knowledge"]["wall_s"] >= case["bound_s"] - 0.1
