@@ -149,8 +149,8 @@ def describe(record: BuildRecord) -> list[str]:
             f"parallel efficiency {eff['parallel_efficiency']:.0%} "
             f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
     if record.schedule.get("order"):
-        lines.append(f"schedule: {record.schedule['order']} "
-                     f"({record.schedule.get('from_record') or record.schedule.get('from_knowledge') or 'as written'}); "
+        lines.append(f"schedule: {record.schedule['order']}, from "
+                     f"{record.schedule.get('from_record') or record.schedule.get('from_knowledge') or 'build.ninja'}; "
                      f"{record.schedule.get('edges_ordered')} object edges ordered longest first, "
                      f"{record.schedule.get('objects_without_cost')} without a cost first")
     if eff.get("cpu_utilization") is not None:
