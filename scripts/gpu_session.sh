@@ -14,8 +14,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   >/dev/null 2>&1 || echo "warning: could not install carried wheels"
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 # Sized by the toolkit (32 CPUs x threads_per_cpu 1.25 = 40 jobs); --mem-gb because this machine's MemTotal
-# starts near 31 GiB and grows; a fresh machine has no earlier build, so the committed record orders it.
-BUILD_ARGS=${BUILD_ARGS:---mem-gb 240 --order-from docs/results/2026-11-29-h200-gpu-machine/build-record.json}
+# starts near 31 GiB and grows. A fresh machine has no earlier build: the knowledge's object costs
+# (toolkit/knowledge/object_costs.yaml) order it longest first; the record's schedule.order says "knowledge".
+BUILD_ARGS=${BUILD_ARGS:---mem-gb 240}
 
 wait_for_build() {  # poll until the build ends or the command's time is nearly up
   local deadline=$(( $(date +%s) + ${1:-540} ))

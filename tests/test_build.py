@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from conda_channel import build_simple_index, serve_directory
 from cuda_toolchain import CUDA_HOME, NVCC, require_nvcc
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
@@ -44,7 +45,10 @@ from toolkit.build.record import BuildRecord, ObjectTime
 from toolkit.build.timing import efficiency
 from toolkit.build.wheelhouse import find_cached
 from toolkit.env.lock import LockedSdist
+from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.knowledge.files import KNOWLEDGE_DIR
+from toolkit.knowledge.object_costs import load_object_costs
 from toolkit.machine.fingerprint import Gpu, from_dict
 from toolkit.spec.rules import checked_spec
 
@@ -169,7 +173,9 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     assert eff["cpus"] == record["parallelism"]["cpus"] == len(os.sched_getaffinity(0))
     assert (project.root / record["log"]).exists()
     # no earlier build to take times from; every nvcc compile (the two kernels; api.cpp goes to g++) seeded
-    assert record["schedule"] == {"from_record": None, "nvcc_objects_seeded": 2, "edges_ordered": 0}
+    # the knowledge has no costs of the fixture's sdist (toolkit/knowledge/object_costs.yaml): build.ninja's order
+    assert record["schedule"] == {"order": "build.ninja", "from_record": None, "from_knowledge": None,
+                                  "nvcc_objects_seeded": 2, "edges_ordered": 0, "objects_without_cost": 0}
 
 
 def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
@@ -257,8 +263,9 @@ def test_force_rebuild_in_another_directory_is_byte_identical(project):
     assert str(other_cache) in after["environment"]["CFLAGS"]  # it really was another directory
     # the first build's record seeded this one's schedule, and the reordered manifest left the bytes alone
     (record_file,) = project.line_dir.glob("*.build.json")
-    assert after["schedule"] == {"from_record": f"wheelhouse/fixture/{record_file.name}", "nvcc_objects_seeded": 2,
-                                 "edges_ordered": 3}
+    assert after["schedule"] == {"order": "record", "from_record": f"wheelhouse/fixture/{record_file.name}",
+                                 "from_knowledge": None, "nvcc_objects_seeded": 2, "edges_ordered": 3,
+                                 "objects_without_cost": 0}
     assert "schedule: longest objects first" in again.stderr
     objects = len(after["outputs"]["objects"])
     assert f"{objects} object edges ordered longest first" in (project.root / after["log"]).read_text()
@@ -278,6 +285,45 @@ def test_order_from_takes_only_a_record_of_the_same_sdist(project, tmp_path):
         f"error: {tmp_path / 'other.build.json'}: records no object times of {other['sdist']['filename']}; "
         "it cannot order this build (drop --order-from)")
     assert record_of(project)["outputs"]["wheel_sha256"] == other["outputs"]["wheel_sha256"]  # nothing lost
+
+
+def test_a_first_build_starts_its_objects_longest_first_by_the_knowledge(project, tmp_path, monkeypatch):
+    """No record of the sdist (a fresh wheelhouse) and no --order-from: the knowledge's object costs order the
+    compile. The knowledge here is the real toolkit/knowledge/object_costs.yaml plus one entry for the fixture's
+    sdist; that entry's figures are NOT measured: they are chosen so that the knowledge's order (and its rule
+    for an object it lacks: first) differs from the file order, which is what is under test. One job, so the
+    objects' start times in the record are the manifest's order."""
+    sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
+    knowledge = tmp_path / "knowledge"
+    shutil.copytree(KNOWLEDGE_DIR, knowledge)
+    costs = yaml.safe_load((KNOWLEDGE_DIR / "object_costs.yaml").read_text())
+    costs["releases"].append({"version": "2.8.3.post2", "profile": "fa2", "sdist_sha256": sha256_of(sdist),
+                              "arch": "90", "source": "h200-2026-11-29",
+                              "cpu_seconds": {"csrc/softmax_kernel.cu": 2.0, "csrc/api.cpp": 1.0}})
+    (knowledge / "object_costs.yaml").write_text(yaml.safe_dump(costs))
+    monkeypatch.setattr(knowledge_files, "KNOWLEDGE_DIR", knowledge)
+    load_object_costs.cache_clear()
+    cache = tmp_path / "cache"
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
+    pinned.parent.mkdir(parents=True)
+    pinned.write_bytes(sdist.read_bytes())
+    options = BuildOptions(Workspace(locks=project.root / "locks", wheelhouse=tmp_path / "wheelhouse"), cache=cache,
+                           jobs=1, install=False)
+    try:
+        result = build(checked_spec(project.root / "envs" / "fixture.yaml"), options, Console(quiet=True))
+    finally:
+        load_object_costs.cache_clear()
+    schedule = result.record.schedule
+    assert schedule["order"] == "knowledge" and schedule["from_record"] is None
+    assert schedule["from_knowledge"].endswith("(flash-attn 2.8.3.post2 fa2, measured on sm_90: h200-2026-11-29)")
+    assert (schedule["edges_ordered"], schedule["objects_without_cost"]) == (2, 1)
+    started = [o.name for o in sorted(result.record.outputs.objects, key=lambda o: o.start_s)]
+    # file order is api, scale_kernel, softmax_kernel (setup.py sorts csrc/); unknown scale_kernel first
+    assert started == ["scale_kernel.cu.o", "softmax_kernel.cu.o", "api.cpp.o"]
+    assert result.record.outputs.wheel_sha256 == record_of(project)["outputs"]["wheel_sha256"]  # same bytes
+    log = (tmp_path / "wheelhouse" / "fixture" / "logs").glob("build-*.log")
+    assert "2 object edges ordered longest first (the knowledge's object costs), 1 without a time or cost first" \
+        in next(log).read_text()
 
 
 def still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
@@ -482,27 +528,27 @@ def seed_binding(source: str) -> str:
 def test_prepared_manifest_seeds_every_cuda_object_and_orders_the_timed_edges():
     seconds = {"flash_api.o": 31.0, "flash_fwd_hdim64.o": 120.5, "flash_bwd_hdim128.o": 430.8, "dlink.o": 5.0,
                "gone.o": 999.0}
-    text, seeded, timed = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", seconds))
+    text, seeded, timed, unknown = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", seconds))
     lines, before = text.split("\n"), TORCH_SHAPED_MANIFEST.split("\n")
-    assert (seeded, timed) == (3, 4)  # the $nvcc rule's three objects; four timed edges (one untimed)
+    assert (seeded, timed, unknown) == (3, 4, 1)  # the $nvcc rule's three objects; four timed edges, one untimed
     assert lines[:4] == before[:4] and lines[11:] == before[8:]  # rules and the dlink edge keep their places
-    assert lines[4:11] == [  # bwd 430 s, fwd 120 s, (untimed keeps its line), api 31 s; each seed moves along
+    assert lines[4:11] == [  # untimed first (it may be long), then bwd 430 s, fwd 120 s, api 31 s; seeds move along
+        before[6], seed_binding("'/fa-envkit-build/csrc/new kernel.cu'"),
         before[7], seed_binding("/fa-envkit-build/csrc/flash_bwd_hdim128.cu"),
         before[5], seed_binding("/fa-envkit-build/csrc/flash_fwd_hdim64.cu"),
-        before[6], seed_binding("'/fa-envkit-build/csrc/new kernel.cu'"),
         before[4]]
-    unordered, seeded, timed = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", {}))
-    assert (seeded, timed) == (3, 0)
+    unordered, seeded, timed, unknown = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/s", {}))
+    assert (seeded, timed, unknown) == (3, 0, 0)
     assert [line for line in unordered.split("\n") if not line.startswith("  nvcc = ")] == before
-    elsewhere, _, _ = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/other", {}))
+    elsewhere, _, _, _ = prepared_manifest(TORCH_SHAPED_MANIFEST, ManifestPlan("/other", {}))
     assert seed_binding("/s/csrc/flash_fwd_hdim64.cu") in elsewhere.split("\n")  # not under the build dir: as is
 
 
 def test_prepared_manifest_leaves_edges_with_their_own_bindings_in_place():
     manifest = ("rule cc\n  command = touch $out\nbuild a.o: cc a.c\n  pool = console\nbuild b.o: cc b.c\n"
                 "build c.o: cc c.c\n")
-    text, seeded, timed = prepared_manifest(manifest, ManifestPlan("/s", {"a.o": 1.0, "b.o": 2.0, "c.o": 3.0}))
-    assert seeded == 0 and timed == 2
+    text, seeded, timed, unknown = prepared_manifest(manifest, ManifestPlan("/s", {"a.o": 1.0, "b.o": 2.0, "c.o": 3.0}))
+    assert seeded == 0 and timed == 2 and unknown == 0
     assert text.split("\n")[2:6] == ["build a.o: cc a.c", "  pool = console", "build c.o: cc c.c", "build b.o: cc b.c"]
 
 

@@ -23,6 +23,7 @@ from toolkit.knowledge import fa4_pins, upstream
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.files import KNOWLEDGE_DIR
+from toolkit.knowledge.object_costs import load_object_costs
 from toolkit.machine import preflight
 from toolkit.site import scaleout
 from toolkit.spec import patches
@@ -55,7 +56,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     real = knowledge_files.read
     monkeypatch.setattr(knowledge_files, "read", lambda name: read.append(Path(name).name) or real(name))
     for cached in (patches.catalog, diagnose.load_catalog, doctor.doctor_knowledge, scaleout.slurm_state_groups,
-                   preflight._compiler_headers, fa4_pins.knowledge, load_knowledge):
+                   preflight._compiler_headers, fa4_pins.knowledge, load_knowledge, load_object_costs):
         cached.cache_clear()
     load_knowledge()
     patches.catalog()
@@ -66,6 +67,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     assert preflight.required_headers("2.7.0.post2")
     assert upstream.watch_list()
     assert fa4_pins.knowledge()["releases"]
+    assert load_object_costs().releases
     assert lock.virtual_packages(load_spec(ROOT / "envs" / "cu126.yaml"))["linux-64"]["__cuda"] == "12.6"
     assert sorted(set(read)) == sorted(p.name for p in KNOWLEDGE_DIR.glob("*.yaml"))
 

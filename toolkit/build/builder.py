@@ -35,7 +35,7 @@ from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build.diagnose import explain_file
 from toolkit.build.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
 from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
-from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, previous_object_times, schedule_candidates
+from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 from toolkit.env.download import fetch_verified
@@ -352,23 +352,19 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult
                                f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
                                f"silently (drop them from archs / --arch)")
         env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
-        previous = previous_object_times(schedule_candidates(options.order_from, line_dir), locked.sdist.sha256)
-        if options.order_from and previous is None:
-            raise ToolkitError(f"{display_path(options.order_from)}: records no object times of "
-                               f"{locked.sdist.filename}; it cannot order this build (drop --order-from)")
+        order = schedule_order(options.order_from, line_dir, locked.sdist, archs)
         shim_dir = build_dir / "schedule"
-        plan = ManifestPlan(str(build_dir), previous[1] if previous else {})
+        plan = ManifestPlan(str(build_dir), order.object_seconds, str(src_dir), order.source_seconds,
+                            "previous build's times" if order.kind == "record" else "the knowledge's object costs")
         if not install_ninja_shim(shim_dir, plan, env["PATH"]):
             raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
                                "(install ninja into the environment)")
-        from_record = display_path(previous[0]) if previous else None
         out_dir = build_dir / "dist"
         cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
                "--wheel-dir", str(out_dir), str(src_dir)]
         console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
         console.print(f"log: {display_path(log_path)}")
-        if from_record:
-            console.print(f"schedule: longest objects first, by the times in {from_record}")
+        console.print(f"schedule: {order.summary()}")
         t0, cpu0 = time.monotonic(), children_cpu_s()
         run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
         rc = run_logged(cmd, run_env, build_dir, log_path, console)
@@ -395,7 +391,7 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult
             parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
                          "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
                          "basis": par.basis},
-            schedule={"from_record": from_record, **manifest_outcome(shim_dir)},
+            schedule={**order.record_fields(), **manifest_outcome(shim_dir)},
             outputs=BuildOutputs(
                 wheel=built.name, version=version, wheel_sha256=sha256_file(built),
                 wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
@@ -491,7 +487,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
     parser.add_argument("--order-from", type=Path, metavar="RECORD",
                         help="start objects longest first by the times in this build record of the same sdist "
-                             "(default: the newest record in wheelhouse/LINE/)")
+                             "(default: the newest record in wheelhouse/LINE/; without one, the object costs "
+                             "in toolkit/knowledge/object_costs.yaml)")
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)
     report = subparsers.add_parser("build-report", help="the newest build record's wall time and parallel efficiency",

@@ -14,8 +14,10 @@ different files") and the source path under BUILD_DIR_ALIAS as the name cudafe++
 Longest first. ninja 1.12/1.13 do not read durations from .ninja_log for scheduling:
 EdgeWeightHeuristic (src/build.cc) weighs every non-phony edge 1 (the log feeds only the ETA), and among
 ready edges of equal critical-path weight the lowest edge id, i.e. the earliest `build` line, starts
-first (EdgePriorityLess, src/graph.h). So with an earlier record's object times, the object lines are
-sorted longest first. The link line keeps its own object order, so the wheel's bytes do not change.
+first (EdgePriorityLess, src/graph.h). So with an earlier record's object times (by object file name) or
+the knowledge's object costs (by source path inside the sdist), the object lines are sorted longest first;
+a compile with neither starts before them all (it may be long; a short one started early costs nothing).
+The link line keeps its own object order, so the wheel's bytes do not change.
 
 The shim runs in the toolkit's python once per ninja call, so this module imports only the standard library
 and `toolkit.base.atomic` (never the build module, its progress bars, the lock reader or pydantic).
@@ -24,11 +26,12 @@ and `toolkit.base.atomic` (never the build module, its progress bars, the lock r
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from toolkit.base.atomic import write_atomic
@@ -47,7 +50,17 @@ class ManifestPlan:
     """What the ninja shim does to build.ninja: the build directory's alias and the objects' times."""
 
     build_dir: str
-    object_seconds: dict[str, float]  # empty: no earlier record, file order
+    object_seconds: dict[str, float]  # by object file name (an earlier record); both empty: file order
+    source_dir: str = ""  # the unpacked sdist, which source_seconds' paths are relative to
+    source_seconds: dict[str, float] = field(default_factory=dict)  # by source path (the knowledge's costs)
+    order_from: str = "previous build's times"  # for the log line
+
+    def seconds(self, output: str, source: str) -> float | None:
+        """The edge's time or cost; None: neither the record nor the knowledge has it."""
+        by_object = self.object_seconds.get(Path(output).name)
+        if by_object is not None or not source.startswith(self.source_dir + "/"):
+            return by_object
+        return self.source_seconds.get(source[len(self.source_dir) + 1:])
 
 
 def _unescape(ninja_path: str) -> str:
@@ -75,26 +88,31 @@ def seeded_nvcc_binding(source: str, build_dir: str) -> str:
            f"-Xcicc --orig_src_path_name={quoted}"
 
 
-def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int]:
-    """build.ninja with every CUDA compile seeded and the timed object lines longest first, within the
-    lines they held; with the number of each."""
+def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int, int]:
+    """build.ninja with every CUDA compile seeded and the object lines longest first, within the lines they
+    held (compiles of unknown cost before them); with the number seeded, ordered by time and without a time."""
     lines = manifest.split("\n")
     nvcc_rules = _nvcc_rules(lines)
-    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of the edges that may move
+    ordering = bool(plan.object_seconds or plan.source_seconds)
+    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of movable edges
     for i, line in enumerate(lines):
         match = BUILD_EDGE.match(line)
         if not match:
             continue
+        output, source = _unescape(match.group(1)), _unescape(match.group(3))
         own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
-        if match.group(2) in nvcc_rules and match.group(1).endswith(".o"):
-            lines[i] = f"{line}\n{seeded_nvcc_binding(_unescape(match.group(3)), plan.build_dir)}"
+        if match.group(2) in nvcc_rules and output.endswith(".o"):
+            lines[i] = f"{line}\n{seeded_nvcc_binding(source, plan.build_dir)}"
             seeded += 1
-        seconds = plan.object_seconds.get(Path(_unescape(match.group(1))).name)
+        seconds = plan.seconds(output, source)
+        if seconds is None and ordering and output.endswith(".o") and not source.endswith(".o"):
+            seconds = math.inf  # a compile (not a link) that nobody timed: first
         if seconds is not None and not own_bindings:
             timed.append((i, lines[i], seconds))
     for (i, _, _), (_, text, _) in zip(timed, sorted(timed, key=lambda edge: -edge[2])):
         lines[i] = text
-    return "\n".join(lines), seeded, len(timed)
+    unknown = sum(1 for edge in timed if edge[2] == math.inf)
+    return "\n".join(lines), seeded, len(timed) - unknown, unknown
 
 
 def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
@@ -126,7 +144,7 @@ def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
     """What the shim did to build.ninja, for the record (None: it never ran or could not)."""
     path = shim_dir / MANIFEST_OUTCOME
     if not path.exists():
-        return {"nvcc_objects_seeded": None, "edges_ordered": None}
+        return {"nvcc_objects_seeded": None, "edges_ordered": None, "objects_without_cost": None}
     return read_json(path, "shim outcome", "build again")
 
 
@@ -137,9 +155,10 @@ def prepare_manifest(args: list[str]) -> None:
     manifest = Path(directory) / "build.ninja"
     if manifest.exists():
         plan = ManifestPlan(**read_json(plan_file, "manifest plan", "build again"))
-        text, seeded, timed = prepared_manifest(manifest.read_text(), plan)
+        text, seeded, timed, unknown = prepared_manifest(manifest.read_text(), plan)
         write_atomic(manifest, text)
-        write_atomic(plan_file.with_name(MANIFEST_OUTCOME),
-                     json.dumps({"nvcc_objects_seeded": seeded, "edges_ordered": timed}))
+        write_atomic(plan_file.with_name(MANIFEST_OUTCOME), json.dumps(
+            {"nvcc_objects_seeded": seeded, "edges_ordered": timed, "objects_without_cost": unknown}))
         print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
-              f"{timed} object edges ordered longest first (previous build's times)", flush=True)
+              f"{timed} object edges ordered longest first ({plan.order_from}), {unknown} without a time "
+              f"or cost first", flush=True)

@@ -2,18 +2,27 @@
 
 The build reads ninja's .ninja_log after the compile and records each object's time; the next build of the
 same sdist starts its objects longest first by them (toolkit/build/ninja_shim.py), and `toolkit build --report`
-and bench/build_efficiency.py print the figures.
+and bench/build_efficiency.py print the figures. A first build of an sdist (no record of it here, no
+--order-from) takes the measured object costs of toolkit/knowledge/object_costs.yaml instead, and keeps
+build.ninja's order only for an sdist the knowledge has not measured.
 """
 
 from __future__ import annotations
 
 import resource
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.build.record import BuildRecord
 from toolkit.build.wheelhouse import records
+from toolkit.env.lockfile import LockedSdist
+from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge.object_costs import KNOWLEDGE_NAME, Profile, load_object_costs
+
+OrderKind = Literal["record", "knowledge", "build.ninja"]
 
 
 def ninja_objects(src_dir: Path) -> list[dict]:
@@ -26,6 +35,28 @@ def ninja_objects(src_dir: Path) -> list[dict]:
                 start, end = int(fields[0]), int(fields[1])
                 objects.append({"name": Path(fields[3]).name, "start_s": start / 1000, "seconds": (end - start) / 1000})
     return sorted(objects, key=lambda o: o["start_s"])
+
+
+@dataclass(frozen=True)
+class ScheduleOrder:
+    """Where a build's object order comes from: an earlier record's times (by object file name), the
+    knowledge's costs (by source path inside the sdist), or neither (build.ninja's own order)."""
+
+    kind: OrderKind
+    origin: str | None  # the record, or the knowledge file and release, as shown to the user
+    object_seconds: dict[str, float] = field(default_factory=dict)
+    source_seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        if self.kind == "build.ninja":
+            return "build.ninja's order (no earlier record of this sdist, no object costs of it in the knowledge)"
+        what = "the times in" if self.kind == "record" else "the object costs in"
+        return f"longest objects first, by {what} {self.origin}"
+
+    def record_fields(self) -> dict[str, str | None]:
+        """The build record's `schedule` entries that say which order the build used."""
+        return {"order": self.kind, "from_record": self.origin if self.kind == "record" else None,
+                "from_knowledge": self.origin if self.kind == "knowledge" else None}
 
 
 def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
@@ -46,6 +77,25 @@ def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[P
                                f"wheelhouse/LINE/*.build.json file)")
         return [(order_from, BuildRecord.read(order_from))]
     return records(line_dir) if line_dir.is_dir() else []
+
+
+def schedule_order(order_from: Path | None, line_dir: Path, sdist: LockedSdist, archs: tuple[str, ...],
+                   profile: Profile = "fa2") -> ScheduleOrder:
+    """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs of this
+    sdist and profile (a first build), else build.ninja's order. A record measured this machine; the
+    knowledge measured another, so it comes only where no record is."""
+    previous = previous_object_times(schedule_candidates(order_from, line_dir), sdist.sha256)
+    if order_from and previous is None:
+        raise ToolkitError(f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
+                           f"cannot order this build (drop --order-from)")
+    if previous:
+        return ScheduleOrder("record", display_path(previous[0]), object_seconds=previous[1])
+    costs = load_object_costs().for_sdist(sdist.sha256, profile)
+    if costs is None:
+        return ScheduleOrder("build.ninja", None)
+    origin = (f"{display_path(knowledge_files.KNOWLEDGE_DIR / KNOWLEDGE_NAME)} (flash-attn {costs.version} {costs.profile}, "
+              f"measured on sm_{costs.arch}: {costs.source})")
+    return ScheduleOrder("knowledge", origin, source_seconds=costs.seconds_for(archs))
 
 
 def children_cpu_s() -> float:
@@ -98,6 +148,11 @@ def describe(record: BuildRecord) -> list[str]:
             f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
             f"parallel efficiency {eff['parallel_efficiency']:.0%} "
             f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
+    if record.schedule.get("order"):
+        lines.append(f"schedule: {record.schedule['order']}, from "
+                     f"{record.schedule.get('from_record') or record.schedule.get('from_knowledge') or 'build.ninja'}; "
+                     f"{record.schedule.get('edges_ordered')} object edges ordered longest first, "
+                     f"{record.schedule.get('objects_without_cost')} without a cost first")
     if eff.get("cpu_utilization") is not None:
         lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
                      f"{eff['cpu_utilization']:.0%} busy")

@@ -1,0 +1,213 @@
+"""The first-build schedule: object costs from the committed H200 build records (toolkit/knowledge/object_costs.yaml)
+order a build that has no record of its sdist, an earlier record or --order-from still wins, and a broken
+knowledge file is one line.
+
+Expected values are read here from the committed files themselves (json and a regex, not the toolkit's readers):
+docs/results/2026-11-29-h200-gpu-machine/build-record.json (the measured times) and torch's build.ninja of the
+same sdist from two builds on the H200 (docs/results/2026-12-01-h200-hold-3/replica/ and
+docs/results/2026-12-01-h200-replica-and-fa4/replica/; the latter written before any record existed, so in
+torch's own order, with the shim's seed lines, which are dropped here to give torch's text back).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolkit.base.errors import ToolkitError
+from toolkit.build.ninja_shim import ManifestPlan, prepared_manifest
+from toolkit.build.timing import schedule_order
+from toolkit.env.lockfile import LockedSdist
+from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge.files import KNOWLEDGE_DIR
+from toolkit.knowledge.object_costs import load_object_costs
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+MEASURED = RESULTS / "2026-11-29-h200-gpu-machine" / "build-record.json"
+ORDERED_NINJA = RESULTS / "2026-12-01-h200-hold-3" / "replica" / "build.ninja"
+TORCH_ORDER_NINJA = RESULTS / "2026-12-01-h200-replica-and-fa4" / "replica" / "build.ninja"
+EDGE = re.compile(r"^build (\S+\.o): \S+ (\S+)$", re.M)
+
+
+def measured() -> dict:
+    return json.loads(MEASURED.read_text())
+
+
+def sources_of_objects(ninja: Path) -> dict[str, str]:
+    """object file name -> source path inside the sdist, from a build.ninja of flash_attn-2.8.3.post2."""
+    return {Path(obj).name: source.split("/flash_attn-2.8.3.post2/", 1)[1]
+            for obj, source in EDGE.findall(ninja.read_text())}
+
+
+def torch_manifest() -> tuple[str, str]:
+    """torch's own build.ninja of the sdist (the shim's seed lines dropped) and its build folder."""
+    text = TORCH_ORDER_NINJA.read_text()
+    build_dir = re.search(r"^build (/\S+?)/flash_attn-2\.8\.3\.post2/", text, re.M).group(1)
+    return "\n".join(line for line in text.split("\n") if not line.startswith("  nvcc = $nvcc -frandom-seed")), build_dir
+
+
+def sdist_of(record: dict) -> LockedSdist:
+    return LockedSdist(**record["sdist"])
+
+
+@pytest.fixture(autouse=True)
+def fresh_knowledge():
+    load_object_costs.cache_clear()
+    yield
+    load_object_costs.cache_clear()
+
+
+def test_the_knowledge_holds_the_committed_records_times_by_source_path():
+    record = measured()
+    (costs,) = load_object_costs().releases
+    names = sources_of_objects(ORDERED_NINJA)
+    assert len(record["outputs"]["objects"]) == len(names) == 73
+    assert costs.cpu_seconds == {names[o["name"]]: o["seconds"] for o in record["outputs"]["objects"]}
+    assert (costs.version, costs.profile, costs.arch) == ("2.8.3.post2", "fa2", "90")
+    assert costs.sdist_sha256 == record["sdist"]["sha256"] and record["inputs"]["archs"] == ["90"]
+    assert record["parallelism"]["jobs"] <= record["parallelism"]["cpus"]  # one object per CPU: its own work
+    assert "docs/results/2026-11-29-h200-gpu-machine/build-record.json" in load_object_costs().sources[costs.source]
+    # the same objects in the other build.ninja of the sdist: names match across build folders
+    assert sources_of_objects(TORCH_ORDER_NINJA) == names
+
+
+def test_fa3_has_a_profile_and_no_invented_costs():
+    knowledge = load_object_costs()
+    assert [r for r in knowledge.releases if r.profile == "fa3"] == []
+    assert knowledge.for_sdist(measured()["sdist"]["sha256"], "fa3") is None
+    assert "no measured build record" in knowledge.sources["fa3"]
+
+
+def test_costs_for_several_archs_add_up_per_arch():
+    (costs,) = load_object_costs().releases
+    source = "csrc/flash_attn/src/flash_fwd_split_hdim128_fp16_sm80.cu"
+    assert costs.seconds_for(("80", "90", "100", "120"))[source] == pytest.approx(4 * 430.798)
+    assert costs.seconds_for(("90",))[source] == 430.798
+
+
+def test_a_first_build_orders_torchs_build_ninja_longest_first_by_the_knowledge(tmp_path):
+    record = measured()
+    order = schedule_order(None, tmp_path / "no-records", sdist_of(record), ("90",))
+    assert order.kind == "knowledge" and order.record_fields()["from_knowledge"].startswith(
+        "toolkit/knowledge/object_costs.yaml (flash-attn 2.8.3.post2 fa2")
+    manifest, build_dir = torch_manifest()
+    text, seeded, ordered, unknown = prepared_manifest(manifest, ManifestPlan(
+        build_dir, order.object_seconds, f"{build_dir}/flash_attn-2.8.3.post2", order.source_seconds))
+    assert (seeded, ordered, unknown) == (72, 73, 0)  # every object known; flash_api.cpp goes to g++
+    by_time = sorted(record["outputs"]["objects"], key=lambda o: -o["seconds"])
+    assert [Path(obj).name for obj, _ in EDGE.findall(text)] == [o["name"] for o in by_time]
+    before = [Path(obj).name for obj, _ in EDGE.findall(manifest)]
+    assert before[0] == "flash_api.o" and before != [o["name"] for o in by_time]  # torch's order is another
+
+
+def test_a_record_or_order_from_wins_over_the_knowledge(tmp_path):
+    record = measured()
+    line_dir = tmp_path / "wheelhouse" / "gpu-machine"
+    line_dir.mkdir(parents=True)
+    shutil.copy(RESULTS / "2026-11-29-h200-seeded-build" / "build-record.json", line_dir / "x.whl.build.json")
+    local = schedule_order(None, line_dir, sdist_of(record), ("90",))
+    assert local.kind == "record" and local.source_seconds == {}
+    assert local.object_seconds["flash_api.o"] == next(
+        o["seconds"] for o in json.loads((line_dir / "x.whl.build.json").read_text())["outputs"]["objects"]
+        if o["name"] == "flash_api.o")
+    named = schedule_order(MEASURED, tmp_path / "empty", sdist_of(record), ("90",))
+    assert named.kind == "record" and named.object_seconds == {o["name"]: o["seconds"]
+                                                               for o in record["outputs"]["objects"]}
+    other = LockedSdist("https://example.invalid/x.tar.gz", "flash_attn-9.9.9.tar.gz", "1" * 64)
+    assert schedule_order(None, line_dir, other, ("90",)).kind == "build.ninja"  # neither measured it
+    fa3 = schedule_order(None, tmp_path / "empty", sdist_of(record), ("90",), profile="fa3")
+    assert fa3.kind == "build.ninja" and fa3.record_fields() == {"order": "build.ninja", "from_record": None,
+                                                                 "from_knowledge": None}
+
+
+def broken(tmp_path: Path, edit) -> Path:
+    """A copy of the real knowledge file with `edit` applied to its data."""
+    data = yaml.safe_load((KNOWLEDGE_DIR / "object_costs.yaml").read_text())
+    edit(data)
+    path = tmp_path / "object_costs.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def first_cost(data: dict) -> tuple[dict, str]:
+    costs = data["releases"][0]["cpu_seconds"]
+    return costs, next(iter(costs))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["releases"][0].update(profile="fa4"), "profile 'fa4' is none of fa2, fa3"),
+    (lambda d: d["releases"][0].update(source="elsewhere"), "source 'elsewhere' is not a key of sources"),
+    (lambda d: d["releases"][0].update(sdist_sha256="d0f9"), "sdist_sha256 must be 64 hex digits"),
+    (lambda d: d["releases"][0].pop("cpu_seconds"), "cpu_seconds: missing"),
+    (lambda d: d["releases"][0].update(cpu_seconds=[1, 2]), "cpu_seconds must map source paths to seconds"),
+    (lambda d: d["releases"][0]["cpu_seconds"].update({"../../etc/passwd": 1.0}), "'../../etc/passwd' is not a relative"),
+    (lambda d: d["releases"][0]["cpu_seconds"].update({"/abs.cu": 1.0}), "'/abs.cu' is not a relative path"),
+    (lambda d: first_cost(d)[0].update({first_cost(d)[1]: -3}), "-3 is not a positive number"),
+    (lambda d: first_cost(d)[0].update({first_cost(d)[1]: float("nan")}), "nan is not a positive number"),
+    (lambda d: first_cost(d)[0].update({first_cost(d)[1]: "long"}), "'long' is not a positive number"),
+    (lambda d: first_cost(d)[0].update({first_cost(d)[1]: True}), "True is not a positive number"),
+    (lambda d: d["releases"].append(dict(d["releases"][0])), "two releases entries for the same sdist_sha256"),
+    (lambda d: d.pop("releases"), "releases: missing"),
+])
+def test_a_malformed_knowledge_file_is_one_line_naming_it(tmp_path, edit, message):
+    path = broken(tmp_path, edit)
+    with pytest.raises(ToolkitError) as err:
+        load_object_costs(path)
+    text = str(err.value)
+    assert len(text.splitlines()) == 1 and text.startswith(f"{path}: ") and message in text
+    assert "restore it from the toolkit's repository" in text
+
+
+def test_a_first_build_with_a_broken_knowledge_file_stops_in_one_line(tmp_path, monkeypatch):
+    knowledge = tmp_path / "knowledge"
+    shutil.copytree(KNOWLEDGE_DIR, knowledge)
+    (knowledge / "object_costs.yaml").write_text("releases: [\n")
+    monkeypatch.setattr(knowledge_files, "KNOWLEDGE_DIR", knowledge)
+    with pytest.raises(ToolkitError) as err:
+        schedule_order(None, tmp_path / "no-records", sdist_of(measured()), ("90",))
+    assert len(str(err.value).splitlines()) == 1
+    assert str(err.value).startswith(f"{knowledge / 'object_costs.yaml'}:") and "not valid YAML" in str(err.value)
+
+
+def bench_model():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_efficiency", ROOT / "bench" / "build_efficiency.py")
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    return model
+
+
+def test_the_model_shares_cpus_among_nvcc_threads():
+    model = bench_model()
+    # two 4 s objects of 2 threads each on 2 CPUs: each runs at half speed, both end at 8 s
+    log = model.simulated_log(["a", "b"], [4.0, 4.0], jobs=2, cpus=2, threads=2)
+    assert [(o["name"], o["start_s"], o["seconds"]) for o in log] == [("a", 0.0, 8.0), ("b", 0.0, 8.0)]
+    assert model.simulated_log(["a", "b"], [4.0, 4.0], jobs=1, cpus=2, threads=2)[1]["start_s"] == 4.0
+
+
+def test_first_build_model_against_the_bound_read_from_the_record():
+    """bench/build_efficiency.py --first-build: its bound and ceiling from the record's own figures (json), the
+    knowledge's order never behind build.ninja's or the name order."""
+    model = bench_model()
+    times = [o["seconds"] for o in measured()["outputs"]["objects"]]
+    table = {(c["cpus"], len(c["archs"])): c for c in model.first_build_table(load_object_costs().releases[0])}
+    assert sorted(table) == [(16, 1), (16, 4), (32, 1), (32, 4), (64, 1), (64, 4), (128, 1), (128, 4)]
+    small = table[(16, 1)]
+    assert (small["jobs"], small["nvcc_threads"]) == (20, 1)  # 16 x 1.25, as toolkit build sizes it
+    assert small["bound_s"] == pytest.approx(max(max(times), sum(times) / 16), abs=0.1)
+    big = table[(128, 1)]  # 73 objects on 124 slots: every order ends with the longest object
+    assert big["cpu_utilization_ceiling"] == pytest.approx(sum(times) / (128 * max(times)), abs=1e-3)
+    assert {r["wall_s"] for r in big["orders"].values()} == {round(max(times), 1)}
+    four = table[(16, 4)]
+    assert (four["jobs"], four["nvcc_threads"], four["work_cpu_s"]) == (5, 4, pytest.approx(4 * sum(times), abs=0.1))
+    for case in table.values():
+        orders = case["orders"]
+        assert orders["knowledge"]["wall_s"] <= min(orders["build.ninja"]["wall_s"], orders["name"]["wall_s"])
+        assert orders["knowledge"]["wall_s"] >= case["bound_s"] - 0.1
