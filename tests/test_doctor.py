@@ -752,7 +752,7 @@ def test_the_line_s_recommended_attention_is_a_row(workdir, capsys):
     rec.write_text(json.dumps({**data, "gpu": "NVIDIA A100-SXM4-80GB"}))
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn"
-    assert "toolkit fa4 recommend gpu-machine" in row(report, "attention")["fix"]
+    assert "toolkit recommend gpu-machine" in row(report, "attention")["fix"]
     rec.write_text(json.dumps({**data, "rules": [{**data["rules"][0], "backend": "$(id)"}]}))
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn" and "not a recommendation" in row(report, "attention")["value"]

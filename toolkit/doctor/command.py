@@ -583,12 +583,12 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
 
 
 def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    """The fastest verified attention `toolkit fa4 recommend LINE` found for this line, when it ran: on
+    """The fastest verified attention `toolkit recommend LINE` found for this line, when it ran: on
     which GPU, and what to ask transformers for (bf16, head dim 128; the file has every measured shape)."""
     from toolkit.attention.recommend import summary
 
     if line.recommendation_error:
-        return Row("attention", "warn", line.recommendation_error, f"toolkit fa4 recommend {line.name} ...")
+        return Row("attention", "warn", line.recommendation_error, f"toolkit recommend {line.name} ...")
     rec = line.recommendation
     if rec is None:
         return None
@@ -597,7 +597,7 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
     here = {gpu.name for gpu in f.fingerprint.gpus}
     if here and rec.gpu not in here:
         return Row("attention", "warn", f"{text} ({where}; this machine has {', '.join(sorted(here))})",
-                   f"measure here: toolkit bench {line.name}, then toolkit fa4 recommend {line.name}")
+                   f"measure here: toolkit bench {line.name}, then toolkit recommend {line.name}")
     return Row("attention", "ok" if here else "info", f"{text} ({where})")
 
 

@@ -120,7 +120,7 @@ class LineFacts:
     record_error: str | None
     install_record: PrefixRecord | None = None  # what `toolkit install` recorded in the line's prefix
     lock_digest: str | None = None  # the lock file's own digest, to compare with the record's
-    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit fa4 recommend)
+    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit recommend)
     recommendation_error: str | None = None
 
 

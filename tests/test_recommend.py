@@ -102,7 +102,7 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(_bench()))
     (tmp_path / "verify.json").write_text(json.dumps(_verify()))
     out = tmp_path / "recommendation.json"
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"),
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"),
                  "--verified", f"fa4={tmp_path / 'verify.json'}", "--out", str(out)]) == 0
     assert "target met: fa4 / sdpa-cudnn fwd" in capsys.readouterr().out
     assert recommend.lookup(out, GPU, "bfloat16", 128, False, "fwd", 6000).backend == "fa4"
@@ -111,16 +111,16 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
 
 def test_a_bad_verify_option_or_report_is_one_line(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(_bench()))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verified", "fa4",
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--verified", "fa4",
                  "--out", str(tmp_path / "r.json")]) == 1
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
+    assert main(["recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "expected BACKEND=PATH" in err[0] and "unreadable JSON report" in err[1]
 
 
 def test_a_json_that_is_not_a_bench_report_is_one_line(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps({"measurements": [{"status": "ok"}]}))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]) == 1
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a `toolkit bench` report" in err and not (tmp_path / "r.json").exists()
 
@@ -157,9 +157,9 @@ def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
 
 def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["fa4", "recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
+    args = ["recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
             "--verified", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
-    assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give LINE")
+    assert main(args) == 1 and capsys.readouterr().err.startswith("error: recommend: give LINE")
     assert main([*args, "gpu-machine"]) == 0
     written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
     rec = recommend.read_recommendation(written)
