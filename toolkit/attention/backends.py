@@ -33,13 +33,23 @@ class AttentionBackend:
 
 
 @dataclass(frozen=True)
+class PinnedFile:
+    """A file on PyPI by url and sha256: what env/download.py's cache fetches (its Pin)."""
+
+    url: str
+    filename: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
 class Verl:
     version: str  # the verl release these facts were read from
     default_attn_implementation: str  # what verl uses when the config names none
     models: tuple[str, ...]  # config sections that take an override_config
     override_key: str
     trainer_config: str  # the wheel's generated trainer config (the test checks the keys there)
-    wheel: dict[str, str]
+    wheel: PinnedFile  # the release's wheel on PyPI, which holds trainer_config
 
     def keys(self) -> list[str]:
         """`actor_rollout_ref.model.override_config.attn_implementation`, one per model section."""
@@ -63,7 +73,11 @@ def backends() -> dict[str, AttentionBackend]:
 def verl() -> Verl:
     return knowledge_files.typed(FILE, lambda data: Verl(
         str(data["verl"]["version"]), data["verl"]["default_attn_implementation"], tuple(data["verl"]["models"]),
-        data["verl"]["override_key"], data["verl"]["trainer_config"], dict(data["verl"]["wheel"])))
+        data["verl"]["override_key"], data["verl"]["trainer_config"], _pinned(data["verl"]["wheel"])))
+
+
+def _pinned(entry: dict) -> PinnedFile:
+    return PinnedFile(str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"]))
 
 
 def names() -> tuple[str, ...]:
