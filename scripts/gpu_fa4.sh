@@ -71,7 +71,7 @@ case "${1:-}" in
     if [ ! -f "$RESULTS/bench/bench.json" ] && [ $(( $(date +%s) - began )) -lt 60 ]; then
       step bench-measure-only 400 "$PY" -m toolkit.verify.bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128
     fi
-    step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
+    step recommend 60 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
       --verified "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
     ;;
   verify-full)

@@ -71,7 +71,7 @@ fa2_pipeline() {  # the build (polled inside), FA2's checks, then FA4 beside FA2
 flash_attn.flash_attn_func.__module__, c.__file__, c.flash_attn_func.__module__)"
   step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
     --wheelhouse /tmp/fa-replica/wheelhouse
-  step recommend 60 "$PY" -m toolkit.fa4 recommend --bench "$RESULTS/bench/bench.json" \
+  step recommend 60 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
     --verified "fa4=$RESULTS/verify-fa4-full/verify.json" --verified "flash-attn=$RESULTS/verify-fa2-smoke/verify.json" \
     --out "$RESULTS/recommendation.json"
   echo done > "$STATE/pipeline.done"

@@ -15,25 +15,29 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.base.entry import RenamedVerb
 from toolkit.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def leaf_verbs(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
-    """(verb words, parser) of every verb that runs something (`fa4 lock` is ("fa4", "lock"))."""
+    """(verb words, parser) of every verb that runs something (`fa4 lock` is ("fa4", "lock")); an earlier
+    spelling that is only refused (`fa4 recommend`) runs nothing."""
     groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not groups and words:
         yield words, parser
     for group in groups:
         for name, sub in group.choices.items():
-            yield from leaf_verbs(sub, (*words, name))
+            if not isinstance(sub, RenamedVerb):
+                yield from leaf_verbs(sub, (*words, name))
 
 
 def test_every_verb_handler_is_named_for_its_words():
     verbs = dict(leaf_verbs(build_parser()))
     assert {("matrix", "show"), ("matrix", "run"), ("build",), ("build-report",), ("fa4", "cache-install"),
-            ("fa4", "recommend"), ("knowledge", "check-updates")} <= set(verbs)
+            ("recommend",), ("knowledge", "check-updates")} <= set(verbs)
+    assert ("fa4", "recommend") not in verbs
     for words, parser in verbs.items():
         handler = parser.get_default("func")
         expected = "_".join(words).replace("-", "_") + "_command"
@@ -63,10 +67,14 @@ def test_matrix_run_and_build_report_are_verbs_argparse_knows(tmp_path, monkeypa
     (["explain", "build.log", "--prefix", "/opt/env"], "toolkit explain: --prefix is gone: write `--search-prefix DIR`"),
     (["build", "cu126", "--report"], "toolkit build: --report is gone: write `toolkit build-report LINE`"),
     (["doctor", "--line", "cu126"], "toolkit doctor: --line is gone: write `toolkit doctor LINE`"),
-    (["fa4", "recommend", "--bench", "b.json", "--line", "cu126"],
-     "toolkit fa4 recommend: --line is gone: write `toolkit fa4 recommend LINE`"),
-    (["fa4", "recommend", "--bench", "b.json", "--verify", "fa4=v.json"],
-     "toolkit fa4 recommend: --verify is gone: write --verified BACKEND=VERIFY_JSON (--verify is matrix run's mode)"),
+    (["recommend", "--bench", "b.json", "--line", "cu126"],
+     "toolkit recommend: --line is gone: write `toolkit recommend LINE`"),
+    (["recommend", "--bench", "b.json", "--verify", "fa4=v.json"],
+     "toolkit recommend: --verify is gone: write --verified BACKEND=VERIFY_JSON (--verify is matrix run's mode)"),
+    *((["fa4", "recommend", *rest], "toolkit fa4 recommend is gone: write `toolkit recommend LINE --bench BENCH_JSON "
+                                    "--verified BACKEND=VERIFY_JSON` (it chooses among every verified backend, not "
+                                    "FA4 alone)")
+      for rest in (["cu126", "--bench", "b.json", "--verified", "fa4=v.json"], ["--help"], [])),
     (["fa4", "cache-install", "--target", "t", "--arch", "90", "--record", "r.json", "--dest", "d"],
      "toolkit fa4 cache-install: --record is gone: write --cache-record (--record is check-updates' recording folder)"),
 ])

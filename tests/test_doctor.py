@@ -752,7 +752,72 @@ def test_the_line_s_recommended_attention_is_a_row(workdir, capsys):
     rec.write_text(json.dumps({**data, "gpu": "NVIDIA A100-SXM4-80GB"}))
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn"
-    assert "toolkit fa4 recommend gpu-machine" in row(report, "attention")["fix"]
+    assert "toolkit recommend gpu-machine" in row(report, "attention")["fix"]
     rec.write_text(json.dumps({**data, "rules": [{**data["rules"][0], "backend": "$(id)"}]}))
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     assert row(report, "attention")["status"] == "warn" and "not a recommendation" in row(report, "attention")["value"]
+
+
+# ---------------------------------------------------------------- verl's default attention
+
+HOLD3_RECOMMENDATION = ROOT / "docs" / "results" / "2026-12-01-h200-hold-3" / "recommendation.json"
+VERL_KEYS = ("actor_rollout_ref.model.override_config.attn_implementation",  # verl 0.9.1's trainer config
+             "critic.model.override_config.attn_implementation")
+
+
+def _with_verl(workdir: Path, recorded: str, **packages: str | None) -> Path:
+    """A recorded report with verl 0.9.1 in the environment (not recorded: the H200 had none) beside the
+    transformers verl 0.9.1 requires at least (5.5.3, its METADATA); `packages` adds or removes others."""
+    report = json.loads((RECORDED / recorded).read_text())
+    installed = {**report["probe"]["python_packages"], "verl": "0.9.1", "transformers": "5.5.3", **packages}
+    report["probe"]["python_packages"] = {name: v for name, v in installed.items() if v is not None}
+    (workdir / "r.json").write_text(json.dumps(report))
+    return workdir / "r.json"
+
+
+def _recommendation(workdir: Path, source: Path) -> None:
+    rec = workdir / "reports" / "gpu-machine" / "recommendation.json"
+    rec.parent.mkdir(parents=True, exist_ok=True)
+    rec.write_text(source.read_text())
+
+
+def test_verl_s_default_is_ok_where_it_loads_and_flash_attn_was_verified(workdir, capsys):
+    """Hold 3's real recommendation verified flash-attn (2.8.3.post2, smoke) on the H200, bf16 d128 causal included."""
+    _recommendation(workdir, HOLD3_RECOMMENDATION)
+    _, report = replay(capsys, _with_verl(workdir, "healthy-h200.json"), "gpu-machine")
+    verl = row(report, "verl")
+    assert verl["status"] == "ok" and verl["value"].startswith("verl 0.9.1: its default attn_implementation "
+                                                               "flash_attention_2 loads here and was verified on "
+                                                               "NVIDIA H200"), verl
+
+
+def test_verl_s_default_unverified_for_the_line_gets_the_recommended_override(workdir, capsys):
+    """The replica run's recommendation verified FA4 and torch's kernels, never flash-attn: verl would train with
+    an unverified kernel; the fix names FA4 (fastest verified at bf16 d128 causal fwd+bwd 4096) where
+    flash-attn-4 is installed, sdpa where it is not."""
+    _recommendation(workdir, H200_RECOMMENDATION)
+    _, report = replay(capsys, _with_verl(workdir, "healthy-h200.json", **{"flash-attn-4": "4.0.0b36"}), "gpu-machine")
+    verl = row(report, "verl")
+    assert verl["status"] == "warn" and "flash_attention_2 loads here but flash-attn was not verified on NVIDIA H200" \
+        in verl["value"], verl
+    assert verl["fix"].endswith(f"set {VERL_KEYS[0]}=flash_attention_4 and {VERL_KEYS[1]}=flash_attention_4")
+    assert "toolkit verify gpu-machine && toolkit bench gpu-machine && toolkit recommend gpu-machine" in verl["fix"]
+    _, report = replay(capsys, _with_verl(workdir, "healthy-h200.json"), "gpu-machine")
+    assert row(report, "verl")["fix"].endswith(f"set {VERL_KEYS[0]}=sdpa and {VERL_KEYS[1]}=sdpa")
+
+
+def test_verl_s_default_that_would_not_load_is_said_with_the_reason(workdir, capsys):
+    """The RTX 5090 report: flash-attn is there but has no sm_120 kernels, so flash_attention_2 cannot run."""
+    _, report = replay(capsys, _with_verl(workdir, "wheel-without-gpu-arch.json"), "gpu-machine")
+    verl = row(report, "verl")
+    assert verl["status"] == "warn" and verl["value"] == ("verl 0.9.1: its default attn_implementation "
+                                                          "flash_attention_2 would not load here: no kernels for sm_120")
+    assert verl["fix"] == f"set {VERL_KEYS[0]}=sdpa and {VERL_KEYS[1]}=sdpa"
+    _, report = replay(capsys, _with_verl(workdir, "healthy-h200.json", **{"flash-attn": None}), "gpu-machine")
+    assert "would not load here: needs flash-attn>=2.3.3" in row(report, "verl")["value"]
+
+
+def test_without_verl_installed_the_verl_row_is_information(workdir, capsys):
+    _, report = replay(capsys, _with_verl(workdir, "wheel-without-gpu-arch.json", verl=None), "gpu-machine")
+    verl = row(report, "verl")
+    assert verl["status"] == "info" and verl["value"].startswith("verl (not installed here): its default")

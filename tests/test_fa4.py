@@ -443,7 +443,7 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
 
 def test_every_fact_in_the_knowledge_names_a_source_that_exists():
     data = fa4_pins.knowledge()
-    refs = [data["attn_implementation_source"], *(f["source"] for f in data["features"].values()),
+    refs = [*(f["source"] for f in data["features"].values()),
             *(h["source"] for h in data["head_dims"].values()),
             *(h["bwd"]["source"] for h in data["head_dims"].values() if "bwd" in h), *(t["source"] for t in data["targets"]),
             *(r["source"] for r in data["releases"].values())]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.fa_fixture_project import write_external_spec
-from test_fa4_recommend import GPU, _bench, _case
+from test_recommend import GPU, _bench, _case
 
 from toolkit.cli import main
 from toolkit.machine.fingerprint import from_dict
@@ -88,13 +88,14 @@ def test_recommend_says_which_shapes_the_verification_did_not_cover(tmp_path, ca
     (tmp_path / "verify.json").write_text(json.dumps({
         "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
         "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verified",
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--verified",
                  f"fa4={tmp_path / 'verify.json'}", "--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out.splitlines()
+    out = out[:next(i for i, line in enumerate(out) if line.startswith("verl "))]  # verl's lines come last
     assert out[-2] == f"recommended vs best measured, worst shape: {477 / 537:.3f} (needs >= 0.98); {tmp_path}/r.json"
     assert out[-1] == (f"below 0.98: bfloat16 d64 fwd seqlen 4096 ({477 / 537:.3f}), bfloat16 d128 causal fwd "
                        f"seqlen 4096 ({571 / 630:.3f}): fa4 measured fastest, but its verification (fa4-smoke) did "
-                       f"not cover these shapes (verify fa4 with `--level full` and pass that report with --verify "
+                       f"not cover these shapes (verify fa4 with `--level full` and pass that report with --verified "
                        f"fa4=VERIFY_JSON)")
 
 

@@ -1,4 +1,4 @@
-"""Hostile recommendation files and hostile `fa4 recommend` inputs (hostile review D5, D7, D10).
+"""Hostile recommendation files and hostile `toolkit recommend` inputs (hostile review D5, D7, D10).
 
 Every file here starts from real data: the H200 recommendation the toolkit wrote on 2026-12-01
 (docs/results/2026-12-01-h200-replica-and-fa4/fa4/recommendation-per-shape.json) and the bench and FA4
@@ -96,11 +96,11 @@ def test_the_refusal_names_the_bad_field(tmp_path, edit, named):
     data = _written()
     edit(data)
     message = _refusal(tmp_path, data)
-    assert named in message and "(run toolkit fa4 recommend again)" in message
+    assert named in message and "(run toolkit recommend again)" in message
     assert "known backends" not in message or "backend:" in named
 
 
-# D7: `fa4 recommend` checks its bench and verify inputs, writes nothing its own reader refuses, never NaN
+# D7: `toolkit recommend` checks its bench and verify inputs, writes nothing its own reader refuses, never NaN
 def _bench() -> dict:
     return json.loads((HOLD3 / "bench" / "bench.json").read_text())
 
@@ -119,7 +119,7 @@ def _recommend(tmp_path: Path, capsys, bench: dict, verify: dict, backend: str =
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     (tmp_path / "verify.json").write_text(json.dumps(verify))
     out = tmp_path / "out" / "recommendation.json"
-    code = main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"),
+    code = main(["recommend", "--bench", str(tmp_path / "bench.json"),
                  "--verified", f"{backend}={tmp_path / 'verify.json'}", "--out", str(out)])
     return code, capsys.readouterr().err, out
 
@@ -171,7 +171,7 @@ def test_a_malformed_input_is_one_line_naming_file_and_field_and_nothing_is_writ
 
 def test_a_verify_report_for_a_backend_the_knowledge_does_not_name_is_refused(tmp_path, capsys):
     code, err, out = _recommend(tmp_path, capsys, _bench(), _verify(), backend="fa5")
-    assert code == 1 and err.count("\n") == 1 and "--verify 'fa5'=PATH" in err and "fa4" in err and not out.exists()
+    assert code == 1 and err.count("\n") == 1 and "--verified 'fa5'=PATH" in err and "fa4" in err and not out.exists()
 
 
 def test_a_row_that_prints_badly_leaves_no_file(tmp_path, capsys, monkeypatch):

@@ -21,6 +21,7 @@ STAGE_MODULES = (
     "toolkit.build.diagnose",
     "toolkit.verify",
     "toolkit.verify.bench",
+    "toolkit.attention.recommend",
     "toolkit.knowledge.upstream",
     "toolkit.fa4.cli",
 )

@@ -1,11 +1,12 @@
-"""Which verified attention backend is fastest, per GPU and shape, from one measured bench grid.
+"""`toolkit recommend LINE`: which verified attention backend is fastest, per GPU and shape, from one bench grid.
 
 Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (FA2's
-`toolkit verify`, FA4's `python -m toolkit.verify.fa4`). A packaged backend counts only if its report
-passed on the same GPU, and only for the shapes its passed cases cover; torch's own SDPA backends and
-eager count as verified (torch is the yardstick the verification criterion itself measures against).
-For each (dtype, head dim, causal, fwd or fwd+bwd) the measured seqlens become bands [s_i, s_i+1),
-and each band names the fastest verified backend there, with transformers' attn_implementation for it.
+`toolkit verify`, FA4's `python -m toolkit.verify.fa4`, any backend knowledge/attention_backends.yaml
+marks `verified_by: report`). A packaged backend counts only if its report passed on the same GPU, and only
+for the shapes its passed cases cover; torch's own SDPA backends and eager count as verified (torch is the
+yardstick the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
+fwd+bwd) the measured seqlens become bands [s_i, s_i+1), and each band names the fastest verified backend
+there, with transformers' attn_implementation for it and, for verl's training shape, verl's override lines.
 The JSON this writes is what the toolkit reads back (`lookup`).
 """
 
@@ -20,13 +21,15 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 
+from toolkit.attention import backends as attention_backends
+from toolkit.attention.verl import VerlLines, VerlShape, lines_for
 from toolkit.base.atomic import write_atomic
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
 
-TORCH_BACKENDS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
+VERL_SHAPE = VerlShape()  # bf16 d128 causal fwd+bwd seqlen 4096, unless `--head-dim` / `--seqlen` say otherwise
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
 Dtype = Literal["bfloat16", "float16"]  # what `toolkit bench` measures
 Mode = Literal["fwd", "fwd+bwd"]
@@ -190,7 +193,8 @@ def verified_backends(reports: dict[str, dict], gpu: str | None) -> dict[str, Ve
     (dtype, head dim, causal) that its report's cases passed with no case of that shape failing or erroring:
     a backend whose backward is wrong at head dim 80 is not recommended at head dim 80, nor anywhere a
     report with a setup error or from another GPU would be the only evidence."""
-    verified = {name: Verified("torch's own kernel (the verification yardstick)") for name in TORCH_BACKENDS}
+    verified = {name: Verified("torch's own kernel (the verification yardstick)")
+                for name in attention_backends.torch_backends()}
     for backend, report in reports.items():
         summary = report.get("summary", {})
         if summary.get("setup_error") or report.get("gpu") != gpu:
@@ -207,7 +211,7 @@ def verified_backends(reports: dict[str, dict], gpu: str | None) -> dict[str, Ve
     return verified
 
 
-def recommend(bench: dict, verified: dict[str, Verified], names: dict[str, dict]) -> list[Rule]:
+def recommend(bench: dict, verified: dict[str, Verified]) -> list[Rule]:
     """One rule per band: the fastest verified backend; adjacent bands with the same backend merge."""
     groups: dict[tuple, dict[int, list[dict]]] = {}
     for row in bench["measurements"]:
@@ -227,7 +231,8 @@ def recommend(bench: dict, verified: dict[str, Verified], names: dict[str, dict]
             upper = seqlens[index + 1] - 1 if index + 1 < len(seqlens) else None
             dtype, head_dim, causal, mode = key
             rule = Rule(dtype, head_dim, causal, mode, 0 if index == 0 else seqlen, upper, pick["implementation"],
-                        names.get(pick["implementation"], {}), pick["tflops"], best["tflops"], best["implementation"])
+                        attention_backends.backends()[pick["implementation"]].to_json(), pick["tflops"],
+                        best["tflops"], best["implementation"])
             previous = rules[-1] if rules else None
             if previous and (previous.dtype, previous.head_dim, previous.causal, previous.mode, previous.backend) \
                     == (*key, rule.backend) and previous.seqlen_max == rule.seqlen_min - 1:
@@ -268,14 +273,14 @@ def shortfalls(bench: dict, ratios: list[dict], reports: dict[str, dict], minimu
 
 def _not_verified_why(backend: str, shape: tuple, report: dict | None, gpu: str | None) -> str:
     if report is None:
-        return f"no verification report of {backend} was given (pass one with --verify {backend}=VERIFY_JSON)"
+        return f"no verification report of {backend} was given (pass one with --verified {backend}=VERIFY_JSON)"
     if report.get("summary", {}).get("setup_error") or report.get("gpu") != gpu:
         return f"its verification report is from another GPU or had a setup error (verify {backend} on {gpu} again)"
     cases = report.get("cases") or []
     if any(_shape(c) == shape and c.get("status") in ("failed", "error") for c in cases):
         return "its verification failed on these shapes (it is not recommended there)"
     return (f"its verification ({report.get('level')}) did not cover these shapes (verify {backend} with "
-            f"`--level full` and pass that report with --verify {backend}=VERIFY_JSON)")
+            f"`--level full` and pass that report with --verified {backend}=VERIFY_JSON)")
 
 
 def _by_shape(bench: dict) -> dict[tuple, dict[str, float]]:
@@ -299,26 +304,32 @@ def lookup(path: Path, gpu: str, dtype: str, head_dim: int, causal: bool, mode: 
 
 
 @dataclass(frozen=True)
+class VerifiedEntry:
+    why: Text
+    shapes: list[tuple[Text, Positive, Flag]] | None = None
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """A recommendation file as doctor and the modulefile help read it back: every value checked, so what
-    they print is the GPU's name, a date and rules over known backends, never text from the file as is.
-    The file's other entries (verified, shape_ratios, below_min_ratio, targets) are for people and are not read back."""
+    they print is the GPU's name, a date, rules over known backends and which backends were verified, never
+    text from the file as is. The file's other entries (shape_ratios, below_min_ratio, targets, verl) are for
+    people and are not read back."""
 
     path: Path
     gpu: Name
     rules: tuple[Rule, ...]
     date: Day = None
+    verified: dict[Backend, VerifiedEntry] = field(default_factory=dict)
 
 
 _RECOMMENDATION = pydantic.TypeAdapter(Recommendation)
-NOT_WRITTEN, RERUN = "not a recommendation `toolkit fa4 recommend` writes", "run toolkit fa4 recommend again"
+NOT_WRITTEN, RERUN = "not a recommendation `toolkit recommend` writes", "run toolkit recommend again"
 
 
 def check_recommendation(data: object, path: Path) -> Recommendation:
     """Parsed JSON as a Recommendation, or the first bad field as one ToolkitError line."""
-    from toolkit.knowledge import files as knowledge_files
-
-    backends = tuple(knowledge_files.read("flash_attn_4.yaml")["attn_implementation"])
+    backends = attention_backends.names()
     if not isinstance(data, dict):
         raise ToolkitError(f"{path}: {NOT_WRITTEN}: a JSON {type(data).__name__}, not an object ({RERUN})")
     try:
@@ -328,13 +339,13 @@ def check_recommendation(data: object, path: Path) -> Recommendation:
 
 
 def read_if_any(path: Path) -> Recommendation | None:
-    """The line's recommendation, None where `toolkit fa4 recommend LINE` never wrote one."""
+    """The line's recommendation, None where `toolkit recommend LINE` never wrote one."""
     return read_recommendation(path) if Path(path).is_file() else None
 
 
 def read_recommendation(path: Path) -> Recommendation:
-    """`toolkit fa4 recommend`'s file, checked field by field (backends are the knowledge's attn_implementation
-    names); every problem, unreadable file included, is one ToolkitError, which is all doctor, modules and
+    """`toolkit recommend`'s file, checked field by field (backends are knowledge/attention_backends.yaml's);
+    every problem, unreadable file included, is one ToolkitError, which is all doctor, modules and
     the parity report catch."""
     return check_recommendation(read_json(Path(path), "recommendation", RERUN), Path(path))
 
@@ -399,51 +410,77 @@ def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
     return results
 
 
-def build(bench: dict, reports: dict[str, dict], knowledge: dict) -> dict:
+def build(bench: dict, reports: dict[str, dict], knowledge: dict, shape: VerlShape = VERL_SHAPE) -> dict:
+    """The recommendation file's content; `knowledge`: FA4's (its speed targets and the minimum ratio)."""
     verified = verified_backends(reports, bench.get("gpu"))
-    rules = recommend(bench, verified, knowledge.get("attn_implementation", {}))
+    rules = recommend(bench, verified)
     ratios = shape_ratios(bench, rules)
     minimum = knowledge.get("recommended_min_ratio", 0.98)
     worst = min((r["ratio"] for r in ratios if r["ratio"] is not None), default=None)
     return {"kind": "attention-recommendation", "gpu": bench.get("gpu"), "gpu_capability": bench.get("gpu_capability"),
             "date": bench.get("date"), "bench_command": bench.get("command"), "torch": bench.get("torch"),
-            "versions": {"flash-attn": bench.get("flash_attn", {}).get("version"),
-                         "flash-attn-4": bench.get("flash_attn_4", {}).get("version")},
-            "verified": {name: v.to_json() for name, v in verified.items()},
+            "versions": _versions(bench), "verified": {name: v.to_json() for name, v in verified.items()},
             "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
             "worst_ratio": worst, "recommended_min_ratio": minimum,
             "below_min_ratio": shortfalls(bench, ratios, reports, minimum),
-            "targets": check_targets(bench, knowledge.get("targets", []))}
+            "targets": check_targets(bench, knowledge.get("targets", [])),
+            "verl": verl_lines(bench, rules, verified, shape).to_json()}
+
+
+def _versions(bench: dict) -> dict[str, str | None]:
+    """Each packaged backend's version as the bench recorded it (text only: the file is for people)."""
+    out = {}
+    for backend in attention_backends.backends().values():
+        if backend.distribution and backend.bench_field:
+            entry = bench.get(backend.bench_field)
+            version = entry.get("version") if isinstance(entry, dict) else None
+            out[backend.distribution] = version if isinstance(version, str) else None
+    return out
+
+
+def verl_lines(bench: dict, rules: list[Rule], verified: dict[str, Verified], shape: VerlShape) -> VerlLines:
+    """verl's override lines for the backend recommended at verl's training shape."""
+    rule = lookup_rules(rules, shape.dtype, shape.head_dim, shape.causal, shape.mode, shape.seqlen)
+    measured = _by_shape(bench).get((shape.dtype, shape.head_dim, shape.causal, shape.mode, shape.seqlen), {})
+    row = {"dtype": shape.dtype, "head_dim": shape.head_dim, "causal": shape.causal}
+    return lines_for(shape, rule.backend if rule else None, measured, [n for n, v in verified.items() if v.covers(row)])
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser("recommend", help="per GPU and shape, the fastest verified attention backend")
-    parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
-    parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
-                        help="a packaged backend's verification report (fa4=..., flash-attn=...)")
-    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
-                                                 "reports/LINE/recommendation.json, where doctor and modules read it)")
+    parser = verbs.add_parser("recommend", help="per GPU and shape, the fastest verified attention backend "
+                                                "(and verl's override lines for it)")
     parser.add_argument("line", nargs="?", metavar="LINE",
                         help="the line the bench ran for (its reports folder gets the file)")
-    add_renamed_option(parser, "--line", "`toolkit fa4 recommend LINE`")
+    parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
+    packaged = ", ".join(f"{name}=..." for name in attention_backends.packaged())
+    parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
+                        help=f"a packaged backend's verification report ({packaged})")
+    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
+                                                 "reports/LINE/recommendation.json, where doctor and modules read it)")
+    parser.add_argument("--head-dim", type=int, default=VerlShape.head_dim,
+                        help=f"verl's training shape: head dim (default {VerlShape.head_dim})")
+    parser.add_argument("--seqlen", type=int, default=VerlShape.seqlen,
+                        help=f"verl's training shape: sequence length (default {VerlShape.seqlen}; bf16, causal, "
+                             f"forward+backward)")
+    add_renamed_option(parser, "--line", "`toolkit recommend LINE`")
     add_renamed_option(parser, "--verify", "--verified BACKEND=VERIFY_JSON (--verify is matrix run's mode)")
-    parser.set_defaults(func=fa4_recommend_command)
+    parser.set_defaults(func=recommend_command)
 
 
 def _read_json(path: Path) -> object:
     return read_json(Path(path), "JSON report", "pass the bench.json or verify.json a toolkit run wrote")
 
 
-def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[dict, dict[str, dict]]:
-    """The bench report and the --verify reports, each checked (`check_input`) before anything is built."""
-    packaged = [name for name in backends if name not in TORCH_BACKENDS]
+def _read_reports(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
+    """The bench report and the --verified reports, each checked (`check_input`) before anything is built."""
+    backends, packaged = attention_backends.names(), attention_backends.packaged()
     reports = {}
     for item in args.verified:
         backend, sep, path = item.partition("=")
         if not sep:
-            raise ToolkitError(f"--verify {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
+            raise ToolkitError(f"--verified {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
         if backend not in packaged:
-            raise ToolkitError(f"--verify {shown(backend)}=PATH: not a packaged backend "
+            raise ToolkitError(f"--verified {shown(backend)}=PATH: not a packaged backend "
                                f"(name one of: {', '.join(packaged)})")
         reports[backend] = check_input(VerifyReport, _read_json(Path(path)), Path(path), "verify report",
                                        "run the verification again", backends)
@@ -453,7 +490,7 @@ def _read_reports(args: argparse.Namespace, backends: tuple[str, ...]) -> tuple[
 
 
 def _summary_lines(data: dict, out: Path) -> list[str]:
-    """What the verb prints: one line per rule, one per target, and the worst shape's ratio."""
+    """What the verb prints: one line per rule, one per target, the worst shape's ratio and verl's lines."""
     lines = []
     for rule in data["rules"]:
         upper = "" if rule["seqlen_max"] is None else rule["seqlen_max"]
@@ -475,19 +512,27 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
     for (fastest, why), shapes in groups.items():
         lines.append(f"below {data['recommended_min_ratio']}: {', '.join(shapes)}: {fastest} measured fastest, "
                      f"but {why}")
-    return lines
+    return lines + _verl_summary(data["verl"])
 
 
-def fa4_recommend_command(args: argparse.Namespace) -> int:
+def _verl_summary(verl: dict) -> list[str]:
+    """verl's lines for its training shape: the overrides, the YAML fragment, the notes."""
+    if verl["backend"] is None:
+        return [f"verl ({verl['shape']}): {note}" for note in verl["notes"]]
+    return [f"verl {verl['verl']} ({verl['shape']}): {verl['backend']}, as command-line overrides:",
+            *(f"  {line}" for line in verl["overrides"]), "or in the trainer's YAML:",
+            *(f"  {line}" for line in verl["yaml"].splitlines()), *(f"note: {note}" for note in verl["notes"])]
+
+
+def recommend_command(args: argparse.Namespace) -> int:
     from toolkit.base.workspace import Workspace
     from toolkit.knowledge.fa4_pins import knowledge
 
     if args.out is None and args.line is None:
-        raise ToolkitError("fa4 recommend: give LINE (writes reports/LINE/recommendation.json) or --out FILE")
+        raise ToolkitError("recommend: give LINE (writes reports/LINE/recommendation.json) or --out FILE")
     args.out = args.out or Workspace().recommendation_file(args.line)
-    facts = knowledge()
-    bench, reports = _read_reports(args, tuple(facts["attn_implementation"]))
-    data = build(bench, reports, facts)
+    bench, reports = _read_reports(args)
+    data = build(bench, reports, knowledge(), VerlShape(head_dim=args.head_dim, seqlen=args.seqlen))
     check_recommendation(data, args.out)  # never write what doctor and modules would refuse
     lines = _summary_lines(data, args.out)
     try:

@@ -74,6 +74,24 @@ def add_renamed_option(parser: argparse.ArgumentParser, old: str, now: str) -> N
     parser.add_argument(old, nargs="?", action=Renamed, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+class RenamedVerb(argparse.ArgumentParser):
+    """A verb's earlier spelling (see add_renamed_verb): whatever follows it, it is refused in one line."""
+
+    now = ""
+
+    def parse_known_args(self, args=None, namespace=None):  # argparse calls it on the verb's words
+        raise ToolkitError(f"{self.prog} is gone: write {self.now}")
+
+
+def add_renamed_verb(verbs: argparse._SubParsersAction, old: str, now: str) -> None:
+    """A verb's earlier spelling, hidden from the verb list: given, with any options after it, it is refused
+    in one line that says what to write now, instead of argparse's usage block or an unknown-verb error."""
+    parser = verbs.add_parser(old, add_help=False)  # its prog ("toolkit fa4 recommend"); no help: not listed
+    renamed = RenamedVerb(prog=parser.prog, add_help=False)
+    renamed.now = now
+    verbs.choices[old] = renamed
+
+
 def declared_requirements() -> list[Requirement]:
     """fa-envkit's dependencies, extras included: the installed distribution's metadata, else (run from a
     checkout) pyproject.toml beside the package."""

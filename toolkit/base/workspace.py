@@ -75,7 +75,7 @@ class Workspace:
         return self.reports / checked_line(line)
 
     def recommendation_file(self, line: str) -> Path:
-        """`toolkit fa4 recommend --line`'s output, which doctor and the modulefile help read back."""
+        """`toolkit recommend LINE`'s output, which doctor and the modulefile help read back."""
         return self.report_dir(line) / "recommendation.json"
 
     @property

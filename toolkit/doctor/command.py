@@ -23,6 +23,9 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from toolkit.attention import backends as attention_backends
+from toolkit.attention.recommend import lookup_rules
+from toolkit.attention.verl import VerlShape, overrides
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
@@ -371,18 +374,32 @@ REQUIREMENTS: dict[str, Callable[[Facts, Any], str | None]] = {
 }
 
 
+def _applying(f: Facts, name: str, transformers: Version) -> dict | None:
+    """The first entry of doctor.yaml's table for `name` whose transformers range holds (None: no such value)."""
+    return next((e for e in f.dk.attn_implementations
+                 if e["name"] == name and SpecifierSet(e["transformers"]).contains(transformers, True)), None)
+
+
+def _unmet(f: Facts, entry: dict) -> str | None:
+    return ", ".join(reason for key, want in entry["needs"].items() if (reason := REQUIREMENTS[key](f, want))) or None
+
+
+def attn_implementation_problem(f: Facts, name: str, transformers: Version) -> str | None:
+    """Why attn_implementation `name` would not load here, None where it would."""
+    entry = _applying(f, name, transformers)
+    return f"transformers {transformers} has no attn_implementation {name}" if entry is None else _unmet(f, entry)
+
+
 def attn_implementations(f: Facts, transformers: Version) -> tuple[list[str], list[str]]:
-    """(works, ["name: why not", ...]) for transformers' attn_implementation values."""
+    """(works, ["name: why not", ...]) for the attn_implementation values this transformers has."""
     works, not_working = [], []
-    names = dict.fromkeys(entry["name"] for entry in f.dk.attn_implementations)
-    for name in names:
-        entry = next((e for e in f.dk.attn_implementations
-                      if e["name"] == name and SpecifierSet(e["transformers"]).contains(transformers, True)), None)
+    for name in dict.fromkeys(entry["name"] for entry in f.dk.attn_implementations):
+        entry = _applying(f, name, transformers)
         if entry is None:
-            continue  # this transformers has no such value
-        reasons = [reason for key, want in entry["needs"].items() if (reason := REQUIREMENTS[key](f, want))]
-        if reasons:
-            not_working.append(f"{name}: {', '.join(reasons)}")
+            continue
+        problem = _unmet(f, entry)
+        if problem:
+            not_working.append(f"{name}: {problem}")
         else:
             works.append(name)
     return works, not_working
@@ -583,12 +600,12 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
 
 
 def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    """The fastest verified attention `toolkit fa4 recommend LINE` found for this line, when it ran: on
+    """The fastest verified attention `toolkit recommend LINE` found for this line, when it ran: on
     which GPU, and what to ask transformers for (bf16, head dim 128; the file has every measured shape)."""
     from toolkit.attention.recommend import summary
 
     if line.recommendation_error:
-        return Row("attention", "warn", line.recommendation_error, f"toolkit fa4 recommend {line.name} ...")
+        return Row("attention", "warn", line.recommendation_error, f"toolkit recommend {line.name} ...")
     rec = line.recommendation
     if rec is None:
         return None
@@ -597,15 +614,73 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
     here = {gpu.name for gpu in f.fingerprint.gpus}
     if here and rec.gpu not in here:
         return Row("attention", "warn", f"{text} ({where}; this machine has {', '.join(sorted(here))})",
-                   f"measure here: toolkit bench {line.name}, then toolkit fa4 recommend {line.name}")
+                   f"measure here: toolkit bench {line.name}, then toolkit recommend {line.name}")
     return Row("attention", "ok" if here else "info", f"{text} ({where})")
+
+
+def check_verl(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
+    """verl loads every model with its default attn_implementation (flash_attention_2) unless the trainer config
+    overrides it: whether that loads in this environment and was verified for the line, and, where not, the
+    override lines for what does load (the line's recommendation at verl's training shape, else sdpa).
+    A warning where verl is installed here, information where it is not."""
+    default = attention_backends.verl().default_attn_implementation
+    installed = f.probe.python_packages.get("verl")
+    who, status = (f"verl {installed}", "warn") if installed else ("verl (not installed here)", "info")
+    transformers = _version(f.probe.python_packages.get("transformers"))
+    problem = attn_implementation_problem(f, default, transformers) if transformers else "transformers is not installed"
+    fix = f"set {' and '.join(overrides(_verl_instead(f, line, transformers)))}"
+    if problem:
+        return Row("verl", status, f"{who}: its default attn_implementation {default} would not load here: {problem}",
+                   fix)
+    unverified = _verl_default_unverified(line, default)
+    if unverified:
+        return Row("verl", status, f"{who}: its default attn_implementation {default} loads here but {unverified}",
+                   f"{_verify_and_recommend(line.name, default)}; or {fix}")
+    rec = line.recommendation
+    where = f"on {rec.gpu} ({display_path(rec.path)})" if rec else ""
+    return Row("verl", "ok", f"{who}: its default attn_implementation {default} loads here and was verified {where}")
+
+
+def _verify_and_recommend(name: str, attn_implementation: str) -> str:
+    """The commands that verify the backend behind `attn_implementation` for the line and record it."""
+    backend = attention_backends.by_attn_implementation(attn_implementation)
+    reports = display_path(Workspace().report_dir(name))
+    return (f"toolkit verify {name} && toolkit bench {name} && toolkit recommend {name} --bench {reports}/bench.json "
+            f"--verified {backend.name if backend else attn_implementation}={reports}/verify.json")
+
+
+def _verl_default_unverified(line: LineFacts, default: str) -> str | None:
+    """Why verl's default backend does not count as verified for the line's GPU at verl's shape, or None."""
+    backend = attention_backends.by_attn_implementation(default)
+    rec, shape = line.recommendation, VerlShape()
+    name = backend.name if backend else default
+    if rec is None:
+        return f"no recommendation says {name} was verified for {line.name} (toolkit recommend {line.name} writes one)"
+    verified = rec.verified.get(name)
+    if verified is None:
+        return f"{name} was not verified on {rec.gpu} ({display_path(rec.path)})"
+    if verified.shapes is not None and (shape.dtype, shape.head_dim, shape.causal) not in map(tuple, verified.shapes):
+        return f"{name}'s verification on {rec.gpu} did not cover verl's training shape ({shape})"
+    return None
+
+
+def _verl_instead(f: Facts, line: LineFacts, transformers: Version | None) -> str:
+    """What verl should be told: the line's recommendation at verl's shape where it loads here, else the first of
+    torch's own (sdpa, then eager) that does."""
+    shape = VerlShape()
+    rule = lookup_rules(list(line.recommendation.rules), shape.dtype, shape.head_dim, shape.causal, shape.mode,
+                        shape.seqlen) if line.recommendation else None
+    torch_own = [attention_backends.backends()[name].attn_implementation for name in attention_backends.torch_backends()]
+    candidates = [rule.attn_implementation["name"]] if rule else []
+    return next((name for name in [*candidates, *torch_own]
+                 if transformers and not attn_implementation_problem(f, name, transformers)), torch_own[-1])
 
 
 LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
 LINE_CHECKS: tuple[LineCheck, ...] = (
     check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda,
     check_install_record, check_lock_pip,
-    check_record, check_record_toolchain, check_recommendation,
+    check_record, check_record_toolchain, check_recommendation, check_verl,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.
 WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset({check_driver, check_gpus, check_env, check_line_driver,

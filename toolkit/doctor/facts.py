@@ -32,7 +32,7 @@ PROBE_TIMEOUT_S = 120  # importing flash_attn imports torch: seconds, more on a 
 CONDA_PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
 # Distributions whose versions the checks read (the lock's pip packages are added per line).
-PROBED_PACKAGES = ("torch", "flash-attn", "flash-attn-3", "transformers")
+PROBED_PACKAGES = ("torch", "flash-attn", "flash-attn-3", "flash-attn-4", "transformers", "verl")
 
 # Runs in the environment's own python (not the toolkit's): versions of the named distributions, the
 # flash_attn import and, only where torch could see a GPU, torch.cuda.is_available(). Prints JSON last.
@@ -120,7 +120,7 @@ class LineFacts:
     record_error: str | None
     install_record: PrefixRecord | None = None  # what `toolkit install` recorded in the line's prefix
     lock_digest: str | None = None  # the lock file's own digest, to compare with the record's
-    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit fa4 recommend)
+    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit recommend)
     recommendation_error: str | None = None
 
 

@@ -1,5 +1,5 @@
-"""The `toolkit fa4` verbs (fetch, join, lock, install, env, warm, cache-install, recommend) and
-`python -m toolkit.fa4`'s entry.
+"""The `toolkit fa4` verbs (fetch, join, lock, install, env, warm, cache-install) and `python -m toolkit.fa4`'s
+entry. `toolkit fa4 recommend` became `toolkit recommend` (toolkit/attention/recommend.py): it is refused in one line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolkit.base.atomic import clean_stale, run_temporaries, write_atomic
 from toolkit.base.digest import sha256_file
-from toolkit.base.entry import add_renamed_option, program
+from toolkit.base.entry import add_renamed_option, add_renamed_verb, program
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -35,8 +35,6 @@ from toolkit.knowledge.fa4_pins import DEFAULT_RELEASE, release
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from toolkit.attention import recommend
-
     parser = subparsers.add_parser("fa4", help="FlashAttention-4: fetch, install, warm its kernel cache",
                                    description="FlashAttention-4 (flash-attn-4) from the pinned wheels of "
                                                "knowledge/flash_attn_4.yaml.")
@@ -68,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     env_parser.add_argument("--cache-dir", type=Path, help="the warmed kernel cache folder to use")
     env_parser.set_defaults(func=fa4_env_command)
     _register_cache_verbs(verbs)
-    recommend.register(verbs)
+    add_renamed_verb(verbs, "recommend", "`toolkit recommend LINE --bench BENCH_JSON --verified BACKEND=VERIFY_JSON` "
+                                         "(it chooses among every verified backend, not FA4 alone)")
 
 
 def add_target_option(parser: argparse.ArgumentParser) -> None:

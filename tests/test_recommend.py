@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from toolkit.attention import recommend
 from toolkit.cli import main
@@ -102,7 +103,7 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(_bench()))
     (tmp_path / "verify.json").write_text(json.dumps(_verify()))
     out = tmp_path / "recommendation.json"
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"),
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"),
                  "--verified", f"fa4={tmp_path / 'verify.json'}", "--out", str(out)]) == 0
     assert "target met: fa4 / sdpa-cudnn fwd" in capsys.readouterr().out
     assert recommend.lookup(out, GPU, "bfloat16", 128, False, "fwd", 6000).backend == "fa4"
@@ -111,16 +112,16 @@ def test_recommend_verb_writes_what_lookup_reads(tmp_path, capsys):
 
 def test_a_bad_verify_option_or_report_is_one_line(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps(_bench()))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--verified", "fa4",
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--verified", "fa4",
                  "--out", str(tmp_path / "r.json")]) == 1
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
+    assert main(["recommend", "--bench", str(tmp_path / "missing.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "expected BACKEND=PATH" in err[0] and "unreadable JSON report" in err[1]
 
 
 def test_a_json_that_is_not_a_bench_report_is_one_line(tmp_path, capsys):
     (tmp_path / "bench.json").write_text(json.dumps({"measurements": [{"status": "ok"}]}))
-    assert main(["fa4", "recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]) == 1
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a `toolkit bench` report" in err and not (tmp_path / "r.json").exists()
 
@@ -157,9 +158,9 @@ def test_the_committed_h200_run_recommends_fa4_where_it_passed_and_is_faster():
 
 def test_recommend_for_a_line_writes_where_doctor_and_modules_read(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["fa4", "recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
+    args = ["recommend", "--bench", str(H200_RUN / "bench" / "bench.json"),
             "--verified", f"fa4={H200_RUN / 'verify-fa4-full' / 'verify.json'}"]
-    assert main(args) == 1 and capsys.readouterr().err.startswith("error: fa4 recommend: give LINE")
+    assert main(args) == 1 and capsys.readouterr().err.startswith("error: recommend: give LINE")
     assert main([*args, "gpu-machine"]) == 0
     written = tmp_path / "reports" / "gpu-machine" / "recommendation.json"
     rec = recommend.read_recommendation(written)
@@ -190,3 +191,109 @@ def test_the_parity_report_names_the_recommended_attn_implementation(tmp_path, m
     assert f"attn_implementation={rule.attn_implementation['name']}" in line
     target.write_text("{}")
     assert "not a recommendation" in recommended_line({"recommended": parity_recommendation("gpu-machine")})
+
+
+# ---------------------------------------------------------------- every verified backend, and verl's lines
+
+HOLD3 = ROOT / "docs" / "results" / "2026-12-01-h200-hold-3"
+# verl 0.9.1's keys, read from its wheel's verl/trainer/config/_generated_ppo_trainer.yaml (tests/test_verl_keys.py
+# checks the knowledge against that file on PyPI)
+VERL_KEYS = ("actor_rollout_ref.model.override_config.attn_implementation",
+             "critic.model.override_config.attn_implementation")
+
+
+def _hold3_reports() -> tuple[dict, dict[str, dict]]:
+    """Hold 3's real bench (FA2, FA4 and torch's backends on one H200) and both real verification reports."""
+    load = lambda *parts: json.loads(HOLD3.joinpath(*parts).read_text())
+    return load("bench", "bench.json"), {"fa4": load("verify-fa4-full", "verify.json"),
+                                         "flash-attn": load("verify-fa2-smoke", "verify.json")}
+
+
+def _measured(bench: dict, implementation: str, head_dim: int = 128, seqlen: int = 4096) -> float:
+    """A bench row's TFLOP/s at verl's training shape (bf16, causal, forward+backward)."""
+    return next(r["tflops"] for r in bench["measurements"] if (r["implementation"], r["dtype"], r["head_dim"],
+                r["causal"], r["mode"], r["seqlen"]) == (implementation, "bfloat16", head_dim, True, "fwd+bwd", seqlen))
+
+
+def test_verl_gets_the_override_lines_and_yaml_of_the_backend_fastest_at_its_training_shape():
+    bench, reports = _hold3_reports()
+    data = recommend.build(bench, reports, fa4_pins.knowledge())
+    verl = data["verl"]
+    fa4, fa2 = _measured(bench, "fa4"), _measured(bench, "flash-attn")
+    assert fa4 > fa2 and fa4 > _measured(bench, "sdpa-cudnn")  # 555 vs 300 and 512 TFLOP/s on the H200
+    assert (verl["backend"], verl["attn_implementation"], verl["verl"]) == ("fa4", "flash_attention_4", "0.9.1")
+    assert verl["shape"] == "bfloat16 d128 causal fwd+bwd seqlen 4096"
+    assert verl["overrides"] == [f"{key}=flash_attention_4" for key in VERL_KEYS]
+    assert yaml.safe_load(verl["yaml"]) == {
+        "actor_rollout_ref": {"model": {"override_config": {"attn_implementation": "flash_attention_4"}}},
+        "critic": {"model": {"override_config": {"attn_implementation": "flash_attention_4"}}}}
+    assert verl["notes"] == [f"verl's default flash_attention_2 (flash-attn) measured {fa2:.0f} TFLOP/s here, "
+                             f"{fa2 / fa4:.2f}x the recommended fa4"]
+    assert data["versions"] == {"flash-attn": "2.8.3.post2", "flash-attn-3": None, "flash-attn-4": "4.0.0b36"}
+
+
+def test_flash_attn_is_recommended_beside_fa4_where_its_report_passed():
+    """Every verified backend competes: FA2's smoke report counts for the shapes it passed, FA4's for its own."""
+    bench, reports = _hold3_reports()
+    data = recommend.build(bench, reports, fa4_pins.knowledge())
+    assert {"fa4", "flash-attn"} <= set(data["verified"])
+    without_fa2 = recommend.build(bench, {"fa4": reports["fa4"]}, fa4_pins.knowledge())
+    assert "flash-attn" not in without_fa2["verified"]
+
+
+def test_an_sdpa_kernel_recommended_for_verl_is_sdpa_with_the_caveat_that_torch_picks_the_kernel():
+    """The replica run without FA4's report: cuDNN SDPA is the fastest verified at verl's shape, and verl's own
+    default was never verified there (no flash-attn report)."""
+    bench = json.loads((H200_RUN / "bench" / "bench.json").read_text())
+    verl = recommend.build(bench, {}, fa4_pins.knowledge())["verl"]
+    assert (verl["backend"], verl["attn_implementation"]) == ("sdpa-cudnn", "sdpa")
+    assert verl["overrides"] == [f"{key}=sdpa" for key in VERL_KEYS]
+    assert any("torch picks the kernel" in note and "CUDNN_ATTENTION" in note for note in verl["notes"])
+    assert any("default flash_attention_2 (flash-attn) was not verified" in note for note in verl["notes"])
+
+
+def test_verl_s_shape_is_an_option_and_an_unmeasured_one_says_so(tmp_path, capsys):
+    bench, reports = _hold3_reports()
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    args = ["recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(tmp_path / "r.json")]
+    for backend, path in (("fa4", "verify-fa4-full"), ("flash-attn", "verify-fa2-smoke")):
+        args += ["--verified", f"{backend}={HOLD3 / path / 'verify.json'}"]
+    assert main([*args, "--head-dim", "96"]) == 0
+    out = capsys.readouterr().out
+    assert "verl (bfloat16 d96 causal fwd+bwd seqlen 4096): no verified backend was measured" in out
+    assert json.loads((tmp_path / "r.json").read_text())["verl"]["overrides"] == []
+    assert main([*args, "--head-dim", "64", "--seqlen", "16384"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("verl 0.9.1 (bfloat16 d64 causal fwd+bwd seqlen 16384): fa4, as command-line overrides:")
+    assert out[start + 1:start + 3] == [f"  {key}=flash_attention_4" for key in VERL_KEYS]
+    assert out[start + 3] == "or in the trainer's YAML:"
+    assert yaml.safe_load("\n".join(line[2:] for line in out[start + 4:start + 12]))["critic"]["model"] == {
+        "override_config": {"attn_implementation": "flash_attention_4"}}
+
+
+def test_fa3_is_a_backend_by_knowledge_alone():
+    """flash-attn-3 is an entry of knowledge/attention_backends.yaml, nothing in code: its verification report is
+    taken, its rows compete and verl is told flash_attention_3. Not an FA3 measurement (none has run yet): hold 3's
+    FA4 rows and FA4 report relabelled flash-attn-3, so it must win exactly where FA4 won."""
+    bench, reports = _hold3_reports()
+    relabel = lambda name: "flash-attn-3" if name == "fa4" else name
+    fa3_bench = {**bench, "flash_attn_3": {"version": "3.0.0b1"},
+                 "measurements": [{**r, "implementation": relabel(r["implementation"])} for r in bench["measurements"]]}
+    recommend.check_input(recommend.BenchReport, fa3_bench, Path("bench.json"), "bench", "",
+                          recommend.attention_backends.names())
+    as_fa4 = recommend.build(bench, {"fa4": reports["fa4"]}, fa4_pins.knowledge())
+    as_fa3 = recommend.build(fa3_bench, {"flash-attn-3": reports["fa4"]}, fa4_pins.knowledge())
+    assert "flash-attn-3" in as_fa3["verified"] and as_fa3["versions"]["flash-attn-3"] == "3.0.0b1"
+    bands = lambda data: [(r["dtype"], r["head_dim"], r["causal"], r["mode"], r["seqlen_min"], relabel(r["backend"]))
+                          for r in data["rules"]]
+    assert bands(as_fa3) == bands(as_fa4) and any(b[-1] == "flash-attn-3" for b in bands(as_fa3))
+    assert {r["attn_implementation"]["name"] for r in as_fa3["rules"] if r["backend"] == "flash-attn-3"} == {
+        "flash_attention_3"}
+    assert as_fa3["verl"]["overrides"] == [f"{key}=flash_attention_3" for key in VERL_KEYS]
+
+
+def test_the_read_back_recommendation_says_which_backends_were_verified():
+    rec = recommend.read_recommendation(HOLD3 / "recommendation.json")
+    assert set(rec.verified) == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager", "fa4",
+                                 "flash-attn"}
+    assert ("bfloat16", 128, True) in map(tuple, rec.verified["flash-attn"].shapes)

@@ -1,0 +1,99 @@
+"""The attention backends a recommendation may name, and verl's attention settings: knowledge/attention_backends.yaml.
+
+One table, so that a new backend (FA3's `flash-attn-3`) is a knowledge entry: recommend, its reader, doctor
+and the verl lines all take their backend names, attn_implementation values and verification kinds from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+from toolkit.knowledge import files as knowledge_files
+
+FILE = "attention_backends.yaml"
+
+
+@dataclass(frozen=True)
+class AttentionBackend:
+    name: str  # the bench's implementation name
+    attn_implementation: str  # transformers' name for it
+    verified_by: Literal["report", "torch"]  # a verification report on the GPU, or torch's own (the yardstick)
+    sdpa_backend: str | None = None  # the SDPA kernel inside "sdpa" (SDPBackend.X)
+    distribution: str | None = None  # the package transformers needs for the name
+    bench_field: str | None = None  # bench.json's entry holding the package's version
+
+    def to_json(self) -> dict[Literal["name", "sdpa_backend"], str]:
+        """What a recommendation rule stores: transformers' name and, inside sdpa, the kernel."""
+        out: dict[Literal["name", "sdpa_backend"], str] = {"name": self.attn_implementation}
+        if self.sdpa_backend:
+            out["sdpa_backend"] = self.sdpa_backend
+        return out
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    """A file on PyPI by url and sha256: what env/download.py's cache fetches (its Pin)."""
+
+    url: str
+    filename: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Verl:
+    version: str  # the verl release these facts were read from
+    default_attn_implementation: str  # what verl uses when the config names none
+    models: tuple[str, ...]  # config sections that take an override_config
+    override_key: str
+    trainer_config: str  # the wheel's generated trainer config (the test checks the keys there)
+    wheel: PinnedFile  # the release's wheel on PyPI, which holds trainer_config
+
+    def keys(self) -> list[str]:
+        """`actor_rollout_ref.model.override_config.attn_implementation`, one per model section."""
+        return [f"{model}.{self.override_key}" for model in self.models]
+
+
+def _backend(name: str, entry: dict) -> AttentionBackend:
+    if entry["verified_by"] not in ("report", "torch"):
+        raise ValueError(f"backends.{name}.verified_by: {entry['verified_by']!r} is not report or torch")
+    return AttentionBackend(name, str(entry["attn_implementation"]), entry["verified_by"], entry.get("sdpa_backend"),
+                            entry.get("distribution"), entry.get("bench_field"))
+
+
+@cache
+def backends() -> dict[str, AttentionBackend]:
+    return knowledge_files.typed(FILE, lambda data: {name: _backend(name, entry)
+                                                     for name, entry in data["backends"].items()})
+
+
+@cache
+def verl() -> Verl:
+    return knowledge_files.typed(FILE, lambda data: Verl(
+        str(data["verl"]["version"]), data["verl"]["default_attn_implementation"], tuple(data["verl"]["models"]),
+        data["verl"]["override_key"], data["verl"]["trainer_config"], _pinned(data["verl"]["wheel"])))
+
+
+def _pinned(entry: dict) -> PinnedFile:
+    return PinnedFile(str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"]))
+
+
+def names() -> tuple[str, ...]:
+    return tuple(backends())
+
+
+def torch_backends() -> tuple[str, ...]:
+    """torch's own kernels: verified wherever the verification yardstick runs."""
+    return tuple(name for name, b in backends().items() if b.verified_by == "torch")
+
+
+def packaged() -> tuple[str, ...]:
+    """Backends that need a verification report (`--verified BACKEND=REPORT`)."""
+    return tuple(name for name, b in backends().items() if b.verified_by == "report")
+
+
+def by_attn_implementation(name: str) -> AttentionBackend | None:
+    """The backend an attn_implementation value selects by itself (not sdpa, where torch picks the kernel)."""
+    return next((b for b in backends().values() if b.attn_implementation == name and not b.sdpa_backend), None)
