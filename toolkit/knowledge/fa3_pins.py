@@ -109,8 +109,8 @@ def _archive(entry: dict) -> Archive:
     for field, value, pattern in checks:
         if not pattern.fullmatch(str(value)):
             raise ValueError(f"archive {entry['name']}: {field}: {value!r} is not of the form {pattern.pattern}")
-    if not str(entry["url"]).startswith("https://"):
-        raise ValueError(f"archive {entry['name']}: url: {entry['url']!r} is not https://")
+    if not str(entry["url"]).startswith(("https://", "file:///")):
+        raise ValueError(f"archive {entry['name']}: url: {entry['url']!r} is neither https:// nor file:///")
     return Archive(str(entry["name"]), str(entry["url"]), str(entry["filename"]), str(entry["commit"]),
                    str(entry["place"]), pins)
 

@@ -222,7 +222,7 @@ PLATFORM = FieldType("a platform", (str,), choices=PLATFORMS)
 KIND = FieldType("locked, external or pypi", (str,), choices=("locked", "external", "pypi"))
 MODULE = FieldType("a module name like cuda/12.6", (str,), r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 PATH = FieldType("an absolute path", (str,), ABSOLUTE_PATH, hint="/ followed by letters, digits and ._+@%=,/~- only")
-COMMIT = FieldType("a git commit", (str,), r"[0-9a-f]{40}", hint="the full 40-hex-digit commit, lowercase")
+COMMIT = FieldType("a git commit", (str,), r"[0-9a-f]{40}", hint="the full 40-hex-digit commit, lowercase; quote it")
 PROFILE = FieldType("a profile name", (str,), r"[a-z0-9][a-z0-9-]{0,63}",
                     hint="a name from toolkit/knowledge/flash_attn_3.yaml profiles, like hopper-training")
 
