@@ -62,7 +62,7 @@ def setup_py_sources(disabled: set[str], torch_version: str = "2.11.0") -> list[
     names = setup_py_switches()
     scope = {"itertools": itertools, "parse": parse, "torch": SimpleNamespace(__version__=torch_version),
              **{variable: env in disabled for env, variable in names.items()}}
-    exec(textwrap.dedent(excerpt_parts()[1]), scope)  # noqa: S102 - upstream's own lines, vendored with their source
+    exec(textwrap.dedent(excerpt_parts()[1]), scope)  # upstream's own lines, vendored with their source
     return scope["sources"]
 
 
@@ -224,15 +224,17 @@ def test_fa3_wheels_have_a_folder_no_line_can_have():
         workspace.wheel_dir("gpu-machine+fa3")
 
 
+def fa3_section(profile: str, commit: str = PINNED) -> str:
+    return f"flash_attn_3: {{commit: {commit}, profile: {profile}}}"
+
+
 @pytest.mark.parametrize("body, problem", [
-    ("flash_attn_3: {commit: %s, profile: full}" % PINNED, "archs: FlashAttention-3 profile full compiles sm_80"),
-    ("flash_attn_3: {commit: %s, profile: tiny}" % PINNED, ":2: flash_attn_3.profile: no FlashAttention-3 profile"),
-    ("flash_attn_3: {commit: %s, profile: hopper-full}" % ("a" * 40), ":2: flash_attn_3.commit: FlashAttention-3 commit aaa"),
-    ("flash_attn_3: {commit: c75d019, profile: hopper-full}", ":2: flash_attn_3.commit: 'c75d019' is not a git commit"),
-    ("archs: [\"80\"]\nflash_attn_3: {commit: %s, profile: hopper-training}" % PINNED,
-     ":2: archs: FlashAttention-3 runs on sm_90a only"),
-    ("torch: {version: \"2.13.0+cu130\"}\ntoolchain: {torch: \"2.13.0+cu130\"}\n"
-     "flash_attn_3: {commit: %s, profile: hopper-training}" % PINNED,
+    (fa3_section("full"), "archs: FlashAttention-3 profile full compiles sm_80"),
+    (fa3_section("tiny"), ":2: flash_attn_3.profile: no FlashAttention-3 profile"),
+    (fa3_section("hopper-full", "a" * 40), ":2: flash_attn_3.commit: FlashAttention-3 commit aaa"),
+    (fa3_section("hopper-full", "c75d019"), ":2: flash_attn_3.commit: 'c75d019' is not a git commit"),
+    ('archs: ["80"]\n' + fa3_section("hopper-training"), ":2: archs: FlashAttention-3 runs on sm_90a only"),
+    ('torch: {version: "2.13.0+cu130"}\ntoolchain: {torch: "2.13.0+cu130"}\n' + fa3_section("hopper-training"),
      ":2: torch.version: FlashAttention-3 at c75d019dea9d is known to build its stable-ABI wheel for torch >=2.9,<2.12"),
 ])
 def test_toolkit_check_refuses_a_line_fa3_cannot_build_in_one_line(tmp_path, body, problem):
