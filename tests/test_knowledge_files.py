@@ -20,7 +20,7 @@ from toolkit.build import diagnose
 from toolkit.cli import main
 from toolkit.doctor import command as doctor
 from toolkit.env import lock
-from toolkit.knowledge import fa4_pins, upstream
+from toolkit.knowledge import fa3_pins, fa4_pins, upstream
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.files import KNOWLEDGE_DIR
@@ -57,8 +57,8 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     real = knowledge_files.read
     monkeypatch.setattr(knowledge_files, "read", lambda name: read.append(Path(name).name) or real(name))
     for cached in (patches.catalog, diagnose.load_catalog, doctor.doctor_knowledge, scaleout.slurm_state_groups,
-                   preflight._compiler_headers, fa4_pins.knowledge, load_knowledge, load_object_costs,
-                   attention_backends.backends, attention_backends.verl):
+                   preflight._compiler_headers, fa4_pins.knowledge, fa3_pins.knowledge, load_knowledge,
+                   load_object_costs, attention_backends.backends, attention_backends.verl):
         cached.cache_clear()
     load_knowledge()
     patches.catalog()
@@ -72,6 +72,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     assert load_object_costs().releases
     assert attention_backends.backends()["fa4"].attn_implementation == "flash_attention_4"
     assert attention_backends.verl().default_attn_implementation == "flash_attention_2"
+    assert fa3_pins.profile("hopper-training").switches
     assert lock.virtual_packages(load_spec(ROOT / "envs" / "cu126.yaml"))["linux-64"]["__cuda"] == "12.6"
     assert sorted(set(read)) == sorted(p.name for p in KNOWLEDGE_DIR.glob("*.yaml"))
 

@@ -71,6 +71,11 @@ class Workspace:
     def wheel_dir(self, line: str) -> Path:
         return self.wheelhouse / checked_line(line)
 
+    def fa3_wheel_dir(self, line: str) -> Path:
+        """FlashAttention-3's wheels of a line, apart from FA2's (whose readers take every record there as FA2's);
+        `+` is in no line name, so no line's own folder is ever this one."""
+        return self.wheelhouse / f"{checked_line(line)}+fa3"
+
     def report_dir(self, line: str) -> Path:
         return self.reports / checked_line(line)
 

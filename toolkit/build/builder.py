@@ -13,7 +13,6 @@ import math
 import os
 import re
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -33,8 +33,10 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build.diagnose import explain_file
+from toolkit.build.fa3 import Fa3Source
 from toolkit.build.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
 from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
+from toolkit.build.source import SourceTree, WheelSource, extract_sdist
 from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
@@ -101,21 +103,6 @@ def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
     """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent
     (toolkit/env/download.py: the hash-verified cache that conda archives use too)."""
     return fetch_verified(sdist, Path(cache) / "sdist", f"flash-attn sdist {sdist.filename}")
-
-
-def extract_sdist(sdist: Path, dest: Path) -> tuple[Path, int]:
-    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH)."""
-    try:
-        with tarfile.open(sdist) as tar:
-            members = tar.getmembers()
-            tops = {m.name.split("/")[0] for m in members}
-            if len(tops) != 1:
-                raise ToolkitError(f"{display_path(sdist)}: not an sdist (expected one top directory, found "
-                                   f"{len(tops)}; re-lock)")
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
-    return dest / tops.pop(), int(max(m.mtime for m in members))
 
 
 def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
@@ -209,18 +196,16 @@ def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallel
     return env
 
 
-def keyed_inputs(spec: EnvSpec, lock_sha256: str, tc: LineEnvironment, fp: Fingerprint,
-                 archs: tuple[str, ...]) -> dict:
-    """What determines the wheel's bytes, known without reading the lock (so a cache hit stays fast):
-    the lock's sha256 pins the sdist; the environment follows from these, and jobs/threads change only
-    the speed, so neither is part of the key; nor are file paths (the same inputs from another
-    working directory are the same build)."""
+def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tuple[str, ...]) -> dict:
+    """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: the lock's sha256,
+    FA3's commit and archives), known without reading the lock (so a cache hit stays fast): the environment
+    follows from these, and jobs/threads change only the speed, so neither is part of the key; nor are file
+    paths (the same inputs from another working directory are the same build)."""
     torch = fp.torch
     return {
         "recipe": RECIPE_VERSION,
         "line": spec.line,
         "spec_input_hash": spec.input_hash(),
-        "lock_sha256": lock_sha256,
         "toolchain": {
             "kind": tc.kind, "cuda_home": str(tc.cuda_home), "nvcc": fp.nvcc_version, "cxx": fp.cxx_path,
             "gcc": fp.gcc_version, "python": fp.python_path, "python_version": fp.python_version,
@@ -307,21 +292,74 @@ def build_folder(parent: Path, line: str, keep: bool, console: Console) -> Itera
         console.print(f"build directory kept: {display_path(folder)}")
 
 
-def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult:
-    """Build (or find in the cache) the wheel for one line; see the module docstring for the steps."""
+@dataclass
+class Fa2Source:
+    """flash-attn 2.x from the line's locked sdist, with the patches the line needs (toolkit/spec/patches.py)."""
+
+    spec: EnvSpec
+    lock_file: Path
+    locked: LockedEnv | None = None
+    sdist: Path | None = None
+    label: str = "flash-attn"
+
+    def line_dir(self, workspace: Workspace) -> Path:
+        return workspace.wheel_dir(self.spec.line)
+
+    def key_inputs(self) -> dict[str, Any]:
+        """The lock's sha256 pins the sdist; each patch the build applies is part of the key too."""
+        if not self.lock_file.exists():
+            raise ToolkitError(f"{display_path(self.lock_file)}: no lock file (run `toolkit lock {self.spec.line}` "
+                               f"first)")
+        return {"lock_sha256": sha256_file(self.lock_file), **patches.key_inputs(self.spec)}
+
+    def threads_per_object(self, archs: tuple[str, ...]) -> int:
+        return len(archs)  # flash-attn 2.x compiles every object for every arch
+
+    def fetch(self, cache: Path) -> None:
+        self.locked = read_current_lock(self.spec, self.lock_file)
+        self.sdist = fetch_sdist(self.locked.sdist, cache)
+        self.label = self.locked.sdist.filename
+
+    def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree:
+        assert self.locked is not None and self.sdist is not None  # fetch() came first
+        src_dir, epoch = extract_sdist(self.sdist, build_dir)
+        applied = patches.apply(src_dir, self.spec, self.locked.sdist.sha256)  # patches hook (patches.yaml)
+        known = setup_py_archs(src_dir)
+        if known is not None and not set(archs) <= known:
+            skipped = ", sm_".join(a for a in archs if a not in known)
+            raise ToolkitError(f"{display_path(self.sdist)}: its setup.py compiles only "
+                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
+                               f"silently (drop them from archs / --arch)")
+        fa4_pin = next((p for p in self.locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
+        return SourceTree(src_dir, epoch, self.locked.sdist, archs,
+                          {"spec": display_path(self.spec.path), "lock": display_path(self.lock_file)},
+                          patches=[asdict(p) for p in applied], fa4_pin=fa4_pin)
+
+
+def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
+    """What `toolkit build LINE` makes: FA2 unless the line builds FA3 instead of it, and FA3 where it asks."""
+    fa3 = spec.flash_attn_3
+    wanted: list[WheelSource] = []
+    if fa3 is None or fa3.with_flash_attn_2:
+        wanted.append(Fa2Source(spec, workspace.lock_file(spec.line)))
+    if fa3 is not None:
+        wanted.append(Fa3Source.of(spec))
+    return wanted
+
+
+def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None) -> BuildResult:
+    """Build (or find in the cache) one wheel of a line (FA2 by default); see the module docstring for the steps."""
     workspace = options.workspace
+    source = source or Fa2Source(spec, workspace.lock_file(spec.line))
     cache = options.cache or workspace.cache
-    lock_file, line_dir = workspace.lock_file(spec.line), workspace.wheel_dir(spec.line)
+    line_dir = source.line_dir(workspace)
     tc = line_env.resolve(spec, options.prefix, workspace=workspace).require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
     clean_stale(build_parent)  # what killed builds left
     fp = tc.fingerprint(work_dir=build_parent)
     archs = resolve_archs(spec, options.arch, fp)
-    if not lock_file.exists():
-        raise ToolkitError(f"{display_path(lock_file)}: no lock file (run `toolkit lock {spec.line}` first)")
-    inputs = keyed_inputs(spec, sha256_file(lock_file), tc, fp, archs)
-    inputs.update(patches.key_inputs(spec))  # patches hook: each patch the build applies is part of the key
+    inputs = {**keyed_inputs(spec, tc, fp, archs), **source.key_inputs()}
     key = inputs_key(inputs)
     if not options.force:
         hit = find_cached(line_dir, key)
@@ -332,10 +370,10 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult
     compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
     run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
-    locked = read_current_lock(spec, lock_file)
-    sdist = fetch_sdist(locked.sdist, cache)
-    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, len(archs),
-                           options.jobs or spec.build.jobs, options.nvcc_threads or spec.build.nvcc_threads)
+    source.fetch(cache)
+    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
+                           source.threads_per_object(archs), options.jobs or spec.build.jobs,
+                           options.nvcc_threads or spec.build.nvcc_threads)
     if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
         console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
                       f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
@@ -343,26 +381,19 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult
     started = datetime.now(timezone.utc)
     log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
     with build_folder(build_parent, spec.line, options.keep_build_dir, console) as build_dir:
-        src_dir, epoch = extract_sdist(sdist, build_dir)
-        applied_patches = patches.apply(src_dir, spec, locked.sdist.sha256)  # patches hook (patches.yaml)
-        known = setup_py_archs(src_dir)
-        if known is not None and not set(archs) <= known:
-            skipped = ", sm_".join(a for a in archs if a not in known)
-            raise ToolkitError(f"{display_path(sdist)}: its setup.py compiles only "
-                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
-                               f"silently (drop them from archs / --arch)")
-        env = build_environment(tc, archs, par, inputs["local_version"], epoch, build_dir)
-        order = schedule_order(options.order_from, line_dir, locked.sdist, archs)
+        tree = source.unpack(build_dir, archs)
+        env = {**build_environment(tc, archs, par, inputs["local_version"], tree.epoch, build_dir), **tree.environment}
+        order = schedule_order(options.order_from, line_dir, tree.pin, archs)
         shim_dir = build_dir / "schedule"
-        plan = ManifestPlan(str(build_dir), order.object_seconds, str(src_dir), order.source_seconds,
+        plan = ManifestPlan(str(build_dir), order.object_seconds, str(tree.project_dir), order.source_seconds,
                             "previous build's times" if order.kind == "record" else "the knowledge's object costs")
         if not install_ninja_shim(shim_dir, plan, env["PATH"]):
             raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
                                "(install ninja into the environment)")
         out_dir = build_dir / "dist"
         cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-               "--wheel-dir", str(out_dir), str(src_dir)]
-        console.print(f"building {locked.sdist.filename} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
+               "--wheel-dir", str(out_dir), str(tree.project_dir)]
+        console.print(f"building {source.label} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
         console.print(f"log: {display_path(log_path)}")
         console.print(f"schedule: {order.summary()}")
         t0, cpu0 = time.monotonic(), children_cpu_s()
@@ -375,17 +406,20 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console) -> BuildResult
         built = next(out_dir.glob("*.whl"), None)
         if built is None:
             raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
-        version, modules, so_archs = verify_wheel(built, archs, inputs["local_version"], build_dir / "verify", log_path)
+        version, modules, so_archs = verify_wheel(built, tree.wheel_archs, inputs["local_version"],
+                                                  build_dir / "verify", log_path)
+        if tree.check_wheel:
+            tree.check_wheel(built)
         if options.install:
-            fa4_pin = next((p for p in locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
-            install_and_import(tc, built, modules, options.install_target, log_path, fa4_pin)
-        objects = ninja_objects(src_dir)
+            install_and_import(tc, built, [*modules, *tree.imports], options.install_target, log_path, tree.fa4_pin)
+        objects = ninja_objects(tree.project_dir)
         record = BuildRecord(
             inputs_key=key,
             inputs=inputs,
-            files={"spec": display_path(spec.path), "lock": display_path(lock_file)},
-            sdist=locked.sdist,
-            patches=[asdict(p) for p in applied_patches],  # patches hook: file, sha256, applied
+            files=tree.files,
+            sdist=tree.pin,
+            patches=tree.patches,  # patches hook: file, sha256, applied
+            flash_attn_3=tree.record_section,
             environment=env,
             neutralised_environment=neutralised(dict(os.environ), env),
             parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
@@ -419,13 +453,14 @@ def build_command(args: argparse.Namespace) -> int:
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
                            install_target=args.install_target, order_from=args.order_from)
-    t0 = time.monotonic()
-    with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
-        result = build(spec, options, console)
-    if result.cached:
-        print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, {time.monotonic() - t0:.2f} s; "
-              f"--force rebuilds)")
-    else:
+    for source in sources_of(spec, workspace):
+        t0 = time.monotonic()
+        with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
+            result = build(spec, options, console, source)
+        if result.cached:
+            print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, "
+                  f"{time.monotonic() - t0:.2f} s; --force rebuilds)")
+            continue
         print(f"built: {display_path(result.wheel)}")
         for text in describe(result.record):
             print(f"  {text}")

@@ -42,7 +42,8 @@ from toolkit.base.jsonfile import read_json
 BUILD_DIR_ALIAS = "/fa-envkit-build"
 
 BUILD_EDGE = re.compile(r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)")  # output, rule, first input
-NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$nvcc\b")
+# torch's rules start with $nvcc; FlashAttention-3's setup.py writes its own, starting with $nvcc_from_env
+NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$(nvcc(?:_from_env)?)\b")
 
 
 @dataclass(frozen=True)
@@ -67,24 +68,26 @@ def _unescape(ninja_path: str) -> str:
     return re.sub(r"\$(.)", r"\1", ninja_path)
 
 
-def _nvcc_rules(lines: list[str]) -> set[str]:
-    """Rules whose command starts with $nvcc (torch's cuda_compile)."""
-    rules, current = set(), None
+def _nvcc_rules(lines: list[str]) -> dict[str, str]:
+    """Rules whose command starts with an nvcc variable (torch's cuda_compile), each with that variable."""
+    rules: dict[str, str] = {}
+    current = None
     for line in lines:
+        match = NVCC_RULE_COMMAND.match(line)
         if line.startswith("rule "):
             current = line.split()[1]
-        elif current and NVCC_RULE_COMMAND.match(line):
-            rules.add(current)
+        elif current and match:
+            rules[current] = match.group(1)
         elif line and not line[0].isspace():
             current = None
     return rules
 
 
-def seeded_nvcc_binding(source: str, build_dir: str) -> str:
+def seeded_nvcc_binding(source: str, build_dir: str, variable: str = "nvcc") -> str:
     """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
     alias = BUILD_DIR_ALIAS + source[len(build_dir):] if source.startswith(build_dir + "/") else source
     quoted = shlex.quote(alias).replace("$", "$$")
-    return f"  nvcc = $nvcc -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
+    return f"  {variable} = ${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
            f"-Xcicc --orig_src_path_name={quoted}"
 
 
@@ -102,7 +105,7 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
         output, source = _unescape(match.group(1)), _unescape(match.group(3))
         own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
         if match.group(2) in nvcc_rules and output.endswith(".o"):
-            lines[i] = f"{line}\n{seeded_nvcc_binding(source, plan.build_dir)}"
+            lines[i] = f"{line}\n{seeded_nvcc_binding(source, plan.build_dir, nvcc_rules[match.group(2)])}"
             seeded += 1
         seconds = plan.seconds(output, source)
         if seconds is None and ordering and output.endswith(".o") and not source.endswith(".o"):

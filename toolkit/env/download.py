@@ -62,7 +62,7 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
         entry.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(entry.parent)  # partial downloads of killed runs
         with publish_file(entry) as partial:  # renamed into place only once checked
-            _download(pin, partial, what, entry, progress)
+            _download(pin.url, pin.filename, partial, what, entry, progress)
             actual = sha256_file(partial)
             if actual != pin.sha256:
                 raise ToolkitError(f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, the lock pins "
@@ -70,6 +70,22 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
                                    f"serves another file; nothing was kept or installed)")
             if check:
                 check(partial)
+    return entry
+
+
+def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:
+    """A file pinned by what it holds rather than by its bytes (GitHub's archive of a commit, whose compression
+    may change): the download enters the cache at `entry` only once `check` passed on it. A cached file is
+    returned as it is: the caller checks what it unpacks to before using any of it (and removes a file that
+    fails), so a file put there by hand, on a machine without network, is checked the same way."""
+    with locked(entry.parent):
+        if entry.exists():
+            return entry
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(entry.parent)
+        with publish_file(entry) as partial:
+            _download(url, entry.name, partial, what, entry, None)
+            check(partial)
     return entry
 
 
@@ -82,18 +98,18 @@ def _cached(entry: Path, pin: Pin) -> Path:
     return entry
 
 
-def _download(pin: Pin, partial: Path, what: str, entry: Path, progress: Progress | None) -> None:
+def _download(url: str, filename: str, partial: Path, what: str, entry: Path, progress: Progress | None) -> None:
     progress = progress or Progress(disable=True)
-    task = progress.add_task(pin.filename, total=None)
+    task = progress.add_task(filename, total=None)
     try:
-        with urllib.request.urlopen(pin.url, timeout=60) as response, partial.open("xb") as out:
+        with urllib.request.urlopen(url, timeout=60) as response, partial.open("xb") as out:
             progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
             while chunk := response.read(CHUNK):
                 out.write(chunk)
                 progress.advance(task, len(chunk))
                 checkpoint("download")
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ToolkitError(f"{what}: cannot fetch {pin.url} ({getattr(exc, 'reason', exc)}; is it reachable? "
+        raise ToolkitError(f"{what}: cannot fetch {url} ({getattr(exc, 'reason', exc)}; is it reachable? "
                            f"without network, put the file at {display_path(entry)})") from None
     finally:
         progress.remove_task(task)

@@ -222,6 +222,9 @@ PLATFORM = FieldType("a platform", (str,), choices=PLATFORMS)
 KIND = FieldType("locked, external or pypi", (str,), choices=("locked", "external", "pypi"))
 MODULE = FieldType("a module name like cuda/12.6", (str,), r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
 PATH = FieldType("an absolute path", (str,), ABSOLUTE_PATH, hint="/ followed by letters, digits and ._+@%=,/~- only")
+COMMIT = FieldType("a git commit", (str,), r"[0-9a-f]{40}", hint="the full 40-hex-digit commit, lowercase; quote it")
+PROFILE = FieldType("a profile name", (str,), r"[a-z0-9][a-z0-9-]{0,63}",
+                    hint="a name from toolkit/knowledge/flash_attn_3.yaml profiles, like hopper-training")
 
 SCHEMA: Struct = {
     "extends": FieldType("a spec name like base", (str,), SPEC_NAME,
@@ -240,6 +243,8 @@ SCHEMA: Struct = {
     "flash_attn": {"version": VERSION},
     # FlashAttention-4: pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
     "flash_attn_4": {"version": VERSION, "with_flash_attn_2": BOOL},
+    # FlashAttention-3 (Hopper): hopper/ of a pinned commit, built with a profile of its DISABLE switches
+    "flash_attn_3": {"commit": COMMIT, "profile": PROFILE, "with_flash_attn_2": BOOL},
     "archs": ListOf(ARCH, example='["80", "90"]'),
     "build": {"jobs": JOBS, "nvcc_threads": NVCC_THREADS, "gb_per_nvcc_thread": GB_PER_THREAD,
               "threads_per_cpu": THREADS_PER_CPU},
@@ -296,6 +301,15 @@ class Fa4Request:
 
 
 @dataclass(frozen=True)
+class Fa3Request:
+    """A line's `flash_attn_3:` section: which commit of hopper/, which profile, and whether FA2 is built too."""
+
+    commit: str
+    profile: str
+    with_flash_attn_2: bool = True
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """One CUDA line's environment, fully merged and type-checked (not yet compat-checked)."""
 
@@ -319,6 +333,7 @@ class EnvSpec:
     merged: dict = field(repr=False, compare=False)
     locations: dict[str, Location] = field(repr=False, compare=False)
     flash_attn_4: Fa4Request | None = None
+    flash_attn_3: Fa3Request | None = None
 
     def where(self, dotted: str) -> Location:
         """Where a field's effective value was written (the defining file and line)."""
@@ -733,6 +748,7 @@ def load_spec(path: Path) -> EnvSpec:
         merged=merged,
         locations=locations,
         flash_attn_4=_fa4_request(merged.get("flash_attn_4")),
+        flash_attn_3=_fa3_request(merged.get("flash_attn_3")),
     )
 
 
@@ -740,6 +756,13 @@ def _fa4_request(section: dict | None) -> Fa4Request | None:
     if not section or section.get("version") is None:
         return None
     return Fa4Request(section["version"], bool(section.get("with_flash_attn_2", True)))
+
+
+def _fa3_request(section: dict | None) -> Fa3Request | None:
+    """None unless both commit and profile are set (fa3_rules names what a partial section lacks)."""
+    if not section or section.get("commit") is None or section.get("profile") is None:
+        return None
+    return Fa3Request(section["commit"], section["profile"], bool(section.get("with_flash_attn_2", True)))
 
 
 def spec_paths(envs_dir: Path = Workspace.envs) -> list[Path]:

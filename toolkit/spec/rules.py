@@ -19,7 +19,7 @@ from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
 from toolkit.knowledge.facts import Knowledge, arch_number, load_knowledge, minor_of
 from toolkit.knowledge.nvcc_gcc import gcc_cap, lines_accepting
-from toolkit.spec import fa4_rules, patches
+from toolkit.spec import fa3_rules, fa4_rules, patches
 from toolkit.spec.envspec import EnvSpec, Location, load_spec, resolve_spec_arg, spec_paths
 
 
@@ -354,6 +354,8 @@ RULES: tuple[Rule, ...] = (
     Rule("pypi-has-no-conda-layer", "conda_packages", pypi_has_no_conda_layer),
     # FlashAttention-4: toolkit/spec/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
     *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
+    # FlashAttention-3: toolkit/spec/fa3_rules.py, facts in knowledge/flash_attn_3.yaml
+    *(Rule(name, field, check) for name, field, check in fa3_rules.CHECKS),
 )
 
 

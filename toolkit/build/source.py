@@ -1,0 +1,71 @@
+"""What one `toolkit build` compiles: FlashAttention-2 from the line's locked sdist (builder.Fa2Source) or
+FlashAttention-3 from its pinned archives (fa3.Fa3Source), behind one interface, so both go through the same
+sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build).
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace
+from toolkit.env.lockfile import LockedPackage, LockedSdist
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A source unpacked in the build folder: where pip builds it and what its wheel must hold."""
+
+    project_dir: Path  # where `pip wheel` runs (the sdist's root; FA3's hopper/)
+    epoch: int  # SOURCE_DATE_EPOCH: the newest file time
+    pin: LockedSdist  # the archive the record names and an earlier build's times are matched by
+    wheel_archs: tuple[str, ...]  # archs the wheel's .so files must hold
+    files: dict[str, str]  # the files it came from, as display paths, for the record
+    environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
+    imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    record_section: dict[str, Any] = field(default_factory=dict)  # BuildRecord.flash_attn_3
+    fa4_pin: LockedPackage | None = None  # the lock's FA4 wheel, restored after FA2's install
+    check_wheel: Callable[[Path], None] | None = None  # a refusal of the built wheel beyond the shared checks
+
+
+class WheelSource(Protocol):
+    """One kind of wheel `toolkit build` makes; the steps in the order builder.build takes them."""
+
+    label: str  # what is built, in messages
+
+    def line_dir(self, workspace: Workspace) -> Path: ...
+
+    def key_inputs(self) -> dict[str, Any]:
+        """What keys the wheel cache besides the line and the machine: read before anything is fetched."""
+        ...
+
+    def threads_per_object(self, archs: tuple[str, ...]) -> int:
+        """The -gencode targets of one object, which nvcc can compile side by side."""
+        ...
+
+    def fetch(self, cache: Path) -> None:
+        """Have every pinned file in the cache, checked (after the preflight passed)."""
+        ...
+
+    def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree: ...
+
+
+def extract_sdist(sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "re-lock") -> tuple[Path, int]:
+    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH)."""
+    try:
+        with tarfile.open(sdist) as tar:
+            members = tar.getmembers()
+            tops = {m.name.split("/")[0] for m in members}
+            if len(tops) != 1:
+                raise ToolkitError(f"{display_path(sdist)}: not {kind} (expected one top directory, found "
+                                   f"{len(tops)}; {fix})")
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
+    return dest / tops.pop(), int(max(m.mtime for m in members))
