@@ -47,11 +47,11 @@ class PayloadRoots:
     nvidia_site: Path | None = None  # a site-packages with NVIDIA's library wheels (cublas, cusparse, cusolver)
 
 
-def load_records(path: Path = RECORDS, published: Path = PUBLISHED) -> list[dict]:
-    """Every record the replica serves: the published ones, then records.yaml's own (template instances
-    expanded), each with the payload records.yaml gives its name/version/subdir."""
+def load_records(path: Path = RECORDS, published: Path | None = PUBLISHED) -> list[dict]:
+    """Every record the replica serves: the published ones (none for published=None), then records.yaml's own
+    (template instances expanded), each with the payload records.yaml gives its name/version/subdir."""
     data = yaml.safe_load(path.read_text())
-    records = [published_record(entry) for entry in yaml.safe_load(published.read_text())["records"]]
+    records = [published_record(entry) for entry in yaml.safe_load(published.read_text())["records"]] if published else []
     records += list(data["records"])
     for family in data.get("families", []):
         for values in family["instances"]:

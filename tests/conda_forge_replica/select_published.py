@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "published.yaml")
     args = parser.parse_args(argv)
     found = pool([tuple(lock) for lock in args.lock])
-    own = _own_records()
+    own = load_records(published=None)  # records.yaml's own
     with tempfile.TemporaryDirectory() as tmp:
         write_channels(Path(tmp), [published_record(entry) for entry in found.values()] + own)
         chosen, report = solves(Path(tmp), args.variant)
@@ -133,13 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(f"{header}sources:\n{sources}records:\n{records}")
     print(f"{len(picked)} published records from {len(found)} in the pool -> {args.out}")
     return 0
-
-
-def _own_records() -> list[dict]:
-    """records.yaml's own records (template instances expanded), without published.yaml."""
-    empty = Path(tempfile.mkstemp(suffix=".yaml")[1])
-    empty.write_text("records: []\n")
-    return load_records(published=empty)
 
 
 if __name__ == "__main__":
