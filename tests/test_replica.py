@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conda_channel import build_channel, build_simple_index, serve_directory
@@ -33,6 +34,7 @@ from conda_forge_replica.replica import (
     patched_profile,
 )
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
+from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
 from toolkit.env.engine import rattler_solve
@@ -44,7 +46,6 @@ ROOT = Path(__file__).resolve().parent.parent
 REPLICA = ROOT / "tests" / "conda_forge_replica"
 CUDA_ROOT = Path("/usr/local/cuda")
 TRIPLE_INCLUDE = "targets/x86_64-linux/include"
-LINES = ("cu118", "cu121", "cu124", "cu126", "cu128", "cu130")
 FA_SDIST = LockedSdist(  # the pinned sdist, sha256 from PyPI's simple index (as locks/gpu-machine.conda-lock.yml)
     url="https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/"
         "flash_attn-2.8.3.post2.tar.gz",
@@ -64,16 +65,32 @@ def test_every_record_and_file_names_its_source():
     import yaml
 
     data = yaml.safe_load((REPLICA / "records.yaml").read_text())
+    published = yaml.safe_load((REPLICA / "published.yaml").read_text())
     records = load_records()
-    assert {r["source"] for r in records} <= set(data["sources"])
+    assert {r["source"] for r in records if "url" not in r} <= set(data["sources"])
+    assert {r["source"].split(":")[0] for r in records if "url" in r} <= set(published["sources"])
     committed = {e["file"] for r in records for e in r.get("payload", []) if "file" in e}
     assert committed - {"site-packages-README.txt"} <= set(data["files"])
     assert all((REPLICA / "files" / name).is_file() for name in [*committed, *data["files"]])
-    published = [r for r in records if r["source"] == "lock-12.6.77"]
-    assert len(published) >= 20 and all(len(r["sha256"]) == 64 for r in published)
-    # every wrapper (not real payload) is said to be one in the record
+    real = [r for r in records if "url" in r]
+    assert len(real) >= 200 and all(len(r["sha256"]) == 64 and len(r["md5"]) == 32 for r in real)
+    # every payload that is not real (wrappers, links to them) says so, and so does its record
     wrappers = [r for r in records if any("wrapper" in e for e in r.get("payload", []))]
-    assert wrappers and all(r.get("payload_note") for r in wrappers)
+    assert wrappers and all(r.get("payload_note") and r.get("stand_in") for r in wrappers)
+
+
+def test_published_records_are_the_lockfiles_own():
+    """A record of published.yaml, checked against the lockfile text it cites (numba-cuda's pixi.lock at the
+    cited commit holds the same url with the same sha256): the one the cu130 line solves to on linux-64."""
+    import yaml
+
+    entry = next(e for e in yaml.safe_load((REPLICA / "published.yaml").read_text())["records"]
+                 if e["url"].endswith("/linux-64/cuda-nvcc_linux-64-13.0.88-hb2fc203_4.conda"))
+    # copied by hand from https://github.com/NVIDIA/numba-cuda/blob/fed4b4f1d614/pixi.lock (2026-04-02)
+    assert entry["sha256"] == "99e27429c56f1b0120d32cef1996c5124f96f439291ce379dc00ee10b1e576c6"
+    assert entry["depends"] == ["__glibc >=2.17,<3.0.a0", "cuda-cudart-dev_linux-64 13.0.*", "cuda-driver-dev_linux-64 13.0.*",
+                                "cuda-nvcc-dev_linux-64 13.0.88.*", "cuda-nvcc-impl 13.0.88.*", "cuda-nvcc-tools 13.0.88.*",
+                                "sysroot_linux-64 >=2.17,<3.0a0"]
 
 
 @needs_cuda
@@ -98,9 +115,15 @@ def records_channel(tmp_path_factory) -> Path:
     return root
 
 
-def solve_line(channel: Path, line: str, **overrides: str) -> dict[str, str]:
-    """The line's conda layer (linux-64) solved against the replica: {name: version}. Overrides make a variant
-    line that extends the real one (envs/<line>.yaml unchanged)."""
+def locked_lines() -> list[tuple[str, str]]:
+    """(line, platform) for every spec of envs/ whose toolchain is `locked`, for every platform it lists."""
+    specs = ((path.stem, load_spec(path)) for path in sorted((ROOT / "envs").glob("*.yaml")) if path.stem != "base")
+    return [(line, platform) for line, spec in specs if spec.toolchain.kind == "locked" for platform in spec.platforms]
+
+
+def solve_line(channel: Path, line: str, platform: str = "linux-64", **overrides: str) -> dict[str, Any]:
+    """The line's conda layer solved against the replica: {name: record}. Overrides make a variant line that
+    extends the real one (envs/<line>.yaml unchanged)."""
     spec_file = ROOT / "envs" / f"{line}.yaml"
     if overrides:
         folder = channel.parent / f"envs-{line}-{'-'.join(overrides.values())}"
@@ -112,42 +135,79 @@ def solve_line(channel: Path, line: str, **overrides: str) -> dict[str, str]:
     spec = load_spec(spec_file)
     request = conda_request(spec)
     replica = tuple((channel / channel_folder(c)).as_uri() for c in spec.channels)  # the spec's channels, in order
-    records = rattler_solve(replica, request.specs, "linux-64", request.virtual_packages["linux-64"])
-    return {str(r.name.normalized): str(r.version) for r in records}
+    records = rattler_solve(replica, request.specs, platform, request.virtual_packages[platform])
+    return {str(r.name.normalized): r for r in records}
 
 
-@pytest.mark.parametrize("line", [line for line in LINES if line != "cu124"])
-def test_line_solves_against_conda_forges_constraints(records_channel, line):
+def version(solved: dict[str, Any], name: str) -> str:
+    return str(solved[name].version)
+
+
+# conda-forge's newest cuda-nvcc build per line that has published records here, from cuda-nvcc-feedstock's history
+# (recipe/meta.yaml build number at the last commit of each version, sbsa builds +100): 12.8.93 2 (6178aaf), 13.0.88 4
+# (20056ce); 13.2.78 0 (327347e), 12.6.77 2 (a22d05c), 12.4.131 1 (58899e2), 12.1.105 1 (260b724)
+NEWEST_NVCC = {"cu121": ("12.1.105", 1), "cu124": ("12.4.131", 1), "cu126": ("12.6.77", 2), "cu128": ("12.8.93", 2),
+               "cu130": ("13.0.88", 4), "cu132": ("13.2.78", 0)}
+ARM = {"linux-64": 0, "linux-aarch64": 100}
+
+
+@pytest.mark.parametrize("line, platform", locked_lines())
+def test_every_locked_line_solves_for_every_platform_it_lists(records_channel, line, platform):
     spec = load_spec(ROOT / "envs" / f"{line}.yaml")
-    solved = solve_line(records_channel, line)
-    assert solved["cuda-version"] == spec.cuda
-    assert solved["gxx"].split(".")[0] == str(spec.gcc)
-    assert {"libcublas-dev", "libcusparse-dev", "libcusolver-dev", "cuda-nvcc", "cuda-cudart-dev"} <= set(solved)
-    if "cuda-nvcc-impl" in solved:  # conda-forge's split packages (12.x, 13.x); 11.8 is nvidia's monolithic one
-        assert solved["cuda-nvcc-impl"].startswith(spec.cuda + ".")
+    try:
+        solved = solve_line(records_channel, line, platform)
+    except ToolkitError as exc:  # a line that cannot solve must be refused by `toolkit check`, with its reason
+        checked = subprocess.run([sys.executable, "-m", "toolkit", "check", line], cwd=ROOT, capture_output=True, text=True)
+        assert checked.returncode != 0 and f"envs/{line}.yaml" in checked.stdout, f"{exc}\n{checked.stdout}"
+        return
+    assert version(solved, "cuda-version") == spec.cuda
+    assert version(solved, "gxx").split(".")[0] == str(spec.gcc)
+    assert version(solved, "python").rsplit(".", 1)[0] == spec.python
+    assert {"libcublas-dev", "libcusparse-dev", "libcusolver-dev", "cuda-nvcc", "cuda-cudart-dev", "ninja", "pip"} <= set(solved)
+    assert all(str(r.subdir) in (platform, "noarch") for r in solved.values())
+    if spec.cuda == "11.8":  # NVIDIA's monolithic package from its label; conda-forge's cuda-nvcc starts at 12.0
+        assert str(solved["cuda-nvcc"].channel).rstrip("/").endswith("nvidia-label-cuda-11.8.0")
+        return
+    nvcc, number = NEWEST_NVCC[line]
+    sbsa = ARM[platform] if Version(nvcc) < Version("13.1") else 0  # merged sbsa/tegra builds from 13.1 on: no +100
+    assert (version(solved, "cuda-nvcc"), solved["cuda-nvcc"].build_number) == (nvcc, number + sbsa)
+    assert version(solved, "cuda-nvcc-impl") == nvcc
+    # the real records' shapes: cuda-nvcc_<plat> needs the driver stubs and the sysroot, cuda-cudart its _<plat> part
+    target = platform
+    assert {f"cuda-driver-dev_{target}", f"cuda-cudart_{target}", f"sysroot_{target}", f"cuda-nvcc-dev_{target}"} <= set(solved)
+    if Version(nvcc) >= Version("12.4"):
+        assert "cuda-nvvm-impl" in solved and f"cuda-crt-dev_{target}" in solved
+    if Version(nvcc) >= Version("12.9"):
+        assert {"libnvptxcompiler-dev", f"libnvptxcompiler-dev_{target}"} <= set(solved)
+    if platform == "linux-aarch64":
+        assert str(solved["arm-variant"].build) == "sbsa"
 
 
 def test_cu124_with_gcc_13_cannot_solve(records_channel):
-    """Every cuda-nvcc-impl 12.4 (12.4.99, 12.4.131) says gcc_impl_linux-64 >=6,<13: conda-forge's packaging
-    bound, stricter than nvcc 12.4's host_config.h (gcc 13 was first allowed by 12.5)."""
+    """Every cuda-nvcc-impl 12.4 says gcc_impl_linux-64 >=6,<13: conda-forge's packaging bound, stricter than
+    nvcc 12.4's host_config.h (gcc 13 was first allowed by 12.5)."""
     with pytest.raises(ToolkitError) as caught:
         solve_line(records_channel, "cu124", gcc="13")
     assert "gcc" in str(caught.value)
-    assert solve_line(records_channel, "cu124", gcc="12")["cuda-nvcc-impl"].startswith("12.4.")
+    assert version(solve_line(records_channel, "cu124", gcc="12"), "cuda-nvcc-impl").startswith("12.4.")
 
 
-def test_every_line_solves_or_check_refuses_it(records_channel):
-    """Issue 13 item 3: a line that cannot solve against conda-forge's constraints is refused by `toolkit check`.
-    The rule and the cu124 line are the knowledge helper's (same issue); until they land this test fails."""
-    unsolvable = []
-    for line in LINES:
-        try:
-            solve_line(records_channel, line)
-        except ToolkitError:
-            unsolvable.append(line)
-    checked = {line: subprocess.run([sys.executable, "-m", "toolkit", "check", line], cwd=ROOT, capture_output=True,
-                                    text=True) for line in unsolvable}
-    assert all(done.returncode != 0 for done in checked.values()), {k: v.stdout for k, v in checked.items()}
+def test_cu118_without_nvidias_label_is_refused_by_check_and_cannot_solve(records_channel, tmp_path):
+    """conda-forge has no cuda-nvcc 11.8 (its cuda-nvcc starts at 12.0.76): without nvidia/label/cuda-11.8.0 in
+    channels the solve fails, and `toolkit check` says so first, in one line naming the file and the fix."""
+    with pytest.raises(ToolkitError) as caught:
+        solve_line(records_channel, "cu118", channels="[conda-forge]")
+    assert "does not solve for linux-64 with __cuda=11.8" in str(caught.value)
+    (tmp_path / "envs").mkdir()
+    shutil.copy(ROOT / "envs" / "base.yaml", tmp_path / "envs" / "base.yaml")
+    (tmp_path / "envs" / "cu118.yaml").write_text((ROOT / "envs" / "cu118.yaml").read_text().replace(
+        "channels: [nvidia/label/cuda-11.8.0, conda-forge]", "channels: [conda-forge]"))
+    done = subprocess.run([sys.executable, "-m", "toolkit", "check", "cu118"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "nvidia/label/cuda-11.8.0" in line]
+    assert len(lines) == 1 and lines[0].startswith("envs/cu118.yaml:")
+    assert "channels: [nvidia/label/cuda-11.8.0, conda-forge]" in lines[0]  # the fix
 
 
 # ---------------------------------------------------------------- the locked path end to end, real nvcc

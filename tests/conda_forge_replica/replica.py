@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 from conda_channel import FixturePackage, build_channel  # noqa: E402
 
 RECORDS = HERE / "records.yaml"
+PUBLISHED = HERE / "published.yaml"  # real records copied from public lockfiles (select_published.py wrote it)
 WHEEL_ROOT = "nvidia/cu13/"  # where NVIDIA's CUDA 13 wheels put their files inside site-packages
 ACTIVATE_SUBSTITUTIONS = {  # what cuda-nvcc-feedstock's build.sh seds into its activate script, linux-64
     "@cross_target_platform@": "linux-64", "@arm_variant_target@": "None",
@@ -46,14 +47,40 @@ class PayloadRoots:
     nvidia_site: Path | None = None  # a site-packages with NVIDIA's library wheels (cublas, cusparse, cusolver)
 
 
-def load_records(path: Path = RECORDS) -> list[dict]:
-    """records.yaml's records, with every template instance expanded (string.Template $names)."""
+def load_records(path: Path = RECORDS, published: Path | None = PUBLISHED) -> list[dict]:
+    """Every record the replica serves: the published ones (none for published=None), then records.yaml's own
+    (template instances expanded), each with the payload records.yaml gives its name/version/subdir."""
     data = yaml.safe_load(path.read_text())
-    records = list(data["records"])
+    records = [published_record(entry) for entry in yaml.safe_load(published.read_text())["records"]] if published else []
+    records += list(data["records"])
     for family in data.get("families", []):
         for values in family["instances"]:
             records += [_substitute(record, values) for record in family["records"]]
+    for record in records:
+        record.update(_payload_of(record, data.get("payloads", [])))
+        record["depends"] = [d for d in record.get("depends", ()) if d]  # a template's empty entry ($arm on linux-64)
     return records
+
+
+def published_record(entry: dict) -> dict:
+    """A lockfile's package entry (pixi.lock v5/v6: url, sha256, md5, depends, constrains) as an index record:
+    channel, subdir, name, version and build from the url (explicit fields win, as in the lockfile)."""
+    channel_url, subdir, filename = entry["url"].rsplit("/", 2)
+    name, version, build = re.sub(r"\.(conda|tar\.bz2)$", "", filename).rsplit("-", 2)
+    record = {"name": name, "version": version, "build": build, "subdir": subdir,
+              "channel": channel_url.split("conda.anaconda.org/", 1)[1], **entry}
+    if subdir == "noarch" and "noarch" not in record:  # pixi.lock omits it; conda-forge's py* builds are python
+        record["noarch"] = "python" if build.startswith("py") else "generic"
+    return record
+
+
+def _payload_of(record: dict, payloads: list[dict]) -> dict:
+    """The payload entry whose name, version glob and subdir match the record (at most one), as record fields."""
+    for entry in payloads:
+        if (entry["name"] == record["name"] and fnmatch.fnmatch(str(record["version"]), entry.get("version", "*"))
+                and entry.get("subdir", record["subdir"]) == record["subdir"]):
+            return {k: v for k, v in entry.items() if k in ("payload", "payload_note", "stand_in")}
+    return {}
 
 
 def _substitute(value, values: dict):
@@ -140,9 +167,8 @@ def build_number(build: str) -> int:
 
 
 def real_payload(record: dict) -> bool:
-    """The CUDA packages whose files are all real (no wrapper; the compilers' links would point at wrappers)."""
-    entries = record.get("payload", [])
-    return bool(entries) and record["source"] not in ("closure", "recipe-ctng") and not any("wrapper" in e for e in entries)
+    """The CUDA packages whose files are all real (not `stand_in`: wrappers and the compilers' links to them)."""
+    return bool(record.get("payload")) and not record.get("stand_in")
 
 
 CONDA_FORGE = "conda-forge"
