@@ -14,7 +14,7 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.knowledge.facts import load_knowledge
-from toolkit.spec import fa4_rules
+from toolkit.spec import fa3_rules, fa4_rules
 from toolkit.spec.envspec import load_spec, merge
 from toolkit.spec.rules import RULES, violations
 
@@ -149,7 +149,7 @@ BAD_INPUTS = [
      "envs/cu126.yaml:3: malformed YAML: tab character in indentation (indent with spaces)"),
     ("unknown-key", CU126 + "cuda_version: '12.6'\n",
      "envs/cu126.yaml:8: cuda_version: unknown field (known fields: extends, description, cuda, python, "
-     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, archs, build, toolchain)"),
+     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, build, toolchain)"),
     ("unknown-nested-key", CU126 + "build:\n  max_jobs: 4\n",
      "envs/cu126.yaml:9: build.max_jobs: unknown field (known fields of build: jobs, nvcc_threads, "
      "gb_per_nvcc_thread, threads_per_cpu)"),
@@ -235,7 +235,7 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
     code, out, _ = check(capsys)
     assert code == 1
     assert out == ["envs/base.yaml:18: bogus: unknown field (known fields: extends, description, cuda, python, gcc, "
-                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, archs, build, toolchain)"]
+                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, build, toolchain)"]
 
 
 # ---------------------------------------------------------------- every rule: a failing example (one line, exact)
@@ -311,7 +311,8 @@ def test_every_rule_has_a_failing_example():
                                             "external-torch-is-line-build"} \
         | {"pypi-line-known", "pypi-torch-pairs-with-cuda", "pypi-platforms-checked",
            "pypi-has-no-conda-layer"} \
-        | {name for name, _, _ in fa4_rules.CHECKS} == {r.name for r in RULES}  # FA4: test_fa4_rules.py; pypi: test_pypi_lines.py
+        | {name for name, _, _ in fa4_rules.CHECKS} | {name for name, _, _ in fa3_rules.CHECKS} \
+        == {r.name for r in RULES}  # FA4: test_fa4_rules.py; FA3: test_fa3.py; pypi: test_pypi_lines.py
 
 
 @pytest.mark.parametrize("rule,values,name,expected", RULE_FAILURES, ids=[r[0] for r in RULE_FAILURES])
