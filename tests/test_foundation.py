@@ -149,7 +149,8 @@ BAD_INPUTS = [
      "envs/cu126.yaml:3: malformed YAML: tab character in indentation (indent with spaces)"),
     ("unknown-key", CU126 + "cuda_version: '12.6'\n",
      "envs/cu126.yaml:8: cuda_version: unknown field (known fields: extends, description, cuda, python, "
-     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, build, toolchain)"),
+     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, "
+     "build, toolchain)"),
     ("unknown-nested-key", CU126 + "build:\n  max_jobs: 4\n",
      "envs/cu126.yaml:9: build.max_jobs: unknown field (known fields of build: jobs, nvcc_threads, "
      "gb_per_nvcc_thread, threads_per_cpu)"),
@@ -235,7 +236,8 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
     code, out, _ = check(capsys)
     assert code == 1
     assert out == ["envs/base.yaml:18: bogus: unknown field (known fields: extends, description, cuda, python, gcc, "
-                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, build, toolchain)"]
+                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, "
+                   "archs, build, toolchain)"]
 
 
 # ---------------------------------------------------------------- every rule: a failing example (one line, exact)
