@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from conda_forge_replica.replica import (
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 
 from toolkit.base.errors import ToolkitError
+from toolkit.build.wheel_check import wheel_archs
 from toolkit.env.engine import rattler_solve
 from toolkit.env.lock import LockedSdist, conda_request
 from toolkit.machine.line_env import include_environment
@@ -414,6 +416,79 @@ def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
     assert with_cpath.returncode == 0, with_cpath.stderr[-3000:]
 
 
+# ---------------------------------------------------------------- flash_api.cpp both ways: conda-activated, `toolkit build`
+
+PROBE = ROOT / "tests" / "fixtures" / "fa_api_probe"
+
+
+def probe_sdist(tmp: Path) -> Path:
+    """tests/fixtures/fa_api_probe with the pinned flash-attn sdist's csrc/flash_attn and csrc/cutlass/include, packed
+    under the name the lock looks up (flash_attn-2.8.3.post2.tar.gz)."""
+    src = _flash_attn_source(tmp / "flash-attn")
+    tree = tmp / "probe"
+    shutil.copytree(PROBE, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src / "csrc" / "flash_attn", tree / "csrc" / "flash_attn")
+    shutil.copytree(src / "csrc" / "cutlass" / "include", tree / "csrc" / "cutlass" / "include")
+    return pack_fixture_sdist(tmp / "dist", source=tree)
+
+
+@pytest.fixture(scope="module")
+def probe_project(replica_channel, tmp_path_factory):
+    """A CUDA 13.0 line (torch 2.14.1) from the replica whose sdist is the flash_api.cpp probe, and whose python sees
+    the real torch 2.14.1+cu130 of FA_CUDA_TORCH first. The lock's torch is a test double of that version (the lock
+    needs one on the index; installing the real 5.5 GB through `toolkit install` would add nothing here)."""
+    if not cuda_torch:
+        pytest.skip("set FA_CUDA_TORCH=DIR after tests/conda_forge_replica/install_cuda_torch.sh DIR")
+    tmp = tmp_path_factory.mktemp("replica-probe")
+    sdist = probe_sdist(tmp)
+    build_simple_index(tmp / "pypi", [make_torch_double_wheel(tmp / "dist", "2.14.1", "13.0"), sdist])
+    env = {"FIXTURE_PYTHON": str(fixture_venv(tmp / "venv", first=Path(cuda_torch))), "XDG_CACHE_HOME": str(tmp / "xdg")}
+    with serve_directory(tmp / "pypi") as url:
+        yield tmp / "project", locked_line(tmp / "project", replica_channel, "2.14.1", url, env), env, sdist
+
+
+def test_pip_wheel_in_the_conda_activated_env_compiles_flash_api_cpp(probe_project, tmp_path):
+    """The user's way without the toolkit: `conda activate` (every variable of the real scripts), then `pip wheel
+    --no-build-isolation` of the sdist, torch's CUDAExtension through ninja. g++ finds cuda_runtime.h under
+    targets/ through the -I that cuda-nvcc's activation adds to CPPFLAGS/CFLAGS (distutils hands them to g++):
+    no CPATH, no CUDA_HOME (torch finds nvcc on PATH). One arch, as FLASH_ATTN_CUDA_ARCHS asks."""
+    _, prefix, env, sdist = probe_project
+    shell = conda_activate(prefix)
+    assert "CPATH" not in shell and "CUDA_HOME" not in shell
+    started = time.monotonic()
+    done = subprocess.run(["python", "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
+                           "--wheel-dir", str(tmp_path / "dist"), str(sdist)], capture_output=True, text=True,
+                          cwd=tmp_path, env={**shell, **env, "FLASH_ATTN_CUDA_ARCHS": "90", "MAX_JOBS": "2"})
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    print(f"\nconda-activated pip wheel (flash_api.cpp + one small kernel): {seconds:.0f} s")
+    output = done.stdout + done.stderr  # pip -v passes setup.py's output (ninja -v's command lines) to stderr
+    compile_line = next((line for line in output.splitlines() if "flash_api.cpp" in line and " -c " in line), "")
+    assert f"{prefix}/bin/{TRIPLET}-c++ " in compile_line, output[-3000:]  # the activation's CXX
+    assert f"-I{prefix}/{TRIPLE_INCLUDE}" in compile_line.split()  # from the activation's CPPFLAGS, not from torch
+    wheel = next((tmp_path / "dist").glob("fa_api_probe-2.8.3.post2-*.whl"))
+    assert {arch for found in wheel_archs(wheel, tmp_path / "so")[1].values() for arch in found} == {"90"}
+
+
+def test_toolkit_build_compiles_flash_api_cpp_without_activation(probe_project):
+    """`toolkit build` in a plain shell (no conda activation: nothing puts targets/ on the compile line), the probe
+    sdist: the build's CPATH is what lets g++ find cuda_runtime.h. Not installed: the probe does not import."""
+    project, prefix, env, _ = probe_project
+    started = time.monotonic()
+    built = toolkit(project, "build", "cu130", "--no-install", env=env, shell=user_shell())
+    seconds = time.monotonic() - started
+    assert built.returncode == 0, (built.stderr + built.stdout)[-4000:]
+    print(f"\ntoolkit build (flash_api.cpp + one small kernel): {seconds:.0f} s")
+    record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
+    assert record["outputs"]["wheel"].startswith("fa_api_probe-2.8.3.post2+cu130torch2.14-")
+    assert record["fingerprint"]["torch"]["version"].startswith("2.14.1")  # the real CUDA torch, not the double
+    assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
+    log = (project / record["log"]).read_text()
+    compile_line = next(line for line in log.splitlines() if "flash_api.cpp" in line and " -c " in line)
+    assert f"-I{prefix}/{TRIPLE_INCLUDE}" not in compile_line  # nothing but CPATH names targets/
+    assert record["outputs"]["archs_compiled"]
+
+
 # ---------------------------------------------------------------- preflight: what the compilers actually see
 
 
@@ -475,3 +550,20 @@ def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
     assert "NVCC_PREPEND_FLAGS" not in env and "NVCC_CCBIN" not in env and env["HOME"] == "/home/u"
     assert env["NVCC_APPEND_FLAGS"] == build["NVCC_APPEND_FLAGS"]
     assert neutralised(caller, build) == {k: v for k, v in caller.items() if k.startswith("NVCC_")}
+
+
+def test_the_build_takes_no_compile_flags_from_a_conda_activation(replica_project):
+    """Inside `conda activate` the compilers' scripts export CPPFLAGS (-DNDEBUG -D_FORTIFY_SOURCE=2 -O2 -isystem
+    $PREFIX/include, and cuda-nvcc's -I targets/...), which distutils appends to every g++ command of torch's build:
+    a wheel built there would not be the one built outside. The build's CFLAGS, CXXFLAGS, LDFLAGS, CC and CXX replace
+    the activation's; CPPFLAGS and NVCC_* go, and the record keeps them."""
+    from toolkit.build.builder import neutralised, process_environment
+
+    _, prefix, _ = replica_project
+    activated = conda_activate(prefix)
+    build = {"CFLAGS": "-ffile-prefix-map=/b=/fa-envkit-build", "CXXFLAGS": "-ffile-prefix-map=/b=/fa-envkit-build",
+             "LDFLAGS": "-Wl,--discard-all", "CC": str(prefix / "bin" / "gcc"), "CXX": str(prefix / "bin" / "g++")}
+    env = process_environment(activated, build)
+    flags = ("CFLAGS", "CPPFLAGS", "CXXFLAGS", "LDFLAGS", "CC", "CXX", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+    assert {k: env[k] for k in flags if k in env} == build
+    assert neutralised(activated, build) == {k: activated[k] for k in ("CPPFLAGS", "NVCC_PREPEND_FLAGS")}
