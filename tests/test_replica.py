@@ -397,10 +397,10 @@ def _torch_include_flags(torch_dir: str, cuda_home: Path) -> list[str]:
 
 @needs_cuda
 @needs_cuda_torch
-def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
-    """The real flash_api.cpp of the pinned sdist, g++ as torch's cpp_extension runs it, against the real CUDA
-    torch 2.14.1+cu130 and the replica's layout: it fails with torch's include paths alone, and compiles with
-    the build's CPATH (-std=c++20: torch 2.14's ATen requires it; the sdist's setup.py patch is separate)."""
+def test_flash_api_cpp_needs_the_targets_headers(tmp_path):
+    """The real flash_api.cpp of the pinned sdist, g++ as torch's cpp_extension runs it, against the real CUDA torch
+    2.14.1+cu130 and the replica's layout: torch's include paths alone do not reach cuda_runtime.h (the builds
+    below show what does, with and without a conda activation; -std=c++20: torch 2.14's ATen requires it)."""
     import sysconfig
 
     prefix = tmp_path / "prefix"
@@ -412,8 +412,6 @@ def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
     bare = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")}
     without = subprocess.run(cmd, capture_output=True, text=True, env=bare)
     assert without.returncode != 0 and "cuda_runtime.h: No such file or directory" in without.stderr
-    with_cpath = subprocess.run(cmd, capture_output=True, text=True, env={**bare, **include_environment(prefix)})
-    assert with_cpath.returncode == 0, with_cpath.stderr[-3000:]
 
 
 # ---------------------------------------------------------------- flash_api.cpp both ways: conda-activated, `toolkit build`
