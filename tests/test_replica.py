@@ -2,8 +2,9 @@
 
 The replica carries conda-forge's real records (a published pixi.lock) and the feedstock recipes' constraints
 for every line, and for CUDA 13.0 the real file layout with real payload (this machine's CUDA 13.0 is made of
-NVIDIA's wheels): headers only under targets/x86_64-linux/include, conda-forge's nvcc.profile, cuda-nvcc's
-activation script. What these tests caught on the code before issue 13 (kept in the report):
+NVIDIA's wheels): headers only under targets/x86_64-linux/include, conda-forge's nvcc.profile, and the real
+activation scripts (cuda-nvcc 13.0.88 builds 0 and 4, gcc_linux-64, gxx_linux-64), sourced as `conda activate`
+does. What these tests caught on the code before issue 13 (kept in the report):
   - `toolkit build` of the fixture: `fatal error: cuda_runtime_api.h: No such file or directory` (g++, as torch
     compiles a .cpp), while preflight passed;
   - inside conda-forge's activation, NVCC_PREPEND_FLAGS="-ccbin=$CXX" reaches nvcc beside the build's own -ccbin:
@@ -479,12 +480,12 @@ def test_toolkit_build_compiles_flash_api_cpp_without_activation(probe_project):
     print(f"\ntoolkit build (flash_api.cpp + one small kernel): {seconds:.0f} s")
     record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
     assert record["outputs"]["wheel"].startswith("fa_api_probe-2.8.3.post2+cu130torch2.14-")
-    assert record["fingerprint"]["torch"]["version"].startswith("2.14.1")  # the real CUDA torch, not the double
+    assert record["fingerprint"]["torch"]["version"] == "2.14.1+cu130"  # the real CUDA torch, not the lock's double
     assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
     log = (project / record["log"]).read_text()
     compile_line = next(line for line in log.splitlines() if "flash_api.cpp" in line and " -c " in line)
     assert f"-I{prefix}/{TRIPLE_INCLUDE}" not in compile_line  # nothing but CPATH names targets/
-    assert record["outputs"]["archs_compiled"]
+    assert list(record["outputs"]["archs_compiled"].values()) == [["90"]]
 
 
 # ---------------------------------------------------------------- preflight: what the compilers actually see
