@@ -212,7 +212,7 @@ def test_the_ninja_shim_seeds_the_rules_fa3_writes():
         "rule cuda_devlink", "  command = $nvcc $in -o $out $cuda_dlink_post_cflags",
         "build /b/x_sm90.o: cuda_compile /b/src/x_sm90.cu", "build /b/y_sm80.o: cuda_compile_sm80 /b/src/y_sm80.cu",
     ])
-    text, seeded, _ = prepared_manifest(manifest, ManifestPlan("/b", {}))
+    text, seeded, _, _ = prepared_manifest(manifest, ManifestPlan("/b", {}))
     assert seeded == 2
     assert "build /b/x_sm90.o: cuda_compile /b/src/x_sm90.cu\n  nvcc_from_env = $nvcc_from_env -frandom-seed=" in text
 
