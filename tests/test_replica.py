@@ -2,8 +2,9 @@
 
 The replica carries conda-forge's real records (a published pixi.lock) and the feedstock recipes' constraints
 for every line, and for CUDA 13.0 the real file layout with real payload (this machine's CUDA 13.0 is made of
-NVIDIA's wheels): headers only under targets/x86_64-linux/include, conda-forge's nvcc.profile, cuda-nvcc's
-activation script. What these tests caught on the code before issue 13 (kept in the report):
+NVIDIA's wheels): headers only under targets/x86_64-linux/include, conda-forge's nvcc.profile, and the real
+activation scripts (cuda-nvcc 13.0.88 builds 0 and 4, gcc_linux-64, gxx_linux-64), sourced as `conda activate`
+does. What these tests caught on the code before issue 13 (kept in the report):
   - `toolkit build` of the fixture: `fatal error: cuda_runtime_api.h: No such file or directory` (g++, as torch
     compiles a .cpp), while preflight passed;
   - inside conda-forge's activation, NVCC_PREPEND_FLAGS="-ccbin=$CXX" reaches nvcc beside the build's own -ccbin:
@@ -19,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +28,20 @@ import pytest
 from conda_channel import build_channel, build_simple_index, serve_directory
 from conda_forge_replica.replica import (
     PayloadRoots,
+    build_number,
     channel_folder,
     channels,
     layout_prefix,
     load_records,
     packages,
     patched_profile,
+    payload,
 )
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
+from toolkit.build.wheel_check import wheel_archs
 from toolkit.env.engine import rattler_solve
 from toolkit.env.lock import LockedSdist, conda_request
 from toolkit.machine.line_env import include_environment
@@ -213,50 +218,72 @@ def test_cu118_without_nvidias_label_is_refused_by_check_and_cannot_solve(record
 # ---------------------------------------------------------------- the locked path end to end, real nvcc
 
 
-def toolkit(cwd: Path, *args: str, env: dict) -> subprocess.CompletedProcess:
+def toolkit(cwd: Path, *args: str, env: dict, shell: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m toolkit ARGS` in `shell` (default: the test's environment) with `env` on top."""
     return subprocess.run([sys.executable, "-m", "toolkit", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "TOOLKIT_CACHE": str(cwd / ".cache"), **env})
+                          env={**(os.environ if shell is None else shell), "TOOLKIT_CACHE": str(cwd / ".cache"), **env})
 
 
 @pytest.fixture(scope="module")
-def replica_project(tmp_path_factory):
-    """`toolkit lock` + `toolkit install` of a CUDA 13.0 line from the replica channel with real payload.
-
-    gcc 12: the replica's compilers wrap this machine's g++ 12 (records.yaml says so), so the line asks for
-    what it gets. The torch of the pip layer is the fixture's test double (the fixture does not link torch)."""
+def replica_channel(tmp_path_factory) -> Path:
+    """The replica channel with real payload: CUDA 13.0 from /usr/local/cuda, the library headers from FA_CUDA_TORCH."""
     if not (CUDA_ROOT / "dist-info").is_dir():
         pytest.skip("needs /usr/local/cuda made of NVIDIA's wheels")
-    tmp = tmp_path_factory.mktemp("replica-e2e")
-    channel = build_channel(tmp / "channel", packages(PayloadRoots(CUDA_ROOT.resolve(),
-                                                                   Path(cuda_torch) if cuda_torch else None)))
-    files = [make_torch_double_wheel(tmp / "dist", "2.13.0", "13.0"), pack_fixture_sdist(tmp / "dist")]
-    build_simple_index(tmp / "pypi", files)
-    venv_python = make_stub_torch_env(tmp / "venv", None)
+    return build_channel(tmp_path_factory.mktemp("replica-channel") / "channel",
+                         packages(PayloadRoots(CUDA_ROOT.resolve(), Path(cuda_torch) if cuda_torch else None)))
+
+
+def fixture_venv(directory: Path, first: Path | None = None) -> Path:
+    """The interpreter the replica's python wrapper runs ($FIXTURE_PYTHON): a venv that sees the test interpreter's
+    packages (setuptools, wheel, pip), and `first` ahead of them (a .pth file sorts before the others)."""
+    venv_python = make_stub_torch_env(directory, None)
+    site = Path(site_packages(venv_python))
+    if first:
+        (site / "0-first.pth").write_text(f"{first}\n")
     # the packages of the interpreter running the tests (setuptools, wheel): the stub venv's system site is the
     # base interpreter's, which lacks them when the tests themselves run in a venv
-    Path(site_packages(venv_python), "test-interpreter.pth").write_text(f"{site_packages(Path(sys.executable))}\n")
-    env = {"FIXTURE_PYTHON": str(venv_python), "XDG_CACHE_HOME": str(tmp / "xdg")}
-    project = tmp / "project"
+    (site / "test-interpreter.pth").write_text(f"{site_packages(Path(sys.executable))}\n")
+    return venv_python
+
+
+def locked_line(project: Path, channel: Path, torch: str, index: str, env: dict[str, str]) -> Path:
+    """`toolkit lock` + `toolkit install` of a CUDA 13.0 line from the replica channel, torch and the sdist from the
+    loopback index: the installed prefix.
+
+    gcc 12: the replica's compilers wrap this machine's g++ 12 (records.yaml says so), so the line asks for
+    what it gets."""
     (project / "envs").mkdir(parents=True)
     (project / "envs" / "base.yaml").write_text((ROOT / "envs" / "base.yaml").read_text())
-    with serve_directory(tmp / "pypi") as url:
-        (project / "envs" / "cu130.yaml").write_text(f"""extends: base
+    (project / "envs" / "cu130.yaml").write_text(f"""extends: base
 cuda: "13.0"
 python: "{sys.version_info.major}.{sys.version_info.minor}"
 gcc: 12
 channels: [{channel.as_uri()}]
 pip_packages: null
-torch: {{version: "2.13.0", index: "{url}/simple"}}
+torch: {{version: "{torch}", index: "{index}/simple"}}
 archs: ["90"]
 """)
-        locked = toolkit(project, "lock", "cu130", "--backend", "rattler", "--pypi", f"{url}/simple", env=env)
-        assert locked.returncode == 0, locked.stderr
-        installed = toolkit(project, "install", "cu130", "--backend", "rattler", env=env)
-        assert installed.returncode == 0, installed.stderr
-        prefix = project / ".envs" / "cu130"
+    locked = toolkit(project, "lock", "cu130", "--backend", "rattler", "--pypi", f"{index}/simple", env=env)
+    assert locked.returncode == 0, locked.stderr
+    installed = toolkit(project, "install", "cu130", "--backend", "rattler", env=env)
+    assert installed.returncode == 0, installed.stderr
+    return project / ".envs" / "cu130"
+
+
+@pytest.fixture(scope="module")
+def replica_project(replica_channel, tmp_path_factory):
+    """A CUDA 13.0 line locked and installed from the replica; its sdist is the fixture's, its torch the fixture's
+    test double (the fixture does not link torch)."""
+    tmp = tmp_path_factory.mktemp("replica-e2e")
+    files = [make_torch_double_wheel(tmp / "dist", "2.13.0", "13.0"), pack_fixture_sdist(tmp / "dist")]
+    build_simple_index(tmp / "pypi", files)
+    venv_python = fixture_venv(tmp / "venv")
+    env = {"FIXTURE_PYTHON": str(venv_python), "XDG_CACHE_HOME": str(tmp / "xdg")}
+    with serve_directory(tmp / "pypi") as url:
+        prefix = locked_line(tmp / "project", replica_channel, "2.13.0", url, env)
         purelib = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
         Path(site_packages(venv_python), "conda-prefix.pth").write_text(f"{purelib}\n")
-        yield project, prefix, env  # the index stays up: the build fetches the locked sdist from it
+        yield tmp / "project", prefix, env  # the index stays up: the build fetches the locked sdist from it
 
 
 def test_installed_prefix_has_conda_forges_layout(replica_project):
@@ -265,31 +292,143 @@ def test_installed_prefix_has_conda_forges_layout(replica_project):
     assert (prefix / TRIPLE_INCLUDE / "cuda_runtime.h").is_file() and (prefix / TRIPLE_INCLUDE / "crt").is_dir()
     assert (prefix / "lib" / "libcudart.so").resolve() == (prefix / "targets/x86_64-linux/lib/libcudart.so.13").resolve()
     assert (prefix / "bin" / "nvcc.profile").read_text().startswith("\nTOP              = $(_HERE_)/../$(_TARGET_DIR_)")
-    assert (prefix / "etc/conda/activate.d/~cuda-nvcc_activate.sh").is_file()
-    conda_meta = {json.loads(p.read_text())["name"] for p in (prefix / "conda-meta").glob("*.json")}
+    activate_d = prefix / "etc" / "conda" / "activate.d"
+    assert sorted(p.name for p in activate_d.iterdir()) == [
+        "activate-gcc_linux-64.sh", "activate-gxx_linux-64.sh", "~cuda-nvcc_activate.sh"]
+    # the newest build of cuda-nvcc 13.0.88 (4, the published records), whose script no longer sets TORCH_CUDA_ARCH_LIST
+    builds = {(m["name"], m["build"]) for m in (json.loads(p.read_text()) for p in (prefix / "conda-meta").glob("*.json"))}
+    assert ("cuda-nvcc_linux-64", "hb2fc203_4") in builds and ("cuda-nvcc", "hcdd1206_4") in builds
+    assert "TORCH_CUDA_ARCH_LIST" not in (activate_d / "~cuda-nvcc_activate.sh").read_text()
+    conda_meta = {name for name, _ in builds}
     if cuda_torch:  # the library wheels' headers (without FA_CUDA_TORCH those -dev packages are empty)
         assert (prefix / TRIPLE_INCLUDE / "cublas_v2.h").is_file() and (prefix / TRIPLE_INCLUDE / "cusolverDn.h").is_file()
     assert {"cuda-nvcc-impl", "cuda-nvcc-tools", "cuda-cudart-dev_linux-64", "libcublas-dev"} <= conda_meta
 
 
-def activated_environment(prefix: Path) -> dict[str, str]:
-    """What `conda activate` leaves behind: gxx_linux-64's CXX/CC, then cuda-nvcc's activate.sh (-ccbin=$CXX)."""
-    script = (f'export CONDA_PREFIX={prefix} CXX={prefix}/bin/x86_64-conda-linux-gnu-c++ '
-              f'CC={prefix}/bin/x86_64-conda-linux-gnu-cc; . "{prefix}/etc/conda/activate.d/~cuda-nvcc_activate.sh"; '
-              'env -0')
-    done = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("NVCC_")})
+# ---------------------------------------------------------------- a `conda activate`d environment, every variable kept
+
+TRIPLET = "x86_64-conda-linux-gnu"
+# ctng-compiler-activation-feedstock conda_build_config.yaml at a36dab2, FINAL_*_linux_64 (-std=c++17 taken out of the
+# C++ flags for gcc >= 11 by its build.sh); the values a real activated env shows (e.g. CFLAGS=-march=nocona ...)
+GCC_FLAGS = {
+    "CPPFLAGS": "-DNDEBUG -D_FORTIFY_SOURCE=2 -O2",
+    "CFLAGS": "-march=nocona -mtune=haswell -ftree-vectorize -fPIC -fstack-protector-strong -fno-plt -O2 "
+              "-ffunction-sections -pipe",
+    "CXXFLAGS": "-fvisibility-inlines-hidden -fmessage-length=0 -march=nocona -mtune=haswell -ftree-vectorize -fPIC "
+                "-fstack-protector-strong -fno-plt -O2 -ffunction-sections -pipe",
+    "LDFLAGS": "-Wl,-O2 -Wl,--sort-common -Wl,--as-needed -Wl,-z,relro -Wl,-z,now -Wl,--disable-new-dtags "
+               "-Wl,--gc-sections -Wl,--allow-shlib-undefined",
+    "DEBUG_CPPFLAGS": "-D_DEBUG -D_FORTIFY_SOURCE=2 -Og",
+    "DEBUG_CFLAGS": "-march=nocona -mtune=haswell -ftree-vectorize -fPIC -fstack-protector-all -fno-plt -Og -g -Wall "
+                    "-Wextra -fvar-tracking-assignments -ffunction-sections -pipe",
+    "DEBUG_CXXFLAGS": "-fvisibility-inlines-hidden -fmessage-length=0 -march=nocona -mtune=haswell -ftree-vectorize "
+                      "-fPIC -fstack-protector-all -fno-plt -Og -g -Wall -Wextra -fvar-tracking-assignments "
+                      "-ffunction-sections -pipe",
+}
+# a shell's own variables (bash sets them) and those a user without CUDA or compilers set up has none of
+SHELL_OWN = ("_", "SHLVL", "PWD", "OLDPWD")
+CLEAN = ("CUDA_HOME", "CUDA_PATH", "CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "CC", "CXX", "CFLAGS", "CPPFLAGS",
+         "CXXFLAGS", "LDFLAGS", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS")
+
+
+def user_shell() -> dict[str, str]:
+    """The test's environment as a shell of a user without the toolkit, CUDA or compiler variables, before activation."""
+    return {k: v for k, v in os.environ.items() if k not in CLEAN and not k.startswith(("NVCC_", "CONDA_"))}
+
+
+def conda_activate(prefix: Path, activate_d: Path | None = None) -> dict[str, str]:
+    """The environment `conda activate PREFIX` leaves: conda's own variables (CONDA_PREFIX, the prefix's bin/ first
+    on PATH), then every etc/conda/activate.d/*.sh sourced in name order as conda does (activate-gcc_linux-64.sh,
+    activate-gxx_linux-64.sh, ~cuda-nvcc_activate.sh). All of it, nothing filtered."""
+    scripts = sorted((activate_d or prefix / "etc" / "conda" / "activate.d").glob("*.sh"))
+    shell = {**user_shell(), "CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix), "CONDA_SHLVL": "1",
+             "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    script = "".join(f'{{ . "{path}"; }} 1>&2 || exit 1\n' for path in scripts) + "env -0"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, env=shell)
+    assert done.returncode == 0 and b"ERROR" not in done.stderr, done.stderr.decode()
     pairs = (item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
-    return {k: v for k, v in pairs if k in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CXX", "CC", "CONDA_PREFIX")}
+    return {k: v for k, v in pairs if k not in SHELL_OWN}
+
+
+def expected_activation(prefix: Path, build: int) -> dict[str, str]:
+    """What the real scripts export, from reading them and their recipes' flags (whitespace collapsed)."""
+    def tool(name: str) -> str:
+        return f"{prefix}/bin/{TRIPLET}-{name}"
+
+    targets = f"{prefix}/{TRIPLE_INCLUDE.rsplit('/', 1)[0]}"
+    cuda_i, cuda_l = f"-I{targets}/include -I{targets}/include/cccl", f"-L{targets}/lib -L{targets}/lib/stubs"
+    isystem = f"-isystem {prefix}/include"
+    cmake = " ".join([f"-DCMAKE_AR={tool('ar')}", f"-DCMAKE_CXX_COMPILER_AR={tool('gcc-ar')}",
+                      f"-DCMAKE_C_COMPILER_AR={tool('gcc-ar')}", f"-DCMAKE_RANLIB={tool('ranlib')}",
+                      f"-DCMAKE_CXX_COMPILER_RANLIB={tool('gcc-ranlib')}", f"-DCMAKE_C_COMPILER_RANLIB={tool('gcc-ranlib')}",
+                      f"-DCMAKE_LINKER={tool('ld')}", f"-DCMAKE_STRIP={tool('strip')}", "-DCMAKE_BUILD_TYPE=Release"])
+    expected = {
+        # conda itself
+        "CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix), "CONDA_SHLVL": "1",
+        "PATH": f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        # activate-gcc_linux-64.sh
+        **dict.fromkeys(("HOST", "BUILD", "CONDA_TOOLCHAIN_HOST", "CONDA_TOOLCHAIN_BUILD", "build_alias", "host_alias"),
+                        TRIPLET),
+        "CC": tool("cc"), "CPP": tool("cpp"), "GCC": tool("gcc"), "GCC_AR": tool("gcc-ar"), "GCC_NM": tool("gcc-nm"),
+        "GCC_RANLIB": tool("gcc-ranlib"), "CC_FOR_BUILD": tool("cc"),
+        "DEBUG_CPPFLAGS": f"{GCC_FLAGS['DEBUG_CPPFLAGS']} {isystem}", "DEBUG_CFLAGS": f"{GCC_FLAGS['DEBUG_CFLAGS']} {isystem}",
+        "CMAKE_PREFIX_PATH": f"{prefix}:{prefix}/{TRIPLET}/sysroot/usr",
+        "_CONDA_PYTHON_SYSCONFIGDATA_NAME": "_sysconfigdata_x86_64_conda_cos6_linux_gnu",
+        "CONDA_BUILD_SYSROOT": f"{prefix}/{TRIPLET}/sysroot", "MESON_ARGS": "-Dbuildtype=release", "CMAKE_ARGS": cmake,
+        # activate-gxx_linux-64.sh
+        "CXX": tool("c++"), "GXX": tool("g++"), "CXX_FOR_BUILD": tool("c++"),
+        "DEBUG_CXXFLAGS": f"{GCC_FLAGS['DEBUG_CXXFLAGS']} {isystem}",
+        # the compilers' flags, then ~cuda-nvcc_activate.sh's on top
+        "CPPFLAGS": f"{GCC_FLAGS['CPPFLAGS']} {isystem} {cuda_i}", "CFLAGS": f"{GCC_FLAGS['CFLAGS']} {isystem} {cuda_i}",
+        "CXXFLAGS": f"{GCC_FLAGS['CXXFLAGS']} {isystem} {cuda_i}",
+        "LDFLAGS": f"{GCC_FLAGS['LDFLAGS']} -Wl,-rpath,{prefix}/lib -Wl,-rpath-link,{prefix}/lib -L{prefix}/lib {cuda_l}",
+        # NVCC_APPEND_FLAGS is assigned only under conda-build: `export` of an unset variable exports nothing
+        "NVCC_PREPEND_FLAGS": f"-ccbin={tool('c++')}",
+    }
+    if build == 0:  # cuda-nvcc-feedstock 28aca74: arch defaults for everyone
+        expected["CUDAARCHS"] = "75-real;80-real;86-real;89-real;90-real;100-real;103-real;110-real;120-real;121"
+        expected["TORCH_CUDA_ARCH_LIST"] = "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"
+    else:  # 0d9236b: arch defaults only under conda-build; deactivation restores an unset NVCC_PREPEND_FLAGS
+        expected["NVCC_PREPEND_FLAGS_BACKUP"] = "UNSET"
+    return expected
+
+
+def served_nvcc_activation(build: int) -> str:
+    """The ~cuda-nvcc_activate.sh that the replica's cuda-nvcc_linux-64 13.0.88 record of `build` installs."""
+    wanted = ("cuda-nvcc_linux-64", "13.0.88", "linux-64", build)
+    record = next(r for r in load_records() if (r["name"], r["version"], r["subdir"], build_number(r["build"])) == wanted)
+    return payload(record, PayloadRoots())[0]["etc/conda/activate.d/~cuda-nvcc_activate.sh"]
+
+
+def activate_d_of_build(prefix: Path, build: int, folder: Path) -> Path:
+    """The prefix's activation scripts with those of the served cuda-nvcc 13.0.88 record of `build` (the solve
+    installs build 4)."""
+    installed = prefix / "etc" / "conda" / "activate.d"
+    if build == 4:
+        assert (installed / "~cuda-nvcc_activate.sh").read_text() == served_nvcc_activation(4)
+        return installed
+    shutil.copytree(installed, folder)
+    (folder / "~cuda-nvcc_activate.sh").write_text(served_nvcc_activation(build))
+    return folder
+
+
+@pytest.mark.parametrize("build", [0, 4])
+def test_conda_activation_exports_every_variable_of_the_real_scripts(replica_project, tmp_path, build):
+    """cuda-nvcc 13.0.88's activation (builds 0 and 4 differ: TORCH_CUDA_ARCH_LIST, CUDAARCHS) after conda-forge's
+    gcc and g++ activation: every variable they export, with the value they give it, and nothing else."""
+    _, prefix, _ = replica_project
+    before = user_shell()
+    after = conda_activate(prefix, activate_d_of_build(prefix, build, tmp_path / "activate.d"))
+    changed = {k: " ".join(v.split()) for k, v in after.items() if before.get(k) != v}
+    assert changed == expected_activation(prefix, build)
 
 
 @pytest.mark.parametrize("activated", [False, True], ids=["plain", "conda-activated"])
 def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activated):
+    """`toolkit build`, in a plain shell and inside `conda activate` (every variable of the real scripts)."""
     project, prefix, env = replica_project
-    extra = activated_environment(prefix) if activated else {}
-    if activated:
-        assert "-ccbin=" in extra["NVCC_PREPEND_FLAGS"]
-    built = toolkit(project, "build", "cu130", "--force", env={**env, **extra})
+    shell = conda_activate(prefix) if activated else None
+    built = toolkit(project, "build", "cu130", "--force", env=env, shell=shell)
     assert built.returncode == 0, built.stderr + built.stdout
     record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
     assert record["inputs"]["toolchain"]["kind"] == "locked"
@@ -299,7 +438,7 @@ def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activat
     purelib = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     assert list(purelib.glob("fa_fixture-0.1.0+cu130torch2.13.dist-info"))  # installed into the prefix
     assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
-    assert record["neutralised_environment"].get("NVCC_PREPEND_FLAGS") == extra.get("NVCC_PREPEND_FLAGS")
+    assert record["neutralised_environment"].get("NVCC_PREPEND_FLAGS") == (shell or {}).get("NVCC_PREPEND_FLAGS")
     log = (project / record["log"]).read_text()
     assert "redefinition for option 'compiler-bindir'" not in log and "redefinition of argument" not in log
     imported = subprocess.run([str(prefix / "bin" / "python"), "-c",
@@ -330,10 +469,10 @@ def _torch_include_flags(torch_dir: str, cuda_home: Path) -> list[str]:
 
 @needs_cuda
 @needs_cuda_torch
-def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
-    """The real flash_api.cpp of the pinned sdist, g++ as torch's cpp_extension runs it, against the real CUDA
-    torch 2.14.1+cu130 and the replica's layout: it fails with torch's include paths alone, and compiles with
-    the build's CPATH (-std=c++20: torch 2.14's ATen requires it; the sdist's setup.py patch is separate)."""
+def test_flash_api_cpp_needs_the_targets_headers(tmp_path):
+    """The real flash_api.cpp of the pinned sdist, g++ as torch's cpp_extension runs it, against the real CUDA torch
+    2.14.1+cu130 and the replica's layout: torch's include paths alone do not reach cuda_runtime.h (the builds
+    below show what does, with and without a conda activation; -std=c++20: torch 2.14's ATen requires it)."""
     import sysconfig
 
     prefix = tmp_path / "prefix"
@@ -345,8 +484,79 @@ def test_flash_api_cpp_compiles_with_the_build_include_environment(tmp_path):
     bare = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH")}
     without = subprocess.run(cmd, capture_output=True, text=True, env=bare)
     assert without.returncode != 0 and "cuda_runtime.h: No such file or directory" in without.stderr
-    with_cpath = subprocess.run(cmd, capture_output=True, text=True, env={**bare, **include_environment(prefix)})
-    assert with_cpath.returncode == 0, with_cpath.stderr[-3000:]
+
+
+# ---------------------------------------------------------------- flash_api.cpp both ways: conda-activated, `toolkit build`
+
+PROBE = ROOT / "tests" / "fixtures" / "fa_api_probe"
+
+
+def probe_sdist(tmp: Path) -> Path:
+    """tests/fixtures/fa_api_probe with the pinned flash-attn sdist's csrc/flash_attn and csrc/cutlass/include, packed
+    under the name the lock looks up (flash_attn-2.8.3.post2.tar.gz)."""
+    src = _flash_attn_source(tmp / "flash-attn")
+    tree = tmp / "probe"
+    shutil.copytree(PROBE, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src / "csrc" / "flash_attn", tree / "csrc" / "flash_attn")
+    shutil.copytree(src / "csrc" / "cutlass" / "include", tree / "csrc" / "cutlass" / "include")
+    return pack_fixture_sdist(tmp / "dist", source=tree)
+
+
+@pytest.fixture(scope="module")
+def probe_project(replica_channel, tmp_path_factory):
+    """A CUDA 13.0 line (torch 2.14.1) from the replica whose sdist is the flash_api.cpp probe, and whose python sees
+    the real torch 2.14.1+cu130 of FA_CUDA_TORCH first. The lock's torch is a test double of that version (the lock
+    needs one on the index; installing the real 5.5 GB through `toolkit install` would add nothing here)."""
+    if not cuda_torch:
+        pytest.skip("set FA_CUDA_TORCH=DIR after tests/conda_forge_replica/install_cuda_torch.sh DIR")
+    tmp = tmp_path_factory.mktemp("replica-probe")
+    sdist = probe_sdist(tmp)
+    build_simple_index(tmp / "pypi", [make_torch_double_wheel(tmp / "dist", "2.14.1", "13.0"), sdist])
+    env = {"FIXTURE_PYTHON": str(fixture_venv(tmp / "venv", first=Path(cuda_torch))), "XDG_CACHE_HOME": str(tmp / "xdg")}
+    with serve_directory(tmp / "pypi") as url:
+        yield tmp / "project", locked_line(tmp / "project", replica_channel, "2.14.1", url, env), env, sdist
+
+
+def test_pip_wheel_in_the_conda_activated_env_compiles_flash_api_cpp(probe_project, tmp_path):
+    """The user's way without the toolkit: `conda activate` (every variable of the real scripts), then `pip wheel
+    --no-build-isolation` of the sdist, torch's CUDAExtension through ninja. g++ finds cuda_runtime.h under
+    targets/ through the -I that cuda-nvcc's activation adds to CPPFLAGS/CFLAGS (distutils hands them to g++):
+    no CPATH, no CUDA_HOME (torch finds nvcc on PATH). One arch, as FLASH_ATTN_CUDA_ARCHS asks."""
+    _, prefix, env, sdist = probe_project
+    shell = conda_activate(prefix)
+    assert "CPATH" not in shell and "CUDA_HOME" not in shell
+    started = time.monotonic()
+    done = subprocess.run(["python", "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
+                           "--wheel-dir", str(tmp_path / "dist"), str(sdist)], capture_output=True, text=True,
+                          cwd=tmp_path, env={**shell, **env, "FLASH_ATTN_CUDA_ARCHS": "90", "MAX_JOBS": "2"})
+    seconds = time.monotonic() - started
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    print(f"\nconda-activated pip wheel (flash_api.cpp + one small kernel): {seconds:.0f} s")
+    output = done.stdout + done.stderr  # pip -v passes setup.py's output (ninja -v's command lines) to stderr
+    compile_line = next((line for line in output.splitlines() if "flash_api.cpp" in line and " -c " in line), "")
+    assert f"{prefix}/bin/{TRIPLET}-c++ " in compile_line, output[-3000:]  # the activation's CXX
+    assert f"-I{prefix}/{TRIPLE_INCLUDE}" in compile_line.split()  # from the activation's CPPFLAGS, not from torch
+    wheel = next((tmp_path / "dist").glob("fa_api_probe-2.8.3.post2-*.whl"))
+    assert {arch for found in wheel_archs(wheel, tmp_path / "so")[1].values() for arch in found} == {"90"}
+
+
+def test_toolkit_build_compiles_flash_api_cpp_without_activation(probe_project):
+    """`toolkit build` in a plain shell (no conda activation: nothing puts targets/ on the compile line), the probe
+    sdist: the build's CPATH is what lets g++ find cuda_runtime.h. Not installed: the probe does not import."""
+    project, prefix, env, _ = probe_project
+    started = time.monotonic()
+    built = toolkit(project, "build", "cu130", "--no-install", env=env, shell=user_shell())
+    seconds = time.monotonic() - started
+    assert built.returncode == 0, (built.stderr + built.stdout)[-4000:]
+    print(f"\ntoolkit build (flash_api.cpp + one small kernel): {seconds:.0f} s")
+    record = json.loads(max((project / "wheelhouse" / "cu130").glob("*.build.json"), key=os.path.getmtime).read_text())
+    assert record["outputs"]["wheel"].startswith("fa_api_probe-2.8.3.post2+cu130torch2.14-")
+    assert record["fingerprint"]["torch"]["version"] == "2.14.1+cu130"  # the real CUDA torch, not the lock's double
+    assert str(prefix / TRIPLE_INCLUDE) in record["environment"]["CPATH"].split(os.pathsep)
+    log = (project / record["log"]).read_text()
+    compile_line = next(line for line in log.splitlines() if "flash_api.cpp" in line and " -c " in line)
+    assert f"-I{prefix}/{TRIPLE_INCLUDE}" not in compile_line  # nothing but CPATH names targets/
+    assert list(record["outputs"]["archs_compiled"].values()) == [["90"]]
 
 
 # ---------------------------------------------------------------- preflight: what the compilers actually see
@@ -410,3 +620,20 @@ def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
     assert "NVCC_PREPEND_FLAGS" not in env and "NVCC_CCBIN" not in env and env["HOME"] == "/home/u"
     assert env["NVCC_APPEND_FLAGS"] == build["NVCC_APPEND_FLAGS"]
     assert neutralised(caller, build) == {k: v for k, v in caller.items() if k.startswith("NVCC_")}
+
+
+def test_the_build_takes_no_compile_flags_from_a_conda_activation(replica_project):
+    """Inside `conda activate` the compilers' scripts export CPPFLAGS (-DNDEBUG -D_FORTIFY_SOURCE=2 -O2 -isystem
+    $PREFIX/include, and cuda-nvcc's -I targets/...), which distutils appends to every g++ command of torch's build:
+    a wheel built there would not be the one built outside. The build's CFLAGS, CXXFLAGS, LDFLAGS, CC and CXX replace
+    the activation's; CPPFLAGS and NVCC_* go, and the record keeps them."""
+    from toolkit.build.builder import neutralised, process_environment
+
+    _, prefix, _ = replica_project
+    activated = conda_activate(prefix)
+    build = {"CFLAGS": "-ffile-prefix-map=/b=/fa-envkit-build", "CXXFLAGS": "-ffile-prefix-map=/b=/fa-envkit-build",
+             "LDFLAGS": "-Wl,--discard-all", "CC": str(prefix / "bin" / "gcc"), "CXX": str(prefix / "bin" / "g++")}
+    env = process_environment(activated, build)
+    flags = ("CFLAGS", "CPPFLAGS", "CXXFLAGS", "LDFLAGS", "CC", "CXX", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+    assert {k: env[k] for k in flags if k in env} == build
+    assert neutralised(activated, build) == {k: activated[k] for k in ("CPPFLAGS", "NVCC_PREPEND_FLAGS")}

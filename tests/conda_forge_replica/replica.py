@@ -32,11 +32,44 @@ from conda_channel import FixturePackage, build_channel  # noqa: E402
 RECORDS = HERE / "records.yaml"
 PUBLISHED = HERE / "published.yaml"  # real records copied from public lockfiles (select_published.py wrote it)
 WHEEL_ROOT = "nvidia/cu13/"  # where NVIDIA's CUDA 13 wheels put their files inside site-packages
-ACTIVATE_SUBSTITUTIONS = {  # what cuda-nvcc-feedstock's build.sh seds into its activate script, linux-64
-    "@cross_target_platform@": "linux-64", "@arm_variant_target@": "None",
-    "@default_cudaarchs@": "75-real;80-real;86-real;89-real;90-real;100-real;103-real;110-real;120-real;121",
-    "@default_torch_cuda_arch_list@": "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX",
+# What each recipe's build script seds into a vendored activation script for linux-64 (native: target ==
+# cross target), per file of files/. cuda-nvcc-feedstock recipe/build.sh, conda_build_config.yaml's linux-64
+# zip entry: at 141500c (build 0, the same script as 28aca74) and 0d9236b (build 4).
+_CUDA_NVCC = {"@cross_target_platform@": "linux-64", "@arm_variant_target@": "None"}
+# ctng-compiler-activation-feedstock recipe/build.sh with conda_build_config.yaml's FINAL_*_linux_64 at a36dab2:
+# CHOST = CBUILD = x86_64-conda-linux-gnu, LIBRARY_PREFIX empty, IS_WIN 0, no cross compilation, and for gcc >= 11
+# "-std=c++17 " taken out of the C++ flags.
+_CTNG = {
+    "@IS_WIN@": "0", "@MACHINE@": "x86_64", "@CMAKE_SYSTEM_NAME@": "Linux", "@MESON_FAMILY@": "x86_64",
+    "@CBUILD@": "x86_64-conda-linux-gnu", "@CHOST@": "x86_64-conda-linux-gnu",
+    "@CPPFLAGS@": "-DNDEBUG -D_FORTIFY_SOURCE=2 -O2", "@DEBUG_CPPFLAGS@": "-D_DEBUG -D_FORTIFY_SOURCE=2 -Og",
+    "@CFLAGS@": "-march=nocona -mtune=haswell -ftree-vectorize -fPIC -fstack-protector-strong -fno-plt -O2 "
+                "-ffunction-sections -pipe",
+    "@DEBUG_CFLAGS@": "-march=nocona -mtune=haswell -ftree-vectorize -fPIC -fstack-protector-all -fno-plt -Og -g -Wall "
+                      "-Wextra -fvar-tracking-assignments -ffunction-sections -pipe",
+    "@CXXFLAGS@": "-fvisibility-inlines-hidden -fmessage-length=0 -march=nocona -mtune=haswell -ftree-vectorize -fPIC "
+                  "-fstack-protector-strong -fno-plt -O2 -ffunction-sections -pipe",
+    "@DEBUG_CXXFLAGS@": "-fvisibility-inlines-hidden -fmessage-length=0 -march=nocona -mtune=haswell -ftree-vectorize "
+                        "-fPIC -fstack-protector-all -fno-plt -Og -g -Wall -Wextra -fvar-tracking-assignments "
+                        "-ffunction-sections -pipe",
+    "@LDFLAGS@": "-Wl,-O2 -Wl,--sort-common -Wl,--as-needed -Wl,-z,relro -Wl,-z,now -Wl,--disable-new-dtags "
+                 "-Wl,--gc-sections -Wl,--allow-shlib-undefined",
+    "@LIBRARY_PREFIX@": "", "@_CONDA_PYTHON_SYSCONFIGDATA_NAME@": "_sysconfigdata_x86_64_conda_cos6_linux_gnu",
+    "@CONDA_BUILD_CROSS_COMPILATION@": "",
 }
+SUBSTITUTIONS = {
+    "cuda-nvcc_activate.sh": {
+        **_CUDA_NVCC, "@default_cudaarchs@": "75-real;80-real;86-real;89-real;90-real;100-real;103-real;110-real;120-real;121",
+        "@default_torch_cuda_arch_list@": "7.5;8.0;8.6;8.9;9.0;10.0;10.3;11.0;12.0;12.1+PTX"},
+    "cuda-nvcc-build4_activate.sh": {
+        **_CUDA_NVCC,
+        "@default_cudaarchs@": "75-real;80-real;86-real;89-real;90a-real;100f-real;103f-real;120a-real;121f-real;121-virtual"},
+    "ctng_activate-gcc.sh": {**_CTNG, "@COMPILERS@": "cpp gcc gcc-ar gcc-nm gcc-ranlib",
+                             "@CC@": "x86_64-conda-linux-gnu-cc", "@CC_FOR_BUILD@": "x86_64-conda-linux-gnu-cc"},
+    "ctng_activate-g++.sh": {**_CTNG, "@CXX_COMPILERS@": "g++", "@CXX@": "x86_64-conda-linux-gnu-c++",
+                             "@CXX_FOR_BUILD@": "x86_64-conda-linux-gnu-c++"},
+}
+PLACEHOLDER = re.compile(r"@[A-Za-z_]+@")
 
 
 @dataclass(frozen=True)
@@ -75,9 +108,11 @@ def published_record(entry: dict) -> dict:
 
 
 def _payload_of(record: dict, payloads: list[dict]) -> dict:
-    """The payload entry whose name, version glob and subdir match the record (at most one), as record fields."""
+    """The payload entry whose name, version and build globs and subdir match the record (at most one), as record
+    fields (cuda-nvcc_linux-64 13.0.88's builds 0 and 4 install different activation scripts)."""
     for entry in payloads:
         if (entry["name"] == record["name"] and fnmatch.fnmatch(str(record["version"]), entry.get("version", "*"))
+                and fnmatch.fnmatch(str(record["build"]), entry.get("build", "*"))
                 and entry.get("subdir", record["subdir"]) == record["subdir"]):
             return {k: v for k, v in entry.items() if k in ("payload", "payload_note", "stand_in")}
     return {}
@@ -138,16 +173,25 @@ def payload(record: dict, roots: PayloadRoots) -> tuple[dict[str, str], dict[str
         elif "link" in entry:
             links[entry["link"]] = entry["target"]
         elif "file" in entry:
-            text = (HERE / "files" / entry["file"]).read_text()
-            for key, value in ACTIVATE_SUBSTITUTIONS.items():
-                text = text.replace(key, value)
-            texts[entry["to"]] = text
+            texts[entry["to"]] = rendered(entry["file"])
         elif "profile" in entry:
             texts[entry["profile"]] = patched_profile((roots.cuda_root / "bin" / "nvcc.profile").read_text(),
                                                       (HERE / "files" / "nvcc.profile.patch").read_text())
         elif "wrapper" in entry:
             texts[entry["to"]] = wrapper(entry["wrapper"])
     return texts, disk, links, absent
+
+
+def rendered(name: str) -> str:
+    """A committed file of files/ as its package installs it: the recipe's placeholders substituted (SUBSTITUTIONS),
+    checked to leave none behind."""
+    text = (HERE / "files" / name).read_text()
+    for key, value in SUBSTITUTIONS.get(name, {}).items():
+        text = text.replace(key, value)
+    left = PLACEHOLDER.findall(text) if name in SUBSTITUTIONS else []
+    if left:
+        raise SystemExit(f"replica: files/{name}: placeholders {sorted(set(left))} have no value in SUBSTITUTIONS")
+    return text
 
 
 def wrapper(tool: str) -> str:
@@ -207,13 +251,27 @@ def channel_folder(channel: str) -> str:
     return channel.replace("/", "-")
 
 
+def newest_builds(records: list[dict]) -> list[dict]:
+    """Of the records with one name and version, the highest build number: what a solver installs (cuda-nvcc
+    13.0.88 has builds 0 and 4, whose activation scripts differ)."""
+    def number(record: dict) -> int:
+        return int(record.get("build_number", build_number(str(record["build"]))))
+
+    best: dict[tuple, dict] = {}
+    for record in records:
+        key = (record["subdir"], record["name"], str(record["version"]))
+        if key not in best or number(record) > number(best[key]):
+            best[key] = record
+    return [record for record in records if best[(record["subdir"], record["name"], str(record["version"]))] is record]
+
+
 def layout_prefix(dest: Path, roots: PayloadRoots, names: set[str] | None = None) -> list[str]:
     """Install the real payload of the 13.0 CUDA packages (or those named) straight into dest, as conda would.
 
     For the GPU machine, which has no conda installer: the layout (paths, symlinks, files) is the channel's,
     without conda-meta/. Returns the package names laid out."""
     done = []
-    for record in load_records():
+    for record in newest_builds(load_records()):
         if not real_payload(record) or (names and record["name"] not in names):
             continue
         texts, disk, links, absent = payload(record, roots)

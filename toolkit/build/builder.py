@@ -56,8 +56,11 @@ RECIPE_VERSION = 2
 # Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
 # cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin: nvcc 13.0
 # warns "incompatible redefinition for option 'compiler-bindir', the last value of this option was used" (so
-# flag order picks the host compiler). The build removes (or overrides) them; the record keeps what it removed.
-NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+# flag order picks the host compiler). Its gcc activation exports CPPFLAGS="-DNDEBUG -D_FORTIFY_SOURCE=2 -O2
+# -isystem $PREFIX/include" (cuda-nvcc's adds -I $PREFIX/targets/<triple>/include), which distutils appends to
+# every g++ command (CFLAGS, CXXFLAGS, LDFLAGS the build sets itself). The build removes (or overrides) them; the
+# record keeps what it removed.
+NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPPFLAGS")
 NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
 

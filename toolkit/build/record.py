@@ -65,7 +65,7 @@ class BuildRecord:
     finished: str
     schedule: dict[str, Any] = field(default_factory=dict)  # object order; records before 2026-11-29 run 2 have none
     patches: list[dict[str, Any]] = field(default_factory=list)  # patches.AppliedPatch: file, sha256, applied
-    neutralised_environment: dict[str, Any] = field(default_factory=dict)  # NVCC_* from an activated env, removed
+    neutralised_environment: dict[str, Any] = field(default_factory=dict)  # NVCC_*, CPPFLAGS of an activated env, removed
     # FlashAttention-3 builds: commit, profile, its DISABLE switches, each archive with its sha256 and git ids
     flash_attn_3: dict[str, Any] = field(default_factory=dict)
     status: str = "success"
