@@ -24,7 +24,8 @@ from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN = "cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa4, gpu-machine, gpu-replica, py-cu130, py-cu132"
+KNOWN = ("cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa3, gpu-machine-fa4, gpu-machine, gpu-replica, "
+         "py-cu130-torch211, py-cu130, py-cu132")
 
 
 def toolkit(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -61,10 +61,12 @@ def test_python_is_refused_for_a_conda_line(tmp_path):
     document["metadata"]["custom_metadata"]["fa-envkit.toolchain-kind"] = "locked"
     document["metadata"]["custom_metadata"]["fa-envkit.lock-sha256"] = lock_digest(document)
     (tmp_path / "gpu-machine.conda-lock.yml").write_text(yaml.safe_dump(document))
-    with pytest.raises(ToolkitError, match=r"^--python: gpu-machine has a locked toolchain, whose python comes from "
-                                           r".*gpu-machine\.conda-lock\.yml \(drop --python\)$"):
-        install_line("gpu-machine", tmp_path / "env", Workspace(locks=tmp_path), python=Path(sys.executable))
-    assert not (tmp_path / "env").exists()
+    for option, given in (("python", {"python": Path(sys.executable)}), ("torch-from", {"torch_from": Path(sys.executable)}),
+                          ("wheels", {"wheels": tmp_path})):
+        with pytest.raises(ToolkitError, match=rf"^--{option}: gpu-machine has a locked toolchain, whose python and "
+                                               rf"torch come from .*gpu-machine\.conda-lock\.yml \(drop --{option}; "):
+            install_line("gpu-machine", tmp_path / "env", Workspace(locks=tmp_path), **given)
+        assert not (tmp_path / "env").exists()
 
 
 def test_knowledge_symlinks_that_leave_cuda_home_are_refused(tmp_path):

@@ -88,8 +88,8 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
                            f"to install (the machine provides it; `toolkit build {line}` checks it)")
     for option, given in (("--python", python), ("--torch-from", torch_from), ("--wheels", wheels)):
         if given and locked_env.toolchain_kind != "pypi":
-            raise ToolkitError(f"{option}: {line} has a {locked_env.toolchain_kind} toolchain; the option is for "
-                               f"pypi lines' venvs (drop {option})")
+            raise ToolkitError(f"{option}: {line} has a {locked_env.toolchain_kind} toolchain, whose python and torch "
+                               f"come from {display_path(lock_file)} (drop {option}; it is for pypi lines' venvs)")
     platform = platform or running_platform()
     if platform not in locked_env.platforms:
         raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
