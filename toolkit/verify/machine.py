@@ -2,9 +2,10 @@
 
 The measuring code runs in the line's own environment, the python that holds torch and the built
 flash-attn wheel. When `toolkit` itself runs under another interpreter, the measurement re-executes
-as `python -m toolkit.verify` / `python -m toolkit.verify.bench` under the environment's python; that child
-needs torch and flash-attn only (no pyyaml or conda tooling), so this module imports only the standard
-library at the top (the spec, for the parent side, is loaded inside measure_for_line).
+as `python -m toolkit.verify` / `python -m toolkit.verify.bench` under the environment's python. That python
+(a pypi line's venv holds the line's packages only) may lack the toolkit's own dependencies (PyYAML, rich,
+packaging): run_under lends them, behind the environment's own packages. This module imports only the
+standard library at the top (the spec, for the parent side, is loaded inside measure_for_line).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import glob
+import json
 import os
 import socket
 import subprocess
@@ -108,8 +110,77 @@ def is_current_interpreter(python: Path) -> bool:
     return os.path.realpath(Path(python).absolute().parent.parent) == os.path.realpath(sys.prefix)
 
 
+# Runs under the environment's python: the module, with the toolkit's own dependencies behind everything the
+# environment has (a finder appended to sys.meta_path asks only after the environment's sys.path found nothing,
+# and only for their top-level names: the toolkit's torch is never the line's). Only where both interpreters
+# share one SOABI: pydantic-core and PyYAML's _yaml are built for one. A dependency still missing is one line.
+FALLBACK_RUNNER = r"""
+import importlib.machinery, json, runpy, sys, sysconfig
+given, module = json.loads(sys.argv[1]), sys.argv[2]
+shared = (sysconfig.get_config_var("SOABI") or "") == given["soabi"]
+
+class ToolkitDependencies:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if path is None and name in given["names"]:
+            return importlib.machinery.PathFinder.find_spec(name, given["dirs"])
+        return None
+
+if shared:
+    sys.meta_path.append(ToolkitDependencies)
+sys.argv = sys.argv[2:]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except ModuleNotFoundError as exc:
+    top = (exc.name or "").partition(".")[0]
+    if shared or top not in given["names"]:
+        raise
+    here = "%d.%d" % sys.version_info[:2]
+    print(f"error: {sys.executable}: python {here} lacks {given['names'][top]} (module {top!r}), which the toolkit "
+          f"needs, and the toolkit's own are for python {given['python']} ({given['soabi']}), not lent across "
+          f"versions (run toolkit itself under a python {here} that has its dependencies: "
+          f"python{here} -m pip install {given['project']})", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+def toolkit_dependencies() -> dict:
+    """What FALLBACK_RUNNER needs of this interpreter: its SOABI, and the folders and top-level module names
+    (-> distribution) of fa-envkit's dependencies (their own dependencies too; no extra: the verify extra's
+    torch is the line's to provide), as installed here."""
+    import sysconfig
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from toolkit.base.entry import declared_requirements
+
+    def wanted(req: Requirement, extras: set[str]) -> bool:
+        return req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras or {""})
+
+    found: dict[str, metadata.Distribution] = {}
+    todo = [r for r in declared_requirements() if wanted(r, set())]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in found:
+            continue
+        try:
+            dist = found[name] = metadata.distribution(req.name)
+        except metadata.PackageNotFoundError:
+            continue  # not installed here (a marker-less optional, or a broken install): nothing to lend
+        todo += [r for r in map(Requirement, dist.requires or []) if wanted(r, set(req.extras))]
+    names = {module: ours[0] for module, dists in metadata.packages_distributions().items()
+             if (ours := [d for d in dists if canonicalize_name(d) in found]) and module.isidentifier()}
+    dirs = dict.fromkeys(str(Path(str(d.locate_file(""))).resolve()) for d in found.values())
+    return {"soabi": sysconfig.get_config_var("SOABI") or "", "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "names": names, "dirs": list(dirs), "project": str(PROJECT_ROOT)}
+
+
 def run_under(python: Path, module: str, args: list[str], spec_path: Path, what: str) -> int:
-    """Re-run `python -m module args` under the environment's interpreter, with this toolkit importable."""
+    """Re-run `python -m module args` under the environment's interpreter, with this toolkit importable and its
+    dependencies lent where the environment lacks them (FALLBACK_RUNNER)."""
     if not Path(python).exists():
         if not glob.glob("/dev/nvidia[0-9]*"):  # say the more basic problem first
             raise ToolkitError(NO_GPU.format(why="no /dev/nvidia* device", what=what))
@@ -117,8 +188,8 @@ def run_under(python: Path, module: str, args: list[str], spec_path: Path, what:
                            f"(install the line's environment first, or pass --python PATH)")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([str(python), "-m", module, *args], env=env).returncode
-
+    runner = [str(python), "-c", FALLBACK_RUNNER, json.dumps(toolkit_dependencies()), module, *args]
+    return subprocess.run(runner, env=env).returncode
 
 
 def add_line_arguments(parser: argparse.ArgumentParser) -> None:
