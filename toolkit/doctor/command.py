@@ -509,7 +509,8 @@ def _lock_rows(f: Facts, line: LineFacts, manager: str, installed: dict[str, str
 
 
 def check_lock_conda(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    if line.locked is None or line.env_prefix is None:
+    """The conda prefix against the lock's conda packages; nothing for a lock without any (a pypi line's venv)."""
+    if line.locked is None or line.env_prefix is None or not any(p.manager == "conda" for p in line.locked):
         return None
     if f.probe.conda_packages is None:
         return Row("lock-conda", "info", f"no env at {display_path(line.env_prefix)}", f"toolkit install {line.name}")
@@ -585,11 +586,12 @@ def check_record_toolchain(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | No
 
 
 def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    """A locked line whose environment is not installed: say so and how to make it, instead of judging
-    this shell's nvcc, gcc and python, which the line's build never uses."""
+    """A locked or pypi line whose environment is not installed: say so and how to make it, instead of judging
+    this shell's nvcc, gcc and python, which the line's build never uses. An installed pypi line's venv is
+    described: where its python and CUDA_HOME are (line_env's layout) and that the host compiler is the machine's."""
     missing, name = f.probe.env_missing, line.name
     if missing is None:
-        return None
+        return describe_venv(f, line, spec)
     where = "" if Path(missing) == Workspace().prefix(name) else f" --prefix {missing}"
     if line.lock_file.exists():
         fix = f"toolkit install {name}{where} (or nox -s env-{name})"
@@ -597,6 +599,15 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
         fix = f"toolkit lock {name} && toolkit install {name}{where} (or nox -s lock-{name} env-{name})"
     return Row("env", "fail", f"{missing}: {name}'s environment is not installed (the toolchain checks need it; "
                               "this shell's own tools are not what the line builds with)", fix)
+
+
+def describe_venv(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    if spec.toolchain.kind != "pypi" or line.env_prefix is None:
+        return None
+    fp, where = f.fingerprint, display_path(line.env_prefix)
+    compiler = f"the machine's g++ {fp.cxx_path}" if fp.cxx_path else "no g++ on PATH (the machine's is used)"
+    return Row("env", "ok", f"venv {where}: python {fp.python_path}, CUDA_HOME {fp.cuda_home} (NVIDIA's wheels), "
+                            f"host compiler {compiler}")
 
 
 def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
@@ -716,7 +727,8 @@ def gather(args: argparse.Namespace) -> Facts:
     line = gather_line(line_name, spec, spec_error, machine, workspace, args.prefix) if line_name else None
     if not args.fingerprint:
         if args.prefix is not None and not args.prefix.is_dir():
-            raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env)")
+            raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env, or of "
+                               f"a pypi line's venv with its LINE)")
         env = line_env.resolve(spec, args.prefix)
         fp = env.fingerprint()
         locked_pip = tuple(p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip")
@@ -737,7 +749,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("line", nargs="?", metavar="LINE", help="also compare with this line's spec, lock and build record")
     add_renamed_option(parser, "--line", "`toolkit doctor LINE`")
     parser.add_argument("--prefix", type=Path, metavar="DIR",
-                        help="check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH)")
+                        help="check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH); with a "
+                             "pypi LINE, the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
     parser.add_argument("--fingerprint", type=Path, metavar="REPORT",

@@ -58,11 +58,17 @@ class LineEnvironment:
             return self
         where = display_path(self.root or Path("."))
         if self.root == DEFAULT.prefix(line).absolute():
-            fix = f"run `toolkit install {line}` first, or pass --prefix"
+            fix = f"run `{self.install_command(line)}` first, or pass --prefix"
         else:
-            fix = f"install it there with `toolkit install {line} --prefix {shlex.quote(where)}`, or pass the " \
-                  f"--prefix it was installed with"
+            fix = f"install it there with `{self.install_command(line)}`, or pass the --prefix it was installed with"
         raise ToolkitError(f"{where}: no installed environment for {line} ({fix})")
+
+    def install_command(self, line: str) -> str:
+        """The `toolkit install` that makes this environment where it is looked for: --prefix unless it is the
+        default place (where --prefix named the folder, suggesting another would point back at an empty one)."""
+        if self.root is None or self.root == DEFAULT.prefix(line).absolute():
+            return f"toolkit install {line}"
+        return f"toolkit install {line} --prefix {shlex.quote(display_path(self.root))}"
 
     def fingerprint(self, work_dir: Path = Path(".")) -> Fingerprint:
         """The probed toolchain. A missing prefix probes nothing: this shell's tools are not the line's."""

@@ -32,6 +32,7 @@ from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build.record import BuildRecord
 from toolkit.build.wheelhouse import records
 from toolkit.env.lock import LockedEnv, read_lock
+from toolkit.env.pypi_install import site_packages
 from toolkit.knowledge.facts import load_knowledge, minor_of
 from toolkit.machine import line_env
 from toolkit.spec.envspec import EnvSpec, resolve_spec_arg, spec_paths
@@ -44,6 +45,7 @@ FAMILY = "flash_attn"
 DEFAULT_NAMING = "flash-attn/{flash_attn}-{cuda_tag}-torch{torch_minor}-py{python_nodot}"
 NAMING_FIELDS = ("line", "flash_attn", "cuda", "cuda_tag", "torch", "torch_minor", "python", "python_nodot")
 PYPI_PAGE = "https://pypi.org/project/{}/"
+PYPI_NVCC = "nvidia-cuda-nvcc"  # the wheel whose version is a pypi line's nvcc's (13.0.88), as cuda-nvcc's is conda's
 
 # What may reach a modulefile. None of these admits a quote, backslash, $, backtick, bracket, brace,
 # newline or (in paths) a colon: nothing Lua, Tcl or a shell would read as code or as a second PATH entry.
@@ -85,14 +87,15 @@ def safe_path(path: Path | str, where: object, field: str) -> str:
 class InstalledEnv:
     """What one line's environment provides, read from disk rather than from the spec."""
 
-    kind: str  # "locked": a conda prefix; "external": the toolchain's own interpreter
-    prefix: str  # the conda prefix, or sys.prefix of the external interpreter
+    kind: str  # "locked": a conda prefix; "pypi": the line's venv; "external": the toolchain's own interpreter
+    prefix: str  # the conda prefix, the venv, or sys.prefix of the external interpreter
     bin_dir: str
     site_dir: str  # where flash-attn is installed
     target: str | None  # a --target site dir the interpreter would not search by itself
     man_dir: str | None
-    venv: bool  # the external interpreter is a venv (VIRTUAL_ENV applies)
-    cuda_home: str  # the conda prefix (conda's nvcc and CUDA headers live there), or the toolchain's CUDA_HOME
+    venv: bool  # a pypi line's venv, or an external interpreter that is one (VIRTUAL_ENV applies)
+    cuda_home: str  # the conda prefix (conda's nvcc and CUDA headers live there), the venv's nvidia/cu13, or the
+    # toolchain's CUDA_HOME
     python: str
     cuda: str
     torch: str
@@ -141,12 +144,18 @@ def project_url(dist: metadata.Distribution, where: Path) -> str:
     return safe("url", url, where, f"{PACKAGE} metadata Home-page")
 
 
-def read_conda_prefix(spec: EnvSpec, prefix: Path) -> InstalledEnv:
+def not_installed(spec: EnvSpec, found: line_env.LineEnvironment) -> NotInstalled:
+    """A locked or pypi line's prefix that holds no environment, with the install that makes one there."""
+    return NotInstalled(f"{display_path(found.root or Path('.'))}: no environment "
+                        f"here (run `{found.install_command(spec.line)}`, or pass --env-root/--prefix where it is)")
+
+
+def read_conda_prefix(spec: EnvSpec, found: line_env.LineEnvironment) -> InstalledEnv:
     """A locked line: the conda prefix `toolkit install` made, with flash-attn pip-installed into it."""
+    prefix = found.root or Path(".")
     prefix_text = safe_path(prefix, "--env-root/--prefix", "environment prefix")
     if not (prefix / "conda-meta").is_dir():
-        raise NotInstalled(f"{prefix_text}: no conda environment here (run `toolkit install {spec.line}`, "
-                           f"or pass --env-root/--prefix)")
+        raise not_installed(spec, found)
     conda = conda_packages(prefix)
     sites = sorted(prefix.glob("lib/python3*/site-packages"))
     if len(sites) != 1:
@@ -174,6 +183,50 @@ def read_conda_prefix(spec: EnvSpec, prefix: Path) -> InstalledEnv:
         cuda_home=prefix_text,
         python=safe("name", conda.get("python") or site.parent.name.removeprefix("python"), meta, "python version"),
         cuda=safe("name", conda.get("cuda-nvcc") or conda.get("cuda-version") or spec.cuda, meta, "cuda-nvcc version"),
+        torch=safe("name", torch.version, site, "torch version"),
+        flash_attn=safe("name", flash_attn.version, site, f"{PACKAGE} version"),
+        url=project_url(flash_attn, site),
+    )
+
+
+def pyvenv_version(root: Path) -> str | None:
+    """The interpreter's X.Y.Z a venv records in pyvenv.cfg (`version`, or `version_info` before 3.11)."""
+    config = root / "pyvenv.cfg"
+    pairs = [line.partition("=") for line in (config.read_text(errors="replace").splitlines() if config.is_file() else [])]
+    values = {key.strip(): value.strip() for key, _, value in pairs}
+    return values.get("version") or values.get("version_info")
+
+
+def read_pypi_venv(spec: EnvSpec, found: line_env.LineEnvironment) -> InstalledEnv:
+    """A pypi line: the venv `toolkit install` made from the lock's wheels, flash-attn pip-installed into it;
+    CUDA_HOME and the layout are line_env's (site-packages/nvidia/cu13), the host compiler the machine's."""
+    if found.missing or found.root is None or found.cuda_home is None:
+        raise not_installed(spec, found)
+    prefix_text = safe_path(found.root, "--env-root/--prefix", "environment prefix")
+    site = site_packages(found.root, spec.python)
+    if not site.is_dir():
+        raise ToolkitError(f"{prefix_text}: no {display_path(site)} (reinstall with `{found.install_command(spec.line)}`)")
+    dists = pip_distributions([site])
+    flash_attn = one_distribution(dists, PACKAGE, site)
+    if flash_attn is None:
+        raise NotInstalled(f"{site}: {PACKAGE} is not installed (pip install the wheel from "
+                           f"{Workspace.wheelhouse}/{spec.line}/ into this environment)")
+    torch = one_distribution(dists, "torch", site)
+    if torch is None:
+        raise ToolkitError(f"{prefix_text}: torch is not installed (reinstall with `{found.install_command(spec.line)}`)")
+    nvcc = one_distribution(dists, PYPI_NVCC, site)
+    man_dir = found.root / "share" / "man"
+    return InstalledEnv(
+        kind="pypi",
+        prefix=prefix_text,
+        bin_dir=safe_path(found.root / "bin", prefix_text, "bin"),
+        site_dir=safe_path(site, prefix_text, "site-packages"),
+        target=None,
+        man_dir=safe_path(man_dir, prefix_text, "share/man") if man_dir.is_dir() else None,
+        venv=True,
+        cuda_home=safe_path(found.cuda_home, prefix_text, "CUDA_HOME"),
+        python=safe("name", pyvenv_version(found.root) or spec.python, found.root / "pyvenv.cfg", "version"),
+        cuda=safe("name", nvcc.version if nvcc else spec.cuda, site, f"{PYPI_NVCC} version"),
         torch=safe("name", torch.version, site, "torch version"),
         flash_attn=safe("name", flash_attn.version, site, f"{PACKAGE} version"),
         url=project_url(flash_attn, site),
@@ -359,6 +412,12 @@ def environment_changes(spec: EnvSpec, env: InstalledEnv, options: ModuleOptions
         if options.ld_library_path:
             prepend.append(("LD_LIBRARY_PATH", safe_path(Path(env.prefix) / "lib", env.prefix, "lib")))
         activation = [("CONDA_PREFIX", env.prefix), ("CONDA_DEFAULT_ENV", env.prefix)]
+    elif env.kind == "pypi":  # nvcc is in CUDA_HOME/bin, not the venv's bin (python, ninja); prepended last, it
+        # comes first, as in line_env's PATH for the line
+        prepend.insert(1, ("PATH", safe_path(Path(env.cuda_home) / "bin", env.cuda_home, "bin")))
+        if options.ld_library_path:
+            prepend.append(("LD_LIBRARY_PATH", safe_path(Path(env.cuda_home) / "lib", env.cuda_home, "lib")))
+        activation = [("VIRTUAL_ENV", env.prefix)]
     else:
         if options.ld_library_path:
             prepend.append(("LD_LIBRARY_PATH", safe_path(Path(env.cuda_home) / "lib64", env.cuda_home, "lib64")))
@@ -371,8 +430,9 @@ def help_lines(module_full: str, spec: EnvSpec, env: InstalledEnv, provenance: P
                prereqs: tuple[str, ...], variables: list[str], options: ModuleOptions) -> list[str]:
     """`module help`: what is inside, and the lock and build it came from."""
     description = safe("text", spec.description, spec.where("description"), "description")
-    where_from = ("conda prefix installed from the lock" if env.kind == "locked"
-                  else f"external toolchain, installed with {spec.toolchain.python_executable}")
+    where_from = {"locked": "conda prefix installed from the lock",
+                  "pypi": "venv installed from the lock's wheels; CUDA from NVIDIA's wheels, gcc the machine's"
+                  }.get(env.kind, f"external toolchain, installed with {spec.toolchain.python_executable}")
     lines = [
         f"{module_full}: FlashAttention ({PACKAGE} {env.flash_attn}) from line {spec.line}.",
         description,
@@ -444,7 +504,7 @@ def modulefile_for(spec: EnvSpec, env: InstalledEnv, provenance: Provenance, opt
                          for m in spec.toolchain.modules)
     prereqs = tuple(dict.fromkeys(site_modules + options.prereqs))
     prepend, push = environment_changes(spec, env, options)
-    variables = [var for var, _ in prepend + push]
+    variables = list(dict.fromkeys(var for var, _ in prepend + push))
     description = (f"FlashAttention {env.flash_attn} for CUDA {spec.cuda} ({tag}), torch {env.torch}, "
                    f"python {python_minor}")
     return Modulefile(
@@ -538,7 +598,8 @@ class Sources:
 def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modulefile:
     """Read one line's installed env, lock and build record into its Modulefile (nothing written yet)."""
     found = line_env.resolve(spec, sources.prefix, workspace=sources.workspace)
-    env = read_conda_prefix(spec, found.root) if found.root else read_external(spec, found, sources.target)
+    readers = {"locked": read_conda_prefix, "pypi": read_pypi_venv}
+    env = readers[found.kind](spec, found) if found.kind in readers else read_external(spec, found, sources.target)
     lock_file = sources.workspace.lock_file(spec.line)
     builds_dir = sources.workspace.wheel_dir(spec.line)
     provenance = Provenance(lock_file, read_lock_if_any(lock_file), builds_dir, read_build_record(builds_dir, env),
