@@ -2,7 +2,7 @@
 
 On a cluster users type `module load flash-attn/2.8.3.post2-cu126-torch2.9-py312` instead of activating
 an environment. This is the last stage: it reads what earlier stages left on disk (the installed conda
-prefix, or the external interpreter the wheel was installed into; the lock; the build record), checks
+prefix or pypi line's venv, or the external interpreter the wheel was installed into; the lock; the build record), checks
 every value that will land in a modulefile against a strict pattern (a spec field must never become
 Lua, Tcl or shell code), and renders toolkit/site/templates/modulefile.{lua,tcl}. Same inputs, same bytes.
 """
