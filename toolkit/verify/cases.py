@@ -16,7 +16,8 @@ DTYPES = ("float16", "bfloat16")
 # Head dims 32..256 as upstream tests them, including ones that are not powers of two (and 59, 111:
 # not multiples of 8, which flash-attn pads internally).
 HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
-SHORT_DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
+FP8 = "float8_e4m3fn"  # FlashAttention-3's FP8 input (forward only; its output is bf16): toolkit/verify/fa3.py
+SHORT_DTYPE = {"float16": "fp16", "bfloat16": "bf16", FP8: "fp8"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Case:
 
     @property
     def backward(self) -> bool:
-        return self.api != "kvcache"  # flash_attn_with_kvcache has no backward
+        return self.api != "kvcache" and self.dtype != FP8  # kvcache and FA3's FP8 have no backward
 
     @property
     def name(self) -> str:
@@ -66,7 +67,8 @@ class Case:
         """Why flash-attn cannot take this combination at all (a case generator bug), or None."""
         rules = [
             (self.api not in APIS, f"unknown api {self.api!r}"),
-            (self.dtype not in DTYPES, f"unknown dtype {self.dtype!r}"),
+            (self.dtype not in (*DTYPES, FP8), f"unknown dtype {self.dtype!r}"),
+            (self.dtype == FP8 and self.api != "func", "FP8 cases call flash_attn_func only"),
             (self.nheads % self.nheads_k != 0, "nheads must be a multiple of nheads_k"),
             (self.api == "qkvpacked" and (self.nheads_k != self.nheads or self.seqlen_q != self.seqlen_k),
              "qkvpacked needs equal heads and lengths"),
