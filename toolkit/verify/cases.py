@@ -149,3 +149,43 @@ def full_cases() -> list[Case]:
 
 
 LEVELS = {"smoke": smoke_cases, "full": full_cases}
+
+
+# ---------------------------------------------------------------- the packaged backends' suites (FA4, FA3)
+
+
+PACKED_APIS = ("qkvpacked", "kvpacked")
+
+
+def case_features(case: Case) -> set[str]:
+    """The knowledge's feature names a case exercises (flash_attn_4.yaml `features`, plus ones FA4 lacks)."""
+    flags = {
+        "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
+        "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
+        "paged_kv": case.api == "kvcache", "kv_append": case.new_tokens > 0, "alibi": case.alibi,
+        "dropout": case.dropout_p > 0, "deterministic": case.deterministic, "packed_api": case.api in PACKED_APIS,
+    }
+    return {name for name, on in flags.items() if on}
+
+
+def extra_cases() -> list[Case]:
+    """FA4's listed features the shared smoke level reaches only combined with an unlisted one:
+    GQA without the deterministic backward, paged KV without the cache append, a window with causal."""
+    return [
+        Case("func", "bfloat16", 128, 256, 512, nheads_k=2),
+        Case("func", "float16", 64, 512, 512, nheads_k=1, causal=True),
+        Case("kvcache", "bfloat16", 128, 1, 512, nheads_k=2, causal=True),
+        Case("kvcache", "float16", 64, 64, 1024, causal=False),
+        Case("func", "bfloat16", 128, 512, 512, window=(128, 0), causal=True),
+        Case("varlen", "bfloat16", 64, 300, 300, nheads_k=2, softcap=30.0),
+    ]
+
+
+def level_with_extras(level: str, more: list[Case] | None = None) -> list[Case]:
+    """The level's cases, then the extra combinations and `more`, each name once (FA4's and FA3's suites)."""
+    seen, cases = set(), []
+    for case in LEVELS[level]() + extra_cases() + (more or []):
+        if case.name not in seen:
+            seen.add(case.name)
+            cases.append(case)
+    return cases

@@ -28,7 +28,8 @@ from types import ModuleType
 from typing import Any
 
 from toolkit.base.entry import program
-from toolkit.verify.cases import FP8, Case
+from toolkit.verify.cases import FP8, Case, level_with_extras
+from toolkit.verify.cases import case_features as shared_features
 
 DEVICE = "cuda"
 PACKAGE = "flash-attn-3 (flash_attn_interface)"
@@ -40,9 +41,7 @@ PACKAGE = "flash-attn-3 (flash_attn_interface)"
 def case_features(case: Case) -> set[str]:
     """The knowledge's feature names a case exercises: FA4's, with each packed or cache API named on its own
     (FA3 has qkvpacked and a plain KV cache, but no kvpacked; paging is not needed for its cache call)."""
-    from toolkit.verify.fa4 import case_features as shared
-
-    names = shared(case) - {"packed_api", "paged_kv"}
+    names = shared_features(case) - {"packed_api", "paged_kv"}
     return names | ({case.api} if case.api in ("qkvpacked", "kvpacked", "kvcache") else set())
 
 
@@ -90,14 +89,7 @@ def fp8_cases(level: str) -> list[Case]:
 
 def fa3_cases(level: str) -> list[Case]:
     """The shared level, FA4's extra combinations (GQA without determinism, a cache without append, ...), FP8."""
-    from toolkit.verify.fa4 import fa4_cases
-
-    seen, cases = set(), []
-    for case in fa4_cases(level) + fp8_cases(level):
-        if case.name not in seen:
-            seen.add(case.name)
-            cases.append(case)
-    return cases
+    return level_with_extras(level, fp8_cases(level))
 
 
 # ---------------------------------------------------------------- FP8: the bound e4m3 allows
