@@ -216,15 +216,18 @@ def test_fa4_is_benchmarked_beside_fa2_and_a_missing_one_is_a_skipped_row():
 
 
 def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
+    from toolkit.verify import fa3 as verify_fa3
     from toolkit.verify import fa4 as verify_fa4
     from toolkit.verify import machine
 
     namespace = types.SimpleNamespace(__path__=["/site/flash_attn"])  # what `import flash_attn` gives with FA4 only
     monkeypatch.setattr(machine, "import_flash_attn", lambda: (namespace, ""))
     monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (fa4_double, ""))
-    fa2, fa4, errors = bench.import_packages()
-    assert fa2 is None and fa4 is fa4_double
-    assert errors == ["flash_attn: flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"]
+    monkeypatch.setattr(verify_fa3, "import_fa3", lambda: (None, "ModuleNotFoundError: no flash_attn_interface"))
+    fa2, fa4, fa3, errors = bench.import_packages()
+    assert fa2 is None and fa4 is fa4_double and fa3 is None
+    assert errors == ["flash_attn: flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)",
+                      "flash_attn_interface: ModuleNotFoundError: no flash_attn_interface"]
 
 
 def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):

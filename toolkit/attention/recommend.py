@@ -31,7 +31,10 @@ from toolkit.base.jsonfile import read_json
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
 VERL_SHAPE = VerlShape()  # bf16 d128 causal fwd+bwd seqlen 4096, unless `--head-dim` / `--seqlen` say otherwise
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
-Dtype = Literal["bfloat16", "float16"]  # what `toolkit bench` measures
+Dtype = Literal["bfloat16", "float16"]  # what a recommendation covers: transformers' attn_implementation runs these
+# `toolkit bench` also measures FlashAttention-3's FP8 forward; no attn_implementation asks for FP8, so those rows are
+# read (checked) but never become a rule or a ratio
+BenchDtype = Literal["bfloat16", "float16", "float8_e4m3fn"]
 Mode = Literal["fwd", "fwd+bwd"]
 DTYPES, MODES = get_args(Dtype), get_args(Mode)
 
@@ -123,7 +126,7 @@ class BenchRow:
     implementation: Backend
     mode: Mode
     causal: Flag
-    dtype: Dtype
+    dtype: BenchDtype
     head_dim: Positive
     seqlen: Positive
     status: Literal["ok", "skipped", "error"]
@@ -147,6 +150,7 @@ class BenchReport:
     command: Text | None = None
     torch: Text | None = None
     flash_attn: Versions = field(default_factory=Versions)
+    flash_attn_3: Versions = field(default_factory=Versions)
     flash_attn_4: Versions = field(default_factory=Versions)
 
 
@@ -215,7 +219,7 @@ def recommend(bench: dict, verified: dict[str, Verified]) -> list[Rule]:
     """One rule per band: the fastest verified backend; adjacent bands with the same backend merge."""
     groups: dict[tuple, dict[int, list[dict]]] = {}
     for row in bench["measurements"]:
-        if row["status"] == "ok" and row["tflops"]:
+        if _recommendable(row):
             key = tuple(row[k] for k in GROUP_KEYS)
             groups.setdefault(key, {}).setdefault(row["seqlen"], []).append(row)
     rules: list[Rule] = []
@@ -286,10 +290,15 @@ def _not_verified_why(backend: str, shape: tuple, report: dict | None, gpu: str 
 def _by_shape(bench: dict) -> dict[tuple, dict[str, float]]:
     shapes: dict[tuple, dict[str, float]] = {}
     for row in bench["measurements"]:
-        if row["status"] == "ok" and row["tflops"]:
+        if _recommendable(row):
             key = (row["dtype"], row["head_dim"], row["causal"], row["mode"], row["seqlen"])
             shapes.setdefault(key, {})[row["implementation"]] = row["tflops"]
     return shapes
+
+
+def _recommendable(row: dict) -> bool:
+    """A measured row in a precision a recommendation covers (not FA3's FP8 forward: see BenchDtype)."""
+    return row["status"] == "ok" and bool(row["tflops"]) and row["dtype"] in DTYPES
 
 
 def lookup_rules(rules: list[Rule], dtype: str, head_dim: int, causal: bool, mode: str, seqlen: int) -> Rule | None:

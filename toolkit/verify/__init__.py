@@ -18,6 +18,7 @@ LEVELS = ("smoke", "full", "parity")
 
 
 WITH_PARITY = ("full", "parity")
+BACKENDS = ("flash-attn", "flash-attn-3")  # attention_backends.yaml's names of what `toolkit verify` can check
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
 
 
@@ -32,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "reports/LINE/verify.json and verify.xml; exit 1 on any failure or without a GPU.")
     add_line_arguments(parser)
     parser.add_argument("--level", choices=LEVELS, default="smoke", help="how much to run (default: smoke)")
+    parser.add_argument("--backend", choices=BACKENDS, default="flash-attn",
+                        help="flash-attn (2.x, default) or flash-attn-3: the line's FlashAttention-3 build, the cases "
+                             "its flash_attn_3 profile leaves out recorded as unsupported; reports go to "
+                             "reports/LINE/flash-attn-3/ unless --report-dir says otherwise")
     parser.set_defaults(func=verify_command)
 
 
@@ -40,10 +45,39 @@ def verify_command(args: argparse.Namespace) -> int:
 
     from toolkit.verify import machine, report
 
+    if args.backend == "flash-attn-3":
+        return verify_fa3_command(args)
     command = f"toolkit verify {args.line} --level {args.level}"
     code, written = machine.measure_for_line(
         args, "toolkit.verify", ["--level", args.level, "--command", command],
         lambda line, report_dir: measure(line, args.level, report_dir, command), "verification", "verify.json")
+    if written:
+        report.show(written, Console())
+    return code
+
+
+def verify_fa3_command(args: argparse.Namespace) -> int:
+    """FlashAttention-3 of a line with a flash_attn_3 section, judged for the cases its profile builds."""
+    from rich.console import Console
+
+    from toolkit.base.errors import ToolkitError
+    from toolkit.base.workspace import Workspace
+    from toolkit.spec.envspec import resolve_spec_arg
+    from toolkit.spec.rules import checked_spec
+    from toolkit.verify import fa3, machine, report
+
+    if args.level == "parity":
+        raise ToolkitError("toolkit verify --backend flash-attn-3: no transformers parity for FA3 yet "
+                           "(use --level smoke or full)")
+    workspace = Workspace.from_args(args)
+    spec = checked_spec(resolve_spec_arg(args.line, workspace))
+    profile = fa3.line_profile(spec)
+    args.report_dir = args.report_dir or workspace.report_dir(spec.line) / "flash-attn-3"
+    command = f"toolkit verify {args.line} --backend flash-attn-3 --level {args.level}"
+    code, written = machine.measure_for_line(
+        args, "toolkit.verify.fa3", ["--level", args.level, "--profile", profile, "--command", command],
+        lambda line, report_dir: fa3.measure(line, args.level, report_dir, command, profile),
+        "verification", "verify.json")
     if written:
         report.show(written, Console())
     return code

@@ -2,7 +2,8 @@
 
 Grid: forward and forward+backward, causal and not, seqlen 512..16k at a fixed number of tokens per
 batch (batch = tokens / seqlen) and a fixed model width (heads = 2048 / head_dim), head dims
-64/128/256, bf16 and fp16, as upstream's benchmarks/benchmark_flash_attention.py does. FLOPs count
+64/128/256, bf16 and fp16, as upstream's benchmarks/benchmark_flash_attention.py does; where
+FlashAttention-3's build has FP8, its FP8 (e4m3) forward on the same shapes, counted the same way. FLOPs count
 the two matmuls of the forward, 4 * batch * heads * seqlen^2 * head_dim (halved when causal), and
 3.5x that for forward+backward (the backward is 2.5x the forward).
 
@@ -33,11 +34,15 @@ from toolkit.base.jsonfile import read_json
 from toolkit.knowledge import files as knowledge_files
 from toolkit.verify import machine
 
-IMPLEMENTATIONS = ("flash-attn", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
+IMPLEMENTATIONS = ("flash-attn", "flash-attn-3", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
 # Implementations that come from an installed package rather than torch: the module each one calls.
-PACKAGED = {"flash-attn": "flash_attn (flash-attn 2.x)", "fa4": "flash_attn.cute (flash-attn-4)"}
+PACKAGED = {"flash-attn": "flash_attn (flash-attn 2.x)", "flash-attn-3": "flash_attn_interface (flash-attn-3)",
+            "fa4": "flash_attn.cute (flash-attn-4)"}
+# FP8 (e4m3) forward: only FlashAttention-3 takes it (torch's SDPA and FA2 do not); rows only where its build has it
+FP8 = "float8_e4m3fn"
+FP8_IMPLEMENTATIONS = ("flash-attn-3",)
 # torch's words when the requested SDPA backend cannot take the inputs (CUDA, CPU)
 NO_KERNEL_MARKERS = ("No available kernel", "No viable backend")
 QUADRATIC = ("sdpa-math", "eager")
@@ -103,6 +108,12 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
 
     if implementation == "flash-attn":
         return False, lambda q, k, v: modules["flash-attn"].flash_attn_func(q, k, v, causal=causal)
+    if implementation == "flash-attn-3":  # out alone at the pin; (out, lse) where an older commit returns both
+        def fa3(q, k, v, **descale):
+            out = modules["flash-attn-3"].flash_attn_func(q, k, v, causal=causal, **descale)
+            return out[0] if isinstance(out, tuple) else out
+
+        return False, fa3
     if implementation == "fa4":  # flash_attn.cute returns (out, lse)
         return False, lambda q, k, v: modules["fa4"].flash_attn_func(q, k, v, causal=causal)[0]
     if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
@@ -130,6 +141,11 @@ def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, caus
 
     heads_first, attend = _attention_fn(implementation, modules, causal, shape.seqlen, device)
     q, k, v = inputs["bhsd" if heads_first else "bshd"]
+    if "descale" in inputs:  # FP8: FA3's per-(batch, kv head) descale factors, timed as they are used
+        plain = attend
+
+        def attend(q, k, v):
+            return plain(q, k, v, **inputs["descale"])
     if mode == "fwd":
         def forward():
             with torch.no_grad():
@@ -189,32 +205,48 @@ def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, caus
 
 def run_bench(flash_attn: Any, shape_list: list[Shape], device, timer: Timer,
               implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None,
-              fa4: Any = None) -> list[Measurement]:
-    """Every implementation x mode x causal on every shape; inputs are made once per shape.
-    `flash_attn` / `fa4`: the flash-attn 2.x module and flash_attn.cute, None where not installed."""
+              fa4: Any = None, fa3: Any = None) -> list[Measurement]:
+    """Every implementation x mode x causal on every shape; inputs are made once per shape. An FP8 shape is
+    FA3's forward alone. `flash_attn` / `fa4` / `fa3`: the flash-attn 2.x module, flash_attn.cute and
+    flash_attn_interface, None where not installed."""
     import torch
 
     device = torch.device(device)
-    modules = {"flash-attn": flash_attn, "fa4": fa4}
+    modules = {"flash-attn": flash_attn, "fa4": fa4, "flash-attn-3": fa3}
     rows = []
     for shape in shape_list:
-        torch.manual_seed(0)
-        size = (shape.batch, shape.seqlen, shape.nheads, shape.head_dim)
+        fp8 = shape.dtype == FP8
         try:
-            bshd = [torch.randn(size, device=device, dtype=getattr(torch, shape.dtype)) for _ in range(3)]
-            inputs = {"bshd": bshd, "bhsd": [t.transpose(1, 2).contiguous() for t in bshd]}
+            inputs = _inputs(shape, device)
             failure = ""
         except Exception as exc:  # no memory for the inputs, a dead device: every row of the shape says so
             inputs, failure = {}, f"inputs: {type(exc).__name__}: {exc}"[:300]
-        for mode in MODES:
+        for mode in (("fwd",) if fp8 else MODES):
             for causal in (False, True):
-                for implementation in implementations:
+                for implementation in [i for i in implementations if not fp8 or i in FP8_IMPLEMENTATIONS]:
                     row = measure_one(implementation, modules, shape, causal, mode, inputs, device, timer) \
                         if inputs else _row(implementation, shape, causal, mode, "error", failure)
                     on_row(row)
                     rows.append(row)
         del inputs
     return rows
+
+
+def _inputs(shape: Shape, device) -> dict:
+    """q, k, v in both layouts (random normal, seed 0); for FP8 rounded to e4m3, with descale factors of 1."""
+    import torch
+
+    torch.manual_seed(0)
+    size = (shape.batch, shape.seqlen, shape.nheads, shape.head_dim)
+    fp8 = shape.dtype == FP8
+    bshd = [torch.randn(size, device=device, dtype=torch.bfloat16 if fp8 else getattr(torch, shape.dtype))
+            for _ in range(3)]
+    bshd = [t.to(torch.float8_e4m3fn) for t in bshd] if fp8 else bshd
+    inputs: dict = {"bshd": bshd, "bhsd": [t.transpose(1, 2).contiguous() for t in bshd]}
+    if fp8:
+        ones = torch.ones(shape.batch, shape.nheads, device=device, dtype=torch.float32)
+        inputs["descale"] = {"q_descale": ones, "k_descale": ones, "v_descale": ones}
+    return inputs
 
 
 def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 40.0) -> float:
@@ -248,33 +280,53 @@ def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 4
 # ---------------------------------------------------------------- measuring side (line's python)
 
 
-def import_packages() -> tuple[Any, Any, list[str]]:
-    """(flash-attn 2.x module or None, flash_attn.cute or None, why each missing one does not import).
-    With only FA4 installed `import flash_attn` gives FA4's namespace package, which is not FA2."""
+def import_packages() -> tuple[Any, Any, Any, list[str]]:
+    """(flash-attn 2.x module, flash_attn.cute, flash_attn_interface (FA3), each None where missing; why each
+    missing one does not import). With only FA4 installed `import flash_attn` gives FA4's namespace package,
+    which is not FA2."""
+    from toolkit.verify.fa3 import import_fa3
     from toolkit.verify.fa4 import import_fa4
 
     flash_attn, fa2_error = machine.import_flash_attn()
     if flash_attn is not None and not hasattr(flash_attn, "flash_attn_func"):
         flash_attn, fa2_error = None, "flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"
     fa4, fa4_error = import_fa4()
+    fa3, fa3_error = import_fa3()
     errors = [f"flash_attn: {fa2_error}"] if flash_attn is None else []
-    return flash_attn, fa4, errors + ([f"flash_attn.cute: {fa4_error}"] if fa4 is None else [])
+    errors += [f"flash_attn.cute: {fa4_error}"] if fa4 is None else []
+    return flash_attn, fa4, fa3, errors + ([f"flash_attn_interface: {fa3_error}"] if fa3 is None else [])
+
+
+def fp8_shapes(fa3: Any, tokens: int, seqlens, head_dims) -> tuple[list[Shape], str]:
+    """FA3's FP8 shapes where its build has FP8 (flash_attn_config's switches), and what the header says."""
+    from toolkit.verify.fa3 import build_flags
+
+    if fa3 is None:
+        return [], "no FlashAttention-3 here"
+    if (build_flags() or {}).get("FLASHATTENTION_DISABLE_FP8"):
+        return [], "this FlashAttention-3 build leaves FP8 out (flash_attn_config: FLASHATTENTION_DISABLE_FP8)"
+    return shapes(tokens, seqlens, head_dims, (FP8,)), "e4m3 inputs, descale factors of 1, bf16 output, fwd"
 
 
 def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, head_dims) -> int:
     machine.require_cuda("the benchmark")
-    flash_attn, fa4, import_errors = import_packages()
-    if flash_attn is None and fa4 is None:
-        raise ToolkitError(f"neither flash-attn nor flash-attn-4 imports under {sys.executable}: "
+    flash_attn, fa4, fa3, import_errors = import_packages()
+    if flash_attn is None and fa4 is None and fa3 is None:
+        raise ToolkitError(f"none of flash-attn, flash-attn-3 and flash-attn-4 imports under {sys.executable}: "
                            f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
                            f"`toolkit verify {line}` for details)")
-    shape_list = shapes(tokens, seqlens, head_dims)
-    total = len(shape_list) * len(MODES) * 2 * len(IMPLEMENTATIONS)
+    fp8_list, fp8_note = fp8_shapes(fa3, tokens, seqlens, head_dims)
+    shape_list = shapes(tokens, seqlens, head_dims) + fp8_list
+    total = (len(shape_list) - len(fp8_list)) * len(MODES) * 2 * len(IMPLEMENTATIONS) + len(fp8_list) * 2 * len(
+        FP8_IMPLEMENTATIONS)
     started = time.perf_counter()
+    from toolkit.verify.fa3 import build_flags, fa3_version
     from toolkit.verify.fa4 import fa4_version
 
     header = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
               "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
+              "flash_attn_3": {"version": fa3_version(), "path": getattr(fa3, "__file__", None),
+                               "build_flags": build_flags(), "fp8": fp8_note},
               "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
               "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
     rows: list[Measurement] = []
@@ -293,7 +345,7 @@ def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, hea
                 f"{row.reason}" if row.status == "error" else "")
 
     with machine.progress(total, f"bench {line}") as advance:
-        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, on_row=on_row)
+        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, fa3=fa3, on_row=on_row)
     write(partial=False)
     return 0
 
@@ -358,9 +410,11 @@ def print_table(data: dict, console) -> None:
     from rich.table import Table
 
     peak = data["peak"]["bf16_dense_tflops"]
-    fa4 = data.get("flash_attn_4", {}).get("version")
+    fields = (("flash-attn-3", "flash_attn_3"), ("flash-attn-4", "flash_attn_4"))
+    packages = "".join(f"{name} {version}, " for name, field in fields
+                       if (version := (data.get(field) or {}).get("version")))
     table = Table(title=f"attention TFLOP/s on {data['gpu']} (flash-attn {data['flash_attn']['version']}, "
-                        f"{f'flash-attn-4 {fa4}, ' if fa4 else ''}torch {data['torch']})")
+                        f"{packages}torch {data['torch']})")
     for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, "flash-attn % peak"):
         table.add_column(column, justify="right")
     grouped: dict[tuple, dict[str, dict]] = {}

@@ -16,7 +16,8 @@ DTYPES = ("float16", "bfloat16")
 # Head dims 32..256 as upstream tests them, including ones that are not powers of two (and 59, 111:
 # not multiples of 8, which flash-attn pads internally).
 HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
-SHORT_DTYPE = {"float16": "fp16", "bfloat16": "bf16"}
+FP8 = "float8_e4m3fn"  # FlashAttention-3's FP8 input (forward only; its output is bf16): toolkit/verify/fa3.py
+SHORT_DTYPE = {"float16": "fp16", "bfloat16": "bf16", FP8: "fp8"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Case:
 
     @property
     def backward(self) -> bool:
-        return self.api != "kvcache"  # flash_attn_with_kvcache has no backward
+        return self.api != "kvcache" and self.dtype != FP8  # kvcache and FA3's FP8 have no backward
 
     @property
     def name(self) -> str:
@@ -66,7 +67,8 @@ class Case:
         """Why flash-attn cannot take this combination at all (a case generator bug), or None."""
         rules = [
             (self.api not in APIS, f"unknown api {self.api!r}"),
-            (self.dtype not in DTYPES, f"unknown dtype {self.dtype!r}"),
+            (self.dtype not in (*DTYPES, FP8), f"unknown dtype {self.dtype!r}"),
+            (self.dtype == FP8 and self.api != "func", "FP8 cases call flash_attn_func only"),
             (self.nheads % self.nheads_k != 0, "nheads must be a multiple of nheads_k"),
             (self.api == "qkvpacked" and (self.nheads_k != self.nheads or self.seqlen_q != self.seqlen_k),
              "qkvpacked needs equal heads and lengths"),
@@ -147,3 +149,43 @@ def full_cases() -> list[Case]:
 
 
 LEVELS = {"smoke": smoke_cases, "full": full_cases}
+
+
+# ---------------------------------------------------------------- the packaged backends' suites (FA4, FA3)
+
+
+PACKED_APIS = ("qkvpacked", "kvpacked")
+
+
+def case_features(case: Case) -> set[str]:
+    """The knowledge's feature names a case exercises (flash_attn_4.yaml `features`, plus ones FA4 lacks)."""
+    flags = {
+        "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
+        "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
+        "paged_kv": case.api == "kvcache", "kv_append": case.new_tokens > 0, "alibi": case.alibi,
+        "dropout": case.dropout_p > 0, "deterministic": case.deterministic, "packed_api": case.api in PACKED_APIS,
+    }
+    return {name for name, on in flags.items() if on}
+
+
+def extra_cases() -> list[Case]:
+    """FA4's listed features the shared smoke level reaches only combined with an unlisted one:
+    GQA without the deterministic backward, paged KV without the cache append, a window with causal."""
+    return [
+        Case("func", "bfloat16", 128, 256, 512, nheads_k=2),
+        Case("func", "float16", 64, 512, 512, nheads_k=1, causal=True),
+        Case("kvcache", "bfloat16", 128, 1, 512, nheads_k=2, causal=True),
+        Case("kvcache", "float16", 64, 64, 1024, causal=False),
+        Case("func", "bfloat16", 128, 512, 512, window=(128, 0), causal=True),
+        Case("varlen", "bfloat16", 64, 300, 300, nheads_k=2, softcap=30.0),
+    ]
+
+
+def level_with_extras(level: str, more: list[Case] | None = None) -> list[Case]:
+    """The level's cases, then the extra combinations and `more`, each name once (FA4's and FA3's suites)."""
+    seen, cases = set(), []
+    for case in LEVELS[level]() + extra_cases() + (more or []):
+        if case.name not in seen:
+            seen.add(case.name)
+            cases.append(case)
+    return cases

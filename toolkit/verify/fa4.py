@@ -23,21 +23,9 @@ from types import ModuleType
 from typing import Any
 
 from toolkit.base.entry import program
-from toolkit.verify.cases import Case
+from toolkit.verify.cases import Case, case_features, level_with_extras
 
-PACKED_APIS = ("qkvpacked", "kvpacked")
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
-
-
-def case_features(case: Case) -> set[str]:
-    """The knowledge's feature names a case exercises (flash_attn_4.yaml `features`, plus ones FA4 lacks)."""
-    flags = {
-        "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
-        "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
-        "paged_kv": case.api == "kvcache", "kv_append": case.new_tokens > 0, "alibi": case.alibi,
-        "dropout": case.dropout_p > 0, "deterministic": case.deterministic, "packed_api": case.api in PACKED_APIS,
-    }
-    return {name for name, on in flags.items() if on}
 
 
 def listed_features(knowledge: dict, arch: int) -> dict[str, set[str]]:
@@ -129,28 +117,8 @@ class Fa4Backend:
                                                   window_size=_window(window_size), softcap=softcap)[0]
 
 
-def extra_cases() -> list[Case]:
-    """FA4's listed features the shared smoke level reaches only combined with an unlisted one:
-    GQA without the deterministic backward, paged KV without the cache append, a window with causal."""
-    return [
-        Case("func", "bfloat16", 128, 256, 512, nheads_k=2),
-        Case("func", "float16", 64, 512, 512, nheads_k=1, causal=True),
-        Case("kvcache", "bfloat16", 128, 1, 512, nheads_k=2, causal=True),
-        Case("kvcache", "float16", 64, 64, 1024, causal=False),
-        Case("func", "bfloat16", 128, 512, 512, window=(128, 0), causal=True),
-        Case("varlen", "bfloat16", 64, 300, 300, nheads_k=2, softcap=30.0),
-    ]
-
-
 def fa4_cases(level: str) -> list[Case]:
-    from toolkit.verify.cases import LEVELS
-
-    seen, cases = set(), []
-    for case in LEVELS[level]() + extra_cases():
-        if case.name not in seen:
-            seen.add(case.name)
-            cases.append(case)
-    return cases
+    return level_with_extras(level)
 
 
 def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: dict, on_result=lambda r: None):

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# One hold of the lent H200 for FlashAttention-3 (issue 25 item 2): envs/gpu-machine-fa3.yaml (hopper-training
+# profile) built by `toolkit build` detached from the pinned archives, installed into a folder of its own; FA4
+# installed by the toolkit into another folder while FA3 compiles; then, the GPU otherwise idle, FA3's verification
+# (`toolkit verify --backend flash-attn-3`), one `toolkit bench` of FA3, FA4 and torch's SDPA backends together,
+# and `toolkit recommend`.
+#
+# Prepared here (git-ignored folders):
+#   .cache/flash-attn-3/<commit>/: the two archives (docs/fa3.md, "On the GPU machine" step 1), then
+#     `toolkit check gpu-machine-fa3`
+#   .whl/: zstandard, pydantic, pydantic-core, annotated-types, typing-inspection for cp312 (the machine lacks them)
+#   .whl-fa4/part1, .whl-fa4/part2: bash scripts/fetch_fa4_wheels.sh (each part under 60 MiB)
+#   locks/gpu-machine-fa4.fa4-lock.json: the FA4 lock gpu_fa4.sh uses (committed)
+# Then, each call at once after the last (the machine goes back 30 s after a call; check each reply's "warm"):
+#   run(kind="nvidia-h200", carry=[".whl", ".cache/flash-attn-3"], command="bash scripts/gpu_fa3.sh start")
+#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_fa3.sh carry1")
+#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_fa3.sh carry2")   # joins, installs FA4 beside the build
+#   run(command="WAIT_S=560 bash scripts/gpu_fa3.sh wait")                     # again while it says RUNNING
+# Budget: 30 min of device time, each call under 9.5 min, carry under 64 MiB per call. Results under $OUT
+# (steps.txt, step logs, the build record, verify.json/xml, bench.json/png, recommendation.json).
+# `bash scripts/gpu_fa3.sh check` runs the parts that need no GPU (here too): the line's check and the carried files.
+set -u
+LINE=gpu-machine-fa3
+STATE=${STATE:-/tmp/fa3-hold}
+OUT=${OUT:-$STATE/out}
+RESULTS=$STATE/results
+FA3_SITE=$STATE/fa3-site       # `toolkit build --install-target`: FA3 alone (the profile builds no FA2)
+FA4_SITE=$STATE/fa4-site       # FA4 in its own folder; both folders go on PYTHONPATH for the bench
+CACHE=$STATE/kernel-cache      # FA4's kernel cache
+WHEELHOUSE=$STATE/wheelhouse
+PY=${PY:-/opt/torch/.venv/bin/python3}
+T0=$(date +%s)
+mkdir -p "$OUT" "$RESULTS" "$STATE/wheels"
+export PYTHONUNBUFFERED=1
+
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # step, fa4_env
+
+build_pipeline() {  # the FA3 build (the machine's 16 CPUs), then everything that needs the GPU alone
+  export PYTHONPATH=$PWD TOOLKIT_CACHE=$STATE/cache
+  step build 1500 "$PY" -m toolkit build "$LINE" --arch 90 --mem-gb 110 --keep-build-dir \
+    --install-target "$FA3_SITE" --wheelhouse "$WHEELHOUSE"
+  cp "$WHEELHOUSE"/"$LINE"/*.json "$RESULTS/" 2>/dev/null
+  export PYTHONPATH=$FA3_SITE:$PWD
+  step fa3-import 120 "$PY" -c "import torch, flash_attn_interface as f, flash_attn_config as c; \
+print(torch.__version__, f.__file__); print(c.CONFIG['build_flags'])"
+  step fa3-verify-smoke 300 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level smoke \
+    --report-dir "$RESULTS/verify-fa3-smoke" --wheelhouse "$WHEELHOUSE"
+  local waited=0  # FA4 is installed by carry2, while FA3 compiles; wait a little for it
+  while [ ! -f "$STATE/fa4.done" ] && [ $waited -lt 120 ]; do sleep 5; waited=$((waited + 5)); done
+  [ -f "$STATE/fa4.done" ] && fa4_env "$FA4_SITE" "$CACHE"  # FA4's folder on the path (after $PWD)
+  export PYTHONPATH=$FA3_SITE:$PYTHONPATH
+  step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
+    --wheelhouse "$WHEELHOUSE"
+  step fa3-verify-full 420 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level full \
+    --report-dir "$RESULTS/verify-fa3-full" --wheelhouse "$WHEELHOUSE"
+  local verified=$RESULTS/verify-fa3-full/verify.json
+  [ -f "$verified" ] || verified=$RESULTS/verify-fa3-smoke/verify.json
+  step recommend 60 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
+    --verified "flash-attn-3=$verified" --out "$RESULTS/recommendation.json"
+  echo done > "$STATE/pipeline.done"
+}
+
+fa4_pipeline() {  # FA4 into its own folder from the joined wheels, its kernel cache warmed (few CPUs, no bench)
+  export PYTHONPATH=$PWD
+  step fa4-install 240 "$PY" -m toolkit.fa4 install --lock locks/gpu-machine-fa4.fa4-lock.json \
+    --wheels "$STATE/wheels/all" --target "$FA4_SITE" --python "$PY"
+  step fa4-warm 300 "$PY" -m toolkit.fa4 warm --target "$FA4_SITE" --cache-dir "$CACHE" \
+    --artifacts "$STATE/fa4-artifacts" --arch 90 --report "$RESULTS/latency.json" --budget-s 150 --jobs 2
+  touch "$STATE/fa4.done"
+}
+
+detach() {  # detach FUNCTION SIDFILE: run it in a session of its own (it outlives this call)
+  export -f build_pipeline fa4_pipeline step fa4_env
+  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY
+  setsid nohup bash -c "echo \$\$ > '$STATE/$2'; $1" > "$STATE/$1.log" 2>&1 < /dev/null &
+}
+
+collect() {  # what the pipeline has written so far, into $OUT (a call cut short still returns it)
+  (cd "$RESULTS" && find . \( -name '*.json' -o -name '*.png' -o -name '*.xml' -o -name '*.txt' -o -name '*.log' \) \
+    -size -15M -exec cp --parents {} "$OUT"/ \;) 2>/dev/null
+}
+
+report() {
+  collect
+  tail -n 20 "$RESULTS/steps.txt" 2>/dev/null
+  [ -f "$STATE/pipeline.done" ] && echo "PIPELINE DONE" || echo "PIPELINE RUNNING"
+}
+
+wait_until() {  # poll until the pipeline ends or this call's time is nearly used
+  local last=0
+  while [ ! -f "$STATE/pipeline.done" ] && [ "$(date +%s)" -lt $(( T0 + ${1:-540} )) ]; do
+    sleep 10
+    [ $(( $(date +%s) - last )) -ge 60 ] && { collect; last=$(date +%s); }
+  done
+  report
+}
+
+fresh() {  # a call after the machine was given back finds none of the pipeline's state
+  [ -f "$STATE/pipeline.started" ] && return 0
+  echo "FRESH MACHINE: no pipeline here (its state went with the machine that was given back); start again"
+  exit 3
+}
+
+case "${1:-}" in
+  check)  # no GPU needed: the line, the archives and the carried folders as the calls above would see them
+    "$PY" -m toolkit check "$LINE" || exit 1
+    ls .cache/flash-attn-3/*/ 2>/dev/null || echo "missing: .cache/flash-attn-3/<commit>/ (docs/fa3.md)"
+    for d in .whl .cache/flash-attn-3 .whl-fa4/part1 .whl-fa4/part2; do
+      [ -d "$d" ] && echo "$d: $(du -sm "$d" | cut -f1) MiB (carry limit 64)" || echo "missing: $d"
+    done
+    [ -f locks/gpu-machine-fa4.fa4-lock.json ] || echo "missing: locks/gpu-machine-fa4.fa4-lock.json"
+    ;;
+  start)
+    "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic 2>&1 | tail -2
+    "$PY" -c "import pydantic, zstandard; print('toolkit deps ok')"
+    rm -rf "$RESULTS" && mkdir -p "$RESULTS" "$STATE/cache"
+    cp -r .cache/flash-attn-3 "$STATE/cache/"  # TOOLKIT_CACHE: the build reads the archives from there
+    { date -u; nproc; free -g | head -2; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+      git log -1 --format='project %h %s' 2>/dev/null; } > "$RESULTS/machine.txt" 2>&1
+    detach build_pipeline pipeline.sid
+    date -u +%s > "$STATE/pipeline.started"
+    sleep 25
+    report
+    ;;
+  carry1)
+    fresh
+    cp -r .whl-fa4/part1 "$STATE/wheels/" && echo "part1: $(ls "$STATE/wheels/part1" | wc -l) files"
+    report
+    ;;
+  carry2)
+    fresh
+    cp -r .whl-fa4/part2 "$STATE/wheels/" && echo "part2: $(ls "$STATE/wheels/part2" | wc -l) files"
+    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels/part1" "$STATE/wheels/part2" \
+      && detach fa4_pipeline fa4.sid
+    sleep 5
+    report
+    ;;
+  wait)
+    fresh
+    wait_until "${WAIT_S:-540}" ;;
+  *) echo "usage: $0 check|start|carry1|carry2|wait"; exit 2 ;;
+esac

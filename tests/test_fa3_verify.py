@@ -1,0 +1,249 @@
+"""FlashAttention-3's verification and bench column (issue 25 item 2), the CPU side.
+
+What runs here: which cases a profile's switches leave in (expected values read by hand from hopper/setup.py,
+flash_api_stable.cpp and flash_attn_interface.py at the pinned commit, cited in flash_attn_3.yaml), the FP8
+tolerance against torch's own e4m3 facts and against an emulation of FA3's FP8 forward, the refusals, and the
+bench's FA3 and FP8 rows through the report and recommendation code. The `gpu` test runs the real FA3.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from toolkit.attention import recommend  # noqa: E402
+from toolkit.cli import main  # noqa: E402
+from toolkit.knowledge import fa3_pins  # noqa: E402
+from toolkit.verify import bench, fa3  # noqa: E402
+from toolkit.verify.cases import FP8, Case  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+KNOWLEDGE = fa3_pins.knowledge()
+# a real bench of the H200 (FA2, FA4, torch's SDPA kernels), docs/results/2026-12-01-h200-hold-3
+RECORDED_BENCH = ROOT / "docs/results/2026-12-01-h200-hold-3/bench/bench.json"
+
+
+def reasons(profile: str, level: str = "smoke", arch: int = 90) -> dict[str, str]:
+    p = fa3_pins.profile(profile)
+    return {c.name: fa3.unsupported_reason(c, p, arch, KNOWLEDGE) for c in fa3.fa3_cases(level)}
+
+
+def test_hopper_training_runs_what_its_switches_leave_in():
+    """hopper-training keeps bf16/fp16 fwd+bwd at the 64 and 128 kernels, local, softcap, varlen and the
+    appending KV cache; it drops FP8, the 96/192/256 kernels, split-KV and paged KV (flash_attn_3.yaml)."""
+    got = reasons("hopper-training")
+    runs = sorted(name for name, why in got.items() if not why)
+    assert runs == sorted([
+        "func-bf16-d128-q512-k512", "func-fp16-d64-q113-k203-causal", "func-bf16-d80-q128-k217-softcap50",
+        "func-bf16-d128-q256-k512-gqa6:2-deterministic", "qkvpacked-fp16-d96-q256-k256-causal",
+        "varlen-bf16-d128-q300-k300-causal", "kvcache-bf16-d128-q1-k512-gqa6:2-causal-new1",
+        "func-bf16-d128-q256-k512-gqa6:2", "func-fp16-d64-q512-k512-mqa6:1-causal",
+        "kvcache-bf16-d128-q1-k512-gqa6:2-causal", "kvcache-fp16-d64-q64-k1024",
+        "func-bf16-d128-q512-k512-causal-window128,0", "varlen-bf16-d64-q300-k300-gqa6:2-softcap30"])
+    assert "not a multiple of 8" in got["func-bf16-d59-q256-k256"]  # flash_api_stable.cpp:922
+    assert "built: [64, 128]" in got["func-bf16-d256-q256-k256-window64,32"]
+    assert got["func-fp16-d128-q256-k256-causal-alibi"].startswith("FA3 has no alibi")
+    assert got["func-bf16-d64-q256-k256-dropout0.17"].startswith("FA3 has no dropout")
+    assert got["kvpacked-fp16-d128-q256-k512-mqa6:1"].startswith("FA3 has no kvpacked")
+    assert all(got[c.name].endswith("FLASH_ATTENTION_DISABLE_FP8") for c in fa3.fp8_cases("smoke"))
+
+
+def test_a_head_dim_runs_on_the_smallest_kernel_left_in():
+    """round_up_headdim (flash_api_stable.cpp:557-575): 96 runs on the 128 kernel when the 96 one is out."""
+    kernels = KNOWLEDGE["verification"]["head_dim_kernels"]
+    training = set(fa3_pins.profile("hopper-training").switches)
+    assert [fa3.head_dim_kernel(d, training, kernels) for d in (32, 64, 72, 96, 128, 136, 256)] == \
+        [64, 64, 128, 128, 128, None, None]
+    assert [fa3.head_dim_kernel(d, set(), kernels) for d in (72, 96, 136, 256)] == [96, 96, 192, 256]
+
+
+def test_the_smallest_profile_takes_only_bf16_forward_at_128():
+    """hdim128-bf16-fwd: no backward, no fp16, only the 128 kernel; the cache call (forward only) runs."""
+    runs = sorted(name for name, why in reasons("hdim128-bf16-fwd").items() if not why)
+    assert runs == ["kvcache-bf16-d128-q1-k512-gqa6:2-causal", "kvcache-bf16-d128-q1-k512-gqa6:2-causal-new1"]
+    assert "backward (FLASH_ATTENTION_DISABLE_BACKWARD)" in reasons("hdim128-bf16-fwd")["func-bf16-d128-q512-k512"]
+
+
+def test_fp8_runs_only_on_sm90_with_a_profile_that_keeps_it():
+    assert not any(reasons("hopper-full")[c.name] for c in fa3.fp8_cases("smoke"))
+    on_a100 = reasons("full", arch=80)
+    assert all("FP8 needs sm_90" in on_a100[c.name] for c in fa3.fp8_cases("smoke"))
+    assert on_a100["func-bf16-d128-q512-k512"] == ""  # the full profile keeps the sm_80 kernels
+    assert "builds no kernel for sm_80" in reasons("hopper-full", arch=80)["func-bf16-d128-q512-k512"]
+    assert "builds no kernel for sm_100" in reasons("full", arch=100)["func-bf16-d128-q512-k512"]
+
+
+def test_fp8_cases_are_forward_only_and_valid():
+    for case in fa3.fp8_cases("full"):
+        assert case.problem() is None and not case.backward and "backward" not in fa3.case_features(case)
+    assert Case("varlen", FP8, 128, 64, 64).problem() == "FP8 cases call flash_attn_func only"
+
+
+def test_the_e4m3_bound_comes_from_the_format():
+    """The knowledge's e4m3 facts against torch's own: eps 2^-3 (so round to nearest: u = 2^-4), smallest normal
+    2^-6, subnormal spacing eps * smallest normal = 2^-9; FA3 scales P by 2^8 (softmax.h Max_offset)."""
+    info = torch.finfo(torch.float8_e4m3fn)
+    bound = fa3.Fp8Bound.from_knowledge(KNOWLEDGE)
+    assert bound.unit_roundoff == info.eps / 2 == 2.0 ** -4
+    fp8 = KNOWLEDGE["verification"]["fp8"]
+    assert 2.0 ** fp8["min_normal_exponent"] == info.smallest_normal
+    assert 2.0 ** fp8["subnormal_exponent"] == info.eps * info.smallest_normal
+    assert bound.subnormal_weight_error == 2 * (info.eps * info.smallest_normal / 2) / 2 ** 8
+    assert bound.weight_error == pytest.approx(2 / 15)  # 2u / (1 - u) at u = 1/16
+
+
+class Fp8Emulation:
+    """NOT FlashAttention-3: a torch emulation of its FP8 forward as hopper/softmax.h and flash_fwd_kernel_sm90.h
+    describe it (scores of the descaled e4m3 inputs in fp32; P = 2^(s - max + 8) rounded to e4m3; row sum of the
+    unrounded P; output in bf16), to show that the derived bound holds for that arithmetic and that a kernel
+    which drops a descale factor fails it. `skip_v_descale` is that broken kernel."""
+
+    def __init__(self, skip_v_descale: bool = False):
+        self.skip_v_descale = skip_v_descale
+
+    def flash_attn_func(self, q, k, v, causal=False, window_size=(-1, -1), softcap=0.0, q_descale=None,
+                        k_descale=None, v_descale=None):
+        from toolkit.verify import reference
+
+        heads = q.shape[2]
+        qf, kf = fa3.descaled(q, q_descale, heads), fa3.descaled(k, k_descale, k.shape[2])
+        vf = v.float() if self.skip_v_descale else fa3.descaled(v, v_descale, v.shape[2])
+        group = heads // k.shape[2]
+        scores = torch.einsum("bthd,bshd->bhts", qf, kf.repeat_interleave(group, dim=2)) / q.shape[-1] ** 0.5
+        allowed = reference.allowed_mask(q.shape[0], q.shape[1], k.shape[1], causal=causal, window=window_size)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        p = torch.exp2((scores - scores.amax(-1, keepdim=True)) * 1.4426950408889634 + 8)
+        rounded = p.to(torch.float8_e4m3fn).float()
+        out = torch.einsum("bhts,bshd->bthd", rounded, vf.repeat_interleave(group, dim=2))
+        return (out / p.sum(-1).transpose(1, 2)[..., None]).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("case", fa3.fp8_cases("smoke"), ids=lambda c: c.name)
+def test_fp8_emulation_meets_both_checks_and_a_dropped_descale_fails(case):
+    bound = fa3.Fp8Bound.from_knowledge(KNOWLEDGE)
+    checks = fa3.check_fp8(Fp8Emulation(), case, "cpu", bound)
+    assert [c.passed for c in checks] == [True, True], [c.summary() for c in checks]
+    assert 0 < checks[1].error < 1  # the bound is not vacuous: the emulation's error is measured against it
+    broken = fa3.run_fp8_case(Fp8Emulation(skip_v_descale=True), case, "cpu", bound)
+    assert broken.status == "failed" and "e4m3 bound" in broken.message
+
+
+def test_without_fa3_installed_the_import_is_a_one_line_finding():
+    pytest.importorskip("toolkit")  # the dev venv never holds FA3
+    if fa3.import_fa3()[0] is not None:
+        pytest.skip("flash_attn_interface is installed here")
+    module, why = fa3.import_fa3()
+    assert module is None and why.startswith("ModuleNotFoundError") and "flash_attn_interface" in why
+    assert fa3.fa3_version() is None
+
+
+def test_verify_flash_attn_3_refuses_a_line_without_fa3(capsys, tmp_path):
+    code = main(["verify", "gpu-machine", "--backend", "flash-attn-3", "--envs", str(ROOT / "envs"),
+                 "--report-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "gpu-machine.yaml: the line builds no FlashAttention-3 (add a flash_attn_3: section" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message; this machine has a GPU")
+def test_verify_flash_attn_3_of_an_fa3_line_stops_at_the_gpu_gate(capsys, tmp_path):
+    code = main(["verify", "gpu-machine-fa3", "--backend", "flash-attn-3", "--python", sys.executable,
+                 "--envs", str(ROOT / "envs"), "--report-dir", str(tmp_path)])
+    assert code == 1
+    assert capsys.readouterr().err == ("error: no CUDA GPU visible (torch.cuda.is_available() is False): "
+                                       "run verification on a GPU machine\n")
+
+
+def test_verify_flash_attn_3_has_no_parity_level(capsys):
+    assert main(["verify", "gpu-machine-fa3", "--backend", "flash-attn-3", "--level", "parity",
+                 "--envs", str(ROOT / "envs")]) == 1
+    assert "no transformers parity for FA3 yet" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bench
+
+
+def test_bench_has_an_fa3_column_and_fp8_shapes_only_for_fa3_forward():
+    """No FA3 here: its rows are skipped with the reason; an FP8 shape is FA3's forward alone (both masks)."""
+    grid = bench.shapes(tokens=64, seqlens=(32,), head_dims=(64,), dtypes=("float32", FP8))
+    rows = bench.run_bench(None, grid, "cpu", lambda fn: 1.0, implementations=("flash-attn-3", "eager"))
+    fp32 = [(r.implementation, r.mode, r.causal, r.status) for r in rows if r.dtype == "float32"]
+    assert sorted(fp32) == sorted((i, m, c, "skipped" if i == "flash-attn-3" else "ok")
+                                  for i in ("flash-attn-3", "eager") for m in bench.MODES for c in (False, True))
+    assert [(r.implementation, r.mode, r.causal, r.status) for r in rows if r.dtype == FP8] == \
+        [("flash-attn-3", "fwd", False, "skipped"), ("flash-attn-3", "fwd", True, "skipped")]
+    assert all(r.reason == "flash_attn_interface (flash-attn-3) is not installed in this environment"
+               for r in rows if r.implementation == "flash-attn-3")
+
+
+def test_fp8_tflops_are_counted_as_bf16s():
+    shape = bench.Shape(FP8, head_dim=128, seqlen=4096, batch=4, nheads=16)
+    assert bench.attention_flops(shape, False, "fwd") == 4 * 4 * 16 * 4096 ** 2 * 128
+
+
+def with_fa3_rows(data: dict) -> dict:
+    """The recorded H200 bench with FA3 rows added. NOT measured: FA3's rows are FA2's recorded rows relabelled
+    (TFLOP/s x 1.5, an invented figure so FA3 is fastest somewhere), and FP8 rows at 2x that; only the shape of
+    the report (columns, versions, FP8 rows) is under test."""
+    data = copy.deepcopy(data)
+    fa2 = [m for m in data["measurements"] if m["implementation"] == "flash-attn"]
+    fa3_rows = [{**m, "implementation": "flash-attn-3", "tflops": m["tflops"] and m["tflops"] * 1.5} for m in fa2]
+    fp8_rows = [{**m, "dtype": FP8, "tflops": m["tflops"] and m["tflops"] * 2} for m in fa3_rows
+                if m["dtype"] == "bfloat16" and m["mode"] == "fwd"]
+    data["measurements"] += fa3_rows + fp8_rows
+    data["flash_attn_3"] = {"version": "3.0.0+test", "path": None, "build_flags": None, "fp8": "test"}
+    for key in ("peak", "targets"):
+        data.pop(key, None)
+    return data
+
+
+def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
+    from rich.console import Console
+
+    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    (tmp_path / "bench.json").write_text(json.dumps(data))
+    console = Console(record=True, width=400)
+    bench.finish(tmp_path, console)
+    text = console.export_text()
+    assert "flash-attn-3 3.0.0+test" in text  # the title names its version, as FA4's
+    fp8_lines = [line for line in text.splitlines() if FP8 in line]
+    assert len(fp8_lines) == sum(1 for m in data["measurements"] if m["dtype"] == FP8)  # one line per shape
+    cells = [cell.strip() for cell in fp8_lines[0].split("│")[1:-1]]
+    fa3_column = 5 + bench.IMPLEMENTATIONS.index("flash-attn-3")
+    assert [i for i, cell in enumerate(cells) if cell.isdigit() and i >= 5] == [fa3_column]  # FA3's cell alone
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_recommend_takes_fa3_rows_but_makes_no_fp8_rule(tmp_path):
+    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    checked = recommend.check_input(recommend.BenchReport, data, tmp_path / "bench.json", "bench", "fix",
+                                    recommend.attention_backends.names())
+    fa3_shapes = {(m["dtype"], m["head_dim"], m["causal"]) for m in data["measurements"]
+                  if m["implementation"] == "flash-attn-3" and m["dtype"] != FP8}
+    report = {"gpu": data["gpu"], "level": "fa3-full", "summary": {"passed": 1},
+              "cases": [{"status": "passed", "params": {"dtype": d, "head_dim": h, "causal": c}}
+                        for d, h, c in fa3_shapes | {(FP8, 128, False)}]}
+    out = recommend.build(checked, {"flash-attn-3": report}, {})
+    assert {r["dtype"] for r in out["rules"]} == {"bfloat16", "float16"}
+    assert "flash-attn-3" in {r["backend"] for r in out["rules"]}  # 1.5x FA2's recorded figure wins somewhere
+    assert not any(r["dtype"] == FP8 for r in out["shape_ratios"] + out["below_min_ratio"])
+    assert out["versions"]["flash-attn-3"] == "3.0.0+test"
+
+
+@pytest.mark.gpu
+def test_fa3_smoke_on_a_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU here: FA3's kernels run on sm_90 only")
+    module, why = fa3.import_fa3()
+    if module is None:
+        pytest.skip(f"FlashAttention-3 is not installed here ({why}); build envs/gpu-machine-fa3.yaml")
+    profile = fa3_pins.profile("hopper-training")
+    major, minor = torch.cuda.get_device_capability()
+    results = fa3.run_fa3_suite(module, fa3.fa3_cases("smoke"), "cuda", major * 10 + minor, profile, KNOWLEDGE)
+    assert [r.name for r in results if r.status in ("failed", "error")] == []
