@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One hold of the lent H200 for FlashAttention-3 (issue 25 item 2): envs/gpu-machine-fa3.yaml (hopper-training
+# One hold of the lent H200 for FlashAttention-3 (issue 25 item 2): envs/gpu-machine-fa3.yaml (hopper-training-fp8
 # profile) built by `toolkit build` detached from the pinned archives, installed into a folder of its own; FA4
 # installed by the toolkit into another folder while FA3 compiles; then, the GPU otherwise idle, FA3's verification
 # (`toolkit verify --backend flash-attn-3`), one `toolkit bench` of FA3, FA4 and torch's SDPA backends together,
