@@ -7,9 +7,12 @@ quickly (sequence lengths up to 2048), so the level stays under five minutes on 
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import itertools
 import zlib
 from dataclasses import asdict, dataclass, replace
+from types import ModuleType
 
 APIS = ("func", "qkvpacked", "kvpacked", "varlen", "kvcache")
 DTYPES = ("float16", "bfloat16")
@@ -189,3 +192,20 @@ def level_with_extras(level: str, more: list[Case] | None = None) -> list[Case]:
             seen.add(case.name)
             cases.append(case)
     return cases
+
+
+def import_finding(module: str) -> tuple[ModuleType | None, str]:
+    """The module, or why it does not import (not installed, built for another torch, a missing `cutlass`):
+    a finding for the report, one line."""
+    try:
+        return importlib.import_module(module), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:500]
+
+
+def installed_version(distribution: str) -> str | None:
+    """A distribution's version by its wheel name (the modules' own __version__ can say otherwise)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -20,7 +20,6 @@ torch's own FP8 run is loose.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from toolkit.base.entry import program
-from toolkit.verify.cases import FP8, Case, level_with_extras
+from toolkit.verify.cases import FP8, Case, import_finding, installed_version, level_with_extras
 from toolkit.verify.cases import case_features as shared_features
 
 DEVICE = "cuda"
@@ -275,19 +274,12 @@ def run_fp8_case(module: Any, case: Case, device, bound: Fp8Bound):
 
 
 def import_fa3() -> tuple[ModuleType | None, str]:
-    try:
-        import flash_attn_interface as module
-    except Exception as exc:  # not installed, or built for another torch: a finding, one line
-        return None, f"{type(exc).__name__}: {exc}"[:500]
-    return module, ""
+    return import_finding("flash_attn_interface")
 
 
 def fa3_version() -> str | None:
     """The wheel's version (flash_attn_3-3.0.0+<local>): the distribution is flash-attn-3."""
-    try:
-        return importlib.metadata.version("flash-attn-3")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version("flash-attn-3")
 
 
 def build_flags() -> dict | None:

@@ -16,14 +16,13 @@ integration problem never marks the kernels unverified).
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from toolkit.base.entry import program
-from toolkit.verify.cases import Case, case_features, level_with_extras
+from toolkit.verify.cases import Case, case_features, import_finding, installed_version, level_with_extras
 
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
 
@@ -141,19 +140,13 @@ def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: 
 
 
 def import_fa4() -> tuple[ModuleType | None, str]:
-    try:
-        import flash_attn.cute as module
-    except Exception as exc:  # a missing `cutlass` (the .pth trap), a driver mismatch: a finding, one line
-        return None, f"{type(exc).__name__}: {exc}"[:500]
-    return module, ""
+    """flash_attn.cute; a missing `cutlass` (the .pth trap) or a driver mismatch is a finding."""
+    return import_finding("flash_attn.cute")
 
 
 def fa4_version() -> str | None:
     """flash_attn.cute.__version__ reads the distribution "fa4" and says 0.0.0; the wheel's name is flash-attn-4."""
-    try:
-        return importlib.metadata.version("flash-attn-4")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return installed_version("flash-attn-4")
 
 
 PARITY_IMPLEMENTATIONS = ("flash_attention_4", "sdpa", "eager")
