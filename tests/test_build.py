@@ -168,8 +168,9 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     eff = outputs["efficiency"]
     assert eff["sum_object_s"] == pytest.approx(sum(o["seconds"] for o in outputs["objects"]), abs=0.2)
     assert 0 < eff["parallel_efficiency"] <= 1.0 + 1e-6
-    # the build's processes' CPU time, from the kernel: at least the objects' compile, at most all CPUs busy
-    assert eff["cpu_s"] >= 0.5 * eff["sum_object_s"] and 0 < eff["cpu_utilization"] <= 1.0
+    # the build's processes' CPU time, from the kernel: counted (compiles ran), at most all CPUs busy. Not bounded
+    # below by the objects' wall seconds: on a loaded machine (CI's 2 cores) they stretch while CPU time does not
+    assert eff["cpu_s"] > 0 and 0 < eff["cpu_utilization"] <= 1.0
     assert eff["cpus"] == record["parallelism"]["cpus"] == len(os.sched_getaffinity(0))
     assert (project.root / record["log"]).exists()
     # no earlier build to take times from; every nvcc compile (the two kernels; api.cpp goes to g++) seeded
