@@ -314,15 +314,9 @@ def measure(line: str, level: str, report_dir: Path, command: str, profile_name:
 
     if module is not None:
         cases = fa3_cases(level)
-
-        def on_result(result) -> None:  # the report grows case by case: a killed run keeps what it judged
-            results.append(result)
-            write(f"fa3-{level} (partial: {len(results)} of {len(cases)})")
-            advance("" if result.status in ("passed", "unsupported") else
-                    f"{result.status}: {result.name}: {result.message}")
-
-        with machine.progress(len(cases), f"verify {line} FA3 ({level}, {profile.name})") as advance:
-            run_fa3_suite(module, cases, DEVICE, arch, profile, fa3_pins.knowledge(), on_result)
+        machine.judge_with_partial_reports(
+            results, len(cases), f"fa3-{level}", f"verify {line} FA3 ({level}, {profile.name})", write,
+            lambda on_result: run_fa3_suite(module, cases, DEVICE, arch, profile, fa3_pins.knowledge(), on_result))
     return 0 if report.passed(write(f"fa3-{level}")) else 1
 
 

@@ -209,15 +209,9 @@ def measure(line: str, level: str, report_dir: Path, command: str, arch: int | N
         return 0 if report.passed(data) else 1
     if module is not None:
         cases = fa4_cases(level)
-
-        def on_result(result) -> None:  # the report grows case by case: a killed run keeps what it judged
-            results.append(result)
-            write(f"fa4-{level} (partial: {len(results)} of {len(cases)})")
-            advance("" if result.status in ("passed", "unsupported") else
-                    f"{result.status}: {result.name}: {result.message}")
-
-        with machine.progress(len(cases), f"verify {line} FA4 ({level})") as advance:
-            run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result)
+        machine.judge_with_partial_reports(
+            results, len(cases), f"fa4-{level}", f"verify {line} FA4 ({level})", write,
+            lambda on_result: run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result))
     return 0 if report.passed(write(f"fa4-{level}")) else 1
 
 

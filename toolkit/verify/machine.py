@@ -101,6 +101,20 @@ def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
         yield advance
 
 
+def judge_with_partial_reports(results: list, total: int, label: str, title: str, write: Callable[[str], dict],
+                               run: Callable[[Callable], object]) -> None:
+    """`run(on_result)` with a progress bar, the report rewritten after every case (`write(label)`): a killed
+    run keeps what it judged. `results` is the list `write` reports from."""
+    with progress(total, title) as advance:
+        def on_result(result) -> None:
+            results.append(result)
+            write(f"{label} (partial: {len(results)} of {total})")
+            advance("" if result.status in ("passed", "unsupported") else
+                    f"{result.status}: {result.name}: {result.message}")
+
+        run(on_result)
+
+
 # ---------------------------------------------------------------- which python measures
 
 
