@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conda_channel import build_simple_index, serve_directory
+from conftest import pypi_unreachable
 from fixtures.fa_fixture_project import pack_fixture_sdist
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -58,9 +59,7 @@ def require_pypi() -> None:
     try:
         urllib.request.urlopen("https://pypi.org/simple/cuda-toolkit/", timeout=30).close()
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        if os.environ.get("FA_REQUIRE_PYPI") == "1":
-            pytest.fail(f"PyPI not reachable ({exc}) and FA_REQUIRE_PYPI=1")
-        pytest.skip(f"PyPI not reachable: {exc}")
+        pypi_unreachable(exc)
     if shutil.which(f"python{PYTHON}") is None:
         pytest.fail(f"python{PYTHON} not on PATH: envs/{LINE}.yaml's python, which `toolkit install` makes the venv with")
 

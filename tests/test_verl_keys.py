@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ from email.parser import Parser
 
 import pytest
 import yaml
+from conftest import pypi_unreachable
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -40,9 +40,7 @@ def _pypi_json() -> dict:
     except urllib.error.HTTPError as exc:
         pytest.fail(f"{PYPI_JSON}: PyPI answered {exc.code} {exc.reason}")
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        if os.environ.get("FA_REQUIRE_PYPI") == "1":
-            pytest.fail(f"PyPI not reachable ({exc}) and FA_REQUIRE_PYPI=1")
-        pytest.skip(f"PyPI not reachable: {exc}")
+        pypi_unreachable(exc)
 
 
 @pytest.fixture(scope="module")
