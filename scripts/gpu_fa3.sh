@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One hold of the lent H200 for FlashAttention-3 (issue 25 item 2): envs/gpu-machine-fa3.yaml (hopper-training-fp8
-# profile) built by `toolkit build` detached from the pinned archives, installed into a folder of its own; FA4
-# installed by the toolkit into another folder while FA3 compiles; then, the GPU otherwise idle, FA3's verification
-# (`toolkit verify --backend flash-attn-3`), one `toolkit bench` of FA3, FA4 and torch's SDPA backends together,
-# and `toolkit recommend`.
+# One hold of the lent H200 for FlashAttention-3 (issue 25 items 2, 3, 5): envs/gpu-machine-fa3.yaml
+# (hopper-training-fp8 profile) built by `toolkit build` detached from the pinned archives, installed into a folder of
+# its own; FA4 installed by the toolkit into another folder and verified at the full level while FA3 compiles; then
+# FA3's verification (`toolkit verify --backend flash-attn-3`, smoke and full), and, once FA4's verification has
+# ended, one `toolkit bench` of FA3, FA4 and torch's SDPA backends with the GPU alone, and `toolkit recommend` over
+# both reports. ORDER_FROM=<build record> starts the objects longest first by that record's times.
 #
 # Prepared here (git-ignored folders):
 #   .cache/flash-attn-3/<commit>/: the two archives (docs/fa3.md, "On the GPU machine" step 1), then
@@ -36,43 +37,49 @@ export PYTHONUNBUFFERED=1
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # step, fa4_env
 
-build_pipeline() {  # the FA3 build (the machine's 16 CPUs), then everything that needs the GPU alone
+build_pipeline() {  # the FA3 build (the machine's 16 CPUs), FA3's checks, then the bench with the GPU alone
   export PYTHONPATH=$PWD TOOLKIT_CACHE=$STATE/cache
   step build 1500 "$PY" -m toolkit build "$LINE" --arch 90 --mem-gb 110 --keep-build-dir \
-    --install-target "$FA3_SITE" --wheelhouse "$WHEELHOUSE"
-  cp "$WHEELHOUSE"/"$LINE"/*.json "$RESULTS/" 2>/dev/null
+    --install-target "$FA3_SITE" --wheelhouse "$WHEELHOUSE" ${ORDER_FROM:+--order-from "$ORDER_FROM"}
+  cp "$WHEELHOUSE/$LINE+fa3"/*.json "$RESULTS/" 2>/dev/null
   export PYTHONPATH=$FA3_SITE:$PWD
   step fa3-import 120 "$PY" -c "import torch, flash_attn_interface as f, flash_attn_config as c; \
 print(torch.__version__, f.__file__); print(c.CONFIG['build_flags'])"
   step fa3-verify-smoke 300 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level smoke \
     --report-dir "$RESULTS/verify-fa3-smoke" --wheelhouse "$WHEELHOUSE"
-  local waited=0  # FA4 is installed by carry2, while FA3 compiles; wait a little for it
-  while [ ! -f "$STATE/fa4.done" ] && [ $waited -lt 120 ]; do sleep 5; waited=$((waited + 5)); done
-  [ -f "$STATE/fa4.done" ] && fa4_env "$FA4_SITE" "$CACHE"  # FA4's folder on the path (after $PWD)
+  step fa3-verify-full 600 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level full \
+    --report-dir "$RESULTS/verify-fa3-full" --wheelhouse "$WHEELHOUSE"
+  local waited=0  # FA4's full verification (beside the build) must end before the bench: the bench has the GPU alone
+  while [ ! -f "$STATE/fa4.done" ] && [ $waited -lt "${FA4_WAIT_S:-420}" ]; do sleep 5; waited=$((waited + 5)); done
+  if [ ! -f "$STATE/fa4.done" ] && [ -f "$STATE/fa4.sid" ]; then
+    pkill -TERM -s "$(cat "$STATE/fa4.sid")"
+    echo "$(date -u +%H:%M:%S) fa4-pipeline stopped before the bench (verification report: the cases judged so far)" \
+      | tee -a "$RESULTS/steps.txt"
+  fi
+  fa4_env "$FA4_SITE" "$CACHE"  # FA4's folder on the path (after $PWD)
   export PYTHONPATH=$FA3_SITE:$PYTHONPATH
+  step both-import 120 "$PY" -c "import torch, flash_attn_interface as f3, flash_attn.cute as f4; \
+print(f3.__file__, f4.__file__)"
   step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
     --wheelhouse "$WHEELHOUSE"
-  step fa3-verify-full 420 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level full \
-    --report-dir "$RESULTS/verify-fa3-full" --wheelhouse "$WHEELHOUSE"
-  local verified=$RESULTS/verify-fa3-full/verify.json
-  [ -f "$verified" ] || verified=$RESULTS/verify-fa3-smoke/verify.json
   step recommend 60 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
-    --verified "flash-attn-3=$verified" --out "$RESULTS/recommendation.json"
+    --verified "flash-attn-3=$RESULTS/verify-fa3-full/verify.json" --verified "fa4=$RESULTS/verify-fa4-full/verify.json" \
+    --out "$RESULTS/recommendation.json"
   echo done > "$STATE/pipeline.done"
 }
 
-fa4_pipeline() {  # FA4 into its own folder from the joined wheels, its kernel cache warmed (few CPUs, no bench)
+fa4_pipeline() {  # FA4 into its own folder from the joined wheels, then its full verification, beside the build
   export PYTHONPATH=$PWD
   step fa4-install 240 "$PY" -m toolkit.fa4 install --lock locks/gpu-machine-fa4.fa4-lock.json \
     --wheels "$STATE/wheels/all" --target "$FA4_SITE" --python "$PY"
-  step fa4-warm 300 "$PY" -m toolkit.fa4 warm --target "$FA4_SITE" --cache-dir "$CACHE" \
-    --artifacts "$STATE/fa4-artifacts" --arch 90 --report "$RESULTS/latency.json" --budget-s 150 --jobs 2
+  fa4_env "$FA4_SITE" "$CACHE"
+  step fa4-verify-full 1500 "$PY" -m toolkit.verify.fa4 "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
   touch "$STATE/fa4.done"
 }
 
 detach() {  # detach FUNCTION SIDFILE: run it in a session of its own (it outlives this call)
   export -f build_pipeline fa4_pipeline step fa4_env
-  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY
+  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY ORDER_FROM
   setsid nohup bash -c "echo \$\$ > '$STATE/$2'; $1" > "$STATE/$1.log" 2>&1 < /dev/null &
 }
 
