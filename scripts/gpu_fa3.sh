@@ -9,7 +9,8 @@
 # Prepared here (git-ignored folders):
 #   .cache/flash-attn-3/<commit>/: the two archives (docs/fa3.md, "On the GPU machine" step 1), then
 #     `toolkit check gpu-machine-fa3`
-#   .whl/: zstandard, pydantic, pydantic-core, annotated-types, typing-inspection for cp312 (the machine lacks them)
+#   .whl/: zstandard, pydantic (+ pydantic-core, annotated-types, typing-inspection, typing-extensions), py-rattler
+#     0.28.0 for cp312 (the machine lacks them; `toolkit build` needs py-rattler)
 #   .whl-fa4/part1, .whl-fa4/part2: bash scripts/fetch_fa4_wheels.sh (each part under 60 MiB)
 #   locks/gpu-machine-fa4.fa4-lock.json: the FA4 lock gpu_fa4.sh uses (committed)
 # Then, each call at once after the last (the machine goes back 30 s after a call; check each reply's "warm"):
@@ -119,8 +120,8 @@ case "${1:-}" in
     [ -f locks/gpu-machine-fa4.fa4-lock.json ] || echo "missing: locks/gpu-machine-fa4.fa4-lock.json"
     ;;
   start)
-    "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic 2>&1 | tail -2
-    "$PY" -c "import pydantic, zstandard; print('toolkit deps ok')"
+    "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler 2>&1 | tail -2
+    "$PY" -c "import pydantic, zstandard, rattler; print('toolkit deps ok')" || exit 1
     rm -rf "$RESULTS" && mkdir -p "$RESULTS" "$STATE/cache"
     cp -r .cache/flash-attn-3 "$STATE/cache/"  # TOOLKIT_CACHE: the build reads the archives from there
     { date -u; nproc; free -g | head -2; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
