@@ -122,7 +122,8 @@ case "${1:-}" in
   start)
     "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler 2>&1 | tail -2
     "$PY" -c "import pydantic, zstandard, rattler; print('toolkit deps ok')" || exit 1
-    rm -rf "$RESULTS" && mkdir -p "$RESULTS" "$STATE/cache"
+    for sid in "$STATE"/*.sid; do [ -f "$sid" ] && pkill -TERM -s "$(cat "$sid")"; done  # a start before this one
+    rm -rf "$RESULTS" "$STATE"/*.sid "$STATE"/*.done && mkdir -p "$RESULTS" "$STATE/cache"
     cp -r .cache/flash-attn-3 "$STATE/cache/"  # TOOLKIT_CACHE: the build reads the archives from there
     { date -u; nproc; free -g | head -2; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
       git log -1 --format='project %h %s' 2>/dev/null; } > "$RESULTS/machine.txt" 2>&1
