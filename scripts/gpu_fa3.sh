@@ -50,6 +50,11 @@ print(torch.__version__, f.__file__); print(c.CONFIG['build_flags'])"
     --report-dir "$RESULTS/verify-fa3-smoke" --wheelhouse "$WHEELHOUSE"
   step fa3-verify-full 600 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level full \
     --report-dir "$RESULTS/verify-fa3-full" --wheelhouse "$WHEELHOUSE"
+  bench_pipeline
+}
+
+bench_pipeline() {  # after FA3's checks: wait for FA4's verification, then the bench with the GPU alone, recommend
+  export PYTHONPATH=$FA3_SITE:$PWD
   local waited=0  # FA4's full verification (beside the build) must end before the bench: the bench has the GPU alone
   while [ ! -f "$STATE/fa4.done" ] && [ $waited -lt "${FA4_WAIT_S:-420}" ]; do sleep 5; waited=$((waited + 5)); done
   if [ ! -f "$STATE/fa4.done" ] && [ -f "$STATE/fa4.sid" ]; then
@@ -79,8 +84,8 @@ fa4_pipeline() {  # FA4 into its own folder from the joined wheels, then its ful
 }
 
 detach() {  # detach FUNCTION SIDFILE: run it in a session of its own (it outlives this call)
-  export -f build_pipeline fa4_pipeline step fa4_env
-  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY ORDER_FROM
+  export -f build_pipeline bench_pipeline fa4_pipeline step fa4_env
+  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY ORDER_FROM FA4_WAIT_S
   setsid nohup bash -c "echo \$\$ > '$STATE/$2'; $1" > "$STATE/$1.log" 2>&1 < /dev/null &
 }
 
@@ -145,8 +150,15 @@ case "${1:-}" in
     sleep 5
     report
     ;;
+  bench)  # the FA3 part is done but FA4's verification needs longer than the pipeline waits: wait again, then bench
+    fresh
+    pkill -TERM -s "$(cat "$STATE/pipeline.sid")"
+    FA4_WAIT_S=${FA4_WAIT_S:-900} detach bench_pipeline pipeline.sid
+    sleep 2
+    report
+    ;;
   wait)
     fresh
     wait_until "${WAIT_S:-540}" ;;
-  *) echo "usage: $0 check|start|carry1|carry2|wait"; exit 2 ;;
+  *) echo "usage: $0 check|start|carry1|carry2|wait|bench"; exit 2 ;;
 esac
