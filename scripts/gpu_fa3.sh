@@ -18,6 +18,8 @@
 #   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_fa3.sh carry1")
 #   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_fa3.sh carry2")   # joins, installs FA4 beside the build
 #   run(command="WAIT_S=560 bash scripts/gpu_fa3.sh wait")                     # again while it says RUNNING
+# FA4_REPORT=<an FA4 full verification report of the same GPU and pins> on start and carry2 skips FA4's verification
+# (about 15 minutes) and gives the recommendation that report.
 # Budget: 30 min of device time, each call under 9.5 min, carry under 64 MiB per call. Results under $OUT
 # (steps.txt, step logs, the build record, verify.json/xml, bench.json/png, recommendation.json).
 # `bash scripts/gpu_fa3.sh check` runs the parts that need no GPU (here too): the line's check and the carried files.
@@ -69,7 +71,7 @@ print(f3.__file__, f4.__file__)"
   step bench 420 "$PY" -m toolkit bench "$LINE" --report-dir "$RESULTS/bench" --head-dims 64,128 \
     --wheelhouse "$WHEELHOUSE"
   step recommend 60 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
-    --verified "flash-attn-3=$RESULTS/verify-fa3-full/verify.json" --verified "fa4=$RESULTS/verify-fa4-full/verify.json" \
+    --verified "flash-attn-3=$RESULTS/verify-fa3-full/verify.json" --verified "fa4=${FA4_REPORT:-$RESULTS/verify-fa4-full/verify.json}" \
     --out "$RESULTS/recommendation.json"
   echo done > "$STATE/pipeline.done"
 }
@@ -79,19 +81,21 @@ fa4_pipeline() {  # FA4 into its own folder from the joined wheels, then its ful
   step fa4-install 240 "$PY" -m toolkit.fa4 install --lock locks/gpu-machine-fa4.fa4-lock.json \
     --wheels "$STATE/wheels/all" --target "$FA4_SITE" --python "$PY"
   fa4_env "$FA4_SITE" "$CACHE"
-  step fa4-verify-full 1500 "$PY" -m toolkit.verify.fa4 "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
+  [ -n "${FA4_REPORT:-}" ] || \
+    step fa4-verify-full 1500 "$PY" -m toolkit.verify.fa4 "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
   touch "$STATE/fa4.done"
 }
 
 detach() {  # detach FUNCTION SIDFILE: run it in a session of its own (it outlives this call)
   export -f build_pipeline bench_pipeline fa4_pipeline step fa4_env
-  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY ORDER_FROM FA4_WAIT_S
+  export STATE RESULTS FA3_SITE FA4_SITE CACHE WHEELHOUSE LINE PY ORDER_FROM FA4_WAIT_S FA4_REPORT
   setsid nohup bash -c "echo \$\$ > '$STATE/$2'; $1" > "$STATE/$1.log" 2>&1 < /dev/null &
 }
 
-collect() {  # what the pipeline has written so far, into $OUT (a call cut short still returns it)
-  (cd "$RESULTS" && find . \( -name '*.json' -o -name '*.png' -o -name '*.xml' -o -name '*.txt' -o -name '*.log' \) \
-    -size -15M -exec cp --parents {} "$OUT"/ \;) 2>/dev/null
+collect() {  # what the pipeline has written so far, into $OUT as one file (a call brings back at most 8, and no name
+  # with a '+'; a call cut short still returns it)
+  tar czf "$OUT/results.tgz" -C "$RESULTS" . 2>/dev/null
+  cp "$RESULTS/steps.txt" "$OUT/" 2>/dev/null
 }
 
 report() {
