@@ -129,7 +129,7 @@ def test_finish_adds_peak_fraction_checks_the_target_and_plots(cpu_rows, tmp_pat
     target_row = bench.Measurement("flash-attn", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, measured)
     report_dir = _raw_report(cpu_rows + [target_row], tmp_path, "NVIDIA H200")
     console = Console(record=True, width=250)
-    assert bench.finish(report_dir, console) == code
+    assert bench.finish(report_dir, console, {}) == code
     data = json.loads((report_dir / "bench.json").read_text())
     assert data["peak"]["bf16_dense_tflops"] == 989.4
     assert data["measurements"][-1]["fraction_of_bf16_peak"] == pytest.approx(measured / 989.4)
@@ -146,10 +146,62 @@ def test_finish_on_an_unknown_gpu_reports_no_fraction(cpu_rows, tmp_path):
     from rich.console import Console
 
     report_dir = _raw_report(cpu_rows, tmp_path, "Some Future GPU")
-    assert bench.finish(report_dir, Console(record=True)) == 0
+    assert bench.finish(report_dir, Console(record=True), {}) == 0
     data = json.loads((report_dir / "bench.json").read_text())
     assert data["peak"]["bf16_dense_tflops"] is None and data["targets"] == []
     assert all(r["fraction_of_bf16_peak"] is None for r in data["measurements"])
+
+
+# The H200 bench of gpu-machine-fa3 (FA3, FA4 and SDPA; no flash-attn 2.x row measured), as measure wrote it.
+RECORDED_FA3_BENCH = ROOT / "docs/results/2026-12-02-h200-fa3/bench/bench.json"
+FA2_TARGET = "flash-attn fwd bfloat16 d128 seqlen 4096 non-causal"
+
+
+def test_a_line_that_leaves_fa2_out_says_so_from_its_spec():
+    from toolkit.spec.envspec import load_spec
+
+    assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine-fa3.yaml")) == {
+        "flash-attn": "line gpu-machine-fa3 builds no flash-attn 2.x (flash_attn_3.with_flash_attn_2: false)"}
+    assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine.yaml")) == {}
+    assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-replica.yaml")) == {}  # FA4 beside FA2
+
+
+def _bench_recorded_h200(line: str, monkeypatch, tmp_path) -> int:
+    """`toolkit bench LINE` with the GPU half replaced by the recorded H200 report (no GPU here)."""
+    recorded = json.loads(RECORDED_FA3_BENCH.read_text())
+    for key in ("peak", "targets"):  # what finish adds
+        del recorded[key]
+
+    def measured(line, report_dir, *grid):
+        (report_dir / "bench.json").write_text(json.dumps({**recorded, "line": line}))
+        return 0
+
+    monkeypatch.setattr(bench, "measure", measured)
+    monkeypatch.setenv("COLUMNS", "250")  # one target per line
+    return main(["bench", line, "--python", sys.executable, "--envs", str(ROOT / "envs"),
+                 "--report-dir", str(tmp_path)])
+
+
+def test_a_target_on_fa2_does_not_apply_to_a_line_that_builds_none(monkeypatch, tmp_path, capsys):
+    assert _bench_recorded_h200("gpu-machine-fa3", monkeypatch, tmp_path) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("target ")] == [
+        f"target not applicable: {FA2_TARGET}: line gpu-machine-fa3 builds no flash-attn 2.x "
+        "(flash_attn_3.with_flash_attn_2: false)"]
+    target = json.loads((tmp_path / "bench.json").read_text())["targets"][0]
+    assert (target["measured_tflops"], target["met"]) == (None, False)
+    assert target["not_applicable"] == ("line gpu-machine-fa3 builds no flash-attn 2.x "
+                                        "(flash_attn_3.with_flash_attn_2: false)")
+
+
+def test_a_target_on_fa2_is_missed_where_the_line_builds_fa2_and_it_measured_nothing(monkeypatch, tmp_path,
+                                                                                       capsys):
+    assert _bench_recorded_h200("gpu-machine", monkeypatch, tmp_path) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("target ")] == [
+        f"target MISSED: {FA2_TARGET}: not measured TFLOP/s (needs >= 370)"]
+    target = json.loads((tmp_path / "bench.json").read_text())["targets"][0]
+    assert (target["measured_tflops"], target["met"], target["not_applicable"]) == (None, False, None)
 
 
 def test_bench_command_end_to_end_with_the_double(monkeypatch, tmp_path, capsys):

@@ -31,7 +31,7 @@ from rich.console import Console
 from toolkit.base.digest import git_object_id
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace
-from toolkit.build.builder import BuildOptions, build
+from toolkit.build.builder import BuildOptions, build, sources_of
 from toolkit.build.fa3 import Fa3Source, archive_path, assemble, fetch_archive
 from toolkit.build.ninja_shim import ManifestPlan, prepared_manifest
 from toolkit.knowledge import fa3_pins
@@ -255,6 +255,13 @@ def test_the_example_line_passes_toolkit_check():
     done = subprocess.run([sys.executable, "-m", "toolkit", "check", "gpu-machine-fa3"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
+
+
+def test_the_example_line_builds_fa3_instead_of_fa2():
+    workspace = Workspace()
+    assert [type(s) for s in sources_of(load_spec(ROOT / "envs" / "gpu-machine-fa3.yaml"), workspace)] == [Fa3Source]
+    assert [type(s).__name__ for s in sources_of(load_spec(ROOT / "envs" / "gpu-machine.yaml"), workspace)] == [
+        "Fa2Source"]
 
 
 # ---------------------------------------------------------------- the build, with the real nvcc

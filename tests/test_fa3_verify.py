@@ -209,7 +209,7 @@ def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
     data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
     (tmp_path / "bench.json").write_text(json.dumps(data))
     console = Console(record=True, width=400)
-    bench.finish(tmp_path, console)
+    bench.finish(tmp_path, console, {})
     text = console.export_text()
     assert "flash-attn-3 3.0.0+test" in text  # the title names its version, as FA4's
     fp8_lines = [line for line in text.splitlines() if FP8 in line]

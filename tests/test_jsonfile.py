@@ -170,7 +170,7 @@ def _build_record(tmp: Path) -> Path:
 
 
 def _bench(tmp: Path) -> Path:
-    bench.finish(tmp / "reports", Console(file=io.StringIO()))
+    bench.finish(tmp / "reports", Console(file=io.StringIO()), {})
     return tmp / "reports" / "bench.json"
 
 

@@ -341,11 +341,10 @@ class Fa2Source:
 
 def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
     """What `toolkit build LINE` makes: FA2 unless the line builds FA3 instead of it, and FA3 where it asks."""
-    fa3 = spec.flash_attn_3
     wanted: list[WheelSource] = []
-    if fa3 is None or fa3.with_flash_attn_2:
+    if spec.flash_attn_2_left_out() is None:
         wanted.append(Fa2Source(spec, workspace.lock_file(spec.line)))
-    if fa3 is not None:
+    if spec.flash_attn_3 is not None:
         wanted.append(Fa3Source.of(spec))
     return wanted
 

@@ -339,6 +339,13 @@ class EnvSpec:
         """Where a field's effective value was written (the defining file and line)."""
         return self.locations.get(dotted) or Location(self.path, None)
 
+    def flash_attn_2_left_out(self) -> str | None:
+        """The setting by which the line builds no flash-attn 2.x (`toolkit build` makes FA3 instead of it),
+        or None where the line builds FA2."""
+        if self.flash_attn_3 is not None and not self.flash_attn_3.with_flash_attn_2:
+            return "flash_attn_3.with_flash_attn_2: false"
+        return None
+
     def conda_specs(self) -> list[str]:
         """Conda match specs, 'name version' or 'name', in file order."""
         return [name if version in ("", "*") else f"{name} {version}" for name, version in self.conda_packages.items()]

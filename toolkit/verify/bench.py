@@ -9,7 +9,8 @@ the two matmuls of the forward, 4 * batch * heads * seqlen^2 * head_dim (halved 
 
 Two steps, so that the measuring half runs in the line's python with nothing but torch and
 flash-attn: `measure` times everything and writes the raw bench.json; `finish` (the toolkit's own
-python) adds the card's peak from toolkit/knowledge/gpus.yaml, checks the throughput targets, plots
+python) adds the card's peak from toolkit/knowledge/gpus.yaml, checks the throughput targets (one on an
+implementation the line does not build, e.g. flash-attn 2.x where it builds FA3 instead, does not apply), plots
 bench.png and prints the table. Eager and SDPA-math materialise the seqlen x seqlen matrix and are
 skipped above QUADRATIC_MAX_SEQLEN, recorded with the reason.
 """
@@ -25,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.base.atomic import write_atomic
 from toolkit.base.entry import program
@@ -33,6 +34,9 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.knowledge import files as knowledge_files
 from toolkit.verify import machine
+
+if TYPE_CHECKING:
+    from toolkit.spec.envspec import EnvSpec
 
 IMPLEMENTATIONS = ("flash-attn", "flash-attn-3", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
@@ -367,20 +371,39 @@ def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict
     return entry, targets
 
 
-def evaluate_targets(data: dict, targets: list[dict]) -> list[dict]:
-    """Each target with the measured TFLOP/s (None when that row is missing or failed) and met or not."""
+def implementations_not_built(spec: EnvSpec) -> dict[str, str]:
+    """Implementations the line's spec does not build, each with why: a target on one does not apply to it."""
+    setting = spec.flash_attn_2_left_out()
+    return {"flash-attn": f"line {spec.line} builds no flash-attn 2.x ({setting})"} if setting else {}
+
+
+def evaluate_targets(data: dict, targets: list[dict], not_built: dict[str, str]) -> list[dict]:
+    """Each target with the measured TFLOP/s (None when that row is missing or failed), met or not, and
+    `not_applicable`: why the line does not build the target's implementation (None where it does)."""
     keys = ("implementation", "mode", "dtype", "head_dim", "causal", "seqlen")
     results = []
     for target in targets:
         row = next((m for m in data["measurements"] if all(m[k] == target[k] for k in keys)), None)
         measured = row["tflops"] if row else None
         results.append({**target, "measured_tflops": measured,
-                        "met": measured is not None and measured >= target["min_tflops"]})
+                        "met": measured is not None and measured >= target["min_tflops"],
+                        "not_applicable": not_built.get(target["implementation"])})
     return results
 
 
-def finish(report_dir: Path, console) -> int:
-    """Add peak fractions and targets to bench.json, plot bench.png, print the table; 1 if a target is missed."""
+def _target_line(target: dict) -> str:
+    what = (f"{target['implementation']} {target['mode']} {target['dtype']} d{target['head_dim']} seqlen "
+            f"{target['seqlen']} {'causal' if target['causal'] else 'non-causal'}")
+    if target["not_applicable"]:
+        return f"target not applicable: {what}: {target['not_applicable']}"
+    measured = target["measured_tflops"]
+    return (f"target {'met' if target['met'] else 'MISSED'}: {what}: "
+            f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s (needs >= {target['min_tflops']})")
+
+
+def finish(report_dir: Path, console, not_built: dict[str, str]) -> int:
+    """Add peak fractions and targets to bench.json, plot bench.png, print the table; 1 if a target is missed
+    (one on an implementation in `not_built`, which the line does not build, does not apply)."""
     path = report_dir / "bench.json"
     data = read_json(path, "bench report", "run the bench again")
     gpu, targets = gpu_facts(data.get("gpu"))
@@ -389,21 +412,15 @@ def finish(report_dir: Path, console) -> int:
                            "source": f"{data.get('gpu')!r} is not in {GPUS_FILE.name}: no fraction of peak"}
     for row in data["measurements"]:
         row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
-    data["targets"] = evaluate_targets(data, targets)
+    data["targets"] = evaluate_targets(data, targets, not_built)
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     write_atomic(report_dir / "bench.png", plot(data))
     print_table(data, console)
     for target in data["targets"]:
-        measured = target["measured_tflops"]
-        verdict = "met" if target["met"] else "MISSED"
-        console.print(f"target {verdict}: {target['implementation']} {target['mode']} {target['dtype']} "
-                      f"d{target['head_dim']} seqlen {target['seqlen']} "
-                      f"{'causal' if target['causal'] else 'non-causal'}: "
-                      f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s "
-                      f"(needs >= {target['min_tflops']})", highlight=False)
+        console.print(_target_line(target), highlight=False)
     console.print(f"bench {data['line']}: {len(data['measurements'])} measurements in {data['duration_s']} s on "
                   f"{data['gpu']}; {path} and {report_dir / 'bench.png'}", highlight=False)
-    return 0 if all(t["met"] for t in data["targets"]) else 1
+    return 0 if all(t["met"] or t["not_applicable"] for t in data["targets"]) else 1
 
 
 def print_table(data: dict, console) -> None:
@@ -498,7 +515,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="TFLOP/s of flash-attn vs torch SDPA backends and eager, on a GPU",
         description="Time flash-attn against torch SDPA (flash, cuDNN, efficient, math) and eager attention: "
                     "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
-                    "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed.")
+                    "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed (a target "
+                    "on an implementation the line does not build does not apply).")
     machine.add_line_arguments(parser)
     _add_grid_options(parser)
     parser.set_defaults(func=bench_command)
@@ -507,6 +525,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def bench_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from toolkit.base.workspace import Workspace
+    from toolkit.spec.envspec import resolve_spec_arg
+    from toolkit.spec.rules import checked_spec
+
+    spec = checked_spec(resolve_spec_arg(args.line, Workspace.from_args(args)))
     grid = ["--tokens", str(args.tokens), "--seqlens", ",".join(map(str, args.seqlens)),
             "--head-dims", ",".join(map(str, args.head_dims))]
     command = " ".join(["toolkit bench", args.line, *grid])
@@ -516,7 +539,7 @@ def bench_command(args: argparse.Namespace) -> int:
         "the benchmark", "bench.json")
     if code != 0 or written is None:
         return code or 1
-    return finish(written.parent, Console())
+    return finish(written.parent, Console(), implementations_not_built(spec))
 
 
 @program
