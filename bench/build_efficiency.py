@@ -222,7 +222,7 @@ def first_build_table(costs: ReleaseCosts) -> list[dict]:
 
 
 def print_first_build(costs: ReleaseCosts, table: list[dict]) -> bool:
-    print(f"first build of flash-attn {costs.version} ({costs.profile}), object costs from "
+    print(f"first build of flash-attn {costs.version} ({costs.key.profile}), object costs from "
           f"toolkit/knowledge/object_costs.yaml ({costs.source}); modelled, sized as `toolkit build` sizes it")
     print("  parallel efficiency = max(sum of object times / jobs, longest object) / compile wall (docs/building.md);"
           " CPUs busy = work / (CPUs x wall);")
@@ -285,13 +285,13 @@ def plot_first_build(table: list[dict], png: Path) -> None:
 
 
 def first_build_main(args: argparse.Namespace) -> int:
-    costs = next((r for r in load_object_costs().releases if r.version == args.release and r.profile == "fa2"), None)
+    costs = next((r for r in load_object_costs().releases if r.version == args.release and r.key.profile == "fa2"), None)
     if costs is None:
         raise SystemExit(f"toolkit/knowledge/object_costs.yaml: no fa2 costs of flash-attn {args.release}")
     table = first_build_table(costs)
     met = print_first_build(costs, table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"release": costs.version, "profile": costs.profile, "source": costs.source,
+    args.json.write_text(json.dumps({"release": costs.version, "profile": costs.key.profile, "source": costs.source,
                                      "target": FIRST_BUILD_TARGET, "cases": table}, indent=1) + "\n")
     png = args.png or args.json.with_suffix(".png")
     plot_first_build(table, png)

@@ -35,6 +35,8 @@ from toolkit.build.builder import BuildOptions, build, sources_of
 from toolkit.build.fa3 import Fa3Source, archive_path, assemble, fetch_archive
 from toolkit.build.ninja_shim import ManifestPlan, prepared_manifest
 from toolkit.knowledge import fa3_pins
+from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge.object_costs import load_object_costs
 from toolkit.spec.envspec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,9 +269,24 @@ def test_the_example_line_builds_fa3_instead_of_fa2():
 # ---------------------------------------------------------------- the build, with the real nvcc
 
 
+def knowledge_with_fixture_costs(tmp: Path) -> Path:
+    """The real knowledge with object costs for the fixture's build (the pinned commit, profile
+    hdim128-bf16-fwd) by path inside the flash-attention tree. The figures are NOT measured: any will do, the
+    test is that FA3's build finds them by commit and profile and matches its objects to them."""
+    knowledge = tmp / "knowledge"
+    shutil.copytree(knowledge_files.KNOWLEDGE_DIR, knowledge)
+    costs = yaml.safe_load((knowledge / "object_costs.yaml").read_text())
+    costs["releases"].append({"version": "3.0.0", "profile": "fa3", "commit": PINNED, "fa3_profile": "hdim128-bf16-fwd",
+                              "arch": "90", "source": "fa3", "cpu_seconds": {
+                                  "hopper/api.cpp": 1.0, "hopper/flash_fwd_hdim128_bf16_sm90.cu": 2.0}})
+    (knowledge / "object_costs.yaml").write_text(yaml.safe_dump(costs))
+    return knowledge
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The fixture built through the shared build as a line's FA3 with profile hdim128-bf16-fwd."""
+    """The fixture built through the shared build as a line's FA3 with profile hdim128-bf16-fwd, a first build
+    with the knowledge's object costs (knowledge_with_fixture_costs)."""
     require_nvcc()
     tmp = tmp_path_factory.mktemp("fa3")
     pinned, _ = fixture_commit(tmp)
@@ -280,7 +297,13 @@ def built(tmp_path_factory):
     source = Fa3Source(spec, pinned, fa3_pins.profile("hdim128-bf16-fwd"))
     options = BuildOptions(workspace=Workspace(wheelhouse=tmp / "wheelhouse"), cache=tmp / "cache")
     console = Console(file=open(tmp / "console.txt", "w"))
-    result = build(spec, options, console, source)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(knowledge_files, "KNOWLEDGE_DIR", knowledge_with_fixture_costs(tmp))
+        load_object_costs.cache_clear()
+        try:
+            result = build(spec, options, console, source)
+        finally:
+            load_object_costs.cache_clear()
     again = build(spec, options, console, Fa3Source(spec, pinned, fa3_pins.profile("hdim128-bf16-fwd")))
     return SimpleNamespace(tmp=tmp, spec=spec, result=result, again=again, python=python)
 
@@ -318,6 +341,12 @@ def test_the_record_says_commit_profile_switches_and_archives(built):
     # DISABLE_BACKWARD left the backward kernel out: the .cpp and one kernel, the kernel's nvcc seeded
     assert sorted(o["name"] for o in record["outputs"]["objects"]) == ["api.cpp.o", "flash_fwd_hdim128_bf16_sm90.cu.o"]
     assert record["schedule"]["nvcc_objects_seeded"] == 1
+    # a first build: both objects ordered by the knowledge's costs of this commit and profile, by their paths
+    # inside the flash-attention tree (hopper/...), not inside hopper/ where setup.py runs
+    assert (record["schedule"]["order"], record["schedule"]["edges_ordered"], record["schedule"]["objects_without_cost"]) \
+        == ("knowledge", 2, 0)
+    assert record["schedule"]["from_knowledge"].endswith(f"(flash-attn 3.0.0 fa3 at {PINNED[:12]}, profile "
+                                                         "hdim128-bf16-fwd, measured on sm_90: fa3)")
     assert record["outputs"]["archs_compiled"] == {"flash_attn_3/_C.abi3.so": ["90a"]}
 
 

@@ -43,6 +43,7 @@ from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path
 from toolkit.env.download import fetch_verified
 from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number, minor_of
+from toolkit.knowledge.object_costs import CostKey
 from toolkit.machine import line_env
 from toolkit.machine.fingerprint import Fingerprint
 from toolkit.machine.line_env import LineEnvironment
@@ -336,6 +337,7 @@ class Fa2Source:
         fa4_pin = next((p for p in self.locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
         return SourceTree(src_dir, epoch, self.locked.sdist, archs,
                           {"spec": display_path(self.spec.path), "lock": display_path(self.lock_file)},
+                          source_root=src_dir, costs_key=CostKey("fa2", self.locked.sdist.sha256),
                           patches=[asdict(p) for p in applied], fa4_pin=fa4_pin)
 
 
@@ -385,9 +387,9 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     with build_folder(build_parent, spec.line, options.keep_build_dir, console) as build_dir:
         tree = source.unpack(build_dir, archs)
         env = {**build_environment(tc, archs, par, inputs["local_version"], tree.epoch, build_dir), **tree.environment}
-        order = schedule_order(options.order_from, line_dir, tree.pin, archs)
+        order = schedule_order(options.order_from, line_dir, tree.pin, archs, tree.costs_key)
         shim_dir = build_dir / "schedule"
-        plan = ManifestPlan(str(build_dir), order.object_seconds, str(tree.project_dir), order.source_seconds,
+        plan = ManifestPlan(str(build_dir), order.object_seconds, str(tree.source_root), order.source_seconds,
                             "previous build's times" if order.kind == "record" else "the knowledge's object costs")
         if not install_ninja_shim(shim_dir, plan, env["PATH"]):
             raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "

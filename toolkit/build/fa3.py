@@ -26,6 +26,7 @@ from toolkit.build.source import SourceTree, extract_sdist
 from toolkit.env.download import fetch_content_pinned
 from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import fa3_pins
+from toolkit.knowledge.object_costs import CostKey
 from toolkit.spec.envspec import EnvSpec
 
 CACHE_FOLDER = "flash-attn-3"
@@ -162,6 +163,7 @@ class Fa3Source:
             wheel_archs=(f"{self.commit.required_arch}a", *(("80",) if self.profile.sm80 else ())),
             files={"spec": display_path(self.spec.path), "knowledge": KNOWLEDGE,
                    **{a.name: display_path(p) for a, p in zip(self.commit.archives, self.paths)}},
+            source_root=root, costs_key=CostKey("fa3", self.commit.commit, self.profile.name),
             # setup.py runs `git submodule update --init ../csrc/cutlass`: no repository above the build folder
             environment={**OFFLINE, **self.profile.environment(), "GIT_CEILING_DIRECTORIES": str(build_dir.parent)},
             imports=fa3_pins.installs()[1], record_section=section,

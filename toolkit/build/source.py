@@ -15,6 +15,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.lockfile import LockedPackage, LockedSdist
+from toolkit.knowledge.object_costs import CostKey
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class SourceTree:
     pin: LockedSdist  # the archive the record names and an earlier build's times are matched by
     wheel_archs: tuple[str, ...]  # archs the wheel's .so files must hold
     files: dict[str, str]  # the files it came from, as display paths, for the record
+    source_root: Path  # the unpacked source's top (the sdist's; FA3's flash-attention/): object costs' paths start here
+    costs_key: CostKey  # what the knowledge's object costs of this source are looked up by (a first build's order)
     environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
     imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
     patches: list[dict[str, Any]] = field(default_factory=list)

@@ -3,8 +3,9 @@
 The build reads ninja's .ninja_log after the compile and records each object's time; the next build of the
 same sdist starts its objects longest first by them (toolkit/build/ninja_shim.py), and `toolkit build --report`
 and bench/build_efficiency.py print the figures. A first build of an sdist (no record of it here, no
---order-from) takes the measured object costs of toolkit/knowledge/object_costs.yaml instead, and keeps
-build.ninja's order only for an sdist the knowledge has not measured.
+--order-from) takes the measured object costs of toolkit/knowledge/object_costs.yaml instead (FA2 by the sdist's
+sha256, FA3 by its commit and profile), and keeps build.ninja's order only for a source the knowledge has not
+measured.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from toolkit.build.record import BuildRecord
 from toolkit.build.wheelhouse import records
 from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import files as knowledge_files
-from toolkit.knowledge.object_costs import KNOWLEDGE_NAME, Profile, load_object_costs
+from toolkit.knowledge.object_costs import KNOWLEDGE_NAME, CostKey, load_object_costs
 
 OrderKind = Literal["record", "knowledge", "build.ninja"]
 
@@ -80,20 +81,20 @@ def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[P
 
 
 def schedule_order(order_from: Path | None, line_dir: Path, sdist: LockedSdist, archs: tuple[str, ...],
-                   profile: Profile = "fa2") -> ScheduleOrder:
-    """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs of this
-    sdist and profile (a first build), else build.ninja's order. A record measured this machine; the
-    knowledge measured another, so it comes only where no record is."""
+                   costs_key: CostKey) -> ScheduleOrder:
+    """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs under
+    costs_key (a first build), else build.ninja's order. A record measured this machine; the knowledge
+    measured another, so it comes only where no record is."""
     previous = previous_object_times(schedule_candidates(order_from, line_dir), sdist.sha256)
     if order_from and previous is None:
         raise ToolkitError(f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
                            f"cannot order this build (drop --order-from)")
     if previous:
         return ScheduleOrder("record", display_path(previous[0]), object_seconds=previous[1])
-    costs = load_object_costs().for_sdist(sdist.sha256, profile)
+    costs = load_object_costs().measured(costs_key)
     if costs is None:
         return ScheduleOrder("build.ninja", None)
-    origin = (f"{display_path(knowledge_files.KNOWLEDGE_DIR / KNOWLEDGE_NAME)} (flash-attn {costs.version} {costs.profile}, "
+    origin = (f"{display_path(knowledge_files.KNOWLEDGE_DIR / KNOWLEDGE_NAME)} (flash-attn {costs.version} {costs.key.label()}, "
               f"measured on sm_{costs.arch}: {costs.source})")
     return ScheduleOrder("knowledge", origin, source_seconds=costs.seconds_for(archs))
 
