@@ -173,6 +173,22 @@ def test_a_first_fa3_build_of_the_commit_starts_the_backward_kernels_first(tmp_p
     assert schedule_order(None, tmp_path / "no-records", git_archive, ("90",), other_profile).kind == "build.ninja"
 
 
+def test_order_from_a_committed_fa3_record_matches_by_commit_and_profile_not_archive_bytes(tmp_path):
+    """--order-from the H200's FA3 record on a machine whose archive of the same commit has another sha256 (GitHub's
+    codeload vs `git archive`): the record's times order the build; a record of another profile cannot."""
+    record = json.loads(FA3_MEASURED.read_text())
+    other_archive = LockedSdist(record["sdist"]["url"], record["sdist"]["filename"], "4" * 64)
+    named = schedule_order(FA3_MEASURED, tmp_path / "empty", other_archive, ("90",), fa3_key(record))
+    assert named.kind == "record" and named.object_seconds == {o["name"]: o["seconds"]
+                                                               for o in record["outputs"]["objects"]}
+    other_profile = CostKey("fa3", record["flash_attn_3"]["commit"], "hopper-training")
+    with pytest.raises(ToolkitError, match="records no object times of flash-attention-c75d019d"):
+        schedule_order(FA3_MEASURED, tmp_path / "empty", other_archive, ("90",), other_profile)
+    fa2_record = measured()  # and an FA2 record never orders an FA3 build, nor the other way round
+    with pytest.raises(ToolkitError, match="records no object times"):
+        schedule_order(MEASURED, tmp_path / "empty", sdist_of(fa2_record), ("90",), fa3_key(record))
+
+
 def test_a_record_or_order_from_wins_over_the_knowledge(tmp_path):
     record = measured()
     line_dir = tmp_path / "wheelhouse" / "gpu-machine"

@@ -60,12 +60,21 @@ class ScheduleOrder:
                 "from_knowledge": self.origin if self.kind == "knowledge" else None}
 
 
+def record_key(record: BuildRecord) -> CostKey:
+    """What a record built, as costs are keyed: FA2 by its sdist's sha256, FA3 by commit and profile (the same
+    source from another machine's archive, GitHub's or `git archive`'s, has another sha256)."""
+    fa3 = record.flash_attn_3
+    if fa3:
+        return CostKey("fa3", str(fa3.get("commit")), str(fa3.get("profile")))
+    return CostKey("fa2", record.sdist.sha256)
+
+
 def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
-                          sdist_sha256: str) -> tuple[Path, dict[str, float]] | None:
-    """Per-object compile seconds of the first of these records that built the same sdist, with its path."""
+                          costs_key: CostKey) -> tuple[Path, dict[str, float]] | None:
+    """Per-object compile seconds of the first of these records that built the same source, with its path."""
     for path, record in candidates:
         objects = record.outputs.objects
-        if record.sdist.sha256 == sdist_sha256 and objects:
+        if record_key(record) == costs_key and objects:
             return path, {o.name: o.seconds for o in objects}
     return None
 
@@ -85,7 +94,7 @@ def schedule_order(order_from: Path | None, line_dir: Path, sdist: LockedSdist, 
     """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs under
     costs_key (a first build), else build.ninja's order. A record measured this machine; the knowledge
     measured another, so it comes only where no record is."""
-    previous = previous_object_times(schedule_candidates(order_from, line_dir), sdist.sha256)
+    previous = previous_object_times(schedule_candidates(order_from, line_dir), costs_key)
     if order_from and previous is None:
         raise ToolkitError(f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
                            f"cannot order this build (drop --order-from)")
