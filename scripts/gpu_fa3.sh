@@ -4,7 +4,8 @@
 # its own; FA4 installed by the toolkit into another folder and verified at the full level while FA3 compiles; then
 # FA3's verification (`toolkit verify --backend flash-attn-3`, smoke and full), and, once FA4's verification has
 # ended, one `toolkit bench` of FA3, FA4 and torch's SDPA backends with the GPU alone, and `toolkit recommend` over
-# both reports. ORDER_FROM=<build record> starts the objects longest first by that record's times.
+# both reports. ORDER_FROM=<build record> (e.g. docs/results/2026-12-02-h200-fa3/build-record.json) starts the
+# objects longest first by that record's times; without it the knowledge's FA3 costs of the commit and profile do.
 #
 # Prepared here (git-ignored folders):
 #   .cache/flash-attn-3/<commit>/: the two archives (docs/fa3.md, "On the GPU machine" step 1), then
