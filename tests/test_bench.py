@@ -164,6 +164,8 @@ def test_a_line_that_leaves_fa2_out_says_so_from_its_spec():
         "flash-attn": "line gpu-machine-fa3 builds no flash-attn 2.x (flash_attn_3.with_flash_attn_2: false)"}
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine.yaml")) == {}
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-replica.yaml")) == {}  # FA4 beside FA2
+    assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml")) == {
+        "flash-attn": "line gpu-machine-fa4 builds no flash-attn 2.x (flash_attn_4.with_flash_attn_2: false)"}
 
 
 def _bench_recorded_h200(line: str, monkeypatch, tmp_path) -> int:

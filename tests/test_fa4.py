@@ -700,3 +700,19 @@ def test_a_release_missing_a_field_is_one_line_naming_the_file(tmp_path):
     edited.write_text(yaml.safe_dump(data))
     with pytest.raises(ToolkitError, match=r"flash_attn_4.yaml: min_arch: missing"):
         fa4_pins.release(fa4_pins.DEFAULT_RELEASE, edited)
+
+
+def test_a_line_with_fa4_instead_of_fa2_builds_nothing_and_says_how_to_install_fa4(tmp_path, capsys, monkeypatch):
+    """envs/gpu-machine-fa4.yaml says `flash_attn_4.with_flash_attn_2: false` (its line 7): `toolkit build` compiles
+    no flash-attn 2.x for it (20 minutes of a wheel the line does not want) and names FA4's own install."""
+    lines = (ROOT / "envs" / "gpu-machine-fa4.yaml").read_text().splitlines()
+    assert lines[6].strip() == "with_flash_attn_2: false"
+    monkeypatch.chdir(ROOT)  # paths are shown relative to the working directory
+    code = main(["build", "gpu-machine-fa4", "--envs", "envs", "--locks", "locks",
+                 "--wheelhouse", str(tmp_path / "wheelhouse")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err == [
+        "error: envs/gpu-machine-fa4.yaml:7: line gpu-machine-fa4 builds no wheel "
+        "(flash_attn_4.with_flash_attn_2: false: FlashAttention-4 instead of flash-attn 2.x); install FA4 with "
+        "`toolkit fa4 install --lock locks/gpu-machine-fa4.fa4-lock.json`"]
+    assert not (tmp_path / "wheelhouse").exists()

@@ -457,7 +457,12 @@ def build_command(args: argparse.Namespace) -> int:
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
                            install_target=args.install_target, order_from=args.order_from)
-    for source in sources_of(spec, workspace):
+    sources = sources_of(spec, workspace)
+    if not sources:  # FA4 instead of FA2: nothing to compile, FA4 is pinned wheels
+        raise ToolkitError(f"{spec.where('flash_attn_4.with_flash_attn_2')}: line {spec.line} builds no wheel "
+                           f"({spec.flash_attn_2_left_out()}: FlashAttention-4 instead of flash-attn 2.x); install "
+                           f"FA4 with `toolkit fa4 install --lock {display_path(workspace.fa4_lock_file(spec.line))}`")
+    for source in sources:
         t0 = time.monotonic()
         with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
             result = build(spec, options, console, source)

@@ -340,10 +340,12 @@ class EnvSpec:
         return self.locations.get(dotted) or Location(self.path, None)
 
     def flash_attn_2_left_out(self) -> str | None:
-        """The setting by which the line builds no flash-attn 2.x (`toolkit build` makes FA3 instead of it),
-        or None where the line builds FA2."""
+        """The setting by which the line has no flash-attn 2.x (FA3 built instead of it, or FA4's pinned wheels
+        installed instead of it), or None where the line builds FA2."""
         if self.flash_attn_3 is not None and not self.flash_attn_3.with_flash_attn_2:
             return "flash_attn_3.with_flash_attn_2: false"
+        if self.flash_attn_4 is not None and not self.flash_attn_4.with_flash_attn_2:
+            return "flash_attn_4.with_flash_attn_2: false"
         return None
 
     def conda_specs(self) -> list[str]:
