@@ -138,6 +138,7 @@ def test_verify_and_bench_run_under_the_resolved_python(workdir, monkeypatch):
     ran = []
     monkeypatch.setattr(machine, "run_under", lambda python, *rest: ran.append(python) or 0)
     args = argparse.Namespace(line=str(LOCKED), python=None, report_dir=workdir / "reports", envs=ROOT / "envs")
-    code, written = machine.measure_for_line(args, "toolkit.verify", [], lambda *a: 1, "verification", "verify.json")
+    code, written = machine.measure_for_line(args, machine.checked_line_spec(args), "toolkit.verify", [], lambda *a: 1,
+                                             "verification", "verify.json")
     assert (code, written) == (0, None)
     assert ran == [line_env.resolve(checked_spec(LOCKED)).python] == [prefix.absolute() / "bin" / "python"]

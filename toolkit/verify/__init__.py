@@ -49,7 +49,7 @@ def verify_command(args: argparse.Namespace) -> int:
         return verify_fa3_command(args)
     command = f"toolkit verify {args.line} --level {args.level}"
     code, written = machine.measure_for_line(
-        args, "toolkit.verify", ["--level", args.level, "--command", command],
+        args, machine.checked_line_spec(args), "toolkit.verify", ["--level", args.level, "--command", command],
         lambda line, report_dir: measure(line, args.level, report_dir, command), "verification", "verify.json")
     if written:
         report.show(written, Console())
@@ -62,20 +62,17 @@ def verify_fa3_command(args: argparse.Namespace) -> int:
 
     from toolkit.base.errors import ToolkitError
     from toolkit.base.workspace import Workspace
-    from toolkit.spec.envspec import resolve_spec_arg
-    from toolkit.spec.rules import checked_spec
     from toolkit.verify import fa3, machine, report
 
     if args.level == "parity":
         raise ToolkitError("toolkit verify --backend flash-attn-3: no transformers parity for FA3 yet "
                            "(use --level smoke or full)")
-    workspace = Workspace.from_args(args)
-    spec = checked_spec(resolve_spec_arg(args.line, workspace))
+    spec = machine.checked_line_spec(args)
     profile = fa3.line_profile(spec)
-    args.report_dir = args.report_dir or workspace.report_dir(spec.line) / "flash-attn-3"
+    args.report_dir = args.report_dir or Workspace.from_args(args).report_dir(spec.line) / "flash-attn-3"
     command = f"toolkit verify {args.line} --backend flash-attn-3 --level {args.level}"
     code, written = machine.measure_for_line(
-        args, "toolkit.verify.fa3", ["--level", args.level, "--profile", profile, "--command", command],
+        args, spec, "toolkit.verify.fa3", ["--level", args.level, "--profile", profile, "--command", command],
         lambda line, report_dir: fa3.measure(line, args.level, report_dir, command, profile),
         "verification", "verify.json")
     if written:

@@ -525,16 +525,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def bench_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from toolkit.base.workspace import Workspace
-    from toolkit.spec.envspec import resolve_spec_arg
-    from toolkit.spec.rules import checked_spec
-
-    spec = checked_spec(resolve_spec_arg(args.line, Workspace.from_args(args)))
+    spec = machine.checked_line_spec(args)
     grid = ["--tokens", str(args.tokens), "--seqlens", ",".join(map(str, args.seqlens)),
             "--head-dims", ",".join(map(str, args.head_dims))]
     command = " ".join(["toolkit bench", args.line, *grid])
     code, written = machine.measure_for_line(
-        args, "toolkit.verify.bench", ["--command", command, *grid],
+        args, spec, "toolkit.verify.bench", ["--command", command, *grid],
         lambda line, report_dir: measure(line, report_dir, command, args.tokens, args.seqlens, args.head_dims),
         "the benchmark", "bench.json")
     if code != 0 or written is None:

@@ -5,7 +5,7 @@ flash-attn wheel. When `toolkit` itself runs under another interpreter, the meas
 as `python -m toolkit.verify` / `python -m toolkit.verify.bench` under the environment's python. That python
 (a pypi line's venv holds the line's packages only) may lack the toolkit's own dependencies (PyYAML, rich,
 packaging): run_under lends them, behind the environment's own packages. This module imports only the
-standard library at the top (the spec, for the parent side, is loaded inside measure_for_line).
+standard library at the top (the spec, for the parent side, is loaded inside checked_line_spec).
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
+
+if TYPE_CHECKING:
+    from toolkit.spec.envspec import EnvSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the toolkit package
 NO_GPU = "no CUDA GPU visible ({why}): run {what} on a GPU machine"
@@ -214,19 +218,24 @@ def add_line_arguments(parser: argparse.ArgumentParser) -> None:
     add_workspace_options(parser)
 
 
-def measure_for_line(args: argparse.Namespace, module: str, child_args: list[str],
+def checked_line_spec(args: argparse.Namespace) -> EnvSpec:
+    """The spec of `args.line` (a line name or a spec file), through `toolkit check`'s rules: what the verbs that
+    measure a line (verify, bench) read once and hand to measure_for_line."""
+    from toolkit.spec.envspec import resolve_spec_arg
+    from toolkit.spec.rules import checked_spec
+
+    return checked_spec(resolve_spec_arg(args.line, Workspace.from_args(args)))
+
+
+def measure_for_line(args: argparse.Namespace, spec: EnvSpec, module: str, child_args: list[str],
                      here: Callable[[str, Path], int], what: str, report_name: str) -> tuple[int, Path | None]:
     """Run the measurement for the line in this process, or as `python -m module` under the line's python.
 
     Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
     """
     from toolkit.machine import line_env
-    from toolkit.spec.envspec import resolve_spec_arg
-    from toolkit.spec.rules import checked_spec
 
-    workspace = Workspace.from_args(args)
-    spec = checked_spec(resolve_spec_arg(args.line, workspace))
-    report_dir = args.report_dir or workspace.report_dir(spec.line)
+    report_dir = args.report_dir or Workspace.from_args(args).report_dir(spec.line)
     python = line_env.resolve(spec, python=args.python).python
     if python is None:  # a line always names one (its prefix's bin/python or the toolchain's); kept for the type
         raise ToolkitError(f"{display_path(spec.path)}: the line's environment has no python (pass --python)")
