@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from toolkit.env.install import check_prefix, install_line
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedPackage, lock_digest
 from toolkit.env.pypi_install import VenvBuild, make_symlinks, site_packages
+from toolkit.env.standin import StandIn, copy_in
 from toolkit.knowledge.facts import load_knowledge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,3 +141,95 @@ def test_a_record_copied_from_another_venv_does_not_make_a_folder_the_toolkits(s
     shutil.copytree(small_venv, copy, symlinks=True)
     with pytest.raises(ToolkitError, match=rf"its {PrefixRecord.FILE} was written for '{small_venv}', not this folder"):
         check_prefix(copy)
+
+
+# ---------------------------------------------------------------- --torch-from: the other environment's files
+
+
+def record_row(name: str, data: bytes, size: int | None = None) -> str:
+    """A RECORD row as pip writes it, the hash from hashlib."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data) if size is None else size}"
+
+
+def other_site(tmp_path: Path, rows: list[str]) -> StandIn:
+    """demo 1.0 installed in another site-packages (its module and dist-info, their RECORD rows real), with
+    `rows` added to its RECORD."""
+    site = tmp_path / "other"
+    files = {"demo/__init__.py": b"x = 1\n", "demo-1.0.dist-info/METADATA": b"Name: demo\nVersion: 1.0\n"}
+    for name, data in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(data)
+    lines = [*(record_row(n, d) for n, d in files.items()), *rows, "demo-1.0.dist-info/RECORD,,"]
+    (site / "demo-1.0.dist-info" / "RECORD").write_text("\n".join(lines) + "\n")
+    return StandIn("demo", "1.0", site / "demo-1.0.dist-info")
+
+
+def refusal(stand_in: StandIn, site: Path) -> str:
+    """copy_in's refusal, waited for in a thread: a FIFO or /dev/zero must neither block it nor run it on."""
+    found: list[str] = []
+
+    def copy() -> None:
+        try:
+            copy_in(stand_in, site)
+            found.append("copied")
+        except Exception as exc:  # a traceback's exception is reported as such, not lost with the thread
+            found.append(str(exc) if isinstance(exc, ToolkitError) else repr(exc))
+
+    worker = threading.Thread(target=copy, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert found, "copy_in did not return within 60 s"
+    return found[0]
+
+
+def sparse(path: Path, size: int) -> None:
+    """A file of `size` bytes of holes: nothing on disk, endless to a reader that does not stop."""
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+
+
+EXTRA = b"import os\n"
+FIX = "reinstall demo there, or drop --torch-from"
+STAND_IN_CASES = {  # what the other site holds -> the RECORD row naming it, the refusal after the file's path
+    "fifo": (lambda site: os.mkfifo(site / "demo/pipe"), record_row("demo/pipe", b""),
+             "demo/pipe", f"cannot be copied (a FIFO, not a file; {FIX})"),
+    "folder": (None, record_row("demo", b""), "demo", f"cannot be copied (a directory, not a file; {FIX})"),
+    "dot": (None, record_row(".", b""), "", f"cannot be copied (a directory, not a file; {FIX})"),
+    "dev-zero": (lambda site: (site / "demo/zero").symlink_to("/dev/zero"), record_row("demo/zero", b""),
+                 "demo/zero", f"leads out of {{site}} (to /dev/zero; {FIX})"),
+    "link-out": (lambda site: (site / "demo/notes").symlink_to(site.parent / "notes.txt"),
+                 record_row("demo/notes", b"mine\n"), "demo/notes", f"leads out of {{site}} (to {{tmp}}/notes.txt; {FIX})"),
+    "no-hash": (lambda site: (site / "demo/extra.py").write_bytes(EXTRA), "demo/extra.py,,", "demo/extra.py",
+                f"demo-1.0.dist-info/RECORD lists it without a hash (it cannot be checked; {FIX})"),
+    "md5": (lambda site: (site / "demo/extra.py").write_bytes(EXTRA), "demo/extra.py,md5=x,10", "demo/extra.py",
+            f"demo-1.0.dist-info/RECORD lists it with a 'md5' hash, not a sha256 (it cannot be checked; {FIX})"),
+    "no-size": (lambda site: (site / "demo/extra.py").write_bytes(EXTRA), record_row("demo/extra.py", EXTRA)[:-2],
+                "demo/extra.py", f"demo-1.0.dist-info/RECORD lists it without a size (it cannot be read to its end; {FIX})"),
+    "sparse": (lambda site: sparse(site / "demo/big.bin", 64 << 20),
+               record_row("demo/big.bin", bytes(10)), "demo/big.bin",
+               f"not the file demo-1.0.dist-info/RECORD lists (more than its 10 bytes: changed since it was installed; {FIX})"),
+    "size-lie": (lambda site: (site / "demo/extra.py").write_bytes(EXTRA), record_row("demo/extra.py", EXTRA, 15),
+                 "demo/extra.py", f"not the file demo-1.0.dist-info/RECORD lists (10 bytes, not 15: changed since it was "
+                                  f"installed; {FIX})"),
+    "same-size-edit": (lambda site: (site / "demo/extra.py").write_bytes(b"import re\n"), record_row("demo/extra.py", EXTRA),
+                       "demo/extra.py", f"not the file demo-1.0.dist-info/RECORD lists (another sha256: changed since it "
+                                        f"was installed; {FIX})"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STAND_IN_CASES))
+def test_a_stand_in_file_that_is_not_its_records_is_refused_in_one_line(tmp_path, case):
+    """`--torch-from`'s copy: a FIFO row hung it, a folder row (`demo`, `.`) was a traceback, a link to
+    /dev/zero copied without end, an unhashed or mis-sized row was copied unchecked. Each is one line naming
+    the file, and what is read stays within its RECORD size."""
+    make, row, name, problem = STAND_IN_CASES[case]
+    (tmp_path / "notes.txt").write_text("mine\n")
+    stand_in = other_site(tmp_path, [row])
+    site = stand_in.dist_info.parent
+    if make:
+        make(site)
+    venv = tmp_path / "venv"
+    shown = site / name if name else site
+    assert refusal(stand_in, venv) == f"{shown}: {problem.format(site=site, tmp=tmp_path)}"
+    assert not (venv / name).is_file() or (venv / name).stat().st_size <= 11

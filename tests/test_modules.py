@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -386,6 +387,29 @@ def test_injected_installed_metadata_is_rejected(project: Project) -> None:
                                                                'Version: 2.8.3"); os.execute("id'))
     code, output = project.toolkit("modules", "--root", str(project.modules), "cu126")
     assert code == 1 and "site-packages: flash-attn version" in output, output
+    assert not project.modules.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_installed_metadata_that_is_no_file_is_refused_without_reading_it(project: Project, kind: str) -> None:
+    """torch's METADATA as a FIFO hung `toolkit modules` (nobody writes it); as a link to /dev/zero it would
+    fill memory. Either is one line naming the file; the command is waited for in a thread, so a hang fails."""
+    metadata_file = next(project.prefix.glob("lib/python*/site-packages/torch-*.dist-info/METADATA"))
+    metadata_file.unlink()
+    if kind == "fifo":
+        os.mkfifo(metadata_file)
+    else:
+        metadata_file.symlink_to("/dev/zero")
+    done: list[tuple[int, str]] = []
+    worker = threading.Thread(target=lambda: done.append(project.toolkit("modules", "--root", str(project.modules),
+                                                                         "cu126")), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "toolkit modules did not return within 60 s"
+    shown = metadata_file.relative_to(project.root)
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert done[0] == (1, f"error: {shown}: {what}, not an installed package's metadata (remove it, or reinstall that "
+                          f"package)\n"), done[0]
     assert not project.modules.exists()
 
 

@@ -11,6 +11,7 @@ the rest of that lock from PyPI.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import importlib.metadata
 import json
@@ -48,9 +49,34 @@ def listed(info: Path) -> list[str]:
 def test_a_copied_distribution_is_byte_for_byte_its_record(tmp_path):
     info = dist_info("packaging")
     copied = copy_in(StandIn("packaging", importlib.metadata.version("packaging"), info), tmp_path)
-    paths = listed(info)
+    paths = [p for p in listed(info) if p != f"{info.name}/RECORD"]
     assert paths and all(sha(tmp_path / p) == sha(info.parent / p) for p in paths)
     assert copied == sum((info.parent / p).stat().st_size for p in paths)
+    assert record_of(tmp_path / info.name) == record_of(info)
+
+
+def record_of(info: Path) -> list[list[str]]:
+    with open(info / "RECORD", newline="") as handle:
+        return [row for row in csv.reader(handle) if row]
+
+
+def test_the_copys_record_lists_only_what_was_copied_and_unchecked_bytecode_is_left(tmp_path):
+    """pip's RECORD lists the bytecode it compiled without a hash, and scripts in ../../bin: the first is not
+    copied (a .pyc runs instead of its checked .py), neither is left in the copy's RECORD, where a reinstall
+    would take them for files the toolkit installed."""
+    info = dist_info("packaging")
+    source = tmp_path / "site"
+    shutil.copytree(info.parent / "packaging", source / "packaging")
+    shutil.copytree(info, source / info.name)
+    pyc = "packaging/__pycache__/version.cpython-311.pyc"
+    (source / pyc).parent.mkdir(exist_ok=True)
+    (source / pyc).write_bytes(b"not what version.py compiles to")
+    rows = record_of(info)
+    with open(source / info.name / "RECORD", "w", newline="") as handle:
+        csv.writer(handle).writerows([*rows, [pyc, "", ""], ["../../../bin/tool", "sha256=x", "1"]])
+    copy_in(StandIn("packaging", "x", source / info.name), tmp_path / "venv")
+    assert not (tmp_path / "venv" / pyc).exists()
+    assert record_of(tmp_path / "venv" / info.name) == record_of(info)
 
 
 def test_a_file_changed_since_install_is_refused(tmp_path):
@@ -102,6 +128,22 @@ def test_only_the_locks_torch_release_built_for_the_lines_cuda_stands_in():
     taken, rest = right.split(packages, here, "13.0")
     assert "torch" in {s.name for s in taken} and "torch" not in {p.name for p in rest}
     assert len(taken) + len(rest) == len(packages)
+
+
+def test_a_locked_package_of_another_version_is_not_taken():
+    """Beside the lock's torch, a package the lock pins is taken only at the lock's version: the same name at
+    another version stays with the lock's wheel (the versions are read from locks/py-cu130.conda-lock.yml)."""
+    packages = lock_packages()
+    torch, runtime, nvrtc = (next(p for p in packages if p.name == name)
+                             for name in ("torch", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc"))
+    at = Path("/x/site-packages")
+    other = OtherEnvironment(Path("/x/bin/python"), "3.11", "13.0", {
+        "torch": StandIn("torch", f"{torch.version}+cu130", at / "torch.dist-info"),
+        runtime.name: StandIn(runtime.name, f"{runtime.version}.1", at / "r.dist-info"),
+        nvrtc.name: StandIn(nvrtc.name, nvrtc.version, at / "n.dist-info")})
+    taken, rest = other.split(packages, "3.11", "13.0")
+    assert {s.name: s.version for s in taken} == {"torch": f"{torch.version}+cu130", nvrtc.name: nvrtc.version}
+    assert runtime in rest and nvrtc not in rest and torch not in rest
 
 
 def test_same_release_ignores_the_local_label_only():

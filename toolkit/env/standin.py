@@ -3,17 +3,20 @@
 A machine image or cluster module often ships torch with its CUDA wheels already (the lent H200's
 /opt/torch/.venv), and a CUDA torch with its libraries is several GB that a machine without internet cannot
 fetch. With --torch-from, every locked package that PYTHON's environment holds at the locked version is copied
-from there into the new venv, file by file as its RECORD lists them, each file checked against that RECORD's
-sha256 while it is copied. torch is taken only when its release is the lock's and it was built for the line's
-CUDA. The install record names what was taken so: those bytes are the other environment's, checked against its
-own RECORD, not against the lock's wheel hashes.
+from there into the new venv, file by file as its RECORD lists them, each a regular file of that site-packages
+read no further than the RECORD's size and checked against its sha256 while it is copied. torch is taken only
+when its release is the lock's and it was built for the line's CUDA. The install record names what was taken so:
+those bytes are the other environment's, checked against its own RECORD, not against the lock's wheel hashes.
 """
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import json
+import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolkit.base.bounded_read import Unreadable, open_regular
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.env.install_record import record_rows
@@ -119,37 +123,82 @@ def same_release(installed: str, locked: str) -> bool:
 
 
 def copy_in(stand_in: StandIn, site: Path) -> int:
-    """Copy one distribution's files (as its RECORD lists them, inside its site-packages) into `site`, each
-    checked against the RECORD's sha256 as it is read; returns the bytes copied. Scripts the RECORD places
-    outside site-packages (../../bin) belong to the other interpreter and are left there."""
-    source = stand_in.dist_info.parent
+    """Copy one distribution's files (as its RECORD lists them, inside its site-packages) into `site`, each a
+    regular file there read no further than its RECORD size and checked against its RECORD sha256; returns
+    the bytes copied. The other environment is input: a FIFO, a folder, a link to /dev/zero or out of its
+    site-packages, a row without a hash is refused in one line naming the file, never copied unchecked.
+    Scripts the RECORD places outside site-packages (../../bin) belong to the other interpreter and are left
+    there; the bytecode pip compiled is skipped (see `unhashed`). The copy's RECORD lists what was copied."""
+    source = stand_in.dist_info.parent.resolve()
+    own = PurePosixPath(stand_in.dist_info.name, "RECORD")
     fix = f"reinstall {stand_in.name} there, or drop --torch-from"
+    kept: list[list[str]] = []
     copied = 0
     for row in record_rows(stand_in.dist_info / "RECORD", fix):
         relative = PurePosixPath(row[0])
-        if relative.is_absolute() or ".." in relative.parts:
+        if relative.is_absolute() or ".." in relative.parts or unhashed(row, relative):
             continue
-        target = site / relative
+        if relative != own:
+            copied += copy_checked(source, relative, row, site / relative, f"{stand_in.dist_info.name}/RECORD", fix)
+        kept.append(row[:3] if relative != own else [row[0], "", ""])
+    record = site / own
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.unlink(missing_ok=True)
+    with open(record, "x", newline="") as writer:
+        csv.writer(writer, lineterminator="\n").writerows(kept if str(own) in (r[0] for r in kept) else
+                                                           [*kept, [str(own), "", ""]])
+    return copied
+
+
+def unhashed(row: list[str], relative: PurePosixPath) -> bool:
+    """A row pip writes without a hash for the bytecode it compiled at install (pip's RECORD lists
+    `__pycache__/*.pyc,,`): nothing checks those bytes, and a .pyc runs instead of its checked .py, so it is
+    not copied; the new venv's python compiles its own. The RECORD's own row is the only other unhashed one."""
+    return len(row) > 1 and not row[1] and relative.suffix == ".pyc" and relative.parent.name == "__pycache__"
+
+
+def copy_checked(source: Path, relative: PurePosixPath, row: list[str], target: Path, record: str, fix: str) -> int:
+    """One RECORD row's file from `source` (a resolved site-packages) to `target`: refused unless it is a
+    regular file inside `source`, of the RECORD's size and sha256; returns its size."""
+    path = source / relative
+    wanted, size = (row + ["", ""])[1:3]
+    if not wanted:
+        raise ToolkitError(f"{path}: {record} lists it without a hash (it cannot be checked; {fix})")
+    if not wanted.startswith("sha256="):
+        raise ToolkitError(f"{path}: {record} lists it with a {wanted.partition('=')[0]!r} hash, not a sha256 (it "
+                           f"cannot be checked; {fix})")
+    if not re.fullmatch(r"[0-9]{1,15}", size):
+        raise ToolkitError(f"{path}: {record} lists it without a size (it cannot be read to its end; {fix})")
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(source):
+        raise ToolkitError(f"{path}: leads out of {source} (to {real}; {fix})")
+    try:
+        fd = open_regular(real, follow_symlinks=False)
+    except Unreadable as exc:
+        detail = {"missing": "missing", "error": exc.detail, "special": f"{exc.detail}, not a file"}[exc.why]
+        raise ToolkitError(f"{path}: cannot be copied ({detail}; {fix})") from None
+    digest, length, limit = hashlib.sha256(), 0, int(size)
+    try:
+        executable = os.fstat(fd).st_mode & 0o111
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_symlink() or target.exists():  # the venv's own pip/setuptools: replaced, as pip would
             target.unlink()
-        digest = hashlib.sha256()
-        try:
-            with open(source / relative, "rb") as reader, open(target, "xb") as writer:
-                while chunk := reader.read(1 << 20):
-                    digest.update(chunk)
-                    writer.write(chunk)
-                    copied += len(chunk)
-        except OSError as exc:
-            raise ToolkitError(f"{source / relative}: cannot be copied ({exc.strerror or exc.__class__.__name__}; "
-                               f"{fix})") from None
-        wanted = row[1] if len(row) > 1 else ""
-        if wanted.startswith("sha256=") and record_hash(digest.digest()) != wanted.removeprefix("sha256="):
-            raise ToolkitError(f"{source / relative}: not the file {stand_in.dist_info.name}/RECORD lists (changed "
-                               f"since it was installed; {fix})")
-        if (source / relative).stat().st_mode & 0o111:
-            target.chmod(0o755)
-    return copied
+        with open(fd, "rb", closefd=False) as reader, open(target, "xb") as writer:
+            while length <= limit and (chunk := reader.read(min(1 << 20, limit + 1 - length))):
+                digest.update(chunk)
+                writer.write(chunk)
+                length += len(chunk)
+    except OSError as exc:
+        raise ToolkitError(f"{path}: cannot be copied ({exc.strerror or exc.__class__.__name__}; {fix})") from None
+    finally:
+        os.close(fd)
+    differs = (f"more than its {limit} bytes" if length > limit else f"{length} bytes, not {limit}" if length < limit
+               else "another sha256" if record_hash(digest.digest()) != wanted.removeprefix("sha256=") else "")
+    if differs:
+        raise ToolkitError(f"{path}: not the file {record} lists ({differs}: changed since it was installed; {fix})")
+    if executable:
+        target.chmod(0o755)
+    return length
 
 
 def record_hash(digest: bytes) -> str:

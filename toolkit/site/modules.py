@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from toolkit.attention.recommend import Recommendation, read_if_any, summary
 from toolkit.base.atomic import write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -46,6 +47,7 @@ DEFAULT_NAMING = "flash-attn/{flash_attn}-{cuda_tag}-torch{torch_minor}-py{pytho
 NAMING_FIELDS = ("line", "flash_attn", "cuda", "cuda_tag", "torch", "torch_minor", "python", "python_nodot")
 PYPI_PAGE = "https://pypi.org/project/{}/"
 PYPI_NVCC = "nvidia-cuda-nvcc"  # the wheel whose version is a pypi line's nvcc's (13.0.88), as cuda-nvcc's is conda's
+METADATA_LIMIT = 16 << 20  # a dist-info file: torch's METADATA is about 50 KB, a long README as description < 1 MB
 
 # What may reach a modulefile. None of these admits a quote, backslash, $, backtick, bracket, brace,
 # newline or (in paths) a colon: nothing Lua, Tcl or a shell would read as code or as a second PATH entry.
@@ -115,10 +117,36 @@ def conda_packages(prefix: Path) -> dict[str, str]:
     return found
 
 
+class BoundedDistribution(metadata.PathDistribution):
+    """importlib's view of one *.dist-info (or egg-info) whose files, METADATA first, are read as the input
+    they are: a FIFO there would block `toolkit modules` for ever and a link to /dev/zero fill its memory, so
+    such a file is refused in one line naming it (bounded_read); what importlib passes over (a missing or
+    unreadable file, a folder) reads as nothing."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.folder = path
+
+    def read_text(self, filename: str | os.PathLike[str]) -> str | None:
+        path = self.folder / filename
+        try:
+            return regular_file_bytes(path, METADATA_LIMIT).decode("utf-8", errors="replace")
+        except Unreadable as exc:
+            if exc.why == "large" or exc.why == "special" and exc.detail != "a directory":
+                kind = exc.detail or f"larger than {METADATA_LIMIT >> 20} MiB"
+                raise ToolkitError(f"{display_path(path)}: {kind}, not an installed package's metadata (remove it, "
+                                   f"or reinstall that package)") from None
+            return None
+
+
 def pip_distributions(site_dirs: list[Path]) -> dict[str, list[metadata.Distribution]]:
-    """Normalised project name -> the *.dist-info found for it in these site dirs."""
+    """Normalised project name -> the *.dist-info found for it in these site dirs, read bounded."""
     found: dict[str, list[metadata.Distribution]] = {}
-    for dist in metadata.distributions(path=[str(d) for d in site_dirs]):
+    for listed in metadata.distributions(path=[str(d) for d in site_dirs]):
+        folder = getattr(listed, "_path", None)  # a path finder's (PathDistribution's) own folder
+        if folder is None:
+            continue
+        dist = BoundedDistribution(Path(folder))
         name = dist.metadata["Name"]
         if name:
             found.setdefault(canonicalize_name(name), []).append(dist)
