@@ -1,5 +1,6 @@
 """toolkit/base/children.py: a command and everything it starts end with the toolkit, even one killed by SIGKILL,
-and even processes that left the command's process group (ninja runs each compile in a group of its own)."""
+and even processes that left the command's process group (ninja runs each compile in a group of its own); and the
+toolkit's own children go through it (pip of a pypi install, uv and pip-compile of lock)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +113,70 @@ def test_run_tied_is_subprocess_run_with_the_tie():
     done = run_tied(["sh", "-c", "echo out; echo err >&2; exit 4"], capture_output=True, text=True)
     assert (done.args, done.returncode, done.stdout, done.stderr) == (["sh", "-c", "echo out; echo err >&2; exit 4"],
                                                                       4, "out\n", "err\n")
+
+
+def test_kill_group_kills_a_group_whose_supervisor_cannot_answer():
+    """The supervisor stopped (SIGSTOP: it cannot end what is below it) and the command ignoring SIGTERM:
+    kill_group's SIGKILL to the group after grace_s ends them all, and it returns."""
+    proc = popen_tied(["sh", "-c", "trap '' TERM; sleep 600 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    sleeper = int(proc.stdout.readline())
+    command = [child.pid for child in psutil.Process(proc.pid).children()]
+    os.kill(proc.pid, signal.SIGSTOP)
+    stopper = threading.Thread(target=kill_group, args=(proc, 1.0), daemon=True)
+    stopper.start()
+    stopper.join(timeout=30)
+    try:
+        assert not stopper.is_alive(), "kill_group did not return"
+        assert proc.returncode == -signal.SIGKILL
+        assert wait_gone([sleeper, *command], timeout=5) == []
+    finally:
+        wait_gone([proc.pid, sleeper, *command], timeout=0)  # what a failed kill_group left
+
+
+# A pip or uv that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
+# that calls it (NOT REAL: no package of this name and URL exists; nothing is downloaded, the tool is this script).
+SLOW_TOOL = "#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n"
+CALLS = {
+    "pip of a pypi install": ("{staging}/bin/python", """
+from pathlib import Path
+from rich.console import Console
+from toolkit.env.engine import install_pip_layer
+from toolkit.env.lockfile import LockedPackage
+package = LockedPackage("pip", "slow", "1.0", "file:///nonexistent/slow-1.0-py3-none-any.whl", "0" * 64, "linux-64")
+install_pip_layer([package], Path({staging!r}), Path({staging!r}).with_name("prefix"), Console())
+"""),
+    "uv pip compile of lock": ("{staging}/bin/uv", """
+import os
+from pathlib import Path
+from toolkit.env.pypi_lock import run_uv
+run_uv([{tool!r}, "pip", "compile", "requirements.in"], Path({staging!r}), "uv pip compile", dict(os.environ))
+"""),
+    "pip-compile of lock": ("{staging}/bin/pip-compile", """
+from pathlib import Path
+from toolkit.env.lock import _run_tool
+_run_tool([{tool!r}, "requirements.in"], Path({staging!r}), "pip-compile")
+"""),
+}
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_a_sigkill_of_the_toolkit_leaves_no_child_of_its_own_running(tmp_path, call):
+    """Before: the toolkit killed by SIGKILL while pip installed or uv resolved left it running (4 of 4), writing
+    into a folder that the next run deletes."""
+    staging, pidfile = tmp_path / "staging", tmp_path / "tool.pid"
+    (staging / "bin").mkdir(parents=True)
+    where, code = CALLS[call]
+    tool = Path(where.format(staging=staging))
+    tool.write_text(SLOW_TOOL.format(pidfile=pidfile))
+    tool.chmod(0o755)
+    toolkit = subprocess.Popen([sys.executable, "-c", code.format(staging=str(staging), tool=str(tool))], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not (pidfile.exists() and pidfile.read_text().endswith("\n")) and toolkit.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert toolkit.poll() is None and pidfile.exists(), "the toolkit did not start the tool"
+    slow = int(pidfile.read_text())
+    assert running([slow]) == [slow]
+    toolkit.kill()
+    toolkit.wait()
+    assert wait_gone([slow], timeout=10) == []

@@ -1,9 +1,12 @@
 """verify and bench re-run under a line's python (toolkit/verify/machine.py run_under): a pypi line's venv holds the
-line's packages only, so the toolkit's own dependencies are lent behind them.
+line's packages only, so the toolkit's own dependencies are lent behind them, to the toolkit's code only.
 
 The venvs here are real (`python -m venv --without-pip`, empty, as a pypi line's venv is of everything but the
-line's wheels). The `packaging` copied into one is this interpreter's real package with its __version__ line
-changed (NOT REAL: that version was never published), so the test can tell which copy was imported.
+line's wheels). The toolkit runs from a copy of its package in a folder of its own with a `torch` beside it, as a
+non-editable install of the toolkit (with its verify extra) lays it out in its site-packages. The `packaging` copied
+into a venv is this interpreter's real package with its __version__ line changed, and every `torch` here is a
+one-line module saying whose it is (NOT REAL: neither was ever published), so the test can tell which copy was
+imported.
 """
 
 from __future__ import annotations
@@ -25,11 +28,29 @@ from toolkit.verify import machine
 ROOT = Path(__file__).resolve().parent.parent
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
-# Run as a module from the working folder (sys.path[0]): what each import resolved to in the child.
+# A module of the toolkit, run under the line's python: the line's own code first (`linecode`, in the venv), then
+# what the measuring code imports; prints what each import resolved to.
 WHICH = """
-import importlib.util, json, packaging, rich, yaml
+import importlib.util, json, sys, linecode, torch, packaging, rich.progress, yaml
+from toolkit.attention import recommend
+from toolkit.knowledge import files
+files.read("gpus.yaml")
 print(json.dumps({"packaging": [packaging.__version__, packaging.__file__], "yaml": yaml.__file__,
-                  "rich": rich.__file__, "pytest": importlib.util.find_spec("pytest") is not None}))
+                  "rich": rich.__file__, "pydantic": sys.modules["pydantic"].__file__, "torch": torch.WHOSE,
+                  "line's code found": linecode.FOUND,
+                  "pytest": importlib.util.find_spec("pytest") is not None,
+                  "requests": importlib.util.find_spec("requests") is not None}))
+"""
+# The line's own code: optional imports, as a library makes them.
+LINECODE = """
+import importlib
+FOUND = {}
+for name in ("yaml", "requests", "rich"):
+    try:
+        importlib.import_module(name)
+        FOUND[name] = True
+    except ImportError:
+        FOUND[name] = False
 """
 
 
@@ -43,28 +64,67 @@ def site_of(python: Path) -> Path:
                                capture_output=True, text=True, check=True).stdout.strip())
 
 
-def test_a_bare_venv_runs_a_toolkit_module_that_needs_its_dependencies(tmp_path, capfd):
+def fake_torch(site: Path, whose: str) -> None:
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(f"WHOSE = {whose!r}\n")
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch) -> Path:
+    """The toolkit installed as a wheel installs it (its package in a site-packages, with a torch beside it), the
+    probe WHICH one of its modules; run_under runs this copy. Returns that site-packages."""
+    site = tmp_path / "toolkit-site"
+    shutil.copytree(ROOT / "toolkit", site / "toolkit", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "toolkit" / "which_copies.py").write_text(WHICH)
+    fake_torch(site, "the toolkit's")
+    monkeypatch.setattr(machine, "PROJECT_ROOT", site)
+    monkeypatch.chdir(tmp_path)
+    return site
+
+
+def line_venv(where: Path) -> Path:
+    """A line's venv with its own torch and the line's code."""
+    python = bare_venv(where)
+    fake_torch(site_of(python), "the line's")
+    (site_of(python) / "linecode.py").write_text(LINECODE)
+    return python
+
+
+def test_a_bare_venv_runs_the_measuring_module_up_to_its_need_of_torch(tmp_path, capfd):
     """Before: ModuleNotFoundError: No module named 'packaging' (then yaml, rich, pydantic) in the line's venv."""
     python = bare_venv(tmp_path / "env")
-    code = machine.run_under(python, "toolkit", ["check", str(ROOT / "envs" / "cu126.yaml")], tmp_path, "verification")
+    code = machine.run_under(python, "toolkit.verify", ["cu126", "--report-dir", str(tmp_path / "reports")], tmp_path,
+                             "verification")
     out, err = capfd.readouterr()
-    assert (code, out, err) == (0, "1 spec checked: no problems\n", "")
+    assert (code, out, err) == (1, "", f"error: {python}: torch is not importable here (install the line's environment, "
+                                       f"or pass --python PATH of one that has torch and flash-attn)\n")
 
 
-def test_the_environments_own_packages_win_and_only_the_toolkits_dependencies_are_lent(tmp_path, capfd, monkeypatch):
-    python = bare_venv(tmp_path / "env")
+def test_the_environments_own_packages_win_and_only_the_runners_dependencies_are_lent(tmp_path, capfd, installed):
+    """The line's torch, not the one installed beside the toolkit (before: the toolkit's folder went first on
+    PYTHONPATH); the venv's packaging; PyYAML, rich and pydantic lent from the toolkit's own; requests, a dependency
+    of the toolkit that the measuring code never imports, not lent (before: 78 modules were)."""
+    assert importlib.util.find_spec("requests") is not None and importlib.util.find_spec("pytest") is not None
+    python = line_venv(tmp_path / "env")
     theirs = site_of(python) / "packaging"
     shutil.copytree(Path(packaging.__file__).parent, theirs)
     init = theirs / "__init__.py"
     init.write_text(init.read_text().replace(f'__version__ = "{packaging.__version__}"', '__version__ = "0.0.1+env"'))
-    (tmp_path / "which_copies.py").write_text(WHICH)
-    monkeypatch.chdir(tmp_path)
-    assert machine.run_under(python, "which_copies", [], tmp_path, "verification") == 0
+    assert machine.run_under(python, "toolkit.which_copies", [], tmp_path, "verification") == 0
     seen = json.loads(capfd.readouterr().out)
+    assert seen["torch"] == "the line's"
     assert seen["packaging"] == ["0.0.1+env", str(init)]
     lent = Path(str(metadata.distribution("PyYAML").locate_file(""))).resolve()
-    assert Path(seen["yaml"]).resolve().is_relative_to(lent) and Path(seen["rich"]).resolve().is_relative_to(lent)
-    assert importlib.util.find_spec("pytest") is not None and seen["pytest"] is False  # a test extra: not lent
+    assert all(Path(seen[name]).resolve().is_relative_to(lent) for name in ("yaml", "rich", "pydantic"))
+    assert (seen["pytest"], seen["requests"]) == (False, False)  # a test extra, a dependency the runner never imports
+
+
+def test_the_lines_own_code_is_lent_nothing(tmp_path, capfd, installed):
+    """An optional import in the line's code finds what the venv has, as in use: not PyYAML or rich, which the
+    runner is lent, nor requests (before: all three imported)."""
+    python = line_venv(tmp_path / "env")
+    assert machine.run_under(python, "toolkit.which_copies", [], tmp_path, "verification") == 0
+    assert json.loads(capfd.readouterr().out)["line's code found"] == {"yaml": False, "requests": False, "rich": False}
 
 
 def other_python() -> str | None:
@@ -108,15 +168,13 @@ def test_a_python_of_another_abi_is_not_lent_the_toolkits_compiled_dependencies(
         f"itself under a python {HERE} that has its dependencies: python{HERE} -m pip install {ROOT})\n"))
 
 
-def test_the_toolkits_dependencies_are_not_lent_ahead_of_pythonpath(tmp_path, capfd, monkeypatch):
+def test_the_toolkits_dependencies_are_not_lent_ahead_of_pythonpath(tmp_path, capfd, monkeypatch, installed):
     """A PYTHONPATH the user set still comes before the environment and the lent dependencies."""
-    python = bare_venv(tmp_path / "env")
+    python = line_venv(tmp_path / "env")
     mine = tmp_path / "mine" / "packaging"
     mine.mkdir(parents=True)
     (mine / "__init__.py").write_text('__version__ = "0.0.2+pythonpath"\n')
-    (tmp_path / "which_copies.py").write_text(WHICH)
-    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mine"))
-    assert machine.run_under(python, "which_copies", [], tmp_path, "verification") == 0
+    assert machine.run_under(python, "toolkit.which_copies", [], tmp_path, "verification") == 0
     assert json.loads(capfd.readouterr().out)["packaging"][0] == "0.0.2+pythonpath"
     assert os.environ["PYTHONPATH"] == str(tmp_path / "mine")  # the parent's own environment untouched

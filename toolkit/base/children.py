@@ -9,22 +9,25 @@ The supervisor asks the kernel for SIGTERM when its parent dies, and adopts ever
 SIGINT or SIGHUP, and when the command ends, it stops them all: SIGTERM, then SIGKILL after STOP_GRACE_S.
 `kill_group` is the parent's way to stop it (Ctrl-C, SIGTERM, an error while reading its output).
 
-This module imports only the standard library: it runs as a script (`python -I children.py`).
+This module imports only the standard library: it runs as a script, one with every child, so it starts as little as
+it can: `python -I -S children.py` (no site, whose .pth files cost a tenth of a second), and at the top only what
+the supervisor needs (the parent's side imports subprocess and shutil where it uses them).
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Sequence
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -45,14 +48,18 @@ def popen_tied(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subproc
     for reserved in ("start_new_session", "preexec_fn", "process_group"):
         if reserved in kwargs:
             raise TypeError(f"popen_tied sets {reserved} itself")
+    import subprocess
+
     _check_runnable(os.fspath(argv[0]), kwargs.get("env"), kwargs.get("cwd"))
-    supervisor = [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), *argv]
+    supervisor = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), *argv]
     return subprocess.Popen(supervisor, start_new_session=True, **kwargs)
 
 
 def _check_runnable(program: str, env: dict[str, str] | None, cwd: str | os.PathLike[str] | None) -> None:
     """Raise what subprocess would (FileNotFoundError, PermissionError) for a program that cannot start, so
     callers that catch OSError keep working: the supervisor itself always starts."""
+    import shutil
+
     if os.sep in program:
         path = os.path.join(cwd or "", program)
         if not os.path.exists(path):
@@ -66,6 +73,8 @@ def _check_runnable(program: str, env: dict[str, str] | None, cwd: str | os.Path
 def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     """Stop a popen_tied process and everything it started, and wait for it: SIGTERM to its group (the
     supervisor then ends all below it), SIGKILL to the group if the supervisor is still there after grace_s."""
+    import subprocess
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -83,6 +92,8 @@ def run_tied(argv: Sequence[str | os.PathLike[str]], *, capture_output: bool = F
              check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
     """subprocess.run(argv, capture_output=..., timeout=..., check=..., **kwargs) through popen_tied: an
     interruption or a timeout here (Ctrl-C, SIGTERM) ends all that argv started before it goes on."""
+    import subprocess
+
     if capture_output:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc = popen_tied(argv, **kwargs)
@@ -107,7 +118,7 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
 
 def _prctl(option: int, value: int) -> None:
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(option, value)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)  # libc, linked in; find_library runs ldconfig
 
 
 # ---------------------------------------------------------------- the supervisor's side
@@ -185,7 +196,9 @@ def supervise(parent_pid: int, argv: list[str]) -> int:
         try:
             die_with_parent(parent_pid, signal.SIGTERM)
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
-            status = subprocess.Popen(argv).wait()
+            # as subprocess.Popen would start it (SIGPIPE as a shell leaves it), without importing subprocess
+            child = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         finally:
             _ignore_stop_signals()
     except _Stop:

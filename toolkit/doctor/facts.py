@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from toolkit.attention.recommend import Recommendation, read_if_any
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -161,8 +162,8 @@ def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str
         return facts
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
     try:
-        done = subprocess.run([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
-                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        done = run_tied([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
+                        capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return replace(facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
     except OSError as exc:

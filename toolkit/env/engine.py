@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -232,7 +232,7 @@ class CondaLockEngine(CondaEngine):
             started = time.perf_counter()
             with self.console.status(f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
                                      f"(conda-lock with {Path(self.conda_exe).name})"):
-                result = subprocess.run(command, capture_output=True, text=True)
+                result = run_tied(command, capture_output=True, text=True)
             if result.returncode != 0:
                 sys.stderr.write(result.stderr)
                 raise ToolkitError(f"{request.spec_file}: conda-lock lock failed ({_last_line(result.stderr)}; "
@@ -246,8 +246,8 @@ class CondaLockEngine(CondaEngine):
     def install(self, job: InstallJob) -> None:
         """`conda-lock install` installs both layers itself (it cannot relocate: staging is the prefix)."""
         with self.console.status(f"conda-lock install with {Path(self.conda_exe).name}"):
-            result = subprocess.run([sys.executable, "-m", "conda_lock", "install", "--conda", self.conda_exe,
-                                     "--prefix", str(job.staging), str(job.lock_file)], capture_output=True, text=True)
+            result = run_tied([sys.executable, "-m", "conda_lock", "install", "--conda", self.conda_exe,
+                               "--prefix", str(job.staging), str(job.lock_file)], capture_output=True, text=True)
         if result.returncode != 0:
             sys.stderr.write(result.stderr)
             raise ToolkitError(f"{display_path(job.lock_file)}: conda-lock install failed "
@@ -426,9 +426,9 @@ def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path
     requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
     env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
     console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
-                             "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
-                             "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
+    result = run_tied([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
+                       "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
+                       "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise ToolkitError(f"pip layer: {_pip_problem(packages, result.stderr)}; nothing was installed")
     relocate_scripts(staging, prefix)

@@ -12,7 +12,6 @@ import importlib
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.base.atomic import owned_dir
-from toolkit.base.children import die_with_parent
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 
 
@@ -31,8 +30,9 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
         job, result = tmp / "job.pickle", tmp / "result.pickle"
         job.write_bytes(pickle.dumps((function.__module__, function.__qualname__, args)))
         code = "from toolkit.env.isolated import worker_main; worker_main()"
-        # an interruption kills and waits for the worker (subprocess.run does) before tmp is removed
-        process = subprocess.run([sys.executable, "-c", code, str(job), str(result), str(os.getpid())])
+        # an interruption kills and waits for the worker (run_tied does) before tmp is removed; a SIGKILL of this
+        # process ends it too (base/children's supervisor)
+        process = run_tied([sys.executable, "-c", code, str(job), str(result)])
         if not result.exists():
             raise ToolkitError(f"{function.__qualname__}: worker process died (exit {process.returncode}; "
                                f"re-run the same command)")
@@ -46,7 +46,6 @@ def worker_main() -> None:
     """The worker's side: run the pickled job, write the outcome, and leave without finalization."""
     job, result = Path(sys.argv[1]), Path(sys.argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent handles Ctrl-C (and kills it)
-    die_with_parent(int(sys.argv[3]))
     module, name, args = pickle.loads(job.read_bytes())
     try:
         outcome = ("ok", getattr(importlib.import_module(module), name)(*args))

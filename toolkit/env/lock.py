@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform as host
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ import yaml
 from rich.console import Console
 
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
+from toolkit.base.children import run_tied
 from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
@@ -189,7 +189,7 @@ def _index_args(index_urls: list[str]) -> list[str]:
 
 def _run_tool(command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None) -> None:
     """Run pip or pip-compile; on failure, its first line naming an error (uv's own: pypi_lock.run_uv)."""
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
+    result = run_tied(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
     if result.returncode != 0:
         lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
         problem = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")

@@ -11,7 +11,6 @@ package, the one the target installs), so both name the same files and hashes.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency there)
     import tomli as tomllib
 
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.knowledge.facts import PypiCuda
@@ -44,7 +44,7 @@ def uv_executable() -> str:
 
 
 def uv_version(uv: str) -> str:
-    return subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+    return run_tied([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
 
 
 def uv_complaint(output: str) -> str:
@@ -64,7 +64,7 @@ def uv_complaint(output: str) -> str:
 
 
 def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env)
+    result = run_tied(command, cwd=workdir, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise ToolkitError(f"{what} failed: {uv_complaint(result.stderr + result.stdout)}")
 

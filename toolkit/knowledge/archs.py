@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -97,7 +97,7 @@ def cuobjdump_archs(path: Path) -> set[str] | None:
     tool = shutil.which("cuobjdump")
     if tool is None:
         return None
-    done = subprocess.run([tool, "--list-elf", str(path)], capture_output=True, text=True)
+    done = run_tied([tool, "--list-elf", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
         return None
     return set(re.findall(r"\.sm_(\d+[af]?)\.cubin", done.stdout))

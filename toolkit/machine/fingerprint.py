@@ -18,6 +18,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from toolkit.base.children import run_tied
+
 PROBE_TIMEOUT_S = 20
 
 
@@ -84,7 +86,7 @@ class Fingerprint:
 def _run(cmd: list[str], env: dict | None = None) -> str | None:
     """stdout of a probe command, or None when it is missing or fails."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=env)
+        done = run_tied(cmd, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.facts import arch_number, load_knowledge
@@ -77,7 +78,7 @@ def unseen_headers(command: list[str], headers: tuple[str, ...], env: dict[str, 
         path = Path(tmp) / f"headers{suffix}"
         path.write_text(source)
         try:
-            done = subprocess.run([*command, "-E", str(path)], env=env, capture_output=True, text=True, timeout=60)
+            done = run_tied([*command, "-E", str(path)], env=env, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return [], f"{command[0]}: did not run ({exc})"
     if done.returncode != 0:
@@ -91,7 +92,7 @@ def nvcc_gpu_codes(nvcc: str | None) -> frozenset[str] | None:
     if not nvcc:
         return None
     try:
-        done = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=20)
+        done = run_tied([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
     codes = frozenset(re.findall(r"sm_(\d+)", done.stdout)) if done.returncode == 0 else frozenset()

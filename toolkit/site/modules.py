@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from toolkit.attention.recommend import Recommendation, read_if_any, summary
 from toolkit.base.atomic import write_atomic
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -275,8 +276,8 @@ def read_external(spec: EnvSpec, found: line_env.LineEnvironment, target: Path |
         raise NotInstalled(f"{where}: toolchain.python_executable: {python} is not on this machine "
                            f"(generate the module where the toolchain lives)")
     try:
-        probe = subprocess.run([python, "-I", "-c", INTERPRETER_PROBE], capture_output=True, text=True,
-                               timeout=120, check=True)
+        probe = run_tied([python, "-I", "-c", INTERPRETER_PROBE], capture_output=True, text=True,
+                         timeout=120, check=True)
         info = json.loads(probe.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise ToolkitError(f"{where}: toolchain.python_executable: {python} did not run "

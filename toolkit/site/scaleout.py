@@ -28,6 +28,7 @@ import yaml
 
 from toolkit.base.atomic import write_atomic
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
+from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -446,7 +447,7 @@ Task = tuple[str, str]  # (line, phase)
 def run_command(args: list[str], fix: str) -> str:
     """stdout of a Slurm command; a missing one or a refusal (with `fix`) is one ToolkitError line."""
     try:
-        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        done = run_tied(args, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         raise ToolkitError(f"{args[0]}: not found on PATH (run on a Slurm login node, or use --executor local)") \
             from None
@@ -518,7 +519,7 @@ class SlurmExecutor:
 
     def cancel(self) -> None:
         if self.job_ids:
-            subprocess.run(["scancel", *self.submitted()], capture_output=True, check=False)
+            run_tied(["scancel", *self.submitted()], capture_output=True, check=False)
 
     def describe(self) -> str:
         return f"Slurm jobs {', '.join(self.submitted())}"
@@ -529,8 +530,8 @@ class SlurmExecutor:
 
     def scheduled(self) -> dict[Task, Scheduled]:
         """One `squeue` for all jobs (array tasks one per row); a job it no longer lists has ended."""
-        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(self.submitted()),
-                               "-o", "%i %T %r"], capture_output=True, text=True, check=False)
+        done = run_tied(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(self.submitted()),
+                         "-o", "%i %T %r"], capture_output=True, text=True, check=False)
         if done.returncode != 0 and "Invalid job id" not in done.stderr:
             return self.keep_last_seen(done.stderr.strip() or f"exit {done.returncode}")
         self.squeue_failing_since = None
@@ -563,6 +564,8 @@ class LocalExecutor:
         self.states: dict[Task, Scheduled] = {task: Scheduled("queued") for task in plan.tasks()}
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="matrix")
+        self.running: dict[Task, subprocess.Popen] = {}  # the scripts now running, for detach to stop
+        self.detached = False
 
     def start(self) -> None:
         for p in self.plan.lines:
@@ -579,10 +582,12 @@ class LocalExecutor:
         reports one that ended without a status as failed)."""
         self.set_state(task, "running")
         try:
-            with open(self.plan.log_file(*task), "a") as log:
-                done = subprocess.run(["bash", str(script)], cwd=self.plan.workdir, env={**os.environ, **env},
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False)
-            return done.returncode == 0
+            with open(self.plan.log_file(*task), "a") as log, self.lock:
+                if self.detached:
+                    return False
+                self.running[task] = popen_tied(["bash", str(script)], cwd=self.plan.workdir, env={**os.environ, **env},
+                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            return self.running[task].wait() == 0
         finally:
             self.set_state(task, "ended")
 
@@ -591,9 +596,15 @@ class LocalExecutor:
             self.states[task] = Scheduled(where)
 
     def detach(self) -> str:
-        """After Ctrl-C (which the running scripts got too): start no more lines."""
+        """After Ctrl-C: start no more lines, and stop the running scripts (they run in a session of their own,
+        base/children, so the terminal's Ctrl-C did not reach them) and all they started."""
         self.pool.shutdown(wait=False, cancel_futures=True)
-        return "lines not yet started will not start"
+        with self.lock:
+            self.detached = True
+            running = list(self.running.values())
+        for proc in running:
+            kill_group(proc)
+        return "the running lines were stopped, lines not yet started will not start"
 
     def describe(self) -> str:
         return f"this machine, {self.max_parallel} line{'s' if self.max_parallel > 1 else ''} at a time"

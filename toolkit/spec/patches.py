@@ -9,7 +9,6 @@ unpacked sdist and records each (file, sha256) in the build record and its cache
 from __future__ import annotations
 
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from toolkit.base.children import run_tied
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
@@ -164,7 +164,7 @@ def _apply_one(src_dir: Path, patch: Patch) -> None:
     base = ["patch", f"-p{patch.strip}", "--forward", "--batch", "--silent", "--no-backup-if-mismatch",
             "--reject-file=-", "-i", str(patch.file)]
     for extra in (["--dry-run"], []):
-        done = subprocess.run(base + extra, cwd=src_dir, capture_output=True, text=True)
+        done = run_tied(base + extra, cwd=src_dir, capture_output=True, text=True)
         if done.returncode != 0:
             why = (done.stdout + done.stderr).strip().splitlines()
             raise ToolkitError(f"{display_path(patch.file)}: does not apply to {src_dir.name} "

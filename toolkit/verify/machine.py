@@ -16,7 +16,6 @@ import glob
 import json
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -128,22 +128,43 @@ def is_current_interpreter(python: Path) -> bool:
     return os.path.realpath(Path(python).absolute().parent.parent) == os.path.realpath(sys.prefix)
 
 
-# Runs under the environment's python: the module, with the toolkit's own dependencies behind everything the
-# environment has (a finder appended to sys.meta_path asks only after the environment's sys.path found nothing,
-# and only for their top-level names: the toolkit's torch is never the line's). Only where both interpreters
-# share one SOABI: pydantic-core and PyYAML's _yaml are built for one. A dependency still missing is one line.
+# Runs under the environment's python: the module, as it would run with the toolkit installed there and nothing
+# else of the toolkit's. `toolkit` itself comes from where it is installed, ahead of all (it is the program that runs;
+# a PYTHONPATH of its folder would put everything installed beside it, a wheel install's torch too, ahead of the
+# line's). The toolkit's own dependencies are lent behind everything the environment has (a finder appended to
+# sys.meta_path asks only after the environment's sys.path found nothing), for their top-level names only, and only
+# to the code that runs the measurement (the toolkit's modules, and the lent ones for their own dependencies): the
+# line's code importing one of those names sees what the environment has, as it would in use. Only where both
+# interpreters share one SOABI: pydantic-core and PyYAML's _yaml are built for one. A dependency still missing is
+# one line.
 FALLBACK_RUNNER = r"""
 import importlib.machinery, json, runpy, sys, sysconfig
 given, module = json.loads(sys.argv[1]), sys.argv[2]
 shared = (sysconfig.get_config_var("SOABI") or "") == given["soabi"]
+borrowers = {"toolkit", *given["names"]}
+
+def importer():
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                 or frame.f_globals.get("__name__", "").startswith("importlib")):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return getattr(frame.f_globals.get("__spec__"), "name", None) or frame.f_globals.get("__name__", "")
+
+class TheToolkit:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        return importlib.machinery.PathFinder.find_spec(name, [given["root"]]) if name == "toolkit" else None
 
 class ToolkitDependencies:
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if path is None and name in given["names"]:
+        if path is None and name in given["names"] and importer().partition(".")[0] in borrowers:
             return importlib.machinery.PathFinder.find_spec(name, given["dirs"])
         return None
 
+sys.meta_path.insert(0, TheToolkit)
 if shared:
     sys.meta_path.append(ToolkitDependencies)
 sys.argv = sys.argv[2:]
@@ -157,28 +178,31 @@ except ModuleNotFoundError as exc:
     print(f"error: {sys.executable}: python {here} lacks {given['names'][top]} (module {top!r}), which the toolkit "
           f"needs, and the toolkit's own are for python {given['python']} ({given['soabi']}), not lent across "
           f"versions (run toolkit itself under a python {here} that has its dependencies: "
-          f"python{here} -m pip install {given['project']})", file=sys.stderr)
+          f"python{here} -m pip install {given['root']})", file=sys.stderr)
     sys.exit(1)
 """
 
+# What the measuring code (verify, bench and what they import) imports beyond the standard library, torch and the
+# line's attention packages: PyYAML and pydantic for the knowledge files, packaging for versions, rich for the
+# progress bar and tables. Only these, and what they need, are lent: not the toolkit's other dependencies (pip,
+# setuptools, requests, conda-lock...), which the line's code must not find where it would not in use.
+RUNNER_NEEDS = ("pyyaml", "pydantic", "packaging", "rich")
+
 
 def toolkit_dependencies() -> dict:
-    """What FALLBACK_RUNNER needs of this interpreter: its SOABI, and the folders and top-level module names
-    (-> distribution) of fa-envkit's dependencies (their own dependencies too; no extra: the verify extra's
-    torch is the line's to provide), as installed here."""
+    """What FALLBACK_RUNNER needs of this interpreter: where the toolkit is, its SOABI, and the folders and
+    top-level module names (-> distribution) of RUNNER_NEEDS and their own dependencies, as installed here."""
     import sysconfig
     from importlib import metadata
 
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    from toolkit.base.entry import declared_requirements
-
     def wanted(req: Requirement, extras: set[str]) -> bool:
         return req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras or {""})
 
     found: dict[str, metadata.Distribution] = {}
-    todo = [r for r in declared_requirements() if wanted(r, set())]
+    todo = [Requirement(name) for name in RUNNER_NEEDS]
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
@@ -187,27 +211,25 @@ def toolkit_dependencies() -> dict:
         try:
             dist = found[name] = metadata.distribution(req.name)
         except metadata.PackageNotFoundError:
-            continue  # not installed here (a marker-less optional, or a broken install): nothing to lend
+            continue  # not installed here (a broken install): nothing to lend
         todo += [r for r in map(Requirement, dist.requires or []) if wanted(r, set(req.extras))]
     names = {module: ours[0] for module, dists in metadata.packages_distributions().items()
              if (ours := [d for d in dists if canonicalize_name(d) in found]) and module.isidentifier()}
     dirs = dict.fromkeys(str(Path(str(d.locate_file(""))).resolve()) for d in found.values())
     return {"soabi": sysconfig.get_config_var("SOABI") or "", "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "names": names, "dirs": list(dirs), "project": str(PROJECT_ROOT)}
+            "names": names, "dirs": list(dirs), "root": str(PROJECT_ROOT)}
 
 
 def run_under(python: Path, module: str, args: list[str], spec_path: Path, what: str) -> int:
-    """Re-run `python -m module args` under the environment's interpreter, with this toolkit importable and its
-    dependencies lent where the environment lacks them (FALLBACK_RUNNER)."""
+    """Re-run `python -m module args` under the environment's interpreter, the toolkit itself importable and its
+    dependencies lent where the environment lacks them (FALLBACK_RUNNER); tied to this process (base/children)."""
     if not Path(python).exists():
         if not glob.glob("/dev/nvidia[0-9]*"):  # say the more basic problem first
             raise ToolkitError(NO_GPU.format(why="no /dev/nvidia* device", what=what))
         raise ToolkitError(f"{spec_path}: environment python {python} does not exist "
                            f"(install the line's environment first, or pass --python PATH)")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     runner = [str(python), "-c", FALLBACK_RUNNER, json.dumps(toolkit_dependencies()), module, *args]
-    return subprocess.run(runner, env=env).returncode
+    return run_tied(runner).returncode
 
 
 def add_line_arguments(parser: argparse.ArgumentParser) -> None:
