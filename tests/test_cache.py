@@ -137,7 +137,7 @@ def tree(folder: Path) -> dict[str, str]:
 
 
 class _Recording(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: object) -> None:
         self.server.requested.append(self.path)  # type: ignore[attr-defined]
 
 
@@ -404,4 +404,69 @@ def test_a_cache_is_only_consulted_where_configured(tmp_path, monkeypatch):
                                                                            "file:///srv/cache"]
     (tmp_path / ".fa-envkit" / "caches.toml").write_text('[[cache]]\nurl = "ftp://x"\n')
     with pytest.raises(Exception, match=r"caches.toml: cache 1: 'ftp://x' is not a cache URL"):
+        configured_caches()
+
+
+# ---------------------------------------------------------------- the real fixture build (nvcc), substituted
+
+
+@pytest.mark.nvcc
+def test_a_second_checkout_builds_the_published_fixture_with_no_compile_and_a_changed_input_compiles(tmp_path):
+    """issue 35's 'done when': the fixture compiled by the real nvcc in one checkout and published; a second
+    checkout (its own wheelhouse and cache) with --cache gets the publisher's bytes in seconds, and with one input
+    changed (the archs) compiles."""
+    import time
+
+    from conda_channel import build_simple_index, serve_directory
+    from cuda_toolchain import require_nvcc
+    from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
+
+    require_nvcc()
+    first = tmp_path / "first"
+    python = make_stub_torch_env(tmp_path / "venv", "2.13.0", "13.0")
+    write_external_spec(first / "envs", "fixture", python, "2.13.0")
+    build_simple_index(tmp_path / "sdist-index", [pack_fixture_sdist(tmp_path / "sdist")])
+    with serve_directory(tmp_path / "sdist-index") as sdists, serve(tmp_path / "index") as (url, _):
+        assert toolkit(first, "lock", "fixture", "--pypi", f"{sdists}/simple").returncode == 0
+        built = toolkit(first, "build", "fixture", "--no-install")
+        assert built.returncode == 0, built.stderr
+        (wheel,) = (first / "wheelhouse" / "fixture").glob("*.whl")
+        assert toolkit(first, "publish", "fixture", "--to", str(tmp_path / "index")).returncode == 0
+
+        second = tmp_path / "second"
+        shutil.copytree(first / "envs", second / "envs")
+        shutil.copytree(first / "locks", second / "locks")
+        t0 = time.monotonic()
+        taken = toolkit(second, "build", "fixture", "--no-install", "--cache", url)
+        seconds = time.monotonic() - t0
+        assert taken.returncode == 0, taken.stderr
+        placed = second / "wheelhouse" / "fixture" / wheel.name
+        assert f"substituted: wheelhouse/fixture/{wheel.name} from {url}/inputs/" in taken.stdout
+        assert placed.read_bytes() == wheel.read_bytes()
+        assert not list((second / "wheelhouse" / "fixture").glob("logs/build-*.log"))  # no compile ran
+        record = json.loads(Path(f"{placed}.build.json").read_text())
+        assert record["substituted_from"].startswith(url) and record["outputs"]["wheel_sha256"] == sha256_of(wheel)
+        compiled_s = json.loads(Path(f"{wheel}.build.json").read_text())["outputs"]["wall_s"]
+        print(f"substitution {seconds:.1f} s (the whole toolkit run) vs the fixture's compile {compiled_s} s")
+
+        changed = toolkit(second, "build", "fixture", "--no-install", "--arch", "90", "--cache", url)
+    assert changed.returncode == 0, changed.stderr
+    assert "no published build of these inputs" in changed.stderr and "built: " in changed.stdout
+    assert list((second / "wheelhouse" / "fixture").glob("logs/build-*.log"))
+
+
+def test_an_entry_naming_a_file_outside_the_index_or_a_fifo_config_is_one_line(site, consumer, tmp_path, monkeypatch):
+    dest = tmp_path / "index"
+    published(site, dest)
+    entry = dest / "inputs" / f"{site.key}.json"
+    entry.write_text(entry.read_text().replace(f'"files/demo/{site.wheel.name}"', '"https://elsewhere.invalid/x.whl"'))
+    assert consumer.substitute(CacheSite(dest.as_uri()), site.key) is None
+    (line,) = consumer.said.splitlines()
+    assert "table entry field wheel: 'https://elsewhere.invalid/x.whl' is not a path under files/" in line
+    assert consumer.placed() == []
+
+    fifo = tmp_path / "caches.toml"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("FA_ENVKIT_CACHES", str(fifo))
+    with pytest.raises(Exception, match="caches.toml: unreadable cache configuration \\(a FIFO, not a regular file"):
         configured_caches()
