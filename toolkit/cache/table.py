@@ -18,7 +18,6 @@ from typing import Any
 
 import pydantic
 
-from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 
@@ -167,7 +166,3 @@ def check_signature(entry: TableEntry, trusted_key: str | None, where: str) -> N
                            f"(the entry was changed after it was signed; refused, the build compiles "
                            f"instead)") from None
 
-
-def entry_digest(entry: TableEntry) -> str:
-    """sha256 of the entry's content without its signature (what two publishes of one build agree on)."""
-    return sha256_json(entry.unsigned())
