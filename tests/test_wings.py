@@ -11,7 +11,7 @@ import pytest
 
 TOOLKIT = Path(__file__).resolve().parent.parent / "toolkit"
 # Lowest floor first; each wing may import only wings before it (docs/architecture.md says what each owns).
-FLOORS = ("base", "knowledge", "spec", "env", "machine", "attention", "verify", "fa4", "build", "doctor", "site")
+FLOORS = ("base", "knowledge", "spec", "env", "machine", "attention", "verify", "fa4", "cache", "build", "doctor", "site")
 TOP = ("toolkit", "toolkit.cli", "toolkit.__main__")  # the entry: imports any wing, imported by none
 
 

@@ -16,6 +16,7 @@ STAGE_MODULES = (
     "toolkit.env.lock",
     "toolkit.env.install",
     "toolkit.site.modules",
+    "toolkit.site.publish",
     "toolkit.doctor.command",
     "toolkit.build.builder",
     "toolkit.build.diagnose",

@@ -1,9 +1,10 @@
 """`toolkit build LINE`: a flash-attn wheel from its hash-pinned sdist, compiled by exactly the line's toolchain.
 
 Flow: spec + lock -> toolchain (the locked conda prefix, or the machine's own for `external`) ->
-fingerprint -> cache lookup -> preflight -> sdist (sha256-checked, cached) -> `pip wheel
---no-build-isolation --no-deps` with every knob set explicitly -> verify (local tag, compiled archs,
-install + import) -> wheel and record into wheelhouse/<line>/ atomically -> PEP 503 index.
+fingerprint -> cache lookup (the wheelhouse, then each configured binary cache: docs/binary-cache.md) ->
+preflight -> sdist (sha256-checked, cached) -> `pip wheel --no-build-isolation --no-deps` with every knob set
+explicitly -> verify (local tag, compiled archs, install + import) -> wheel and record into wheelhouse/<line>/
+atomically -> PEP 503 index.
 """
 
 from __future__ import annotations
@@ -39,7 +40,18 @@ from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
 from toolkit.build.source import SourceTree, WheelSource, extract_sdist
 from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
-from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
+from toolkit.build.wheelhouse import (
+    CachedBuild,
+    find_cached,
+    inputs_key,
+    place,
+    place_substitute,
+    record_path_for,
+    records,
+    write_index,
+)
+from toolkit.cache.config import CacheSite, configured_caches
+from toolkit.cache.substitute import fetch_substitute
 from toolkit.env.download import fetch_verified
 from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number, minor_of
@@ -90,6 +102,7 @@ class BuildOptions:
     install: bool = True
     install_target: Path | None = None
     order_from: Path | None = None  # a build record whose object times order this build (default: the newest)
+    caches: tuple[CacheSite, ...] = ()  # binary caches asked, in order, before compiling (cache/config.py)
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,7 @@ class BuildResult:
     record_path: Path
     record: BuildRecord
     cached: bool
+    substituted_from: str = ""  # taken from a binary cache: its table entry's URL
 
 
 # ---------------------------------------------------------------- inputs
@@ -369,6 +383,12 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         hit = find_cached(line_dir, key)
         if hit:
             return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
+        for site in options.caches:
+            hit = substitute(site, key, line_dir, cache, console)
+            if hit:
+                write_index(workspace.wheelhouse)
+                return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True,
+                                   substituted_from=hit.record.substituted_from)
 
     mem_gb = options.mem_gb or fp.mem_available_gb
     compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
@@ -446,6 +466,19 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         return BuildResult(wheel, record_path_for(wheel), record, cached=False)
 
 
+def substitute(site: CacheSite, key: str, line_dir: Path, cache: Path, console: Console) -> CachedBuild | None:
+    """The cache's wheel for these inputs, placed; None on a miss or a refusal (one line), and the build compiles."""
+    try:
+        found = fetch_substitute(site, key, cache / "substitutes")
+        if found is None:
+            console.print(f"{site.url}: no published build of these inputs ({key}); compiling", markup=False)
+            return None
+        return place_substitute(found, line_dir, key)
+    except ToolkitError as exc:
+        console.print(f"refused: {exc}", markup=False)
+        return None
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -456,7 +489,8 @@ def build_command(args: argparse.Namespace) -> int:
     options = BuildOptions(workspace=workspace, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
                            nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
                            keep_build_dir=args.keep_build_dir, install=not args.no_install,
-                           install_target=args.install_target, order_from=args.order_from)
+                           install_target=args.install_target, order_from=args.order_from,
+                           caches=tuple(configured_caches(args.cache)))
     sources = sources_of(spec, workspace)
     if not sources:  # FA4 instead of FA2: nothing to compile, FA4 is pinned wheels
         raise ToolkitError(f"{spec.where('flash_attn_4.with_flash_attn_2')}: line {spec.line} builds no wheel "
@@ -466,6 +500,10 @@ def build_command(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
             result = build(spec, options, console, source)
+        if result.substituted_from:
+            print(f"substituted: {display_path(result.wheel)} from {result.substituted_from} (no compile; sha256 "
+                  f"and inputs verified, {time.monotonic() - t0:.2f} s; --force compiles)")
+            continue
         if result.cached:
             print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, "
                   f"{time.monotonic() - t0:.2f} s; --force rebuilds)")
@@ -533,6 +571,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="start objects longest first by the times in this build record of the same sdist "
                              "(default: the newest record in wheelhouse/LINE/; without one, the object costs "
                              "in toolkit/knowledge/object_costs.yaml)")
+    parser.add_argument("--cache", action="append", metavar="URL",
+                        help="a binary cache (`toolkit publish --to` folder: file://, http:// or https://) to take "
+                             "a published wheel of the same inputs from instead of compiling; repeatable, after "
+                             "the caches of .fa-envkit/caches.toml ($FA_ENVKIT_CACHES), which may also name their "
+                             "signing keys (docs/binary-cache.md)")
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)
     report = subparsers.add_parser("build-report", help="the newest build record's wall time and parallel efficiency",

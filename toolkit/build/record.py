@@ -68,6 +68,9 @@ class BuildRecord:
     neutralised_environment: dict[str, Any] = field(default_factory=dict)  # NVCC_*, CPPFLAGS of an activated env, removed
     # FlashAttention-3 builds: commit, profile, its DISABLE switches, each archive with its sha256 and git ids
     flash_attn_3: dict[str, Any] = field(default_factory=dict)
+    # a wheel taken from a binary cache instead of compiled here: its table entry's URL (cache/substitute.py);
+    # everything else is the publisher's record. Records before issue 35 have none: compiled where they lie.
+    substituted_from: str = ""
     status: str = "success"
     schema: int = RECORD_SCHEMA
 

@@ -16,15 +16,16 @@ so a build killed between its record and its index still ends with one.
 
 from __future__ import annotations
 
-import html
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from toolkit.base.atomic import checkpoint, clean_stale, copy_atomic, publish_dir, write_atomic
 from toolkit.base.digest import sha256_file, sha256_json
+from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.build.record import RECORD_SUFFIX, BuildRecord
+from toolkit.cache.simple import Link, write_pages
+from toolkit.cache.substitute import Substitute
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,21 @@ def place(built_wheel: Path, line_dir: Path, record: BuildRecord) -> Path:
     return dest
 
 
-def normalize(project: str) -> str:
-    """PEP 503 project name normalization."""
-    return re.sub(r"[-_.]+", "-", project).lower()
+def place_substitute(found: Substitute, line_dir: Path, key: str) -> CachedBuild:
+    """Place a wheel a cache published for inputs `key`, once its record agrees: a record of these inputs (its
+    inputs hash to the key) naming this wheel and these bytes. The placed record is the publisher's, saying
+    where it came from. Any disagreement is one line and nothing is placed."""
+    record = BuildRecord.read(found.record)
+    if record.inputs_key != key or inputs_key(record.inputs) != key:
+        raise ToolkitError(f"{found.source}: its build record is of other inputs (inputs key "
+                           f"{inputs_key(record.inputs)}, this build's {key}; refused, the build compiles instead)")
+    if (record.outputs.wheel, record.outputs.wheel_sha256) != (found.entry.wheel_name, found.entry.wheel_sha256):
+        raise ToolkitError(f"{found.source}: its build record names {record.outputs.wheel} with sha256 "
+                           f"{record.outputs.wheel_sha256}, the entry {found.entry.wheel_name} with sha256 "
+                           f"{found.entry.wheel_sha256} (refused; the build compiles instead)")
+    record = replace(record, substituted_from=found.source)
+    wheel = place(found.wheel, line_dir, record)
+    return CachedBuild(wheel, record_path_for(wheel), record)
 
 
 def write_index(wheelhouse: Path) -> Path:
@@ -110,28 +123,13 @@ def write_index(wheelhouse: Path) -> Path:
 
 
 def _write_index_locked(wheelhouse: Path) -> Path:
-    projects: dict[str, list[tuple[str, str]]] = {}
+    links = []
     for record_file in sorted(wheelhouse.glob(f"*/*{RECORD_SUFFIX}")):
         outputs = BuildRecord.read(record_file).outputs
-        wheel_name = outputs.wheel
-        if not (record_file.parent / wheel_name).exists():
-            continue
-        href = f"../../{record_file.parent.name}/{wheel_name}#sha256={outputs.wheel_sha256}"
-        projects.setdefault(normalize(wheel_name.split("-")[0]), []).append((href, wheel_name))
+        if (record_file.parent / outputs.wheel).exists():
+            links.append(Link(f"../../{record_file.parent.name}/{outputs.wheel}", outputs.wheel, outputs.wheel_sha256))
     simple = wheelhouse / "simple"
     clean_stale(wheelhouse)
     with publish_dir(simple) as staged:
-        root_links = []
-        for project, links in sorted(projects.items()):
-            (staged / project).mkdir()
-            anchors = "\n".join(f'<a href="{html.escape(href)}">{html.escape(name)}</a><br>'
-                                for href, name in sorted(links, key=lambda item: item[1]))
-            (staged / project / "index.html").write_text(_page(f"Links for {project}", anchors))
-            root_links.append(f'<a href="{project}/">{project}</a><br>')
-        (staged / "index.html").write_text(_page("Simple index", "\n".join(root_links)))
+        write_pages(staged, links)
     return simple
-
-
-def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-            f"<title>{title}</title></head>\n<body><h1>{title}</h1>\n{body}\n</body></html>\n")

@@ -52,20 +52,21 @@ def cache_entry(cache: Path, pin: Pin) -> Path:
 
 
 def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], None] | None = None,
-                   progress: Progress | None = None) -> Path:
+                   progress: Progress | None = None, pinned_by: str = "the lock") -> Path:
     """The pinned file from the cache, downloading it only when absent; `what` names it in messages,
-    `check` may refuse a download before it enters the cache, `progress` shows the download."""
+    `check` may refuse a download before it enters the cache, `progress` shows the download, `pinned_by`
+    names what pins its sha256 (a lock, a binary cache's table entry)."""
     entry = cache_entry(cache, pin)
     with locked(entry.parent):
         if entry.exists():
-            return _cached(entry, pin)
+            return _cached(entry, pin, pinned_by)
         entry.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(entry.parent)  # partial downloads of killed runs
         with publish_file(entry) as partial:  # renamed into place only once checked
             _download(pin.url, pin.filename, partial, what, entry, progress)
             actual = sha256_file(partial)
             if actual != pin.sha256:
-                raise ToolkitError(f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, the lock pins "
+                raise ToolkitError(f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, {pinned_by} pins "
                                    f"{pin.sha256} ({pin.url} served other bytes: it was changed or a mirror "
                                    f"serves another file; nothing was kept or installed)")
             if check:
@@ -89,11 +90,11 @@ def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path
     return entry
 
 
-def _cached(entry: Path, pin: Pin) -> Path:
+def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
     actual = sha256_file(entry)
     if actual != pin.sha256:
         entry.unlink()
-        raise ToolkitError(f"{display_path(entry)}: sha256 {actual} is not the lock's {pin.sha256} "
+        raise ToolkitError(f"{display_path(entry)}: sha256 {actual} is not {pinned_by}'s {pin.sha256} "
                            f"(removed the file; re-run to download it again)")
     return entry
 

@@ -1,0 +1,168 @@
+"""The substitution table: `inputs/<inputs key>.json` says which wheel (and build record) a build's inputs made.
+
+A consumer looks a build up by its inputs key, as Nix asks a substituter for `<hash>.narinfo`: the key is the
+lookup, the entry pins every file it names by sha256, and an entry may be signed (ed25519, over the canonical
+JSON of the entry without its signature) so that a cache configured with the publisher's public key takes
+nothing else. Paths in an entry are relative to the index root, so the folder can be moved or served anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+
+TABLE_SCHEMA = 1
+TABLE_KIND = "fa-envkit-substitution"
+INPUTS_DIR = "inputs"
+FILES_DIR = "files"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+# files/<wheelhouse folder>/<file>: plain names only, so no entry can point a consumer outside the index
+PUBLISHED_PATH = re.compile(rf"{FILES_DIR}/[A-Za-z0-9][A-Za-z0-9._+-]*/[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+@dataclass(frozen=True)
+class Signature:
+    public_key: str  # base64 of the raw 32-byte ed25519 public key
+    value: str  # base64 of the 64-byte signature over the entry's canonical JSON without `signature`
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One build's inputs -> the published wheel and the files that vouch for it, each by sha256."""
+
+    inputs_key: str
+    wheel: str  # files/<folder>/<wheel>, relative to the index root
+    wheel_sha256: str
+    wheel_size: int
+    record: str  # the build record, beside the wheel
+    record_sha256: str
+    provenance: str  # the in-toto statement, beside the wheel
+    provenance_sha256: str
+    kind: str = TABLE_KIND
+    schema: int = TABLE_SCHEMA
+    signature: Signature | None = None
+
+    @property
+    def wheel_name(self) -> str:
+        return self.wheel.rsplit("/", 1)[-1]
+
+    def unsigned(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["signature"]
+        return data
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of the entry without its signature."""
+        return json.dumps(self.unsigned(), sort_keys=True, separators=(",", ":")).encode()
+
+    def text(self) -> str:
+        data = self.unsigned() if self.signature is None else asdict(self)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> TableEntry:
+        fix = "the cache serves a broken entry: tell its publisher; the build compiles instead"
+        if not isinstance(data, dict) or data.get("kind") != TABLE_KIND or data.get("schema") != TABLE_SCHEMA:
+            raise ToolkitError(f"{where}: not a substitution table entry of schema {TABLE_SCHEMA} ({fix})")
+        try:
+            entry = _ADAPTER.validate_python(data)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            raise ToolkitError(f"{where}: table entry field {'.'.join(str(p) for p in first['loc'])}: "
+                               f"{first['msg'].lower()} ({fix})") from None
+        for name in ("inputs_key", "wheel_sha256", "record_sha256", "provenance_sha256"):
+            if not SHA256.fullmatch(getattr(entry, name)):
+                raise ToolkitError(f"{where}: table entry field {name}: not a sha256 ({fix})")
+        for name in ("wheel", "record", "provenance"):
+            value = getattr(entry, name)
+            if not PUBLISHED_PATH.fullmatch(value) or ".." in value:
+                raise ToolkitError(f"{where}: table entry field {name}: {value!r} is not a path under "
+                                   f"{FILES_DIR}/ ({fix})")
+        return entry
+
+
+_ADAPTER = pydantic.TypeAdapter(TableEntry)
+
+
+def entry_path(key: str) -> str:
+    """inputs/<key>.json, relative to the index root."""
+    if not SHA256.fullmatch(key):
+        raise ToolkitError(f"{key!r}: not an inputs key (64 lowercase hex digits)")
+    return f"{INPUTS_DIR}/{key}.json"
+
+
+# ---------------------------------------------------------------- signing
+
+
+def _ed25519() -> Any:
+    """cryptography's ed25519 module: a dependency of conda-lock's keyring here, imported only to sign or check."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise ToolkitError("signing and checking cache entries needs the Python package cryptography "
+                           "(pip install cryptography into the toolkit's environment)") from None
+    return ed25519
+
+
+def public_key_text(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+@dataclass(frozen=True)
+class Signer:
+    """An ed25519 private key read from a PEM file (`openssl genpkey -algorithm ed25519 -out key.pem`)."""
+
+    key: Any  # ed25519.Ed25519PrivateKey
+    public_key: str
+
+    @classmethod
+    def from_pem(cls, path: Path) -> Signer:
+        from cryptography.hazmat.primitives import serialization
+
+        ed25519 = _ed25519()
+        fix = "make one with `openssl genpkey -algorithm ed25519 -out KEY.pem`"
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ToolkitError(f"{display_path(path)}: not an unencrypted PEM private key ({exc}; {fix})") from None
+        if not isinstance(key, ed25519.Ed25519PrivateKey):
+            raise ToolkitError(f"{display_path(path)}: not an ed25519 key ({fix})")
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return cls(key, public_key_text(raw))
+
+    def sign(self, entry: TableEntry) -> TableEntry:
+        value = base64.b64encode(self.key.sign(entry.signed_bytes())).decode()
+        return replace(entry, signature=Signature(self.public_key, value))
+
+
+def check_signature(entry: TableEntry, trusted_key: str | None, where: str) -> None:
+    """Nothing to check for a cache configured without a key; with one, the entry must be signed by exactly it."""
+    if trusted_key is None:
+        return
+    if entry.signature is None:
+        raise ToolkitError(f"{where}: unsigned, but this cache is configured with public key {trusted_key} "
+                           f"(refused; the build compiles instead)")
+    if entry.signature.public_key != trusted_key:
+        raise ToolkitError(f"{where}: signed by key {entry.signature.public_key}, not by this cache's configured "
+                           f"key {trusted_key} (refused; the build compiles instead)")
+    from cryptography.exceptions import InvalidSignature
+
+    ed25519 = _ed25519()
+    try:
+        public = ed25519.Ed25519PublicKey.from_public_bytes(base64.b64decode(trusted_key, validate=True))
+        public.verify(base64.b64decode(entry.signature.value, validate=True), entry.signed_bytes())
+    except (InvalidSignature, ValueError, binascii.Error):
+        raise ToolkitError(f"{where}: its signature does not verify with the configured key {trusted_key} "
+                           f"(the entry was changed after it was signed; refused, the build compiles "
+                           f"instead)") from None
+

@@ -1,0 +1,113 @@
+"""`toolkit publish [LINE...] --to DIR`: the wheelhouse's recorded wheels into a static binary cache.
+
+This side knows the wheelhouse (its records, folders and the lines' reports); the index's format, its
+immutability and the substitution table are cache/publish.py's. See docs/binary-cache.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.build.record import RECORD_SUFFIX, BuildRecord
+from toolkit.build.wheelhouse import records
+from toolkit.cache.provenance import BuildFacts, Dependency
+from toolkit.cache.publish import Publication, publish
+from toolkit.cache.table import Signer
+
+# what `toolkit verify`, `toolkit bench` and `toolkit recommend` leave in reports/<line>/ (FA3's in flash-attn-3/)
+REPORT_NAMES = ("verify.json", "verify.xml", "bench.json", "bench.png", "recommendation.json")
+FA3_SUFFIX = "+fa3"  # Workspace.fa3_wheel_dir's folder
+MACHINE_FIELDS = ("machine", "cpus", "mem_available_gb", "gpus", "driver_version")
+
+
+def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
+    """Each named line's wheel folders (FA2's and FA3's) that hold records; every such folder without lines."""
+    if not lines:
+        found = sorted({path.parent for path in workspace.wheelhouse.glob(f"*/*{RECORD_SUFFIX}")})
+        if not found:
+            raise ToolkitError(f"{display_path(workspace.wheelhouse)}: no build records to publish "
+                               f"(run `toolkit build LINE` first)")
+        return found
+    chosen = []
+    for line in lines:
+        present = [d for d in (workspace.wheel_dir(line), workspace.fa3_wheel_dir(line))
+                   if any(d.glob(f"*{RECORD_SUFFIX}"))]
+        if not present:
+            raise ToolkitError(f"{display_path(workspace.wheel_dir(line))}: no build records of line {line} to "
+                               f"publish (run `toolkit build {line}` first)")
+        chosen += present
+    return chosen
+
+
+def reports_of(workspace: Workspace, folder: Path) -> dict[str, Path]:
+    line = folder.name.removesuffix(FA3_SUFFIX)
+    report_dir = workspace.report_dir(line) / ("flash-attn-3" if folder.name.endswith(FA3_SUFFIX) else "")
+    return {name: report_dir / name for name in REPORT_NAMES if (report_dir / name).is_file()}
+
+
+def facts_of(record: BuildRecord) -> BuildFacts:
+    """The provenance statement's facts, from the record: its inputs, the sources it compiled by sha256
+    (sdist or FA3's archives, each patch), the machine and how the build ran there."""
+    dependencies = [Dependency(record.sdist.filename, record.sdist.sha256, record.sdist.url)]
+    for archive in record.flash_attn_3.get("archives") or []:
+        if archive.get("filename") != record.sdist.filename:
+            dependencies.append(Dependency(str(archive.get("filename")), str(archive.get("sha256")),
+                                           str(archive.get("url") or "")))
+    dependencies += [Dependency(str(patch.get("file")), str(patch.get("sha256"))) for patch in record.patches
+                     if patch.get("applied", True)]
+    return BuildFacts(
+        wheel_name=record.outputs.wheel, wheel_sha256=record.outputs.wheel_sha256, inputs_key=record.inputs_key,
+        inputs=record.inputs, dependencies=dependencies,
+        machine={name: record.fingerprint.get(name) for name in MACHINE_FIELDS},
+        run={"parallelism": record.parallelism, "wall_s": record.outputs.wall_s},
+        started=record.started, finished=record.finished, recipe=str(record.inputs.get("recipe", "")),
+        substituted_from=record.substituted_from)
+
+
+def publications(workspace: Workspace, folder: Path) -> list[Publication]:
+    """Every recorded wheel of a folder whose wheel is there; the line's reports go with the newest one (the
+    build they were most likely made from)."""
+    found: list[Publication] = []
+    for path, record in records(folder):  # newest first
+        wheel = folder / record.outputs.wheel
+        if not wheel.is_file():
+            continue
+        reports = reports_of(workspace, folder) if not found else {}
+        found.append(Publication(folder.name, wheel, record.outputs.wheel_sha256, path, record.inputs_key,
+                                 facts_of(record), reports))
+    return found
+
+
+def publish_command(args: argparse.Namespace) -> int:
+    workspace = Workspace.from_args(args)
+    signer = Signer.from_pem(args.sign_key) if args.sign_key else None
+    items = [item for folder in folders(workspace, args.lines) for item in publications(workspace, folder)]
+    for done in publish(args.to, items, signer):
+        state = "published" if done.new else "already published (no change)"
+        print(f"{state}: {done.entry.wheel} (inputs {done.entry.inputs_key})")
+    index = args.to.absolute() / "simple"
+    print(f"index: {index} (serve {display_path(args.to)} with any web server: pip/uv --index-url URL/simple; "
+          f"toolkit build --cache URL)")
+    if signer:
+        print(f"signed with public key {signer.public_key} (consumers put it in .fa-envkit/caches.toml)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "publish", help="publish the wheelhouse's built wheels as a static binary cache (PEP 503 index)",
+        description="Copy each recorded wheel of the lines (default: every line in the wheelhouse) into DIR: a "
+                    "static, relocatable, immutable PEP 503 index with PEP 658 metadata, the build record, an "
+                    "in-toto/SLSA provenance statement and the line's reports beside each wheel, and "
+                    "inputs/<inputs key>.json for `toolkit build --cache`. Serve DIR with any web server.")
+    parser.add_argument("lines", metavar="LINE", nargs="*", help="line names (default: every line with records)")
+    parser.add_argument("--to", type=Path, required=True, metavar="DIR", help="the index folder to publish into")
+    parser.add_argument("--sign-key", type=Path, metavar="KEY",
+                        help="ed25519 private key (PEM: `openssl genpkey -algorithm ed25519 -out KEY`) signing "
+                             "each table entry")
+    add_workspace_options(parser)
+    parser.set_defaults(func=publish_command)
