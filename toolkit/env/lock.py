@@ -401,7 +401,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
     pylocks = [layer.pylock for layer in pip_layers if layer.pylock]
     if spec.toolchain.kind == "pypi":
         custom[KEY_CUDA] = spec.cuda
-        custom.update({KEY_EXCLUDE_NEWER: layer.exclude_newer for layer in pip_layers if layer.exclude_newer})
+        custom[KEY_EXCLUDE_NEWER] = pip_layers[0].exclude_newer  # one: a pypi line has one platform
     sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
     lockfile = Lockfile(
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
