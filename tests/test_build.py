@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, replace
@@ -374,7 +373,9 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     slow_cxx.parent.mkdir()
     slow_cxx.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 600\n")
     slow_cxx.chmod(0o755)
-    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}"}
+    temp = tmp_path / "tmp"  # the runs' own temporary folder: another run's clean_stale of the system one would
+    temp.mkdir()            # rightly remove what this killed run left there before the next build here looks
+    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}", "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "build", "fixture", "--wheelhouse", str(wheelhouse)],
                             cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -406,7 +407,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     assert not survivors, f"still running after the build was killed: {sorted(names(survivors))}"
     assert wheels_and_records(wheelhouse / "fixture") == []
     assert not (wheelhouse / "simple").exists()
-    run_temp = list(Path(tempfile.gettempdir()).glob(f"{temp_name('build')}{proc.pid}-*"))
+    run_temp = list(temp.glob(f"{temp_name('build')}{proc.pid}-*"))
     if sig == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
         assert not list((cache / "build").iterdir())  # the build directory is gone too
@@ -415,7 +416,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     # SIGKILL: nothing could clean up; the next build (here a cache hit of the shared build) does
     left = list((cache / "build").iterdir())
     assert [p for p in left if p.is_dir()] and run_temp
-    again = toolkit(project.root, "build", "fixture", cache=cache)
+    again = toolkit(project.root, "build", "fixture", cache=cache, extra_env={"TMPDIR": str(temp)})
     assert again.returncode == 0 and again.stdout.startswith("cached: "), again.stderr
     assert not any(p.exists() for p in left + run_temp)
 
