@@ -310,8 +310,9 @@ def make_sdist(directory: Path, name: str, version: str) -> Path:
     return path
 
 
-def build_simple_index(directory: Path, files: Iterable[Path]) -> Path:
-    """A PEP 503 (HTML) + PEP 691 (JSON) simple index of the given files under directory/simple."""
+def build_simple_index(directory: Path, files: Iterable[Path], upload_times: dict[str, str] | None = None) -> Path:
+    """A PEP 503 (HTML) + PEP 691 (JSON) simple index of the given files under directory/simple; with
+    `upload_times` (file name -> RFC 3339 time), each file's PEP 700 upload-time, which uv's --exclude-newer reads."""
     from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
     projects: dict[str, list[Path]] = {}
@@ -326,10 +327,12 @@ def build_simple_index(directory: Path, files: Iterable[Path]) -> Path:
         for path in paths:
             (page / path.name).write_bytes(path.read_bytes())
             entries.append({"filename": path.name, "url": path.name,
-                            "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}})
+                            "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
+                            **({"upload-time": upload_times[path.name]} if upload_times else {})})
         links = "".join(f'<a href="{e["url"]}#sha256={e["hashes"]["sha256"]}">{e["filename"]}</a>\n' for e in entries)
         (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
-        (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.0"}, "name": project,
+        (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1" if upload_times else "1.0"},
+                                                     "name": project,
                                                      "files": entries}))
     return simple
 

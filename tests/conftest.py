@@ -19,11 +19,17 @@ SDIST_URL = ("https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a
 SDIST_SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"
 
 
+def missing(reason: str, switch: str) -> NoReturn:
+    """What a test needs is not on this machine: a skip, except where `switch`=1 (.ci/run sets it because it
+    installs that component): there a failure, so that CI never passes by skipping what it set up."""
+    if os.environ.get(switch) == "1":
+        pytest.fail(f"{reason} and {switch}=1")
+    pytest.skip(reason)
+
+
 def pypi_unreachable(exc: BaseException) -> NoReturn:
     """No connection to PyPI: a skip, except in CI (FA_REQUIRE_PYPI=1), which reaches PyPI: there a failure."""
-    if os.environ.get("FA_REQUIRE_PYPI") == "1":
-        pytest.fail(f"PyPI not reachable ({exc}) and FA_REQUIRE_PYPI=1")
-    pytest.skip(f"PyPI not reachable: {exc}")
+    missing(f"PyPI not reachable ({exc})", "FA_REQUIRE_PYPI")
 
 
 @pytest.fixture(scope="session")

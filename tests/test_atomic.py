@@ -97,3 +97,22 @@ def test_publish_dir_keeps_the_old_tree_on_error(tmp_path):
             (staged / "new").write_text("n")
             raise KeyboardInterrupt
     assert names(target) == ["kept"] and names(tmp_path) == ["part1"]
+
+
+def test_another_runs_cleanup_at_the_moment_a_temporary_is_made_leaves_it_owned(tmp_path, monkeypatch):
+    """clean_stale of another run, called just before owned_temp locks its owner file (here: from the flock
+    call itself), finds no unlocked owner of this live run to delete: the temporary stays owned, and a later
+    cleanup keeps it while the run lives."""
+    real_flock, raced = atomic.fcntl.flock, []
+
+    def cleanup_first(handle, operation):
+        monkeypatch.setattr(atomic.fcntl, "flock", real_flock)  # once: clean_stale's own flock calls are real
+        raced.append(clean_stale(tmp_path))
+        return real_flock(handle, operation)
+
+    monkeypatch.setattr(atomic.fcntl, "flock", cleanup_first)
+    with atomic.owned_dir(tmp_path, "race") as folder:
+        owner = folder.with_name(folder.name + atomic.OWNER_SUFFIX)
+        assert raced == [[]] and owner.is_file()
+        assert clean_stale(tmp_path) == [] and folder.is_dir() and owner.is_file()
+    assert names(tmp_path) == []

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ import psutil
 import pytest
 import yaml
 from conda_channel import build_simple_index, serve_directory
-from cuda_toolchain import CUDA_HOME, NVCC, require_nvcc
+from cuda_toolchain import CUDA_HOME, NVCC, require_nvcc, tool_on_path
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 from rich.console import Console
 
@@ -374,7 +373,9 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     slow_cxx.parent.mkdir()
     slow_cxx.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 600\n")
     slow_cxx.chmod(0o755)
-    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}"}
+    temp = tmp_path / "tmp"  # the runs' own temporary folder: another run's clean_stale of the system one would
+    temp.mkdir()            # rightly remove what this killed run left there before the next build here looks
+    env = {**os.environ, "TOOLKIT_CACHE": str(cache), "FA_FIXTURE_NVCC_FLAGS": f"-ccbin {slow_cxx}", "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "build", "fixture", "--wheelhouse", str(wheelhouse)],
                             cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -406,7 +407,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     assert not survivors, f"still running after the build was killed: {sorted(names(survivors))}"
     assert wheels_and_records(wheelhouse / "fixture") == []
     assert not (wheelhouse / "simple").exists()
-    run_temp = list(Path(tempfile.gettempdir()).glob(f"{temp_name('build')}{proc.pid}-*"))
+    run_temp = list(temp.glob(f"{temp_name('build')}{proc.pid}-*"))
     if sig == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
         assert not list((cache / "build").iterdir())  # the build directory is gone too
@@ -415,7 +416,7 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     # SIGKILL: nothing could clean up; the next build (here a cache hit of the shared build) does
     left = list((cache / "build").iterdir())
     assert [p for p in left if p.is_dir()] and run_temp
-    again = toolkit(project.root, "build", "fixture", cache=cache)
+    again = toolkit(project.root, "build", "fixture", cache=cache, extra_env={"TMPDIR": str(temp)})
     assert again.returncode == 0 and again.stdout.startswith("cached: "), again.stderr
     assert not any(p.exists() for p in left + run_temp)
 
@@ -450,20 +451,31 @@ def test_a_stale_lock_stops_the_build(project, tmp_path):
 # ---------------------------------------------------------------- pieces
 
 
-@pytest.mark.nvcc
-def test_fatbin_reader_sees_every_gencode_target(tmp_path):
+GENCODE_TARGETS = {("elf", "80"): "arch=compute_80,code=sm_80", ("elf", "90a"): "arch=compute_90a,code=sm_90a",
+                   ("elf", "100f"): "arch=compute_100f,code=sm_100f", ("ptx", "90"): "arch=compute_90,code=compute_90"}
+
+
+def compiled_for_every_target(tmp_path: Path) -> Path:
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.f; }\n")
-    targets = {("elf", "80"): "arch=compute_80,code=sm_80", ("elf", "90a"): "arch=compute_90a,code=sm_90a",
-               ("elf", "100f"): "arch=compute_100f,code=sm_100f", ("ptx", "90"): "arch=compute_90,code=compute_90"}
-    flags = [arg for target in targets.values() for arg in ("-gencode", target)]
+    flags = [arg for target in GENCODE_TARGETS.values() for arg in ("-gencode", target)]
     subprocess.run([str(NVCC), *flags, "-c", str(source), "-o", str(tmp_path / "k.o")], check=True)
-    found = fatbin_entries(tmp_path / "k.o")
-    assert set(found) == {FatbinEntry(kind, arch) for kind, arch in targets}
+    return tmp_path / "k.o"
+
+
+@pytest.mark.nvcc
+def test_fatbin_reader_sees_every_gencode_target(tmp_path):
+    found = fatbin_entries(compiled_for_every_target(tmp_path))
+    assert set(found) == {FatbinEntry(kind, arch) for kind, arch in GENCODE_TARGETS}
     assert cubin_archs(tmp_path / "k.o") == {"80", "90a", "100f"}
-    from_tool = cuobjdump_archs(tmp_path / "k.o")
-    if from_tool is not None:  # the GPU machine has cuobjdump: both readers must agree
-        assert from_tool == {"80", "90a", "100f"}
+
+
+@pytest.mark.nvcc
+def test_cuobjdump_and_the_fatbin_reader_agree(tmp_path):
+    """Where NVIDIA's cuobjdump is installed (the GPU machine; CI: its wheel, first on PATH), compiled_archs asks
+    it: both readers must name the same cubins."""
+    tool_on_path("cuobjdump")
+    assert cuobjdump_archs(compiled_for_every_target(tmp_path)) == cubin_archs(tmp_path / "k.o") == {"80", "90a", "100f"}
 
 
 def test_fatbin_reader_refuses_a_non_elf_file(tmp_path):

@@ -214,6 +214,28 @@ def test_header_under_targets_says_add_isystem_not_install(tmp_path, conda_prefi
     assert f"-isystem {targets}" in found.fix and "install" not in found.fix.split("(")[0]
 
 
+def test_a_conda_envs_compile_names_its_prefix_by_its_compiler_python_and_torch(tmp_path):
+    """torch's cpp_extension in an activated conda env elsewhere (CUDA_HOME another folder): the command names the
+    env by its compiler, its python's headers and torch's, never by <prefix>/include; the header is under the env's
+    targets/x86_64-linux/include."""
+    prefix = tmp_path / "miniforge3" / "envs" / "fa"
+    targets = prefix / "targets" / "x86_64-linux" / "include"
+    targets.mkdir(parents=True)
+    (targets / "cuda_runtime_api.h").write_text("/* installed */\n")
+    (tmp_path / "api.cpp").write_text("#include <cuda_runtime_api.h>\n")
+    error = output_of(["g++", "-c", str(tmp_path / "api.cpp"), "-o", str(tmp_path / "api.o")])
+    command = (f"{prefix}/bin/x86_64-conda-linux-gnu-c++ -MMD -MF api.o.d -DTORCH_EXTENSION_NAME=flash_attn_2_cuda "
+               f"-I{prefix}/lib/python3.12/site-packages/torch/include "
+               f"-isystem {prefix}/lib/python3.12/site-packages/torch/include/torch/csrc/api/include "
+               f"-I/usr/local/cuda-elsewhere/include -isystem {prefix}/include/python3.12 -fPIC -std=c++17 "
+               f"-c {tmp_path}/api.cpp -o api.o")
+    for log in (f"FAILED: api.o\n{command}\n{error}", f"FAILED: api.o\n{command.split(' -I')[0]}\n{error}",
+                f"FAILED: api.o\n/usr/bin/g++ -isystem {prefix}/include/python3.12 -c api.cpp\n{error}"):
+        found = diagnose(log)
+        assert found is not None and found.failure.id == "cuda-header-under-targets", found and found.one_line()
+        assert f"-isystem {targets}" in found.fix
+
+
 def test_header_missing_everywhere_still_says_install(tmp_path, conda_prefix):
     text = gxx_log(tmp_path, "#include <cuda_runtime.h>\n", f"-I{conda_prefix}/include")
     found = diagnose(text)

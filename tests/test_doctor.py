@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cuda_toolchain import CUDA_HOME, HOST_CONFIG
+from cuda_toolchain import CUDA_HOME, HOST_CONFIG, tool_on_path
 
 from toolkit.base.errors import ToolkitError
 from toolkit.build.record import BuildRecord
@@ -39,7 +39,6 @@ from toolkit.spec.rules import checked_spec
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = ROOT / "envs"
 RECORDED = ROOT / "tests" / "fingerprints"
-NVCC = shutil.which("nvcc")
 REPORT_KEYS = {"ok", "line", "rows", "fingerprint", "probe"}
 STATUSES = ["fail", "warn", "ok", "info"]
 
@@ -147,14 +146,13 @@ def test_this_machine_real_rows_and_speed(tmp_path):
     assert report["fingerprint"]["nvcc_version"] in nvcc_text and report["line"] is None
 
 
-@pytest.mark.skipif(NVCC is None, reason="needs nvcc on PATH")
 def test_cuda_home_unset_is_inferred_from_nvcc_like_torch_does(tmp_path):
     """Without CUDA_HOME, torch's extension builder uses the nvcc on PATH's grandparent directory; a
     wrapper script there (as on these machines) leaves it without headers, and the row says so."""
+    home = Path(tool_on_path("nvcc")).resolve().parent.parent
     done, _ = run_doctor(tmp_path, "--json", env=shell_env(CUDA_HOME=None, CUDA_PATH=None))
     report = json.loads(done.stdout)
     assert_well_formed(report, done.returncode)
-    home = Path(NVCC).resolve().parent.parent
     assert row(report, "cuda-home")["value"] == f"{home} (from nvcc on PATH)"
     headers = row(report, "cuda-headers")
     if (home / "include" / "cuda.h").exists():
@@ -228,13 +226,12 @@ PyMODINIT_FUNC PyInit_flash_attn_2_cuda(void) {
 @pytest.fixture(scope="module")
 def flash_attn_sites(tmp_path_factory):
     """Two site dirs: one whose extension nvcc compiled for sm_80 and sm_90a, one that cannot import."""
-    if NVCC is None or not shutil.which("gcc"):
-        pytest.skip("needs nvcc and gcc to compile the test extensions")
+    nvcc = tool_on_path("nvcc")
     root = tmp_path_factory.mktemp("flash-attn")
     include, suffix = _python3_build_facts()
     good = _site(root / "good", "2.8.3.post2+cu130torch2.13")
     (root / "ext.cu").write_text(EXTENSION_SOURCE)
-    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", f"-I{include}", "-gencode", "arch=compute_80,code=sm_80",
+    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", f"-I{include}", "-gencode", "arch=compute_80,code=sm_80",
                     "-gencode", "arch=compute_90a,code=sm_90a", str(root / "ext.cu"), "-o",
                     str(good / f"flash_attn_2_cuda{suffix}")], check=True, capture_output=True)
     broken = _site(root / "broken", "2.8.3+cu12torch2.7cxx11abiFALSE")

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import missing
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace
@@ -30,7 +31,22 @@ from toolkit.knowledge import fa4_pins
 
 ROOT = Path(__file__).resolve().parent.parent
 FETCHED = ROOT / ".whl-fa4"
-needs_wheels = pytest.mark.skipif(not (FETCHED / "part1").is_dir(), reason="run scripts/fetch_fa4_wheels.sh first")
+
+
+def fetched(part: str) -> Path:
+    """A part folder of FA4's pinned wheels; skipped without it, failed where FA_REQUIRE_FA4_WHEELS=1 (.ci/run
+    fetches them)."""
+    if not (FETCHED / part).is_dir():
+        missing(f"needs {FETCHED / part}: run scripts/fetch_fa4_wheels.sh first", "FA_REQUIRE_FA4_WHEELS")
+    return FETCHED / part
+
+
+@pytest.fixture
+def fetched_part1() -> Path:
+    return fetched("part1")
+
+
+needs_wheels = pytest.mark.usefixtures("fetched_part1")
 
 
 def _python312() -> str | None:
@@ -46,10 +62,8 @@ PY312 = _python312()
 @pytest.fixture(scope="module")
 def joined(tmp_path_factory) -> Path:
     """The carried part folders joined back into one wheel folder, as gpu_fa4.sh carry2 does."""
-    if not (FETCHED / "part2").is_dir():
-        pytest.skip("run scripts/fetch_fa4_wheels.sh first")
     dest = tmp_path_factory.mktemp("wheels")
-    assert main(["fa4", "join", "--dest", str(dest), str(FETCHED / "part1"), str(FETCHED / "part2")]) == 0
+    assert main(["fa4", "join", "--dest", str(dest), str(fetched("part1")), str(fetched("part2"))]) == 0
     return dest
 
 
@@ -317,6 +331,8 @@ def test_env_refuses_an_edited_record_and_prints_nothing(tmp_path, capsys, edit,
 def python312_base(tmp_path: Path) -> Path:
     """A real Python 3.12 venv as the line's base python: torch a STAND-IN (dist-info metadata only, no code),
     typing_extensions and packaging the real pure-Python modules cutlass and the probe import."""
+    if PY312 is None:
+        missing("the pinned wheels are cp312 and this machine has no Python 3.12", "FA_REQUIRE_PYTHON312")
     venv = tmp_path / "py312"
     subprocess.run([PY312, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -334,7 +350,6 @@ def python312_base(tmp_path: Path) -> Path:
     return python
 
 
-@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
 def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp_path, joined):
     """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
     python = python312_base(tmp_path)
@@ -354,7 +369,6 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     assert again.installed == record.installed and not list(target.glob(".fa-envkit-tmp-*"))
 
 
-@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
 def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_sdist):
     python = python312_base(tmp_path)
     target = tmp_path / "site"
@@ -676,7 +690,6 @@ def test_beside_fa2_only_its_recorded_cute_files_are_owned(tmp_path, pinned_sdis
     assert fa4.foreign_entries(staging, target, set()) == ["flash_attn (a symlink)"]
 
 
-@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
 def test_install_into_a_folder_with_a_users_files_of_the_same_name_changes_nothing(tmp_path, joined):
     python = python312_base(tmp_path)
     target = tmp_path / "site"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cuda_toolchain import tool_on_path
 
 from toolkit.cli import main
 from toolkit.knowledge.facts import load_knowledge
@@ -414,9 +415,7 @@ def test_knowledge_has_sources_for_every_file():
 
 
 def test_knowledge_archs_of_13_0_match_the_real_nvcc():
-    done = subprocess.run(["nvcc", "--list-gpu-code"], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip("no nvcc on PATH")
+    done = subprocess.run([tool_on_path("nvcc"), "--list-gpu-code"], capture_output=True, text=True, check=True)
     real = {line.removeprefix("sm_") for line in done.stdout.split()}
     plain = {a for a in load_knowledge().cuda_lines["13.0"].archs if a.isdigit()}
     assert plain == real

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_fa4 import FETCHED, PY312, python312_base
+from test_fa4 import fetched, python312_base
 from test_fa4_jit_cache_install import KEY, artifact, entry, key_packages, tree
 
 from toolkit.cli import main
@@ -358,13 +358,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.skipif(PY312 is None, reason="the pinned wheels are cp312 and this machine has no Python 3.12")
 def test_a_killed_install_leaves_no_pip_running_and_a_rerun_no_staging_folder(tmp_path):
     """SIGKILL while pip fills the staging folder: pip dies with the verb, and the next install removes it."""
-    if not (FETCHED / "part2").is_dir():
-        pytest.fail("run scripts/fetch_fa4_wheels.sh first")
     wheels = tmp_path / "wheels"
-    assert main(["fa4", "join", "--dest", str(wheels), str(FETCHED / "part1"), str(FETCHED / "part2")]) == 0
+    assert main(["fa4", "join", "--dest", str(wheels), str(fetched("part1")), str(fetched("part2"))]) == 0
     python = python312_base(tmp_path)
     target = tmp_path / "fa4"
     command = [sys.executable, "-m", "toolkit.fa4", "install", "--wheels", str(wheels), "--target", str(target),

@@ -15,6 +15,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from conftest import pypi_unreachable
 from packaging.requirements import Requirement
 
 from toolkit.cli import main
@@ -178,7 +179,7 @@ def test_live_pypi_answers_parse():
     try:
         answer = upstream.live_fetch(upstream.PYPI_JSON.format(package="flash-attn-4"))
     except OSError as exc:
-        pytest.skip(f"PyPI not reachable: {exc}")
+        pypi_unreachable(exc)
     versions = {r.version for r in upstream.pypi_releases("flash-attn-4", answer, "")}
     assert "4.0.0b36" in versions
 

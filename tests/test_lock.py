@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -205,20 +206,30 @@ def test_cuda_virtual_package_picks_the_lines_cuda_version(channel_dir, tmp_path
         assert {p.version for p in layer.packages if p.name == "cuda-version"} == {cuda}
 
 
+GOLDEN_ROOT = "file:///golden"  # the test's own folder, as the golden file spells it
+
+
+def golden_form(text: str, root: Path) -> str:
+    """A lock's text with the test's folder spelled GOLDEN_ROOT and the hashes that cover it (conda-lock's
+    content_hash per platform, the lock's digest) as <sha256>: what is the same in every test's folder."""
+    text = text.replace(root.as_uri(), GOLDEN_ROOT)
+    return re.sub(r"^( +(?:linux-64|linux-aarch64|fa-envkit\.lock-sha256): )[0-9a-f]{64}$", r"\1<sha256>", text,
+                  flags=re.MULTILINE)
+
+
 def test_golden_lock_format(channel_dir, tmp_path):
-    """The exact bytes of a lock from a fixed channel path: guards conda-lock's internal APIs (pinned 4.0.3).
-    Regenerate with UPDATE_GOLDEN=1 after a deliberate format change."""
-    fixed = Path("/tmp/fa-envkit-golden")
-    shutil.rmtree(fixed, ignore_errors=True)
-    shutil.copytree(channel_dir, fixed / "channel")
-    try:
-        lock = conda_only_lock(fixed / "project", "../../channel")
-        if os.environ.get("UPDATE_GOLDEN"):
-            GOLDEN.parent.mkdir(exist_ok=True)
-            GOLDEN.write_text(lock.read_text())
-        assert lock.read_text() == GOLDEN.read_text()
-    finally:
-        shutil.rmtree(fixed, ignore_errors=True)
+    """The bytes of a lock from the fixture channel: guards conda-lock's internal APIs (pinned 4.0.3). The channel is
+    copied into the test's own folder (a fixed one under /tmp collided between runs), so its path and the hashes
+    over it are compared in golden_form; read_lock checks the digest. Regenerate with UPDATE_GOLDEN=1 after a
+    deliberate format change."""
+    root = tmp_path / "golden"
+    shutil.copytree(channel_dir, root / "channel")
+    lock = conda_only_lock(root / "project", "../../channel")
+    read_lock(lock)
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(golden_form(lock.read_text(), root))
+    assert golden_form(lock.read_text(), root) == GOLDEN.read_text()
 
 
 # ---------------------------------------------------------------- reading, tampering, errors

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import SDIST_SHA256
+from cuda_toolchain import tool_on_path
 from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
@@ -222,9 +223,7 @@ def setup_py_flags(src: Path, torch_version: str, cuda_home: str) -> dict[str, l
 @pytest.mark.network
 def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
     torch = pytest.importorskip("torch")
-    nvcc = shutil.which("nvcc")
-    if not nvcc:
-        pytest.skip("no nvcc on PATH")
+    nvcc = tool_on_path("nvcc")
     from toolkit.build.builder import extract_sdist
 
     cuda_home = str(Path(nvcc).resolve().parent.parent)

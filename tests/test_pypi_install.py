@@ -70,10 +70,14 @@ def tree_bytes(root: Path) -> int:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """envs/py-cu130.yaml locked against PyPI (the fixture sdist pinned from a loopback index), installed."""
+    """envs/py-cu130.yaml locked again against PyPI beside the committed lock, so as of the time it records (the
+    fixture sdist pinned from a loopback index), installed."""
     require_pypi()
     project = tmp_path_factory.mktemp("pypi-line")
     (project / "envs").mkdir()
+    (project / "locks").mkdir()
+    for name in (f"{LINE}.conda-lock.yml", f"pylock.{LINE}.toml"):
+        shutil.copy(ROOT / "locks" / name, project / "locks")
     shutil.copy(ROOT / "envs" / "base.yaml", project / "envs")
     spec = yaml.safe_load((ROOT / "envs" / f"{LINE}.yaml").read_text())
     (project / "envs" / f"{LINE}.yaml").write_text(yaml.safe_dump({**spec, "archs": ["90"]}))
@@ -81,7 +85,7 @@ def installed(tmp_path_factory):
     build_simple_index(project / "index", [sdist])
     with serve_directory(project / "index") as url:
         locked = toolkit(project, "lock", LINE, "--pypi", f"{url}/simple")
-        assert locked.returncode == 0, locked.stderr
+        assert locked.returncode == 0 and "written" in locked.stdout, locked.stderr
         started = time.monotonic()
         done = toolkit(project, "install", LINE)
         seconds = time.monotonic() - started
@@ -95,7 +99,8 @@ def cuda_home(prefix: Path) -> Path:
 
 
 def test_the_lock_is_the_committed_ones_wheels(installed):
-    """Locked again here from PyPI, the line resolves to the wheels locks/py-cu130.conda-lock.yml pins."""
+    """Locked again here from PyPI (its archs edited), the line resolves to the wheels locks/py-cu130.conda-lock.yml
+    pins, whatever PyPI released since: the re-lock resolves as of the time the committed lock records."""
     ours = read_lock(installed.project / "locks" / f"{LINE}.conda-lock.yml").packages
     committed = read_lock(ROOT / "locks" / f"{LINE}.conda-lock.yml").packages
     assert {(p.name, p.version, p.sha256) for p in ours} == {(p.name, p.version, p.sha256) for p in committed}

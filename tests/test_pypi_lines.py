@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import yaml
+from conda_channel import build_simple_index, make_sdist, make_wheel, serve_directory
 from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
@@ -22,6 +24,7 @@ from toolkit.env import pypi_lock
 from toolkit.env.engine import locking_environment
 from toolkit.env.lock import lock_line
 from toolkit.env.lockfile import lock_path, read_lock
+from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.files import KNOWLEDGE_DIR
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
@@ -149,6 +152,77 @@ def test_committed_pypi_lock_and_pylock_name_the_same_wheels(line):
     assert versions["torch"] == load_spec(ROOT / "envs" / f"{line}.yaml").torch_version
 
 
+def test_committed_pypi_locks_record_a_time_after_every_file_they_pin():
+    """A pypi lock records the time it was resolved at (uv's --exclude-newer, which keeps files uploaded before
+    it): after the newest upload-time of its pylock's files, so a re-lock at that time has every file it pins."""
+    for line in ("py-cu130", "py-cu132", "py-cu130-torch211"):
+        locked = read_lock(lock_path(line, ROOT / "locks"))
+        pylock = tomllib.loads(Workspace(locks=ROOT / "locks").pylock_file(line).read_text())
+        uploads = [f["upload-time"] for p in pylock["packages"] for f in [*p.get("wheels", []), p.get("sdist", {})]
+                   if "upload-time" in f]
+        newest = max(uploads).astimezone(timezone.utc)
+        assert datetime.strptime(locked.exclude_newer, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) > newest
+
+
+# ---------------------------------------------------------------- locking as of a time (offline: a loopback index)
+
+EARLIER = "2026-11-01T00:00:00Z"  # the stand-in index's files but the late ninja
+
+
+def stand_in_index(root: Path, ninjas: dict[str, str]) -> None:
+    """root/simple: tiny stand-ins of what envs/py-cu130.yaml resolves to (torch 2.14.1, cuda-toolkit 13.0.3 and
+    the components its release pins, the build's dependencies, flash-attn's sdist), uploaded at EARLIER; ninja
+    at each version and upload time of `ninjas`."""
+    release = load_knowledge().pypi.release("13.0.3")
+    assert release is not None
+    dist = root / "dist"
+    files = [make_wheel(dist, "torch", "2.14.1"), make_sdist(dist, "flash-attn", "2.8.3.post2"),
+             make_wheel(dist, "cuda-toolkit", "13.0.3", tuple(f"{n}=={v}" for n, v in release.components.items())),
+             *(make_wheel(dist, name, version) for name, version in release.components.items()),
+             *(make_wheel(dist, name, "1.0") for name in ("packaging", "psutil", "einops", "setuptools", "wheel"))]
+    times = {f.name: EARLIER for f in files}
+    for version, uploaded in ninjas.items():
+        files.append(make_wheel(dist, "ninja", version))
+        times[files[-1].name] = uploaded
+    build_simple_index(root, files, times)
+
+
+def locked_ninja(envs: Path) -> tuple[str, str]:
+    locked = read_lock(lock_path("py-cu130", envs.parent / "locks"))
+    return next(p.version for p in locked.packages if p.name == "ninja"), locked.exclude_newer
+
+
+def test_a_relock_resolves_as_of_the_locks_time_and_newer_releases_are_advisory(envs, tmp_path, capsys):
+    """A package released after the lock (ninja 1.1 here) stays out of a re-lock, which resolves as of the time
+    the lock records; `lock --newer` names it without writing, `lock --update` takes it and records the new time."""
+    stand_in_index(tmp_path / "index", {"1.0": EARLIER})
+    with serve_directory(tmp_path / "index") as url:
+        edit(envs, "py-cu130", "index: https://pypi.org/simple", f"index: {url}/simple")
+        before = datetime.now(timezone.utc).replace(microsecond=0)
+        assert main(["lock", "py-cu130", "--pypi", f"{url}/simple"]) == 0
+        version, as_of = locked_ninja(envs)
+        recorded = datetime.strptime(as_of, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        assert version == "1.0" and before <= recorded <= datetime.now(timezone.utc)
+        late = recorded + timedelta(seconds=1)  # released after the lock
+        stand_in_index(tmp_path / "index", {"1.0": EARLIER, "1.1": late.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        while datetime.now(timezone.utc) <= late + timedelta(seconds=1):
+            time.sleep(0.2)
+        edit(envs, "py-cu130", 'archs: ["80", "90", "100", "120"]', 'archs: ["90"]')  # the lock is stale
+        assert main(["lock", "py-cu130", "--pypi", f"{url}/simple"]) == 0
+        assert locked_ninja(envs) == ("1.0", as_of)
+        lock = lock_path("py-cu130", envs.parent / "locks")
+        written = lock.read_bytes()
+        capsys.readouterr()
+        assert main(["lock", "py-cu130", "--newer"]) == 0
+        out = capsys.readouterr().out.strip()
+        assert out == (f"locks/py-cu130.conda-lock.yml: advisory: since {as_of} the index resolves ninja 1.0 -> 1.1 "
+                       f"(`toolkit lock py-cu130 --update` takes them)")
+        assert lock.read_bytes() == written
+        assert main(["lock", "py-cu130", "--update", "--pypi", f"{url}/simple"]) == 0
+        version, updated = locked_ninja(envs)
+        assert version == "1.1" and updated > as_of
+
+
 # ---------------------------------------------------------------- locking (network: PyPI)
 
 
@@ -179,7 +253,7 @@ def test_locking_twice_gives_the_same_packages_and_hashes(tmp_path, monkeypatch)
 def test_an_unsatisfiable_pin_names_the_resolvers_reason(tmp_path):
     with pytest.raises(ToolkitError) as caught:
         pypi_lock.compile_pylock(["torch==2.99.0"], [], "3.11", "x86_64-manylinux_2_28", f"{PYPI}/simple", tmp_path,
-                                 "pylock.x.toml", "toolkit lock x", locking_environment())
+                                 "pylock.x.toml", "toolkit lock x", locking_environment(), pypi_lock.now_utc())
     message = str(caught.value)
     assert "\n" not in message
     assert "there is no version of torch==2.99.0" in message, message

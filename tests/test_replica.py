@@ -37,6 +37,7 @@ from conda_forge_replica.replica import (
     patched_profile,
     payload,
 )
+from conftest import missing
 from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
 from packaging.version import Version
 
@@ -55,8 +56,21 @@ FA_SDIST = LockedSdist(  # the pinned sdist, sha256 from PyPI's simple index (as
     url="https://files.pythonhosted.org/packages/6c/b1/b77625e3d11260d2bd6a4fc249a4be9a3da97ff848e2222e810c4f0e0211/"
         "flash_attn-2.8.3.post2.tar.gz",
     filename="flash_attn-2.8.3.post2.tar.gz", sha256="d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b")
-needs_cuda = pytest.mark.skipif(not (CUDA_ROOT / "dist-info").is_dir(),
-                                reason="needs /usr/local/cuda made of NVIDIA's wheels (its dist-info/ gives the payload)")
+
+
+def require_image_cuda() -> None:
+    """The machine image's CUDA 13.0, made of NVIDIA's wheels, gives the replica its payload; skipped without it,
+    failed where FA_REQUIRE_IMAGE_CUDA=1 (.ci/run: the CI machine's image has it)."""
+    if not (CUDA_ROOT / "dist-info").is_dir():
+        missing(f"needs {CUDA_ROOT} made of NVIDIA's wheels (its dist-info/ gives the payload)", "FA_REQUIRE_IMAGE_CUDA")
+
+
+@pytest.fixture
+def image_cuda() -> None:
+    require_image_cuda()
+
+
+needs_cuda = pytest.mark.usefixtures("image_cuda")
 cuda_torch = os.environ.get("FA_CUDA_TORCH")
 needs_cuda_torch = pytest.mark.skipif(
     not cuda_torch, reason="set FA_CUDA_TORCH=DIR after tests/conda_forge_replica/install_cuda_torch.sh DIR "
@@ -227,8 +241,7 @@ def toolkit(cwd: Path, *args: str, env: dict, shell: dict[str, str] | None = Non
 @pytest.fixture(scope="module")
 def replica_channel(tmp_path_factory) -> Path:
     """The replica channel with real payload: CUDA 13.0 from /usr/local/cuda, the library headers from FA_CUDA_TORCH."""
-    if not (CUDA_ROOT / "dist-info").is_dir():
-        pytest.skip("needs /usr/local/cuda made of NVIDIA's wheels")
+    require_image_cuda()
     return build_channel(tmp_path_factory.mktemp("replica-channel") / "channel",
                          packages(PayloadRoots(CUDA_ROOT.resolve(), Path(cuda_torch) if cuda_torch else None)))
 

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 import packaging
-import pytest
+from conftest import missing
 
 from toolkit.verify import machine
 
@@ -142,7 +142,7 @@ def other_python() -> str | None:
 def test_another_python_version_is_refused_in_one_line_naming_the_missing_dependency(tmp_path, capfd):
     other = other_python()
     if other is None:
-        pytest.skip(f"no python 3.x other than {HERE} on PATH")
+        missing(f"no python 3.x other than {HERE} on PATH", "FA_REQUIRE_PYTHON312")
     python = bare_venv(tmp_path / "env", other)
     there = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                            capture_output=True, text=True, check=True).stdout.strip()

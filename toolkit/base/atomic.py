@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from toolkit.base.errors import ToolkitError
 
@@ -92,15 +93,11 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
     owner = path.with_name(path.name + OWNER_SUFFIX)
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        handle = open(owner, "x")
+        handle = _locked_owner(owner)
     except OSError as exc:
         raise ToolkitError(f"{parent}: cannot write a temporary file here ({exc.strerror}; make it writable "
                            f"or point the toolkit elsewhere)") from None
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # a filesystem without flock: the run works; a rerun then never removes this one
-            pass
         try:
             yield path
         finally:
@@ -108,6 +105,25 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
             owner.unlink(missing_ok=True)
     finally:
         handle.close()
+
+
+def _locked_owner(owner: Path) -> IO[str]:
+    """The owner file, locked before it has its name: made as `<owner>.new`, a name clean_stale never looks at,
+    locked, then renamed. Made under its own name, it would be unlocked for a moment, and another run's
+    clean_stale could take that moment for a dead run's and delete a live run's owner file."""
+    pending = owner.with_name(owner.name + ".new")
+    handle = open(pending, "x")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a filesystem without flock: the run works; a rerun then never removes this one
+            pass
+        os.rename(pending, owner)
+    except BaseException:
+        handle.close()
+        pending.unlink(missing_ok=True)
+        raise
+    return handle
 
 
 @contextmanager

@@ -92,14 +92,17 @@ class Context:
 
     @cached_property
     def include_dirs(self) -> tuple[Path, ...]:
-        """targets/<triple>/include of the given prefixes, then of those whose include/ the log's compile
-        commands name (-I, -isystem): where conda-forge puts CUDA headers."""
+        """targets/<triple>/include of the given prefixes, then of those the log's compile commands name: where
+        conda-forge puts CUDA headers. A conda env's compile names its prefix by more than <prefix>/include:
+        its compiler (<prefix>/bin/x86_64-conda-linux-gnu-c++, nvcc), its python's headers
+        (<prefix>/include/python3.12) and torch's (<prefix>/lib/python3.12/site-packages/torch/include)."""
         prefixes = dict.fromkeys(self.given)
         for piece in self.tail.pieces:
             if len(prefixes) >= MAX_PREFIXES:
                 break
-            for match in INCLUDE_FLAG.finditer(piece.text):
-                prefixes.setdefault(Path(match.group(1)))
+            for pattern in (INCLUDE_FLAG, COMPILER_PATH):
+                for match in pattern.finditer(piece.text):
+                    prefixes.setdefault(Path(match.group(1)))
         return tuple(d for prefix in list(prefixes)[:MAX_PREFIXES] for d in sorted((prefix / "targets").glob("*/include")))
 
     def targets_with(self, header: str) -> Path | None:
@@ -108,7 +111,9 @@ class Context:
         return self._targets[header]
 
 
-INCLUDE_FLAG = re.compile(r"(?:-I|-isystem ?)(/[^\s'\"]+)/include(?=[\s'\"]|$)")
+INCLUDE_FLAG = re.compile(r"(?:-I|-isystem[ =]?)(/[^\s'\"]+?)(?:/lib/python3\.\d+/site-packages/torch)?"
+                          r"/include(?:/python3\.\d+)?/?(?=[\s'\"]|$)")
+COMPILER_PATH = re.compile(r"(?:^|[\s'\"])(/[^\s'\"]+)/bin/(?:nvcc|[\w.+-]*(?:gcc|g\+\+|c\+\+))(?=[\s'\"]|$)")
 
 
 # ---------------------------------------------------------------- advice: facts from knowledge and disk

@@ -42,6 +42,7 @@ from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, cho
 from toolkit.env.lockfile import (
     KEY_CUDA,
     KEY_DIGEST,
+    KEY_EXCLUDE_NEWER,
     KEY_INPUT_HASH,
     KEY_LINE,
     KEY_PIP_RESOLVER,
@@ -108,6 +109,7 @@ class PipLayer:
     requirements: str  # pip-tools format, for pip-sync
     packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
     pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
+    exclude_newer: str = ""  # a pypi line's: the time it was resolved at (uv --exclude-newer), recorded in the lock
 
 
 @dataclass(frozen=True)
@@ -275,9 +277,13 @@ def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) ->
     return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
 
 
-def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT) -> tuple[PipLayer, CondaLayer]:
+def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT,
+                    as_of: str | None = None) -> tuple[PipLayer, CondaLayer]:
     """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
-    a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants."""
+    a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants.
+
+    `as_of`: the time to resolve at, the one the line's lock records, so that a re-lock gives the lock's wheels
+    whatever the index released since; None resolves (and records) now."""
     if len(spec.platforms) != 1:
         raise ToolkitError(f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
                            f"list one)")
@@ -286,17 +292,26 @@ def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT) -> tuple[PipL
     requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
     check_index_reachable(spec.torch_index, display_path(spec.path))
     pylock = workspace.pylock_file(spec.line)
+    exclude_newer = as_of or pypi_lock.now_utc()
     started = time.perf_counter()
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         with console.status(f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
                             f"is downloaded)"):
-            text, resolver = pypi_lock.compile_pylock(requirements, constraints, target.python,
-                                                      target.python_platform, spec.torch_index, workdir, pylock.name,
-                                                      f"toolkit lock {spec.line}", locking_environment())
+            try:
+                text, resolver = pypi_lock.compile_pylock(
+                    requirements, constraints, target.python, target.python_platform, spec.torch_index, workdir,
+                    pylock.name, f"toolkit lock {spec.line}", locking_environment(), exclude_newer)
+            except ToolkitError as exc:
+                if as_of is None:
+                    raise
+                raise ToolkitError(f"{exc} (resolved as of {as_of}, the time {display_path(workspace.lock_file(spec.line))} "
+                                   f"records: `toolkit lock {spec.line} --update` resolves against the index as it is "
+                                   f"now)") from None
     packages = pypi_lock.pylock_entries(text, display_path(pylock), platform, target.python, target.glibc)
     console.print(f"{platform}: {len(packages)} wheels pinned (uv) in {time.perf_counter() - started:.1f} s")
     inputs = sha256_json({"requirements": requirements, "constraints": constraints, "index": spec.torch_index})
-    return (PipLayer(platform=platform, resolver=resolver, requirements="", packages=packages, pylock=text),
+    return (PipLayer(platform=platform, resolver=resolver, requirements="", packages=packages, pylock=text,
+                     exclude_newer=exclude_newer),
             CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]))
 
 
@@ -386,6 +401,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
     pylocks = [layer.pylock for layer in pip_layers if layer.pylock]
     if spec.toolchain.kind == "pypi":
         custom[KEY_CUDA] = spec.cuda
+        custom[KEY_EXCLUDE_NEWER] = pip_layers[0].exclude_newer  # one: a pypi line has one platform
     sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
     lockfile = Lockfile(
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
@@ -421,20 +437,22 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
 
 
 def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, workspace: Workspace = DEFAULT,
-              force: bool = False, pypi: str = PYPI_SIMPLE) -> tuple[Path, bool]:
-    """Lock one line unless its lock is current; returns (lock path, whether it was written)."""
+              force: bool = False, pypi: str = PYPI_SIMPLE, update: bool = False) -> tuple[Path, bool]:
+    """Lock one line unless its lock is current; returns (lock path, whether it was written).
+
+    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now."""
     path = workspace.lock_file(spec.line)
-    if not force and path.exists():
+    locked = None
+    if path.exists():
         try:
             locked = read_lock(path)
-            current = stale_reason(spec, locked) is None and pylock_problem(locked) is None
         except ToolkitError:
-            current = False
-        if current:
-            return path, False
+            pass
+    if not (force or update) and locked and stale_reason(spec, locked) is None and pylock_problem(locked) is None:
+        return path, False
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
     if spec.toolchain.kind == "pypi":
-        layer, empty = lock_pypi_layer(spec, workspace)
+        layer, empty = lock_pypi_layer(spec, workspace, None if update or locked is None else locked.exclude_newer or None)
         return write_lock(spec, empty, [layer], sdist, workspace), True
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
@@ -466,6 +484,26 @@ def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
     return problems
 
 
+def newer_than_lock(spec: EnvSpec, workspace: Workspace) -> str:
+    """Advisory, one line: which of a pypi lock's packages a resolve as of now gives at other versions. Kept out
+    of `--check` and the tests: a lock stays correct while its index moves on; updating it is a decision."""
+    path = workspace.lock_file(spec.line)
+    if spec.toolchain.kind != "pypi":
+        return f"{display_path(path)}: not a pypi line (its layers are not resolved as of a time): not checked"
+    locked = read_lock(path)
+    with run_temporaries("lock"):
+        layer, _ = lock_pypi_layer(spec, workspace)
+    was = {p.name: p.version for p in locked.packages}
+    now = {p.name: p.version for p in layer.packages}
+    changes = [f"{name} {was.get(name, '(none)')} -> {now.get(name, '(none)')}"
+               for name in sorted(was.keys() | now.keys()) if was.get(name) != now.get(name)]
+    since = locked.exclude_newer or "its making (it records no time)"
+    if not changes:
+        return f"{display_path(path)}: no newer release of its packages on the index since {since}"
+    return (f"{display_path(path)}: advisory: since {since} the index resolves {', '.join(changes)} "
+            f"(`toolkit lock {spec.line} --update` takes them)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lock", help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
@@ -481,6 +519,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only say which locks are missing, stale or broken (exit 1 if any)")
     add_engine_options(parser)
     parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
+    parser.add_argument("--update", action="store_true",
+                        help="resolve a pypi line against its index as it is now (default: as of the time its lock "
+                             "records, so that a re-lock gives the same wheels)")
+    parser.add_argument("--newer", action="store_true",
+                        help="advisory: name the packages of each pypi line's lock that its index has newer releases "
+                             "of since the lock's time (resolves as of now; writes nothing; exit 0)")
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
@@ -494,6 +538,10 @@ def lock_command(args: argparse.Namespace) -> int:
                                                                           if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
+    if args.newer:
+        for path in paths:
+            print(newer_than_lock(load_spec(path), workspace))
+        return 0
     if args.check:
         problems = check_locks([load_spec(p) for p in paths], workspace)
         for line in problems:
@@ -514,7 +562,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     for path in paths:
         try:
             written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace, args.force,
-                                         args.pypi)
+                                         args.pypi, args.update)
         except ToolkitError as exc:
             if len(paths) == 1:
                 raise

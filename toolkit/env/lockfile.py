@@ -40,6 +40,7 @@ KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
 KEY_DIGEST = "fa-envkit.lock-sha256"
 KEY_CUDA = "fa-envkit.cuda"  # a pypi lock's CUDA release, whose wheels its components must be
 KEY_PYLOCK_SHA256 = "fa-envkit.pylock-sha256"  # a pypi lock's pylock.<line>.toml, written with it
+KEY_EXCLUDE_NEWER = "fa-envkit.exclude-newer"  # a pypi lock's time: what the index held then is what it resolved
 REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
                  KEY_DIGEST)
 
@@ -51,6 +52,7 @@ URL = re.compile(r"[!-~]+")  # printable ASCII, no space or control character (p
 URL_SCHEMES = ("https", "http", "file")
 TOOLCHAIN_KINDS = ("locked", "external", "pypi")
 MAJOR_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # uv's --exclude-newer, as recorded
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
@@ -102,6 +104,7 @@ class LockedEnv:
     digest: str = ""
     cuda: str = ""  # pypi: the CUDA release every NVIDIA wheel of the lock belongs to
     pylock_sha256: str = ""  # pypi: sha256 of locks/pylock.<line>.toml
+    exclude_newer: str = ""  # pypi: the time it was resolved at (uv --exclude-newer); "" in locks made before it
 
     def packages_for(self, platform: str, manager: str | None = None) -> list[LockedPackage]:
         return [p for p in self.packages if p.platform == platform and manager in (None, p.manager)]
@@ -244,6 +247,9 @@ def read_lock(path: Path) -> LockedEnv:
                                    (KEY_PYLOCK_SHA256, SHA256, _FORM["sha256"])):
             check(key, custom.get(key), isinstance(custom.get(key), str) and bool(pattern.fullmatch(custom[key])),
                   "a " + what)
+        if KEY_EXCLUDE_NEWER in custom:
+            check(KEY_EXCLUDE_NEWER, custom[KEY_EXCLUDE_NEWER], isinstance(custom[KEY_EXCLUDE_NEWER], str)
+                  and bool(UTC_TIME.fullmatch(custom[KEY_EXCLUDE_NEWER])), "a UTC time like 2026-11-23T21:44:12Z")
     packages = tuple(_packages(document, platforms, check))
     if pypi:
         problem = pypi_release_problem(packages, custom[KEY_CUDA])
@@ -255,7 +261,8 @@ def read_lock(path: Path) -> LockedEnv:
         sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
                           sha256=custom[KEY_SDIST_SHA256]),
         packages=packages, cuda=custom.get(KEY_CUDA, "") if pypi else "",
-        pylock_sha256=custom.get(KEY_PYLOCK_SHA256, "") if pypi else "")
+        pylock_sha256=custom.get(KEY_PYLOCK_SHA256, "") if pypi else "",
+        exclude_newer=custom.get(KEY_EXCLUDE_NEWER, "") if pypi else "")
 
 
 def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str | None:

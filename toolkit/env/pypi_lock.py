@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
 
 MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a lock's exclude-newer time
 
 
 def uv_executable() -> str:
@@ -81,17 +83,27 @@ def pypi_inputs(spec: EnvSpec, pypi: PypiCuda) -> tuple[list[str], list[str]]:
     return requirements, [f"{name}{pin}" for name, pin in line.pins.items()]
 
 
+def now_utc() -> str:
+    """This moment as the lock records it and uv's --exclude-newer takes it: RFC 3339, UTC, whole seconds."""
+    return datetime.now(timezone.utc).strftime(TIME_FORMAT)
+
+
 def compile_pylock(requirements: list[str], constraints: list[str], python: str, python_platform: str, index: str,
-                   workdir: Path, output_name: str, compile_command: str, env: dict[str, str]) -> tuple[str, str]:
+                   workdir: Path, output_name: str, compile_command: str, env: dict[str, str],
+                   exclude_newer: str) -> tuple[str, str]:
     """Resolve with `uv pip compile --format pylock.toml --generate-hashes`; returns (the pylock text, how it
-    was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml)."""
+    was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml).
+
+    `exclude_newer` (uv's --exclude-newer, a time like 2026-11-23T21:44:12Z) leaves out every file uploaded
+    after it: a re-lock at the lock's own time gives the lock's wheels, whatever the index released since."""
     uv = uv_executable()
     (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
     run_uv([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--format", "pylock.toml",
             "--generate-hashes", "--python-version", python, "--python-platform", python_platform,
-            "--index-url", index, "--constraints", "constraints.txt", "--custom-compile-command", compile_command,
-            "--output-file", output_name, "requirements.in"], workdir, "uv pip compile", env)
+            "--index-url", index, "--constraints", "constraints.txt", "--exclude-newer", exclude_newer,
+            "--custom-compile-command", compile_command, "--output-file", output_name, "requirements.in"],
+           workdir, "uv pip compile", env)
     resolver = (f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
                 f"--python-version {python}; constraints: {', '.join(constraints) or 'none'})")
     return (workdir / output_name).read_text(), resolver

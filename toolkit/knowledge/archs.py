@@ -93,14 +93,16 @@ def cubin_archs(path: Path) -> set[str]:
 
 
 def cuobjdump_archs(path: Path) -> set[str] | None:
-    """The same answer from NVIDIA's cuobjdump, when it is installed (None otherwise)."""
+    """The same answer from NVIDIA's cuobjdump, when it is installed (None otherwise): the `arch =` line of each
+    `Fatbin elf code:` block. Not `--list-elf`, whose cubin names drop the family suffix (an sm_100f cubin is
+    listed as k.1.sm_100.cubin by cuobjdump 13.2)."""
     tool = shutil.which("cuobjdump")
     if tool is None:
         return None
-    done = run_tied([tool, "--list-elf", str(path)], capture_output=True, text=True)
+    done = run_tied([tool, "-res-usage", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
         return None
-    return set(re.findall(r"\.sm_(\d+[af]?)\.cubin", done.stdout))
+    return set(re.findall(r"^Fatbin elf code:\n(?:.*\n)*?arch = sm_(\d+[af]?)$", done.stdout, re.MULTILINE))
 
 
 def compiled_archs(path: Path) -> set[str]:
