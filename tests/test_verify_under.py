@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 import packaging
+import pytest
 from conftest import missing
 
 from toolkit.verify import machine
