@@ -96,6 +96,24 @@ def test_each_profile_compiles_what_its_name_says(name):
     assert (hdims, dtypes, kinds) == expected
 
 
+
+@pytest.mark.parametrize("bogus", ["FLASH_ATTENTION_DISABLE_SM8x", "FLASH_ATTENTION_DISABLE_FP8_KV"])
+def test_a_profile_naming_a_switch_setup_py_does_not_read_is_one_line(tmp_path, bogus):
+    """setup.py ignores a variable it does not read, so the misspelt profile would build every kernel it meant to
+    leave out: DISABLE_SM8x is setup.py's own name for what it reads as FLASH_ATTENTION_DISABLE_SM80."""
+    assert bogus not in setup_py_switches()
+    data = yaml.safe_load(fa3_pins.KNOWLEDGE_FILE.read_text())
+    data["profiles"]["misspelt"] = {"description": "x", "switches": ["FLASH_ATTENTION_DISABLE_SM80", bogus],
+                                    "sm80": False}
+    path = tmp_path / "flash_attn_3.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert fa3_pins.profile("hopper-full", path).switches == ("FLASH_ATTENTION_DISABLE_SM80",)
+    with pytest.raises(ToolkitError) as refused:
+        fa3_pins.profile("misspelt", path)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{path}: ") and f"profile misspelt: {bogus} is not" in message
+
+
 def test_object_counts_are_the_length_of_setup_pys_source_list():
     pinned = fa3_pins.commit(PINNED)
     counts = {name: len(setup_py_sources(set(fa3_pins.profile(name).switches))) for name in pinned.objects}
