@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -303,3 +304,33 @@ def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):
     assert [len(w["measurements"]) for w in writes] == [*range(5, total + 1, 5), total][:len(writes)]
     assert all("partial" in w for w in writes[:-1]) and "partial" not in writes[-1]
     assert {r["status"] for r in writes[-1]["measurements"] if r["implementation"] == "fa4"} == {"ok"}
+
+
+MET = {"implementation": "flash-attn", "mode": "fwd", "dtype": "bfloat16", "head_dim": 128, "causal": False,
+       "seqlen": 4096, "min_tflops": 370}
+MISSED = {"implementation": "sdpa-cudnn", "mode": "fwd", "dtype": "bfloat16", "head_dim": 128, "causal": True,
+          "seqlen": 4096, "min_tflops": 500}
+
+
+@pytest.mark.parametrize("order", [(MET, MISSED), (MISSED, MET)], ids=["met-first", "missed-first"])
+def test_a_missed_target_beside_a_met_one_fails_the_bench_and_each_is_reported(tmp_path, order):
+    """gpus.yaml with two H200 targets (a copy): flash-attn at 385 meets its 370, cuDNN SDPA at 352 misses its 500."""
+    from rich.console import Console
+
+    gpus = yaml.safe_load(bench.GPUS_FILE.read_text())
+    gpus["targets"] = [{"gpu": "H200", **target, "source": "targets"} for target in order]
+    gpus_file = tmp_path / "gpus.yaml"
+    gpus_file.write_text(yaml.safe_dump(gpus))
+    rows = [bench.Measurement("flash-attn", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, 385.0),
+            bench.Measurement("sdpa-cudnn", "fwd", True, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, 352.0)]
+    report_dir = _raw_report(rows, tmp_path, "NVIDIA H200")
+    console = Console(record=True, width=250)
+    assert bench.finish(report_dir, console, {}, gpus_file) == 1
+    targets = json.loads((report_dir / "bench.json").read_text())["targets"]
+    assert [(t["implementation"], t["measured_tflops"], t["met"], t["not_applicable"]) for t in targets] == [
+        ("flash-attn" if t is MET else "sdpa-cudnn", 385.0 if t is MET else 352.0, t is MET, None) for t in order]
+    lines = [line for line in console.export_text().splitlines() if line.startswith("target ")]
+    assert lines == [{id(MET): "target met: flash-attn fwd bfloat16 d128 seqlen 4096 non-causal: 385.0 TFLOP/s "
+                                "(needs >= 370)",
+                      id(MISSED): "target MISSED: sdpa-cudnn fwd bfloat16 d128 seqlen 4096 causal: 352.0 TFLOP/s "
+                                   "(needs >= 500)"}[id(t)] for t in order]

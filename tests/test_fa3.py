@@ -96,6 +96,24 @@ def test_each_profile_compiles_what_its_name_says(name):
     assert (hdims, dtypes, kinds) == expected
 
 
+
+@pytest.mark.parametrize("bogus", ["FLASH_ATTENTION_DISABLE_SM8x", "FLASH_ATTENTION_DISABLE_FP8_KV"])
+def test_a_profile_naming_a_switch_setup_py_does_not_read_is_one_line(tmp_path, bogus):
+    """setup.py ignores a variable it does not read, so the misspelt profile would build every kernel it meant to
+    leave out: DISABLE_SM8x is setup.py's own name for what it reads as FLASH_ATTENTION_DISABLE_SM80."""
+    assert bogus not in setup_py_switches()
+    data = yaml.safe_load(fa3_pins.KNOWLEDGE_FILE.read_text())
+    data["profiles"]["misspelt"] = {"description": "x", "switches": ["FLASH_ATTENTION_DISABLE_SM80", bogus],
+                                    "sm80": False}
+    path = tmp_path / "flash_attn_3.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert fa3_pins.profile("hopper-full", path).switches == ("FLASH_ATTENTION_DISABLE_SM80",)
+    with pytest.raises(ToolkitError) as refused:
+        fa3_pins.profile("misspelt", path)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{path}: ") and f"profile misspelt: {bogus} is not" in message
+
+
 def test_object_counts_are_the_length_of_setup_pys_source_list():
     pinned = fa3_pins.commit(PINNED)
     counts = {name: len(setup_py_sources(set(fa3_pins.profile(name).switches))) for name in pinned.objects}
@@ -200,6 +218,36 @@ def test_a_cached_archive_that_was_changed_is_refused_and_removed(tmp_path):
     with pytest.raises(ToolkitError, match=r"include is missing .* \(removed the archive; re-run to download"):
         assemble(paths, pinned.archives, tmp_path / "build")
     assert not paths[1].exists() and paths[0].exists()
+
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not gzip"])
+def test_a_cached_archive_cut_short_or_not_gzip_is_one_line_and_removed(tmp_path, damage):
+    """gzip's EOFError of a download cut short, and tarfile's five-line "could not be opened" of an HTML error
+    page saved under the archive's name: one line naming the file and the fix, and the file leaves the cache."""
+    pinned, _ = fixture_commit(tmp_path)
+    cache = tmp_path / "cache"
+    paths = [fetch_archive(a, cache) for a in pinned.archives]
+    whole = paths[0].read_bytes()
+    paths[0].write_bytes(whole[:len(whole) // 2] if damage == "truncated" else b"<html>404: Not Found</html>\n")
+    with pytest.raises(ToolkitError) as refused:
+        assemble(paths, pinned.archives, tmp_path / "build")
+    message = str(refused.value)
+    assert "\n" not in message and f"{paths[0].name}: cannot unpack an archive of flash-attention (" in message
+    assert message.endswith(f"; removed the archive; re-run to download {pinned.archives[0].url} again, or put that "
+                            "archive there)")
+    assert not paths[0].exists() and paths[1].exists()
+
+
+def test_a_download_cut_short_never_enters_the_cache(tmp_path):
+    pinned, served = fixture_commit(tmp_path)
+    archive = pinned.archives[1]
+    whole = (served / archive.filename).read_bytes()
+    (served / archive.filename).write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(ToolkitError) as refused:
+        fetch_archive(archive, tmp_path / "cache")
+    assert "\n" not in str(refused.value) and "cannot unpack an archive of cutlass (it ends early" in str(refused.value)
+    assert not archive_path(tmp_path / "cache", archive).exists()
 
 
 # ---------------------------------------------------------------- the build's plumbing

@@ -98,6 +98,38 @@ def test_the_e4m3_bound_comes_from_the_format():
     assert bound.weight_error == pytest.approx(2 / 15)  # 2u / (1 - u) at u = 1/16
 
 
+
+def test_each_term_of_the_e4m3_bound_is_what_the_formats_allow():
+    """Each term of the elementwise bound alone (the others zeroed), against published unit roundoffs: e4m3's
+    2^-4 (OCP OFP8 rev. 1.0: 3 mantissa bits, round to nearest) on the weights, bf16's (torch.finfo: eps / 2) on
+    the output FA3 writes, e4m3's subnormal half-spacing 2^-10 per key over the row sum of at least 2^8."""
+    bound = fa3.Fp8Bound.from_knowledge(KNOWLEDGE)
+    out_ref = torch.tensor([[1.0, -3.0, 0.5, 1000.0]])
+    weighted = torch.tensor([[2.0, 0.25, 7.0, 0.0]])
+    zeros = torch.zeros_like(out_ref)
+    bf16_u = torch.finfo(torch.bfloat16).eps / 2
+    assert bf16_u == 2.0 ** -8
+    assert torch.equal(bound.elementwise(zeros, out_ref, 0.0, 512), bf16_u * out_ref.abs())
+    e4m3_u = 2.0 ** -4
+    assert torch.allclose(bound.elementwise(weighted, zeros, 0.0, 512), 2 * e4m3_u / (1 - e4m3_u) * weighted,
+                          rtol=1e-6, atol=0)
+    per_key = 2 * 2.0 ** -10 / 2.0 ** 8  # renormalised: the row sum moves by as much as the weights
+    assert torch.equal(bound.elementwise(zeros, zeros, 3.0, 512), torch.full_like(out_ref, 512 * per_key * 3.0))
+
+
+def test_the_output_term_covers_bf16s_own_rounding_and_no_less():
+    """torch's rounding to bf16 of values halfway between two bf16 numbers just above a power of two (1 + 2^-8
+    rounds to 1, an error of 2^-8) stays within the output term and exceeds half of it: the term is bf16's
+    rounding, no looser and no tighter."""
+    bound = fa3.Fp8Bound.from_knowledge(KNOWLEDGE)
+    exact = torch.tensor([1 + 2.0 ** -8, -(2 + 2.0 ** -7), 0.5 + 2.0 ** -9, 1.2345678, -77.77], dtype=torch.float64)
+    error = (exact.to(torch.bfloat16).double() - exact).abs()
+    zeros = torch.zeros_like(exact)
+    term = bound.elementwise(zeros, exact, 0.0, 1)
+    assert bool((error <= term).all())
+    assert bool((error[:3] > term[:3] / 2).all())
+
+
 class Fp8Emulation:
     """NOT FlashAttention-3: a torch emulation of its FP8 forward as hopper/softmax.h and flash_fwd_kernel_sm90.h
     describe it (scores of the descaled e4m3 inputs in fp32; P = 2^(s - max + 8) rounded to e4m3; row sum of the

@@ -117,3 +117,29 @@ def test_crafted_sdist_is_refused_and_writes_nothing_outside(tmp_path: Path, mem
     assert "\n" not in str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build", sdist.name]
     assert not Path("/tmp/escape.txt").exists()
+
+
+def _sdist_bytes() -> bytes:
+    return _tar_bytes([("flash_attn-2.8.3/setup.py", b"x" * 4096),
+                       ("flash_attn-2.8.3/csrc/big.cu", bytes(range(256)) * 512)], mode="w:gz")
+
+
+def _flipped(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes(b ^ 0xFF for b in data[middle:middle + 64]) + data[middle + 64:]
+
+
+@pytest.mark.parametrize("damage", [
+    lambda whole: whole[:len(whole) // 2],  # gzip's EOFError
+    lambda whole: b"<html>404: Not Found</html>\n",  # tarfile's "could not be opened", a line per method
+    lambda whole: b"",
+    _flipped,  # zlib.error or gzip's CRC check
+], ids=["truncated", "html", "empty", "corrupt"])
+def test_an_sdist_that_is_cut_short_or_no_tar_is_one_line(tmp_path: Path, damage):
+    sdist = tmp_path / "flash_attn-2.8.3.tar.gz"
+    sdist.write_bytes(damage(_sdist_bytes()))
+    with pytest.raises(ToolkitError) as caught:
+        extract_sdist(sdist, tmp_path / "unpacked")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{sdist}: cannot unpack an sdist (") and message.endswith(
+        "; re-lock)")

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -163,6 +164,41 @@ def test_record_then_replay_gives_the_same_findings(tmp_path):
     index = json.loads((tmp_path / "index.json").read_text())
     assert set(index) == set(report.answers) and all(v["recorded"] for v in index.values())
     assert upstream.check_updates(upstream.recorded_fetch(tmp_path)).findings == report.findings
+
+
+
+# A release of each watched package that the knowledge does not cover, as PyPI's JSON lists it: a wheel and an sdist.
+UNCOVERED = {"torch": "2.16.0", "flash-attn": "2.8.4", "flash-attn-4": "4.0.0b37", "nvidia-cuda-nvcc": "13.6.20",
+             "nvidia-cuda-runtime": "13.6.20"}
+
+
+def recording_with(tmp_path: Path, yanked: bool) -> Path:
+    """The recorded answers, each PyPI one with an UNCOVERED release added whose files are all `yanked`."""
+    folder = tmp_path / ("yanked" if yanked else "live")
+    shutil.copytree(RECORDED, folder)
+    for package, version in UNCOVERED.items():
+        path = folder / json.loads((RECORDED / "index.json").read_text())[upstream.PYPI_JSON.format(package=package)][
+            "file"]
+        data = json.loads(path.read_text())
+        data["releases"][version] = [
+            {"filename": f"{package.replace('-', '_')}-{version}{suffix}", "upload_time": "2027-01-05T10:00:00",
+             "yanked": yanked, "yanked_reason": "broken wheel" if yanked else None}
+            for suffix in ("-py3-none-any.whl", ".tar.gz")]
+        path.write_text(json.dumps(data))
+    return folder
+
+
+def test_a_yanked_release_is_no_news(tmp_path):
+    """PyPI's JSON marks a withdrawn release's files "yanked": true; the same releases unyanked are each named."""
+    before = recorded_report().findings
+    live = upstream.check_updates(upstream.recorded_fetch(recording_with(tmp_path, yanked=False))).findings
+    named = {(f.package, version) for f in set(live) - set(before) for version in f.versions}
+    assert named == set(UNCOVERED.items())
+    yanked = recording_with(tmp_path, yanked=True)
+    assert upstream.check_updates(upstream.recorded_fetch(yanked)).findings == before
+    replayed = tmp_path / "replayed"  # --record keeps one file of each release, with its yanked flag
+    upstream.record(replayed, upstream.check_updates(upstream.recorded_fetch(yanked)).answers)
+    assert upstream.check_updates(upstream.recorded_fetch(replayed)).findings == before
 
 
 def test_missing_recording_is_one_line(tmp_path):

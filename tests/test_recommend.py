@@ -298,3 +298,32 @@ def test_the_read_back_recommendation_says_which_backends_were_verified():
     assert set(rec.verified) == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager", "fa4",
                                  "flash-attn"}
     assert ("bfloat16", 128, True) in map(tuple, rec.verified["flash-attn"].shapes)
+
+
+# Where no packaged backend is verified, cuDNN SDPA is recommended and each shape below the minimum names the
+# backend measured fastest: at each shape another one, never the first or last by name or in the file's order.
+UNVERIFIED_FASTEST = {
+    4096: {"sdpa-cudnn": 600, "eager": 50, "fa4": 700, "flash-attn-3": 690, "flash-attn": 650, "sdpa-flash": 300},
+    8192: {"sdpa-cudnn": 610, "eager": 40, "fa4": 700, "flash-attn-3": 720, "flash-attn": 500, "sdpa-flash": 310},
+    1024: {"sdpa-cudnn": 600, "eager": 60, "fa4": 640, "flash-attn-3": 550, "flash-attn": 660, "sdpa-flash": 290},
+}
+
+
+def test_below_min_ratio_names_the_backend_measured_fastest_at_each_shape(tmp_path, capsys):
+    rows = [{"implementation": name, "mode": "fwd", "causal": False, "dtype": "bfloat16", "head_dim": 128,
+             "seqlen": seqlen, "status": "ok", "tflops": float(tflops)}
+            for seqlen, values in UNVERIFIED_FASTEST.items() for name, tflops in values.items()]
+    (tmp_path / "bench.json").write_text(json.dumps({**_bench(), "measurements": rows}))
+    out = tmp_path / "recommendation.json"
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    below = json.loads(out.read_text())["below_min_ratio"]
+    fastest = {seqlen: max(values, key=values.__getitem__) for seqlen, values in UNVERIFIED_FASTEST.items()}
+    assert fastest == {4096: "fa4", 8192: "flash-attn-3", 1024: "flash-attn"}
+    assert {r["seqlen"]: r["fastest"] for r in below} == fastest
+    assert {r["seqlen"]: r["ratio"] for r in below} == pytest.approx(
+        {seqlen: values["sdpa-cudnn"] / max(values.values()) for seqlen, values in UNVERIFIED_FASTEST.items()})
+    for seqlen, name in fastest.items():
+        ratio = UNVERIFIED_FASTEST[seqlen]["sdpa-cudnn"] / UNVERIFIED_FASTEST[seqlen][name]
+        assert (f"bfloat16 d128 fwd seqlen {seqlen} ({ratio:.3f}): {name} measured fastest, but no verification "
+                f"report of {name} was given") in printed

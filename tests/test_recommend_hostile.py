@@ -198,3 +198,22 @@ def test_finite_tflops_whose_ratio_overflows_give_one_line_and_no_nan_file(tmp_p
             row["tflops"] = {"fa4": 1e300, "sdpa-cudnn": 1e-300}.get(row["implementation"], row["tflops"])
     code, err, out = _recommend(tmp_path, capsys, bench, _verify())
     assert code == 1 and err.count("\n") == 1 and "not finite" in err and not out.exists()
+
+
+@pytest.mark.parametrize("through", ["--out", "LINE"])
+def test_an_output_that_is_a_folder_is_one_line_and_the_folder_is_kept(tmp_path, capsys, monkeypatch, through):
+    """`--out DIR` (or reports/LINE/recommendation.json being a folder): one line naming it, its files untouched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.json").write_text(json.dumps(_bench()))
+    folder = tmp_path / "out" if through == "--out" else tmp_path / "reports" / "gpu-machine" / "recommendation.json"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine\n")
+    target = ["--out", str(folder)] if through == "--out" else ["gpu-machine"]
+    assert main(["recommend", "--bench", str(tmp_path / "bench.json"), *target]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    shown = folder if through == "--out" else folder.relative_to(tmp_path)
+    assert err.startswith(f"error: {shown}: a folder, where the recommendation JSON file goes (name a file with --out")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["bench.json", "notes.txt", *(
+        [folder.name] if through == "--out" else ["reports", "gpu-machine", "recommendation.json"])])
+    assert (folder / "notes.txt").read_text() == "mine\n"

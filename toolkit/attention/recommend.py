@@ -540,6 +540,9 @@ def recommend_command(args: argparse.Namespace) -> int:
     if args.out is None and args.line is None:
         raise ToolkitError("recommend: give LINE (writes reports/LINE/recommendation.json) or --out FILE")
     args.out = args.out or Workspace().recommendation_file(args.line)
+    if args.out.is_dir():  # before reading anything: the write's rename would fail on it with a traceback
+        raise ToolkitError(f"{args.out}: a folder, where the recommendation JSON file goes (name a file with "
+                           f"--out, e.g. {args.out / 'recommendation.json'}, or move the folder away)")
     bench, reports = _read_reports(args)
     data = build(bench, reports, knowledge(), VerlShape(head_dim=args.head_dim, seqlen=args.seqlen))
     check_recommendation(data, args.out)  # never write what doctor and modules would refuse

@@ -22,7 +22,7 @@ from toolkit.base.digest import git_object_id, sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
-from toolkit.build.source import SourceTree, extract_sdist
+from toolkit.build.source import SourceTree, UnreadableArchive, extract_sdist
 from toolkit.env.download import fetch_content_pinned
 from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import fa3_pins
@@ -55,13 +55,18 @@ def pin_problem(top: Path, archive: fa3_pins.Archive) -> str | None:
 
 
 def unpack_checked(path: Path, archive: fa3_pins.Archive, dest: Path) -> Path:
-    """Unpack one archive into dest and check its pins; a file that fails is removed from the cache."""
-    top, _ = extract_sdist(path, dest, f"an archive of {archive.name}", "delete it and put the right archive there")
+    """Unpack one archive into dest and check its pins; a file that fails (a truncated or non-gzip one
+    included) is removed from the cache, so that the next run downloads it again."""
+    fix = f"removed the archive; re-run to download {archive.url} again, or put that archive there"
+    try:
+        top, _ = extract_sdist(path, dest, f"an archive of {archive.name}", fix)
+    except UnreadableArchive:
+        path.unlink(missing_ok=True)
+        raise
     problem = pin_problem(top, archive)
     if problem:
         path.unlink(missing_ok=True)
-        raise ToolkitError(f"{display_path(path)}: not {archive.name} at {archive.commit[:12]}: {problem} (removed "
-                           f"the archive; re-run to download {archive.url} again, or put that archive there)")
+        raise ToolkitError(f"{display_path(path)}: not {archive.name} at {archive.commit[:12]}: {problem} ({fix})")
     return top
 
 

@@ -6,6 +6,7 @@ sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build)
 from __future__ import annotations
 
 import tarfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,16 +60,37 @@ class WheelSource(Protocol):
     def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree: ...
 
 
+class UnreadableArchive(ToolkitError):
+    """The archive itself is at fault (no tar, cut short, more than one top folder, a member the data filter
+    refuses), not the folder it is unpacked into: a cache may remove it."""
+
+
 def extract_sdist(sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "re-lock") -> tuple[Path, int]:
-    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH)."""
+    """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH). An archive
+    that is no tar or is cut short is one UnreadableArchive line ending in `fix`."""
+    where = display_path(sdist)
     try:
         with tarfile.open(sdist) as tar:
             members = tar.getmembers()
             tops = {m.name.split("/")[0] for m in members}
             if len(tops) != 1:
-                raise ToolkitError(f"{display_path(sdist)}: not {kind} (expected one top directory, found "
-                                   f"{len(tops)}; {fix})")
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as exc:
-        raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
+                raise UnreadableArchive(f"{where}: not {kind} (expected one top directory, found {len(tops)}; {fix})")
+            try:
+                tar.extractall(dest, filter="data")
+            except OSError as exc:  # writing dest (a read error of the archive is a TarError or EOFError)
+                raise ToolkitError(f"{display_path(dest)}: cannot unpack {where} here ({exc.strerror or exc}; "
+                                   f"free space there or make it writable)") from None
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise UnreadableArchive(f"{where}: cannot unpack {kind} ({_unreadable(exc)}; {fix})") from None
     return dest / tops.pop(), int(max(m.mtime for m in members))
+
+
+def _unreadable(exc: BaseException) -> str:
+    """Why an archive cannot be unpacked, in one line: tarfile's "could not be opened" puts each compression it
+    tried on a line of its own, and gzip's EOFError (a file cut short) says nothing of the file."""
+    if isinstance(exc, EOFError):
+        return "it ends early: a truncated download or copy"
+    if isinstance(exc, tarfile.ReadError) and "\n" in str(exc):
+        return "not a tar archive, neither plain nor gzip, bzip2 or xz compressed"
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -401,15 +401,15 @@ def _target_line(target: dict) -> str:
             f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s (needs >= {target['min_tflops']})")
 
 
-def finish(report_dir: Path, console, not_built: dict[str, str]) -> int:
-    """Add peak fractions and targets to bench.json, plot bench.png, print the table; 1 if a target is missed
-    (one on an implementation in `not_built`, which the line does not build, does not apply)."""
+def finish(report_dir: Path, console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE) -> int:
+    """Add peak fractions and targets (of `gpus_file`) to bench.json, plot bench.png, print the table; 1 if any
+    target is missed (one on an implementation in `not_built`, which the line does not build, does not apply)."""
     path = report_dir / "bench.json"
     data = read_json(path, "bench report", "run the bench again")
-    gpu, targets = gpu_facts(data.get("gpu"))
+    gpu, targets = gpu_facts(data.get("gpu"), gpus_file)
     peak = gpu["bf16_dense_tflops"] if gpu else None
     data["peak"] = gpu or {"match": None, "bf16_dense_tflops": None,
-                           "source": f"{data.get('gpu')!r} is not in {GPUS_FILE.name}: no fraction of peak"}
+                           "source": f"{data.get('gpu')!r} is not in {gpus_file.name}: no fraction of peak"}
     for row in data["measurements"]:
         row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
     data["targets"] = evaluate_targets(data, targets, not_built)
