@@ -6,7 +6,9 @@ knowledge's symlinks are made there (lib/libcudart.so; lib64 where nvcc.profile 
 
 install.py owns where the environment goes (the prefix checks, the swap, the record): this module only
 fills its staging folder. The venv is made there, so every file that names its own folder (bin/activate*,
-pyvenv.cfg, the scripts' shebangs) is rewritten for the final prefix before the swap. What the toolkit
+pyvenv.cfg, the scripts' headers) is rewritten for the final prefix before the swap, each in its own form:
+a script's header as pip would write it for that path (/bin/sh + exec where it has a space), activate's
+quoting kept. A prefix whose path activate would run as shell code is refused first. What the toolkit
 itself wrote (the venv's own files, the symlinks), which no wheel's RECORD lists, is returned for the
 install record, so a later reinstall can tell them from a user's files.
 """
