@@ -106,7 +106,11 @@ def toolkit(args: list[str], tmp_path: Path, **extra: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-OLD_ENV_MARK = Path("conda-meta") / "marker-of-the-old-env"  # in the installers' records: not a user's file
+OLD_ENV_MARK = Path("conda-meta") / "history"  # an installer's file (not a user's): "old" in it marks the old env
+
+
+def is_old_env(prefix: Path) -> bool:
+    return (prefix / OLD_ENV_MARK).read_text() == "old"
 
 
 def installed_ok(prefix: Path) -> bool:
@@ -171,16 +175,18 @@ def test_reinstall_refuses_a_prefix_holding_a_users_files_and_keeps_them(fresh, 
     prefix = tmp_path / "env"
     assert main(install_args(fresh, prefix)) == 0
     site = prefix / "lib" / "python3.11" / "site-packages"
-    (site / "__pycache__").mkdir(exist_ok=True)
-    (site / "__pycache__" / "six.cpython-311.pyc").write_bytes(b"python made this")  # python's: not the user's
+    (site / "torch" / "__pycache__").mkdir(exist_ok=True)  # python's cache of an installed module: not the user's
+    (site / "torch" / "__pycache__" / "__init__.cpython-311.opt-1.pyc").write_bytes(b"python made this")
     assert main(install_args(fresh, prefix)) == 0
     (prefix / "analysis.ipynb").write_text("a notebook")
     (prefix / "work" / "runs").mkdir(parents=True)
     (prefix / "work" / "runs" / "loss.csv").write_text("1,0.5")
     (site / "mine.py").write_text("print('mine')")
+    (prefix / "conda-meta" / "notes.txt").write_text("mine")  # the installers' records are no hiding place
     assert main(install_args(fresh, prefix)) == 1
     line = one_line_error(capsys.readouterr().err)
-    assert "analysis.ipynb" in line and "work/" in line and "mine.py" in line and "nothing was changed" in line
+    assert "analysis.ipynb" in line and "conda-meta/notes.txt" in line and "mine.py" in line and "and 1 more" in line
+    assert "nothing was changed" in line and (prefix / "conda-meta" / "notes.txt").read_text() == "mine"
     assert (prefix / "analysis.ipynb").read_text() == "a notebook" and (site / "mine.py").exists()
     assert (prefix / "work" / "runs" / "loss.csv").read_text() == "1,0.5" and installed_ok(prefix)
     assert ours_left(tmp_path) == []
@@ -410,7 +416,7 @@ def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tm
         shutil.rmtree(tmp_path / "cache")
     (prefix / OLD_ENV_MARK).write_text("old")
     rc, err = pause_and_signal(install_args(fresh, prefix), tmp_path, phase, signum)
-    assert installed_ok(prefix) and (prefix / OLD_ENV_MARK).exists()  # the old env is intact
+    assert installed_ok(prefix) and is_old_env(prefix)  # the old env is intact
     if signum == signal.SIGKILL:
         assert rc == -signal.SIGKILL
     else:
@@ -420,7 +426,7 @@ def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tm
     rerun = toolkit(install_args(fresh, prefix), tmp_path)
     _, err = rerun.communicate(timeout=60)
     assert rerun.returncode == 0, err
-    assert installed_ok(prefix) and not (prefix / OLD_ENV_MARK).exists()
+    assert installed_ok(prefix) and not is_old_env(prefix)
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 
@@ -488,7 +494,7 @@ def test_a_killed_in_place_install_gets_the_old_env_back_on_the_rerun(fresh, tmp
     (prefix / "conda-meta" / "unfinished-1.0-0.json").write_text("{}")
     rc, err = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGTERM)
     assert rc == 143 and "interrupted" in one_line_error(err)
-    assert installed_ok(prefix) and (prefix / OLD_ENV_MARK).exists()
+    assert installed_ok(prefix) and is_old_env(prefix)
     assert not (prefix / "conda-meta" / "unfinished-1.0-0.json").exists()
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 

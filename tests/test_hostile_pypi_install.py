@@ -8,7 +8,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
+import shlex
 import shutil
+import subprocess
 import sys
 import threading
 import zipfile
@@ -18,6 +21,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from toolkit.base.atomic import temp_name
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace
 from toolkit.env.install import check_prefix, install_line
@@ -97,43 +101,130 @@ def wheel(directory: Path, name: str, version: str, files: dict[str, bytes]) -> 
     return LockedPackage("pip", name, version, path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest(), "linux-64")
 
 
-@pytest.fixture(scope="module")
-def small_venv(tmp_path_factory) -> Path:
-    """A pypi line's venv made by VenvBuild.make in a staging folder, its record written, moved into place."""
-    tmp = tmp_path_factory.mktemp("venv")
-    packages = (wheel(tmp / "wheels", "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
-                wheel(tmp / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"}))
+def make_venv(prefix: Path, python: Path = Path(sys.executable), extra: tuple[LockedPackage, ...] = ()) -> Path:
+    """A pypi line's venv as `toolkit install` leaves it: made by VenvBuild.make in a staging folder beside the
+    prefix (named as install's, so the two paths differ as they do there), its record written, moved into place."""
+    wheels = prefix.parent / "wheels"
+    packages = (wheel(wheels, "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
+                wheel(wheels, "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"}), *extra)
     pypi = load_knowledge().pypi
-    build = VenvBuild(Path(sys.executable), PYTHON, packages, pypi.lines["13.0.3"], pypi.cuda_home)
-    prefix, staging = tmp / "env", tmp / "staging" / "env"
+    version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    build = VenvBuild(python, version, packages, pypi.lines["13.0.3"], pypi.cuda_home)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    staging = prefix.parent / (temp_name(f"install-{prefix.name}") + "1-x") / "env"
     written = build.make(staging, prefix, Console(quiet=True))
     PrefixRecord("py-cu130", "lock", "linux-64", "0" * 64, "0" * 64, str(prefix), written).write(staging)
     staging.rename(prefix)
+    shutil.rmtree(staging.parent)  # pip's requirements file: the rest of install's work folder
     return prefix
+
+
+@pytest.fixture(scope="module")
+def small_venv(tmp_path_factory) -> Path:
+    return make_venv(tmp_path_factory.mktemp("venv") / "env")
 
 
 def test_the_venv_is_the_toolkits_own_and_names_its_final_folder(small_venv):
     check_prefix(small_venv)  # every file is a wheel's (RECORD) or the toolkit's (its record): a reinstall may replace it
     home = site_packages(small_venv, PYTHON) / "nvidia" / "cu13"
     assert os.readlink(home / "lib" / "libcudart.so") == "libcudart.so.13" and os.readlink(home / "lib64") == "lib"
-    staging = str(small_venv.parent / "staging" / "env")
+    staging = str(small_venv.parent / (temp_name("install-env") + "1-x") / "env")
     assert all(staging not in p.read_text(errors="replace") for p in [small_venv / "pyvenv.cfg",
                                                                        *(small_venv / "bin").glob("activate*")])
     assert f'VIRTUAL_ENV="{small_venv}"' in (small_venv / "bin" / "activate").read_text()
 
 
-@pytest.mark.parametrize("user_file", ["notes.txt", "include/my.h", "lib/python{v}/site-packages/nvidia/cu13/lib/mine.so",
-                                       "bin/my-tool"])
+SITE = "lib/python{v}/site-packages"
+
+
+@pytest.mark.parametrize("user_file", [
+    "notes.txt", "include/my.h", f"{SITE}/nvidia/cu13/lib/mine.so", "bin/my-tool",
+    # no tree is skipped whole: python's caches, the installers' records and the toolkit's own are checked too
+    f"{SITE}/__pycache__/notes.txt", f"{SITE}/pip/__pycache__/notes.txt",
+    f"{SITE}/__pycache__/mine.cpython-311.pyc",  # a cache of no installed module
+    "etc/fa-envkit/notes.txt", "conda-meta/notes.txt", "conda-meta/mine.json"])  # not named as a package record
 def test_a_reinstall_refuses_a_venv_holding_a_users_file(small_venv, user_file):
     path = small_venv / user_file.format(v=PYTHON)
+    made = [folder for folder in reversed(path.parents) if not folder.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("mine")
+    path.write_text('{"name": "mine", "version": "1.0", "build": "0", "files": ["notes.txt"]}')
     try:
-        with pytest.raises(ToolkitError, match=rf"holds files no installer wrote \({user_file.format(v=PYTHON)}\); "
+        with pytest.raises(ToolkitError, match=rf"holds files no installer wrote \({re.escape(user_file.format(v=PYTHON))}\); "
                                                r"reinstalling would delete them"):
             check_prefix(small_venv)
     finally:
         path.unlink()
+        for folder in reversed(made):
+            folder.rmdir()
+
+
+def test_pythons_cache_of_an_installed_module_is_no_users_file(small_venv):
+    cache = site_packages(small_venv, PYTHON) / "pip" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.opt-1.pyc"
+    cache.write_bytes(b"python -O made this")
+    try:
+        check_prefix(small_venv)
+    finally:
+        cache.unlink()
+
+
+def dist_record(venv: Path, name: str) -> Path:
+    [record] = site_packages(venv, PYTHON).glob(f"{name}-*.dist-info/RECORD")
+    return record
+
+
+@pytest.mark.parametrize("row", ["../../notes.txt,,", "../../notes.txt,sha256=" + "A" * 43 + ",100",
+                                 "../../../bin/notes.txt,,", "nvidia/cu13/lib/notes.txt,,",
+                                 "../../../../../notes.txt,,"])
+def test_a_record_row_naming_a_users_file_does_not_make_it_installed(small_venv, row):
+    """pip keeps the rows of a wheel's RECORD that name no file of the wheel: a row alone owns nothing, only a
+    row whose file is the size it records (pip's own rows), and only inside the venv."""
+    record = dist_record(small_venv, "nvidia_cuda_runtime")
+    before = record.read_bytes()
+    user = (site_packages(small_venv, PYTHON) / row.partition(",")[0]).resolve()
+    inside = user.is_relative_to(small_venv)
+    target = user if inside else small_venv / "notes.txt"  # ../../../../../ leaves the venv: the row names nothing here
+    target.write_text("mine")
+    record.write_bytes(before + row.encode() + b"\n")
+    try:
+        named = re.escape(str(target.relative_to(small_venv)))
+        with pytest.raises(ToolkitError, match=rf"holds files no installer wrote \({named}\)"):
+            check_prefix(small_venv)
+    finally:
+        record.write_bytes(before)
+        target.unlink()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "sparse 8 GiB"])
+def test_a_reinstall_never_hangs_on_or_floods_from_a_record(small_venv, kind):
+    """RECORDs are read bounded (bounded_read): a FIFO is never opened for reading, /dev/zero or a sparse file is
+    refused after a bounded read. Checked in a child with a memory cap, so today's hang cannot take the machine."""
+    record = dist_record(small_venv, "nvidia_cuda_runtime")
+    before = record.read_bytes()
+    record.unlink()
+    if kind == "fifo":
+        os.mkfifo(record)
+    elif kind == "/dev/zero":
+        record.symlink_to("/dev/zero")
+    else:
+        with open(record, "wb") as sparse:
+            sparse.truncate(8 << 30)
+    code = ("import resource, sys; from pathlib import Path; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+            "from toolkit.env.install import check_prefix; from toolkit.base.errors import ToolkitError\n"
+            "try:\n    check_prefix(Path(sys.argv[1]))\nexcept ToolkitError as exc:\n    print(exc)")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, small_venv], capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the reinstall's check hung on a {kind} RECORD")
+    finally:
+        record.unlink()
+        record.write_bytes(before)
+    reason = {"fifo": "a FIFO, not a regular file", "/dev/zero": "a character device, not a regular file",
+              "sparse 8 GiB": "larger than 67,108,864 bytes"}[kind]
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"{record}: unreadable ({reason}; move your own files out and remove the environment " \
+                          f"yourself, then install again)\n"
 
 
 def test_a_record_copied_from_another_venv_does_not_make_a_folder_the_toolkits(small_venv, tmp_path):
@@ -233,3 +324,67 @@ def test_a_stand_in_file_that_is_not_its_records_is_refused_in_one_line(tmp_path
     shown = site / name if name else site
     assert refusal(stand_in, venv) == f"{shown}: {problem.format(site=site, tmp=tmp_path)}"
     assert not (venv / name).is_file() or (venv / name).stat().st_size <= 11
+
+
+# ---------------------------------------------------------------- a prefix's path never becomes shell code
+
+
+HOSTILE_NAMES = {"$(touch MARKER)": "$()", "x;touch MARKER": ";", "x`touch MARKER`": "`", "x\ntouch MARKER": "\n",
+                 'x"y': '"', "x'y": "'", "x\\y": "\\", "a:b": ":"}
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_prefix_whose_path_the_shell_would_run_is_refused_before_anything_is_written(tmp_path, name):
+    """bin/activate writes the venv's path (and its name, the prompt) into shell code: python's venv before the
+    fix of CVE-2024-9287 writes it raw in double quotes, so `$(...)` there ran when the venv was activated.
+    Refused so for --prefix and for the default .envs/LINE of a checkout so named."""
+    python = fake_python(tmp_path, "3.9")  # never reached: the prefix is refused first
+    checkout = tmp_path / f"checkout{name}"
+    for prefix, given in ((tmp_path / name / "env", {"prefix": tmp_path / name / "env"}),
+                          (checkout / ".envs" / "py-cu130", {"workspace": Workspace(locks=ROOT / "locks",
+                                                                                     environments=checkout / ".envs")})):
+        with pytest.raises(ToolkitError) as refused:
+            install_line("py-cu130", **{"workspace": Workspace(locks=ROOT / "locks"), **given}, python=python)
+        assert str(refused.value) == (
+            f"{str(prefix)!r}: a pypi line's venv cannot go here: its path holds {HOSTILE_NAMES[name]!r}, which its "
+            f"bin/activate would hand to the shell; nothing was written (choose a --prefix of letters, digits, "
+            f"spaces and ._+@%=,/- only)")
+        assert os.listdir(tmp_path) == ["bin"]
+
+
+def test_venv_build_itself_makes_no_activate_for_such_a_path(tmp_path):
+    """VenvBuild.make refuses such a prefix too (its other callers): nothing is made there, so no bin/activate
+    exists whose sourcing would run `touch MARKER` (as the one made before this check did)."""
+    prefix = tmp_path / "$(touch MARKER)" / "env"
+    with pytest.raises(ToolkitError, match="a pypi line's venv cannot go here"):
+        make_venv(prefix)
+    assert sorted(os.listdir(tmp_path)) == ["$(touch MARKER)"] and os.listdir(prefix.parent) == ["wheels"]
+
+
+def other_python() -> list[Path]:
+    """The interpreters a venv is made with here: this one, and the system's python3 where it has venv and
+    ensurepip (Debian's 3.11.2 carries the fix of CVE-2024-9287, whose activate quotes the path with shlex)."""
+    found = [Path(sys.executable)]
+    system = Path("/usr/bin/python3")
+    if system.exists() and subprocess.run([system, "-c", "import venv, ensurepip"], capture_output=True).returncode == 0:
+        found.append(system)
+    return found
+
+
+@pytest.mark.parametrize("python", other_python(), ids=str)
+def test_a_venv_in_a_folder_with_a_space_runs_its_scripts_and_activates(tmp_path, python):
+    """pip writes a #! line for the staging folder's python (no space there); for the final prefix a #! line
+    with a space runs nowhere, so the scripts get pip's /bin/sh + exec header instead."""
+    hello = wheel(tmp_path / "wheels", "hello-fa", "1.0", {
+        "hello_fa.py": b"import sys\ndef main():\n    print('hello from', sys.prefix)\n",
+        "hello_fa-1.0.dist-info/entry_points.txt": b"[console_scripts]\nhello-fa = hello_fa:main\n"})
+    prefix = make_venv(tmp_path / "fa env", python, (hello,))  # install's staging folder: .fa-envkit-tmp-install-fa_env-*
+    done = subprocess.run([prefix / "bin" / "hello-fa"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, f"hello from {prefix}\n"), done.stderr
+    done = subprocess.run([prefix / "bin" / "pip", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and f"from {prefix}/lib/" in done.stdout, done.stderr
+    activate = f"source {shlex.quote(str(prefix / 'bin' / 'activate'))} && echo \"$VIRTUAL_ENV\" && command -v pip"
+    done = subprocess.run(["bash", "-c", activate], capture_output=True, text=True, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, f"{prefix}\n{prefix}/bin/pip\n"), done.stderr
+    assert (prefix / "bin" / "hello-fa").read_bytes().startswith(
+        b"#!/bin/sh\n'''exec' \"" + str(prefix).encode() + b"/bin/python")

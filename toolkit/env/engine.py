@@ -446,15 +446,47 @@ def _pip_problem(packages: list[LockedPackage], stderr: str) -> str:
 
 
 def relocate_scripts(staging: Path, prefix: Path) -> None:
-    """pip writes its interpreter's path into script shebangs: point them at the final prefix."""
+    """pip writes its interpreter's path into each script's header: rewrite the header for the final prefix
+    in the form pip gives that path (a plain #! line, or /bin/sh + exec where a #! line cannot hold it: a
+    space, or too long), rather than replace the path in place (a #! line with a space runs nowhere)."""
     old, new = str(staging).encode(), str(prefix).encode()
-    for script in (staging / "bin").iterdir():
+    for script in sorted((staging / "bin").iterdir()):
         if not script.is_file() or script.is_symlink():
             continue
         with script.open("rb") as stream:
             head = stream.read(2)
         if head == b"#!":
-            data = script.read_bytes()
-            first, _, rest = data.partition(b"\n")
-            if old in first:
-                script.write_bytes(first.replace(old, new) + b"\n" + rest)
+            found = script_interpreter(script.read_bytes(), old)
+            if found:
+                rest, args, body = found
+                script.write_bytes(script_header(new + rest, args) + body)
+
+
+SH_EXEC = b"#!/bin/sh\n'''exec' "  # pip's (distlib's) header for an interpreter a #! line cannot name
+SH_ARGS, SH_CLOSE = b' "$0" "$@"', b"' '''"
+
+
+def script_header(python: bytes, args: bytes = b"") -> bytes:
+    """The header pip writes for a script run by `python` (distlib's rule: a plain #! line unless the path
+    has a space or the line would pass the kernel's 127 bytes)."""
+    if b" " not in python and len(python) + len(args) + 3 <= 127:
+        return b"#!" + python + args + b"\n"
+    quoted = b'"' + python + b'"' if b" " in python else python
+    return SH_EXEC + quoted + args + SH_ARGS + b"\n" + SH_CLOSE + b"\n"
+
+
+def script_interpreter(data: bytes, old: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(the interpreter's path after `old`, its arguments, the script after the header) of a script whose
+    header, in either of pip's forms, runs an interpreter under `old`; None for any other file."""
+    sh = data.startswith(SH_EXEC)
+    line, _, body = data[len(SH_EXEC) if sh else 2:].partition(b"\n")
+    quoted = sh and line.startswith(b'"')
+    if sh:
+        closing, _, body = body.partition(b"\n")
+        if closing != SH_CLOSE or not line.endswith(SH_ARGS):
+            return None
+        line = line[1 if quoted else 0:].removesuffix(SH_ARGS)
+    if not line.startswith(old + b"/"):
+        return None
+    rest, end, args = line[len(old):].partition(b'"' if quoted else b" ")
+    return rest, (b"" if quoted else end) + args, body

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,7 +52,7 @@ from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.env.install_record import PrefixRecord, record_rows
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
-from toolkit.env.pypi_install import VenvBuild
+from toolkit.env.pypi_install import VenvBuild, check_venv_prefix
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg
 
 console = Console(stderr=True, highlight=False)
@@ -96,6 +97,8 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
                            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
     spec = check_current(locked_env, platform)
     prefix = Path(prefix or workspace.prefix(line)).absolute()
+    if locked_env.toolchain_kind == "pypi":
+        check_venv_prefix(prefix)
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
@@ -180,49 +183,97 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
                            f"another --prefix)")
 
 
-OWNED_TREES = ("conda-meta", str(PrefixRecord.FILE.parent))  # the installers' and the toolkit's own records
-INSTALLER_FILES = ("CACHEDIR.TAG",)  # py-rattler tags every prefix it makes (a cache directory tag)
+# What installers write besides their packages: py-rattler's cache directory tag, conda's and rattler's
+# history, the toolkit's own install record.
+INSTALLER_FILES = ("CACHEDIR.TAG", "conda-meta/history", str(PrefixRecord.FILE))
 
 
 def installed_paths(prefix: Path) -> set[str]:
-    """The paths (relative, POSIX) that installers wrote in a prefix: every conda package's files as its
-    conda-meta record lists them, every pip distribution's as its RECORD does, and what the install record
-    says the toolkit wrote itself (a venv's own files, the CUDA symlinks of a pypi line)."""
+    """The paths (relative, POSIX, inside the prefix) that installers recorded there: every conda package's
+    record (conda-meta/<name>-<version>-<build>.json) and the files it lists, every pip distribution's
+    files as its RECORD lists them (recorded_files), and what the install record says the toolkit wrote
+    itself (a venv's own files, the CUDA symlinks of a pypi line)."""
     fix = "move your own files out and remove the environment yourself, then install again"
     record = PrefixRecord.read(prefix)
     paths: set[str] = set(record.written if record else ())
     for meta in (prefix / "conda-meta").glob("*.json"):
-        record = read_json(meta, "conda-meta record", fix)
-        files = record.get("files") if isinstance(record, dict) else None
-        paths.update(f for f in files or () if isinstance(f, str))
+        package = read_json(meta, "conda-meta record", fix)
+        if meta.name != conda_record_name(package):
+            continue  # not a package's record: a user's file like any other
+        files = package.get("files")
+        paths.update([str(meta.relative_to(prefix)), *(f for f in files or () if isinstance(f, str))])
     for record_file in prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"):
-        site = record_file.parent.parent.relative_to(prefix)
-        paths.update(os.path.normpath(site / row[0]) for row in record_rows(record_file, fix))
-    return paths | set(INSTALLER_FILES)
+        paths.update(recorded_files(prefix, record_file, fix))
+    return {path for path in paths if inside(path)} | set(INSTALLER_FILES)
+
+
+def conda_record_name(package: object) -> str | None:
+    """The name conda gives a package's record in conda-meta/ (<name>-<version>-<build>.json); None for
+    what is not one."""
+    parts = [package.get(key) for key in ("name", "version", "build")] if isinstance(package, dict) else [None]
+    return "-".join(str(part) for part in parts) + ".json" if all(isinstance(p, str) for p in parts) else None
+
+
+def inside(path: str) -> bool:
+    """A relative path that names a place inside the prefix as it is written (no .., not absolute)."""
+    return path == os.path.normpath(path) and not os.path.isabs(path) and path != ".." and \
+        not path.startswith("../")
+
+
+def recorded_files(prefix: Path, record_file: Path, fix: str) -> set[str]:
+    """The files a RECORD makes an installer's: a row with a hash whose file is the size it records (the
+    scripts of bin/ excepted: relocation rewrote their headers), and the RECORD itself. pip keeps rows of
+    the wheel's RECORD that name no file of the wheel (../../notes.txt), so a row alone owns nothing;
+    pip's hashless rows of its .pyc files are owned as caches (python_cache)."""
+    site = record_file.parent.parent.relative_to(prefix)
+    owned = {str(record_file.relative_to(prefix))}
+    for row in record_rows(record_file, fix):
+        path = os.path.normpath(site / row[0])
+        if len(row) < 3 or not row[1] or not inside(path):
+            continue
+        if path.startswith("bin/") or row[2] == str(size_of(prefix / path)):
+            owned.add(path)
+    return owned
+
+
+def size_of(path: Path) -> int | None:
+    """A regular file's size, not following a symlink; None for anything else."""
+    try:
+        found = path.lstat()
+    except OSError:
+        return None
+    return found.st_size if stat.S_ISREG(found.st_mode) else None
+
+
+def python_cache(path: Path, installed: set[str]) -> bool:
+    """A compiled module of __pycache__/ whose source is installed beside it (NAME.TAG[.opt-N].pyc of
+    NAME.py): python's, made again on import; anything else there is a user's."""
+    if path.parent.name != "__pycache__" or path.suffix != ".pyc":
+        return False
+    return str(path.parent.parent / (path.name.partition(".")[0] + ".py")) in installed
 
 
 def foreign_entries(prefix: Path) -> list[str]:
-    """What in a prefix no installer wrote (a notebook, a work/ folder): files, symlinks, and folders that
-    hold nothing installed (named once, with a trailing /). __pycache__ folders are Python's, made again."""
+    """What in a prefix no installer recorded (a notebook, a work/ folder, a file in conda-meta/): files,
+    symlinks, and folders that hold nothing installed (named once, with a trailing /)."""
     installed = installed_paths(prefix)
-    holding = {str(parent) for path in [*installed, *OWNED_TREES] for parent in Path(path).parents}
+    holding = {str(parent) for path in installed for parent in Path(path).parents}
     foreign = []
     for root, dirs, files in os.walk(prefix):
         here = Path(root).relative_to(prefix)
         descend = []
         for name in dirs:
             rel = str(here / name)
-            if rel in OWNED_TREES or name == "__pycache__":
-                continue
             if (prefix / rel).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
                 if rel not in installed:
                     foreign.append(rel)
-            elif rel in holding or rel in installed:  # a folder an installer made (a venv's include/)
-                descend.append(name)
+            elif rel in holding or rel in installed or name == "__pycache__":  # a folder an installer made
+                descend.append(name)  # (a venv's include/), or python's cache: each file in it is judged
             else:
                 foreign.append(rel + "/")
         dirs[:] = descend
-        foreign += [str(here / name) for name in files if str(here / name) not in installed]
+        foreign += [str(here / name) for name in files
+                    if str(here / name) not in installed and not python_cache(here / name, installed)]
     return sorted(foreign)
 
 

@@ -14,6 +14,7 @@ for the build record), so a record of another shape is no record rather than a h
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from typing import ClassVar, Self
 import pydantic
 
 from toolkit.base.atomic import write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -112,10 +114,19 @@ class Fa4Record(InstallRecord):
         return {"PYTHONPATH": os.pathsep.join(self.python_path)}
 
 
+# The largest RECORD read: torch's, the largest of a line's, lists ~20,000 files in ~2 MB.
+MAX_RECORD_BYTES = 64 << 20
+
+
 def record_rows(path: Path, fix: str) -> list[list[str]]:
-    """The rows of a pip RECORD (csv: path, hash, size), the one reader of them; unreadable is one line."""
+    """The rows of a pip RECORD (csv: path, hash, size), the one reader of them; unreadable is one line,
+    and a FIFO, a device or a huge file in its place is refused unread (bounded_read)."""
     try:
-        with open(path, newline="") as handle:
-            return [row for row in csv.reader(handle) if row]
-    except (OSError, csv.Error, UnicodeDecodeError) as exc:
-        raise ToolkitError(f"{display_path(path)}: unreadable ({exc.__class__.__name__}; {fix})") from None
+        text = regular_file_bytes(path, MAX_RECORD_BYTES).decode()
+        return [row for row in csv.reader(io.StringIO(text, newline="")) if row]
+    except Unreadable as exc:
+        reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
+                  "large": f"larger than {MAX_RECORD_BYTES:,} bytes"}[exc.why]
+    except (csv.Error, UnicodeDecodeError) as exc:
+        reason = exc.__class__.__name__
+    raise ToolkitError(f"{display_path(path)}: unreadable ({reason}; {fix})")

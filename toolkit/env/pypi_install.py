@@ -6,7 +6,9 @@ knowledge's symlinks are made there (lib/libcudart.so; lib64 where nvcc.profile 
 
 install.py owns where the environment goes (the prefix checks, the swap, the record): this module only
 fills its staging folder. The venv is made there, so every file that names its own folder (bin/activate*,
-pyvenv.cfg, the scripts' shebangs) is rewritten for the final prefix before the swap. What the toolkit
+pyvenv.cfg, the scripts' headers) is rewritten for the final prefix before the swap, each in its own form:
+a script's header as pip would write it for that path (/bin/sh + exec where it has a space), activate's
+quoting kept. A prefix whose path activate would run as shell code is refused first. What the toolkit
 itself wrote (the venv's own files, the symlinks), which no wheel's RECORD lists, is returned for the
 install record, so a later reinstall can tell them from a user's files.
 """
@@ -14,6 +16,8 @@ install record, so a later reinstall can tell them from a user's files.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ from rich.console import Console
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.env.engine import install_pip_layer
+from toolkit.env.engine import install_pip_layer, relocate_scripts
 from toolkit.env.lockfile import LockedPackage
 from toolkit.env.standin import OtherEnvironment, StandIn, copy_in, local_wheels
 from toolkit.knowledge.facts import PypiLine, load_knowledge
@@ -94,6 +98,7 @@ class VenvBuild:
 
     def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
         """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs."""
+        check_venv_prefix(prefix)
         done = run_tied([str(self.python), "-I", "-m", "venv", "--prompt", prefix.name, str(staging)],
                         capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
@@ -151,12 +156,36 @@ def make_symlinks(home: Path, symlinks: dict[str, str]) -> list[Path]:
 
 
 def relocate(staging: Path, prefix: Path) -> None:
-    """Point what names the staging folder at the final prefix: pyvenv.cfg and the text files of bin/
-    (activate scripts, script shebangs). Binaries are left as they are (their lengths would change)."""
-    old, new = str(staging).encode(), str(prefix).encode()
-    for path in [staging / "pyvenv.cfg", *sorted((staging / "bin").iterdir())]:
-        if path.is_symlink() or not path.is_file():
-            continue
-        data = path.read_bytes()
-        if old in data and b"\0" not in data:
-            path.write_bytes(data.replace(old, new))
+    """Point what names the staging folder at the final prefix: the scripts' headers (pip's and the venv's
+    own pip), pyvenv.cfg and the activate scripts, each in its own quoting. Binaries are left as they are
+    (their lengths would change)."""
+    relocate_scripts(staging, prefix)
+    old, new = str(staging), str(prefix)
+    config = staging / "pyvenv.cfg"
+    config.write_bytes(config.read_bytes().replace(old.encode(), new.encode()))
+    for script in sorted((staging / "bin").glob("[Aa]ctivate*")):
+        # python's venv writes the path in double quotes, or since the fix of CVE-2024-9287 shlex-quoted
+        # (bare where nothing in it needs quoting); check_venv_prefix keeps the prefix safe in double quotes.
+        data = script.read_bytes()
+        for was, now in ((f'"{old}"', f'"{new}"'), (shlex.quote(old), shlex.quote(new))):
+            data = data.replace(was.encode(), now.encode())
+        if old.encode() in data:
+            raise ToolkitError(f"bin/{script.name}: names the venv's folder in a form the toolkit cannot relocate; "
+                               f"nothing was installed (report it with your python's version)")
+        script.write_bytes(data)
+
+
+# What a venv's path may hold: its activate scripts write it (and its name, the prompt) into shell code,
+# inside double quotes where python's venv predates the fix of CVE-2024-9287. None of these is code there
+# (no $, backtick, quote, backslash, newline or !) or splits PATH (:).
+VENV_PATH_CHARACTER = re.compile(r"[\w .+@%=,/-]")
+
+
+def check_venv_prefix(prefix: Path) -> None:
+    """Refuse a venv's folder whose path the shell would run when bin/activate is sourced."""
+    path = str(prefix.absolute())
+    odd = "".join(sorted({c for c in path if not VENV_PATH_CHARACTER.fullmatch(c)}))
+    if odd:
+        raise ToolkitError(f"{path!r}: a pypi line's venv cannot go here: its path holds {odd!r}, which its "
+                           f"bin/activate would hand to the shell; nothing was written (choose a --prefix of "
+                           f"letters, digits, spaces and ._+@%=,/- only)")
