@@ -51,6 +51,10 @@ def pip_wheel(src: Path, out: Path, name: str, version: str, module: str, depend
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return standin_wheels(tmp_path_factory)
+
+
+def standin_wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the stand-in flash-attn wheel, the stand-in torch wheel)."""
     root = tmp_path_factory.mktemp("wheels")
     fa = pip_wheel(root / "fa-src", root / "out", "flash-attn", FA_VERSION, "flash_attn", ["torch"])
@@ -75,6 +79,12 @@ class Published:
 
 @pytest.fixture
 def published(tmp_path: Path, wheels: tuple[Path, Path]) -> Published:
+    return publish_standin(tmp_path, wheels)
+
+
+def publish_standin(tmp_path: Path, wheels: tuple[Path, Path]) -> Published:
+    """The stand-in flash-attn with a real build record and verify report, published by `toolkit publish`; the
+    stand-in torch on a plain PEP 503 index beside it."""
     fa, torch = wheels
     root = tmp_path / "publisher"
     record = demo_record(fa, line_inputs())
