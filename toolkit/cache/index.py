@@ -14,14 +14,15 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import parse_json
-from toolkit.build.record import BuildRecord
 from toolkit.cache.config import CacheSite
 from toolkit.cache.publish import REPORTS_SUFFIX
 from toolkit.cache.simple import normalize
@@ -75,13 +76,38 @@ class PageLink:
 
 
 @dataclass(frozen=True)
+class PublishedRecord:
+    """What export and doctor read of a published build record: its inputs (the wing below build reads the
+    record's JSON itself; the table entry pins its bytes, the inputs hash to its key)."""
+
+    inputs_key: str
+    inputs: dict[str, Any]
+
+    @property
+    def toolchain(self) -> dict[str, Any]:
+        return dict(self.inputs.get("toolchain") or {})
+
+    @property
+    def archs(self) -> list[str]:
+        return [str(arch) for arch in self.inputs.get("archs") or []]
+
+    @classmethod
+    def from_bytes(cls, data: bytes, url: str, then: str) -> PublishedRecord:
+        record = parse_json(data, url, "build record", "tell the cache's publisher")
+        key, inputs = (record.get("inputs_key"), record.get("inputs")) if isinstance(record, dict) else (None, None)
+        if not isinstance(key, str) or not isinstance(inputs, dict) or sha256_json(inputs) != key:
+            raise ToolkitError(f"{url}: not a build record whose inputs hash to its inputs key (refused; {then})")
+        return cls(key, inputs)
+
+
+@dataclass(frozen=True)
 class PublishedBuild:
     """A wheel the index vouches for: its page link, table entry and build record, each checked."""
 
     site: CacheSite
     link: PageLink
     entry: TableEntry
-    record: BuildRecord
+    record: PublishedRecord
 
     @property
     def project(self) -> str:
@@ -163,8 +189,7 @@ def vouched(site: CacheSite, link: PageLink, then: str) -> PublishedBuild:
     if data is None:
         raise ToolkitError(f"{record_url}: the index lists {link.filename} without its build record (not a "
                            f"published build; {then})")
-    record = BuildRecord.from_json(parse_json(data, record_url, "build record", "tell the cache's publisher"),
-                                   record_url)
+    record = PublishedRecord.from_bytes(data, record_url, then)
     entry_url = f"{site.url}/{entry_path(record.inputs_key)}"
     entry_data = read_url(entry_url, MAX_RECORD_BYTES, "table entry", then)
     if entry_data is None:
