@@ -11,10 +11,12 @@
    wheel downloaded and hashed, inputs checked, placed). Loopback has no network latency or bandwidth limit:
    `at_1_gbit_s` adds the transfer a 1 Gbit/s link would take (size / 125 MB/s) as a model, not a measurement.
 
-    python bench/substitution.py                    # both parts; JSON on stdout, bench/substitution.png
+    python bench/substitution.py                    # both parts; JSON on stdout, reports/substitution.png
     python bench/substitution.py --no-fixture       # only the records (no nvcc needed)
 
-Target: a substitution in seconds where the build took minutes (every ratio below 1 %).
+Target: a substitution in seconds where the build took minutes: below 1 % of each H200 record's build time.
+The fixture compiles in seconds, so its two whole runs show the toolkit's own fixed cost (python, the spec's
+checks, the toolchain probes) rather than the compile's.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def plot(rows: list[dict], png: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--no-fixture", action="store_true", help="skip the nvcc fixture build")
-    parser.add_argument("--png", type=Path, default=ROOT / "bench" / "substitution.png")
+    parser.add_argument("--png", type=Path, default=ROOT / "reports" / "substitution.png")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-substitution-") as tmp:
@@ -165,6 +167,7 @@ def main() -> int:
             rows.append(fixture(Path(tmp) / "fixture"))
         for source in sorted((ROOT / "docs" / "results").glob("**/build-record.json")):
             rows.append(from_record(source, Path(tmp)))
+    args.png.parent.mkdir(parents=True, exist_ok=True)
     plot(rows, args.png)
     print(json.dumps({"rows": rows, "plot": str(args.png.relative_to(ROOT) if args.png.is_relative_to(ROOT)
                                                 else args.png)}, indent=2))
