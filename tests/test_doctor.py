@@ -818,3 +818,77 @@ def test_without_verl_installed_the_verl_row_is_information(workdir, capsys):
     _, report = replay(capsys, _with_verl(workdir, "wheel-without-gpu-arch.json", verl=None), "gpu-machine")
     verl = row(report, "verl")
     assert verl["status"] == "info" and verl["value"].startswith("verl (not installed here): its default")
+
+
+# ---------------------------------------------------------------- the installed flash-attn against a published cache
+
+
+@pytest.fixture
+def installed_from_cache(tmp_path, wheels):
+    """The stand-in flash-attn of tests/test_export.py published by `toolkit publish` and installed by uv into a
+    fresh venv from the index served on 127.0.0.1 (with its stand-in torch); yields (published, venv python)."""
+    from conda_channel import serve_directory
+    from test_cache import UV
+    from test_export import publish_standin
+
+    published = publish_standin(tmp_path, wheels)
+    venv = tmp_path / "venv"
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "UV_NO_CONFIG": "1"}
+    subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(venv)], check=True, env=env)
+    with serve_directory(published.index) as url, serve_directory(published.torch_index) as torch_url:
+        subprocess.run([str(UV), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--index-url",
+                        f"{torch_url}/simple", "--extra-index-url", f"{url}/simple", f"flash-attn=={FA_VERSION}"],
+                       check=True, env=env)
+    return published, venv / "bin" / "python"
+
+
+FA_VERSION = "2.8.3+cu130torch2.13"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    from test_export import standin_wheels
+
+    return standin_wheels(tmp_path_factory)
+
+
+def published_row(cwd: Path, python: Path, *caches: str) -> dict | None:
+    done, _ = run_doctor(cwd, "--python", str(python), "--json", *[a for c in caches for a in ("--cache", c)],
+                         env={**os.environ, "TOOLKIT_CACHE": str(cwd / ".cache")})
+    assert "Traceback" not in done.stderr, done.stderr
+    found = [r for r in json.loads(done.stdout)["rows"] if r["check"] == "flash-attn-published"]
+    return found[0] if found else None
+
+
+def test_doctor_names_the_installed_published_build_and_its_verification_report(installed_from_cache, workdir):
+    """Before: doctor said only the version; now the sha256 of every file the published wheel's RECORD lists,
+    hashed where it is installed, names the build, its line and report."""
+    published, python = installed_from_cache
+    index = published.index.resolve().as_uri()
+    assert published_row(workdir, python) is None  # no cache configured: nothing is asked
+    found = published_row(workdir, python, index)
+    wheel_url = f"{index}/files/demo/{published.wheel.name.replace('+', '%2B')}"
+    assert found == {"check": "flash-attn-published", "status": "ok", "fix": "",
+                     "value": f"flash-attn {FA_VERSION}: the published build {wheel_url} (line demo, inputs "
+                              f"{json.loads(published.record.read_text())['inputs_key']}); verification report "
+                              f"{wheel_url}.reports/verify.json"}
+
+    # the same version, another build: one installed file's bytes changed
+    site = Path(subprocess.run([str(python), "-c", "import flash_attn, os; print(os.path.dirname(flash_attn.__file__))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "__init__.py").write_text((site / "__init__.py").read_text() + "# rebuilt\n")
+    found = published_row(workdir, python, index)
+    assert found["status"] == "warn" and found["value"].startswith(f"flash-attn {FA_VERSION}: an unknown build "
+                                                                   f"(flash_attn/__init__.py differs")
+
+
+def test_doctor_says_unknown_for_a_version_the_cache_never_published(installed_from_cache, workdir, tmp_path):
+    published, python = installed_from_cache
+    empty = tmp_path / "empty-cache"
+    (empty / "simple" / "flash-attn").mkdir(parents=True)
+    (empty / "simple" / "index.html").write_text('<a href="flash-attn/">flash-attn</a>')
+    (empty / "simple" / "flash-attn" / "index.html").write_text("")
+    found = published_row(workdir, python, empty.as_uri())
+    assert found["status"] == "warn"
+    assert found["value"] == (f"flash-attn {FA_VERSION}: an unknown build (no build of flash-attn {FA_VERSION} is "
+                              f"published at {empty.as_uri()})")

@@ -6,6 +6,7 @@ stopped between wheel and record by the FA_ENVKIT_PAUSE_AT hook and sent a real 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -90,3 +91,30 @@ def test_placement_interrupted_between_wheel_and_record_leaves_no_unrecorded_whe
     placed = place(wheel, line_dir, record_for(wheel))  # the rerun places the pair
     assert record_path_for(placed).is_file() and find_cached(line_dir, KEY).wheel == placed
 
+
+
+# ---------------------------------------------------------------- doctor's published-build check of an installed dist
+
+
+@pytest.mark.parametrize("hostile", ["fifo", "link-out"])
+def test_an_installed_record_that_is_a_fifo_or_a_file_linked_out_never_blocks_nor_is_read(tmp_path, hostile):
+    """toolkit doctor hashes what an installed RECORD lists: a FIFO RECORD is one line (never a hang), and a
+    listed file that links out of site-packages (to /dev/zero here) is not followed."""
+    from toolkit.base.errors import ToolkitError
+    from toolkit.cache.installed import _disk_hash, identify
+
+    site = tmp_path / "site-packages"
+    dist_info = site / "flash_attn-2.8.3.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    if hostile == "fifo":
+        os.mkfifo(dist_info / "RECORD")
+        with pytest.raises(ToolkitError, match=r"RECORD: unreadable \(a FIFO, not a regular file; reinstall"):
+            identify(dist_info, [], tmp_path / "downloads")
+    else:
+        (site / "flash_attn").mkdir()
+        (site / "flash_attn" / "big.so").symlink_to("/dev/zero")
+        assert _disk_hash(site, "flash_attn/big.so") is None
+        (site / "flash_attn" / "ok.py").write_text("x = 1\n")
+        assert _disk_hash(site, "flash_attn/ok.py") == base64.urlsafe_b64encode(
+            hashlib.sha256(b"x = 1\n").digest()).rstrip(b"=").decode()

@@ -111,7 +111,8 @@ def test_a_missing_venv_is_no_environment_with_the_install_that_makes_it(project
 
 
 def doctor_rows(line: str, prefix: Path | None = None) -> dict:
-    args = argparse.Namespace(line=line, fingerprint=None, prefix=prefix, envs=ROOT / "envs", locks=ROOT / "locks",
+    args = argparse.Namespace(line=line, fingerprint=None, prefix=prefix, python=None, cache=None, envs=ROOT / "envs",
+                              locks=ROOT / "locks",
                               wheelhouse=Path("wheelhouse"))
     facts = gather(args)
     return {row.check: row for row in evaluate(facts)}, facts

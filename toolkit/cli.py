@@ -17,6 +17,7 @@ STAGE_MODULES = (
     "toolkit.env.install",
     "toolkit.site.modules",
     "toolkit.site.publish",
+    "toolkit.cache.export",
     "toolkit.doctor.command",
     "toolkit.build.builder",
     "toolkit.build.diagnose",

@@ -9,14 +9,13 @@ make; the build wing then checks the record's own inputs against its build and p
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import parse_json
 from toolkit.cache.config import CacheSite
+from toolkit.cache.index import read_url
 from toolkit.cache.table import TableEntry, check_signature, entry_path
 from toolkit.env.download import fetch_verified
 
@@ -46,7 +45,7 @@ def fetch_substitute(site: CacheSite, key: str, downloads: Path) -> Substitute |
     """The cache's build for inputs `key`, or None when it has none; a ToolkitError (one line) when it has one
     that fails a check: an entry for other inputs, a bad or missing signature, files whose bytes differ."""
     url = f"{site.url}/{entry_path(key)}"
-    data = _get(url)
+    data = read_url(url, MAX_ENTRY_BYTES, "table entry", "the build compiles instead")
     if data is None:
         return None
     entry = TableEntry.from_json(parse_json(data, url, "substitution table entry", "tell the cache's publisher"),
@@ -62,25 +61,3 @@ def fetch_substitute(site: CacheSite, key: str, downloads: Path) -> Substitute |
     wheel = fetch_verified(Pinned(f"{site.url}/{entry.wheel}", entry.wheel_name, entry.wheel_sha256), downloads,
                            entry.wheel_name, pinned_by=pinned_by)
     return Substitute(url, entry, wheel, record)
-
-
-def _get(url: str) -> bytes | None:
-    """The entry's bytes, None when the cache has no such entry (404, or no file under file://)."""
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data = response.read(MAX_ENTRY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 410):
-            return None
-        raise ToolkitError(f"{url}: the cache answered HTTP {exc.code} (check the cache's URL; the build compiles "
-                           f"instead)") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, FileNotFoundError):
-            return None
-        raise ToolkitError(f"{url}: cannot reach the cache ({exc.reason}; the build compiles instead)") from None
-    except (OSError, ValueError) as exc:
-        raise ToolkitError(f"{url}: cannot reach the cache ({exc}; the build compiles instead)") from None
-    if len(data) > MAX_ENTRY_BYTES:
-        raise ToolkitError(f"{url}: a table entry larger than {MAX_ENTRY_BYTES:,} bytes (refused; the build "
-                           f"compiles instead)")
-    return data

@@ -15,7 +15,7 @@ import json
 import platform
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.cache.config import configured_caches
 from toolkit.doctor.facts import (
     CONDA_PLATFORMS,
     PROBED_PACKAGES,
@@ -39,6 +40,7 @@ from toolkit.doctor.facts import (
     gather_line,
     load_line,
     probe_environment,
+    published_builds,
     read_report,
 )
 from toolkit.env.lockfile import LockedPackage
@@ -316,6 +318,33 @@ def check_flash_attn_build(f: Facts) -> Row | None:
                f"rebuild flash-attn against the installed torch {torch.version} (toolkit build {_line_name(f)})")
 
 
+def check_published(f: Facts, distribution: str) -> Row | None:
+    """Whether the installed distribution is a build a configured cache published (by the sha256 of every file
+    its wheel's RECORD lists), naming it and its verification report; only where caches are configured."""
+    check = f"{distribution}-published"
+    if f.probe.installed_builds_error and distribution in f.probe.dist_info:
+        return Row(check, "warn", f.probe.installed_builds_error, "check the cache's URL (--cache, "
+                                                                  ".fa-envkit/caches.toml)")
+    found = [b for b in f.probe.installed_builds if b.distribution == distribution]
+    if not found:
+        return None
+    build = found[0]
+    if not build.published:
+        return Row(check, "warn", f"{distribution} {build.version}: an unknown build ({build.detail})",
+                   "install a published build (toolkit export LINE --index URL) or build it here (toolkit build LINE)")
+    report = f"verification report {build.report}" if build.report else "no verification report published"
+    return Row(check, "ok", f"{distribution} {build.version}: the published build {build.wheel} (line {build.line}, "
+                            f"inputs {build.inputs_key}); {report}")
+
+
+def check_flash_attn_published(f: Facts) -> Row | None:
+    return check_published(f, "flash-attn")
+
+
+def check_flash_attn_3_published(f: Facts) -> Row | None:
+    return check_published(f, "flash-attn-3")
+
+
 def check_flash_attn_archs(f: Facts) -> Row | None:
     fa = f.probe.flash_attn
     if fa is None or not fa.extension:
@@ -419,7 +448,8 @@ def check_transformers(f: Facts) -> Row | None:
 MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
     check_driver, check_gpus, check_cuda_home, check_nvcc, check_cuda_headers, check_gcc, check_python,
     check_torch, check_torch_cuda, check_torch_vs_nvcc, check_torch_vs_driver, check_flash_attn,
-    check_flash_attn_build, check_flash_attn_archs, check_transformers,
+    check_flash_attn_build, check_flash_attn_archs, check_flash_attn_published, check_flash_attn_3_published,
+    check_transformers,
 )
 
 
@@ -729,10 +759,16 @@ def gather(args: argparse.Namespace) -> Facts:
         if args.prefix is not None and not args.prefix.is_dir():
             raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env, or of "
                                f"a pypi line's venv with its LINE)")
-        env = line_env.resolve(spec, args.prefix)
+        env = line_env.resolve(spec, args.prefix, python=args.python)
         fp = env.fingerprint()
         locked_pip = tuple(p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip")
         found = probe_environment(fp, env, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
+        try:
+            caches = configured_caches(args.cache)
+        except ToolkitError as exc:  # a broken cache configuration is a row, not an abort
+            found = replace(found, installed_builds_error=str(exc))
+        else:
+            found = published_builds(found, caches, workspace.cache / "substitutes")
     return Facts(fp, found, line)
 
 
@@ -753,6 +789,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "pypi LINE, the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
+    parser.add_argument("--python", type=Path, metavar="PYTHON",
+                        help="check the environment of this python (a venv's bin/python) instead of the shell's")
+    parser.add_argument("--cache", action="append", metavar="URL",
+                        help="name the installed flash-attn / FA3 against this published cache (besides those "
+                             "of .fa-envkit/caches.toml): a published build, with its verification report, or an "
+                             "unknown build")
     parser.add_argument("--fingerprint", type=Path, metavar="REPORT",
                         help="evaluate a recorded `toolkit doctor --json` report instead of this machine")
     add_workspace_options(parser)

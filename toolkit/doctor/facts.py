@@ -20,6 +20,8 @@ from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.build.record import BuildRecord
+from toolkit.cache.config import CacheSite
+from toolkit.cache.installed import InstalledBuild, identify
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedPackage
 from toolkit.knowledge.facts import arch_number
@@ -58,6 +60,15 @@ if importlib.util.find_spec("flash_attn") is not None:
     except Exception as exc:
         fa["import_error"] = f"{type(exc).__name__}: {exc}"
     out["flash_attn"] = fa
+out["dist_info"] = {}
+for name in ("flash-attn", "flash-attn-3"):  # where their RECORDs lie: doctor hashes the files they list
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    record = [f for f in dist.files or () if f.name == "RECORD" and f.parent.name.endswith(".dist-info")]
+    if record:
+        out["dist_info"][name] = str(dist.locate_file(record[0]).parent)
 if sys.argv[1] == "1" or "torch" in sys.modules:
     try:
         import torch
@@ -90,6 +101,9 @@ class Probe:
     conda_packages: dict[str, str] | None = None  # name -> "version=build" of the conda prefix, if any
     error: str | None = None  # the probe itself failed (timeout, broken python)
     env_missing: str | None = None  # the locked line's prefix, not installed: its toolchain was not probed
+    dist_info: dict[str, str] = field(default_factory=dict)  # flash-attn / flash-attn-3 -> its .dist-info folder
+    installed_builds: tuple[InstalledBuild, ...] = ()  # each one's published build, where caches are configured
+    installed_builds_error: str | None = None  # the caches could not be asked (one line)
 
     @staticmethod
     def from_dict(data: dict) -> Probe:
@@ -98,6 +112,7 @@ class Probe:
         if fa:
             fa = {**fa, "cubins": _tuple(fa.get("cubins")), "ptx": _tuple(fa.get("ptx"))}
         data["flash_attn"] = FlashAttnProbe(**fa) if fa else None
+        data["installed_builds"] = tuple(InstalledBuild(**build) for build in data.get("installed_builds") or ())
         return Probe(**data)
 
 
@@ -176,7 +191,19 @@ def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str
     fa = found["flash_attn"]
     flash_attn = FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
     cuda = found["cuda_available"] if found["cuda_available"] is not None else (False if fp.torch else None)
-    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn)
+    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn,
+                   dist_info=found.get("dist_info") or {})
+
+
+def published_builds(probe: Probe, caches: list[CacheSite], downloads: Path) -> Probe:
+    """The probe with each installed flash-attn / FA3 named against the configured caches (none: unchanged)."""
+    if not caches or not probe.dist_info:
+        return probe
+    try:
+        found = tuple(identify(Path(path), caches, downloads) for _, path in sorted(probe.dist_info.items()))
+    except ToolkitError as exc:
+        return replace(probe, installed_builds_error=str(exc))
+    return replace(probe, installed_builds=found)
 
 
 def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
