@@ -68,6 +68,8 @@ class BuildRecord:
     neutralised_environment: dict[str, Any] = field(default_factory=dict)  # NVCC_*, CPPFLAGS of an activated env, removed
     # FlashAttention-3 builds: commit, profile, its DISABLE switches, each archive with its sha256 and git ids
     flash_attn_3: dict[str, Any] = field(default_factory=dict)
+    # a build that continued an interrupted one: objects_kept from it, objects_compiled by this one, folder
+    resumed: dict[str, Any] = field(default_factory=dict)
     status: str = "success"
     schema: int = RECORD_SCHEMA
 

@@ -5,6 +5,7 @@ sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build)
 
 from __future__ import annotations
 
+import os
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,3 +73,13 @@ def extract_sdist(sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "r
     except (tarfile.TarError, OSError) as exc:
         raise ToolkitError(f"{display_path(sdist)}: cannot unpack ({exc}; delete it and re-run)") from None
     return dest / tops.pop(), int(max(m.mtime for m in members))
+
+
+def settle_times(tree: Path, epoch: int) -> None:
+    """Give every file changed after unpacking (a patch) the archive's newest time, as the unchanged ones have
+    theirs: a source unpacked again is then never newer than the objects built from it (build_dirs.py)."""
+    for root, _, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path) and os.stat(path).st_mtime > epoch:
+                os.utime(path, (epoch, epoch))
