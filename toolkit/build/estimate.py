@@ -206,4 +206,5 @@ class CompileProgress:
     def eta_text(self) -> str:
         if self.eta_s is None:
             return "ETA unknown until the first objects finish"
-        return f"ETA about {duration_text(max(0.0, self.eta_s - (time.monotonic() - self.eta_at)))}"
+        counted = 0.0 if self.started is None else time.monotonic() - self.eta_at  # ninja runs: count down
+        return f"ETA about {duration_text(max(0.0, self.eta_s - counted))}"
