@@ -22,8 +22,9 @@ def test_records_of_real_builds_read_back_unchanged(path: Path):
     assert record.sdist.sha256 == data["sdist"]["sha256"] and record.archs == data["inputs"]["archs"]
     assert len(record.outputs.objects) == data["outputs"]["efficiency"]["objects"]
     # the first run's record predates the schedule section; none of them had patches or neutralised NVCC_*, and
-    # all are flash-attn 2.x builds (no flash_attn_3 section)
-    expected = {"schedule": {}, "patches": [], "neutralised_environment": {}, "flash_attn_3": {}, **data}
+    # all are flash-attn 2.x builds (no flash_attn_3 section), none continued an interrupted build
+    expected = {"schedule": {}, "patches": [], "neutralised_environment": {}, "flash_attn_3": {}, "resumed": {},
+                **data}
     assert record.to_json() == expected
 
 
