@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from toolkit.base.workspace import Workspace  # noqa: E402
 from toolkit.build.builder import describe, size_parallelism  # noqa: E402
+from toolkit.build.estimate import simulated_log  # noqa: E402
 from toolkit.build.record import BuildRecord, ObjectTime  # noqa: E402
 from toolkit.build.timing import efficiency  # noqa: E402
 from toolkit.build.wheelhouse import records  # noqa: E402
@@ -70,28 +71,6 @@ def slot_rows(objects: list[ObjectTime]) -> list[int]:
         free_at[row] = obj.start_s + obj.seconds
         rows.append(row)
     return rows
-
-
-def simulated_log(names: list[str], seconds: list[float], jobs: int, cpus: int | None = None,
-                  threads: int = 1) -> list[dict]:
-    """ninja's list scheduling as a .ninja_log: each object, in the given order, starts when one of `jobs`
-    slots is free and keeps `threads` CPUs busy (nvcc's threads, one per arch). With more threads than CPUs
-    the kernel shares the CPUs evenly: a running object advances at min(1, cpus / (running x threads))
-    seconds of its own time per second."""
-    cpus = cpus or jobs * threads
-    pending, running, done, now = list(zip(names, seconds)), [], [], 0.0
-    while pending or running:
-        while pending and len(running) < jobs:
-            name, left = pending.pop(0)
-            running.append([name, now, left])
-        rate = min(1.0, cpus / (len(running) * threads))
-        step = min(r[2] for r in running) / rate
-        now += step
-        for r in running:
-            r[2] -= step * rate
-        done += [{"name": r[0], "start_s": r[1], "seconds": now - r[1]} for r in running if r[2] <= 1e-9]
-        running = [r for r in running if r[2] > 1e-9]
-    return done
 
 
 def simulated_wall(seconds: list[float], jobs: int, cpus: int | None = None) -> float:

@@ -8,8 +8,10 @@ point is a second build (reproducibility, --force, interruption, a failing compi
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -178,6 +180,20 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
                                   "nvcc_objects_seeded": 2, "edges_ordered": 0, "objects_without_cost": 0}
 
 
+def test_the_first_progress_line_has_a_total_and_an_estimate(project):
+    """Before compiling, one estimate line; the first progress line (not a terminal: plain lines) has the total
+    from build.ninja. The fixture's objects have no costs: the ETA is unknown until the first ones finish."""
+    lines = project.first.stderr.splitlines()
+    (estimate,) = [line for line in lines if line.startswith("estimate: ")]
+    assert estimate.startswith("estimate: unknown (no earlier record of this source, no object costs")
+    progress = [line for line in lines if re.match(r"compiling \d+/\d+ objects, ", line)]
+    assert progress[0].startswith("compiling 0/3 objects, ")
+    assert progress[0].endswith("ETA unknown until the first objects finish")
+    assert progress[-1].startswith("compiling 3/3 objects, ")
+    assert all("ETA about" in line for line in progress[1:])  # count-based once objects finished
+    assert lines.index(estimate) < lines.index(progress[0])
+
+
 def test_build_log_has_the_ninja_steps_and_its_path_is_printed(project):
     record = record_of(project)
     assert f"log: {record['log']}" in project.first.stderr
@@ -309,10 +325,21 @@ def test_a_first_build_starts_its_objects_longest_first_by_the_knowledge(project
     pinned.write_bytes(sdist.read_bytes())
     options = BuildOptions(Workspace(locks=project.root / "locks", wheelhouse=tmp_path / "wheelhouse"), cache=cache,
                            jobs=1, install=False)
+    shown = io.StringIO()
     try:
-        result = build(checked_spec(project.root / "envs" / "fixture.yaml"), options, Console(quiet=True))
+        result = build(checked_spec(project.root / "envs" / "fixture.yaml"), options, Console(file=shown, width=300))
     finally:
         load_object_costs.cache_clear()
+    # the estimate before compiling: the knowledge's two objects, 2 CPU s + 1 CPU s per arch x 2 archs, one job
+    # whose nvcc threads compile an object's two archs side by side
+    threads = min(result.record.parallelism["nvcc_threads"], 2)
+    lines = shown.getvalue().splitlines()
+    (estimate,) = [line for line in lines if line.startswith("estimate: ")]
+    assert estimate.startswith(f"estimate: about {(4.0 + 2.0) / threads:.0f} s here for 2 objects (1 jobs x "
+                               f"{threads} nvcc threads on {result.record.parallelism['cpus']} CPUs, by the "
+                               "knowledge's object costs")
+    first = next(line for line in lines if line.startswith("compiling "))
+    assert first.startswith("compiling 0/2 objects, ") and f"ETA about {(4.0 + 2.0) / threads:.0f} s" in first
     schedule = result.record.schedule
     assert schedule["order"] == "knowledge" and schedule["from_record"] is None
     assert schedule["from_knowledge"].endswith("(flash-attn 2.8.3.post2 fa2, measured on sm_90: h200-2026-11-29)")
@@ -408,17 +435,20 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     assert wheels_and_records(wheelhouse / "fixture") == []
     assert not (wheelhouse / "simple").exists()
     run_temp = list(temp.glob(f"{temp_name('build')}{proc.pid}-*"))
+    # the build folder of these inputs stays for the next build to continue from (tests/test_build_resume.py),
+    # and nothing else: the same inputs as the shared build (FA_FIXTURE_NVCC_FLAGS is a test's injection)
+    key = record_of(project)["inputs_key"]
+    assert [p.name for p in (cache / "build").iterdir() if p.is_dir()] == [key]
     if sig == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1].startswith("error: interrupted")
-        assert not list((cache / "build").iterdir())  # the build directory is gone too
         assert run_temp == []
         return
     # SIGKILL: nothing could clean up; the next build (here a cache hit of the shared build) does
-    left = list((cache / "build").iterdir())
-    assert [p for p in left if p.is_dir()] and run_temp
+    assert run_temp
     again = toolkit(project.root, "build", "fixture", cache=cache, extra_env={"TMPDIR": str(temp)})
     assert again.returncode == 0 and again.stdout.startswith("cached: "), again.stderr
-    assert not any(p.exists() for p in left + run_temp)
+    assert not any(p.exists() for p in run_temp)
+    assert (cache / "build" / key).is_dir()  # kept: removed by age or the disk budget (build_dirs.prune)
 
 
 def test_a_failing_compile_is_explained_in_one_line(project, tmp_path):

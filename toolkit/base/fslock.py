@@ -68,6 +68,23 @@ def locked(entry: Path) -> Iterator[Path]:
         os.close(fd)  # releases the lock
 
 
+@contextmanager
+def held_if_free(entry: Path) -> Iterator[bool]:
+    """The lock on `entry` for the body if nobody holds it now (True), without waiting; False while another
+    holder has it. For removing what a live job may be using: only what nobody holds."""
+    lock_file = lock_file_for(entry)
+    fd, _ = _open(lock_file)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield _still_named(fd, lock_file)
+    finally:
+        os.close(fd)
+
+
 def _open(lock_file: Path) -> tuple[int, bool]:
     """An open descriptor of the lock file, creating it if absent; (fd, whether this call created it)."""
     where = display_path(lock_file)

@@ -14,31 +14,37 @@ import math
 import os
 import re
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
-from toolkit.base.atomic import clean_stale, owned_dir, run_temporaries
+from toolkit.base.atomic import clean_stale, run_temporaries
 from toolkit.base.children import kill_group, popen_tied
 from toolkit.base.digest import sha256_file
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
+from toolkit.build.build_dirs import SCHEDULE, keyed_build_folder, prune
 from toolkit.build.diagnose import explain_file
+from toolkit.build.estimate import NINJA_STATUS, CompileProgress, ManifestObjects, Sizing, estimate_line, filled
 from toolkit.build.fa3 import Fa3Source
-from toolkit.build.ninja_shim import BUILD_DIR_ALIAS, ManifestPlan, install_ninja_shim, manifest_outcome
+from toolkit.build.ninja_shim import (
+    BUILD_DIR_ALIAS,
+    MANIFEST_OBJECTS,
+    ManifestPlan,
+    install_ninja_shim,
+    manifest_outcome,
+)
 from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
-from toolkit.build.source import SourceTree, WheelSource, extract_sdist
-from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_objects, schedule_order
+from toolkit.build.source import SourceTree, WheelSource, extract_sdist, settle_times
+from toolkit.build.timing import ScheduleOrder, children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import (
     CachedBuild,
@@ -72,9 +78,10 @@ RECIPE_VERSION = 2
 # flag order picks the host compiler). Its gcc activation exports CPPFLAGS="-DNDEBUG -D_FORTIFY_SOURCE=2 -O2
 # -isystem $PREFIX/include" (cuda-nvcc's adds -I $PREFIX/targets/<triple>/include), which distutils appends to
 # every g++ command (CFLAGS, CXXFLAGS, LDFLAGS the build sets itself). The build removes (or overrides) them; the
-# record keeps what it removed.
-NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPPFLAGS")
-NINJA_STEP = re.compile(r"^\s*\[(\d+)/(\d+)\]\s")
+# record keeps what it removed. A caller's NINJA_STATUS would change the [n/N] lines the progress bar reads.
+NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPPFLAGS", "NINJA_STATUS")
+REFERENCE_CPUS = 32  # the estimate line also says how long the build takes on a machine of this many cores
+PLAIN_STEP = 0.05  # without a terminal, a progress line every 5 % of the objects
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
 
 
@@ -204,6 +211,7 @@ def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallel
         "TZ": "UTC",
         "LC_ALL": "C",  # English compiler messages, which the failure catalog matches
         "PYTHONUNBUFFERED": "1",  # live [n/N] lines
+        "NINJA_STATUS": NINJA_STATUS,  # the [n/N] lines the progress reads, whatever the caller's
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_NO_INPUT": "1",
     }
@@ -264,13 +272,39 @@ def setup_py_archs(src_dir: Path) -> set[str] | None:
 # ---------------------------------------------------------------- running pip with progress
 
 
-def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console) -> int:
-    """Run the build with its full output in log_path and a live [n/N] bar (plain lines when not a TTY)."""
-    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
+class EtaColumn(ProgressColumn):
+    """The bar's ETA, by the object costs of what is left (CompileProgress), counting down between objects."""
+
+    def __init__(self, progress: CompileProgress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def render(self, task: Task) -> Text:
+        return Text(self.progress.eta_text())
+
+
+def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console,
+               compile_progress: CompileProgress) -> int:
+    """Run the build with its full output in log_path and a live bar of objects compiled (plain lines every
+    PLAIN_STEP of them when not a terminal), its total known from the start where costs or an interrupted
+    build's object list give it, else from build.ninja once the ninja shim has read it."""
+    tracker = compile_progress
+    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TextColumn("objects"),
+               TimeElapsedColumn(), EtaColumn(tracker))
     next_report = 0.0
+
+    def report() -> None:
+        nonlocal next_report
+        if console.is_terminal or tracker.total is None or tracker.completed / max(1, tracker.total) < next_report:
+            return
+        kept = f" ({tracker.kept} kept from the interrupted build)" if tracker.kept else ""
+        console.print(f"compiling {tracker.completed}/{tracker.total} objects{kept}, "
+                      f"{progress.tasks[0].elapsed or 0:.0f} s, {tracker.eta_text()}")
+        next_report = tracker.completed / max(1, tracker.total) + PLAIN_STEP
+
     with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("compile", total=None)
+        task = progress.add_task("compile", total=tracker.total, completed=tracker.completed)
+        report()
         log.write(f"$ {' '.join(cmd)}\n")
         # pip and every compiler below it die with this process, even when it is killed with SIGKILL
         proc = popen_tied(cmd, cwd=cwd, env=process_environment(dict(os.environ), env), stdout=subprocess.PIPE,
@@ -279,13 +313,9 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
             assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 log.write(line)
-                step = NINJA_STEP.match(line)
-                if step:
-                    done, total = int(step.group(1)), int(step.group(2))
-                    progress.update(task, completed=done, total=total)
-                    if not console.is_terminal and done / total >= next_report:
-                        console.print(f"[{done}/{total}] {progress.tasks[0].elapsed:.0f} s")
-                        next_report = done / total + 0.1
+                if tracker.feed(line):
+                    progress.update(task, completed=tracker.completed, total=tracker.total)
+                    report()
             return proc.wait()
         except BaseException:
             kill_group(proc)
@@ -293,21 +323,6 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
 
 
 # ---------------------------------------------------------------- the build
-
-
-@contextmanager
-def build_folder(parent: Path, line: str, keep: bool, console: Console) -> Iterator[Path]:
-    """The build's folder in .cache/build: an owned temporary, removed when the build ends or, if it was
-    killed, by the next build (toolkit/base/atomic.py); with --keep-build-dir a plain folder that stays."""
-    if not keep:
-        with owned_dir(parent, line) as folder:
-            yield folder.absolute()
-        return
-    folder = Path(tempfile.mkdtemp(prefix=f"{line}-", dir=parent)).absolute()
-    try:
-        yield folder
-    finally:
-        console.print(f"build directory kept: {display_path(folder)}")
 
 
 @dataclass
@@ -342,6 +357,7 @@ class Fa2Source:
         assert self.locked is not None and self.sdist is not None  # fetch() came first
         src_dir, epoch = extract_sdist(self.sdist, build_dir)
         applied = patches.apply(src_dir, self.spec, self.locked.sdist.sha256)  # patches hook (patches.yaml)
+        settle_times(src_dir, epoch)  # a resumed build's kept objects stay newer than every patched file
         known = setup_py_archs(src_dir)
         if known is not None and not set(archs) <= known:
             skipped = ", sm_".join(a for a in archs if a not in known)
@@ -363,6 +379,29 @@ def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
     if spec.flash_attn_3 is not None:
         wanted.append(Fa3Source.of(spec))
     return wanted
+
+
+def first_estimate(spec: EnvSpec, source: WheelSource, archs: tuple[str, ...], par: Parallelism,
+                   order: ScheduleOrder, interrupted: ManifestObjects | None, shim_dir: Path,
+                   console: Console) -> CompileProgress:
+    """Print the estimate line (the objects left, by their costs, at this sizing and on REFERENCE_CPUS cores)
+    and return the progress it starts the bar with. A resumed build knows its objects and which of them are
+    done from the interrupted build's object list; a first one its costs from the schedule's order."""
+    per_object = source.threads_per_object(archs)
+    here = Sizing(par.jobs, min(par.nvcc_threads, per_object), par.cpus)
+    ref = size_parallelism(REFERENCE_CPUS, REFERENCE_CPUS * spec.build.threads_per_cpu * spec.build.gb_per_nvcc_thread,
+                           spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, per_object, None, None)
+    reference = Sizing(ref.jobs, min(ref.nvcc_threads, per_object), REFERENCE_CPUS)
+    if interrupted is not None:
+        finished, costs = interrupted.finished(), filled(interrupted.costs)
+        left = None if costs is None else [c for name, c in costs.items() if name not in finished]
+        console.print(estimate_line(left, len(finished), here, "the interrupted build's object costs", reference))
+        return CompileProgress(shim_dir, len(interrupted.costs), len(finished), here, left)
+    known = list(order.object_seconds.values() or order.source_seconds.values()) or None
+    basis = ("the previous build's times on this machine" if order.kind == "record"
+             else "the knowledge's object costs, measured on another machine's CPUs")
+    console.print(estimate_line(known, 0, here, basis, reference))
+    return CompileProgress(shim_dir, len(known) if known else None, 0, here, known)
 
 
 def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None) -> BuildResult:
@@ -390,25 +429,30 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
                 return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True,
                                    substituted_from=hit.record.substituted_from)
 
+    prune(build_parent, in_use=key)  # build folders unused for long, or beyond the disk budget
     mem_gb = options.mem_gb or fp.mem_available_gb
     compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
     run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
     source.fetch(cache)
-    par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
-                           source.threads_per_object(archs), options.jobs or spec.build.jobs,
-                           options.nvcc_threads or spec.build.nvcc_threads)
-    if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
-        console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
-                      f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
-    (line_dir / "logs").mkdir(parents=True, exist_ok=True)
-    started = datetime.now(timezone.utc)
-    log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
-    with build_folder(build_parent, spec.line, options.keep_build_dir, console) as build_dir:
-        tree = source.unpack(build_dir, archs)
+    with keyed_build_folder(build_parent, key, fresh=options.force, keep=options.keep_build_dir) as folder:
+        resumed_threads = folder.previous.nvcc_threads if folder.previous else None  # its compile commands'
+        par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
+                               source.threads_per_object(archs), options.jobs or spec.build.jobs,
+                               options.nvcc_threads or spec.build.nvcc_threads or resumed_threads)
+        if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
+            console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
+                          f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
+        (line_dir / "logs").mkdir(parents=True, exist_ok=True)
+        started = datetime.now(timezone.utc)
+        log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+        build_dir = folder.path
+        tree = folder.unpacked(source, archs, par.nvcc_threads)
         env = {**build_environment(tc, archs, par, inputs["local_version"], tree.epoch, build_dir), **tree.environment}
         order = schedule_order(options.order_from, line_dir, tree.pin, archs, tree.costs_key)
-        shim_dir = build_dir / "schedule"
+        shim_dir = build_dir / SCHEDULE
+        interrupted = ManifestObjects.read(shim_dir)  # the object list of the build that stopped here
+        (shim_dir / MANIFEST_OBJECTS).unlink(missing_ok=True)  # this build's shim writes its own
         plan = ManifestPlan(str(build_dir), order.object_seconds, str(tree.source_root), order.source_seconds,
                             "previous build's times" if order.kind == "record" else "the knowledge's object costs")
         if not install_ninja_shim(shim_dir, plan, env["PATH"]):
@@ -420,9 +464,17 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         console.print(f"building {source.label} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
         console.print(f"log: {display_path(log_path)}")
         console.print(f"schedule: {order.summary()}")
+        tracker = first_estimate(spec, source, archs, par, order, interrupted, shim_dir, console)
+        before = {o["name"]: o for o in ninja_objects(tree.project_dir)}
         t0, cpu0 = time.monotonic(), children_cpu_s()
         run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
-        rc = run_logged(cmd, run_env, build_dir, log_path, console)
+        try:
+            rc = run_logged(cmd, run_env, build_dir, log_path, console, tracker)
+        except KeyboardInterrupt:
+            done = ManifestObjects.read(shim_dir)
+            console.print(f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
+                          f"{display_path(build_dir)}; `toolkit build {spec.line}` continues from them")
+            raise
         wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
         if rc != 0:
             raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
@@ -437,6 +489,7 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         if options.install:
             install_and_import(tc, built, [*modules, *tree.imports], options.install_target, log_path, tree.fa4_pin)
         objects = ninja_objects(tree.project_dir)
+        compiled = [o for o in objects if before.get(o["name"]) != o]  # by this run: efficiency is its own
         record = BuildRecord(
             inputs_key=key,
             inputs=inputs,
@@ -454,8 +507,10 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
                 wheel=built.name, version=version, wheel_sha256=sha256_file(built),
                 wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
                 imported=options.install, wall_s=round(wall, 1),
-                efficiency=efficiency(objects, par.jobs, wall, cpu_s, par.cpus),
+                efficiency=efficiency(compiled, par.jobs, wall, cpu_s, par.cpus),
                 objects=[ObjectTime(**o) for o in objects]),
+            resumed=({"objects_kept": len(objects) - len(compiled), "objects_compiled": len(compiled),
+                      "folder": display_path(build_dir)} if len(compiled) < len(objects) else {}),
             fingerprint=fp.to_dict(),
             log=display_path(log_path),
             started=started.isoformat(timespec="seconds"),
@@ -463,6 +518,8 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         )
         wheel = place(built, line_dir, record)
         write_index(workspace.wheelhouse)
+        if options.keep_build_dir:
+            console.print(f"build directory kept: {display_path(build_dir)}")
         return BuildResult(wheel, record_path_for(wheel), record, cached=False)
 
 
@@ -563,8 +620,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mem-gb", type=_positive_float,
                         help="memory to size jobs against (default: MemAvailable; machines that grow memory "
                              "on demand show less than they have)")
-    parser.add_argument("--force", action="store_true", help="rebuild even when a cached wheel matches")
-    parser.add_argument("--keep-build-dir", action="store_true", help="keep the unpacked sdist and objects")
+    parser.add_argument("--force", action="store_true",
+                        help="rebuild from scratch even when a cached wheel matches (an interrupted build's "
+                             "objects are dropped too)")
+    parser.add_argument("--keep-build-dir", action="store_true",
+                        help="keep the unpacked sdist and objects in .cache/build/KEY/ after a successful build "
+                             "(an interrupted one keeps them anyway, and the next build continues from them)")
     parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
     parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
     parser.add_argument("--order-from", type=Path, metavar="RECORD",

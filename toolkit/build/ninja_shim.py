@@ -141,6 +141,19 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
 
 
 MANIFEST_OUTCOME = "manifest-outcome.json"
+MANIFEST_OBJECTS = "manifest-objects.json"  # the compile objects and their costs, for the build's progress
+
+
+def manifest_objects(manifest: str, plan: ManifestPlan) -> dict[str, float | None]:
+    """Each compile edge's object file name (an .o made from a source: not a link) with its time or cost."""
+    found: dict[str, float | None] = {}
+    for line in manifest.split("\n"):
+        match = BUILD_EDGE.match(line)
+        if match:
+            output, source = _unescape(match.group(1)), _unescape(match.group(3))
+            if output.endswith(".o") and not source.endswith(".o"):
+                found[Path(output).name] = plan.seconds(output, source)
+    return found
 
 
 def manifest_outcome(shim_dir: Path) -> dict[str, int | None]:
@@ -162,6 +175,8 @@ def prepare_manifest(args: list[str]) -> None:
         write_atomic(manifest, text)
         write_atomic(plan_file.with_name(MANIFEST_OUTCOME), json.dumps(
             {"nvcc_objects_seeded": seeded, "edges_ordered": timed, "objects_without_cost": unknown}))
+        write_atomic(plan_file.with_name(MANIFEST_OBJECTS), json.dumps(
+            {"directory": str(Path(directory).absolute()), "objects": manifest_objects(text, plan)}))
         print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
               f"{timed} object edges ordered longest first ({plan.order_from}), {unknown} without a time "
               f"or cost first", flush=True)

@@ -69,8 +69,10 @@ class BuildRecord:
     # FlashAttention-3 builds: commit, profile, its DISABLE switches, each archive with its sha256 and git ids
     flash_attn_3: dict[str, Any] = field(default_factory=dict)
     # a wheel taken from a binary cache instead of compiled here: its table entry's URL (cache/substitute.py);
-    # everything else is the publisher's record. Records before issue 35 have none: compiled where they lie.
+    # everything else is the publisher's record. Older records have none: compiled where they lie.
     substituted_from: str = ""
+    # a build that continued an interrupted one: objects_kept from it, objects_compiled by this one, folder
+    resumed: dict[str, Any] = field(default_factory=dict)
     status: str = "success"
     schema: int = RECORD_SCHEMA
 

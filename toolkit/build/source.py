@@ -5,6 +5,7 @@ sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build)
 
 from __future__ import annotations
 
+import os
 import tarfile
 import zlib
 from collections.abc import Callable
@@ -94,3 +95,13 @@ def _unreadable(exc: BaseException) -> str:
         return "not a tar archive, neither plain nor gzip, bzip2 or xz compressed"
     lines = str(exc).splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def settle_times(tree: Path, epoch: int) -> None:
+    """Give every file changed after unpacking (a patch) the archive's newest time, as the unchanged ones have
+    theirs: a source unpacked again is then never newer than the objects built from it (build_dirs.py)."""
+    for root, _, files in os.walk(tree):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path) and os.stat(path).st_mtime > epoch:
+                os.utime(path, (epoch, epoch))

@@ -26,15 +26,26 @@ from toolkit.knowledge.object_costs import KNOWLEDGE_NAME, CostKey, load_object_
 OrderKind = Literal["record", "knowledge", "build.ninja"]
 
 
+def ninja_log(path: Path) -> dict[str, tuple[float, float]]:
+    """Each output's (start, end) seconds in ninja's .ninja_log, since the start of the ninja run that built it;
+    its last row (ninja appends one per build of an edge, and a resumed build's run its own); {} without one."""
+    rows: dict[str, tuple[float, float]] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return rows
+    for row in text.splitlines():
+        fields = row.split("\t")
+        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+            rows[fields[3]] = (int(fields[0]) / 1000, int(fields[1]) / 1000)
+    return rows
+
+
 def ninja_objects(src_dir: Path) -> list[dict]:
-    """Per-object compile times from ninja's .ninja_log (start/end ms since the build started)."""
-    objects = []
-    for log in src_dir.glob("build/**/.ninja_log"):
-        for row in log.read_text().splitlines():
-            fields = row.split("\t")
-            if len(fields) >= 4 and fields[3].endswith(".o"):
-                start, end = int(fields[0]), int(fields[1])
-                objects.append({"name": Path(fields[3]).name, "start_s": start / 1000, "seconds": (end - start) / 1000})
+    """Per-object compile times from ninja's .ninja_log (start/end since the start of the ninja run)."""
+    objects = [{"name": Path(output).name, "start_s": start, "seconds": round(end - start, 3)}
+               for log in src_dir.glob("build/**/.ninja_log")
+               for output, (start, end) in ninja_log(log).items() if output.endswith(".o")]
     return sorted(objects, key=lambda o: o["start_s"])
 
 

@@ -1,0 +1,150 @@
+"""The build folders of `toolkit build`: <cache>/build/<inputs key>/, kept when a build stops, so that the next
+build of the same inputs continues from its finished objects.
+
+The folder is named by the build's inputs key (wheelhouse.inputs_key), so a build of other inputs never looks
+into it. A build holds `<key>.lock` (toolkit/base/fslock.py) while it uses the folder: a second build of the same
+inputs waits, and nothing removes a folder a live build holds. A successful build removes its folder (with
+--keep-build-dir it stays); one that was interrupted (Ctrl-C, SIGTERM, SIGKILL, a node lost) or failed leaves it.
+At the start of every build, folders unused for MAX_AGE_DAYS go, then the least recently used beyond
+DISK_BUDGET_GB in all; only folders named by a key, never anything else in the cache.
+
+Resuming: the source is unpacked afresh every time (its files get the archive's times, older than every
+object) and the interrupted build's setup.py build tree (<project>/build: ninja's objects, .ninja_log and
+.ninja_deps) is moved back into it at the same path, so ninja finds the finished objects up to date and
+compiles only the rest, with the same commands (the folder's path is in them): the objects and so the wheel
+are the bytes an uninterrupted build makes. nvcc's thread count is part of every compile command, so a resumed
+build keeps the interrupted one's (BuildState).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolkit.base.atomic import remove_path, write_atomic
+from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import held_if_free, lock_file_for, locked
+from toolkit.base.jsonfile import read_json
+from toolkit.build.source import SourceTree, WheelSource
+
+KEY = re.compile(r"[0-9a-f]{64}")
+MAX_AGE_DAYS = 14.0
+DISK_BUDGET_GB = 20.0
+STATE = "state.json"  # what the next build of these inputs needs to continue (BuildState)
+KEPT = "kept-build"  # the setup.py build tree, set aside while the source is unpacked again
+SCHEDULE = "schedule"  # the ninja shim's folder (builder.build): its object list serves the resumed estimate
+SETUP_BUILD = "build"  # setup.py's build base inside the project folder (build_temp: ninja's folder)
+
+
+@dataclass(frozen=True)
+class BuildState:
+    """Written once the source is unpacked: where its build tree lies and the compile commands' threads."""
+
+    project_dir: str  # relative to the build folder
+    nvcc_threads: int
+
+
+@dataclass(frozen=True)
+class BuildFolder:
+    path: Path
+    previous: BuildState | None  # what an interrupted build of these inputs left (None: a fresh folder)
+
+    def unpacked(self, source: WheelSource, archs: tuple[str, ...], nvcc_threads: int) -> SourceTree:
+        """The source unpacked afresh, with the interrupted build's setup.py build tree moved back into it."""
+        kept = self.path / KEPT
+        if self.previous is not None and not kept.exists():
+            build = self.path / self.previous.project_dir / SETUP_BUILD
+            if build.is_dir() and not build.is_symlink():
+                os.replace(build, kept)
+        for entry in self.path.iterdir():
+            if entry.name not in (KEPT, SCHEDULE):
+                remove_path(entry)
+        tree = source.unpack(self.path, archs)
+        project = tree.project_dir.relative_to(self.path).as_posix()
+        if kept.is_dir():
+            target = tree.project_dir / SETUP_BUILD
+            remove_path(target)
+            os.replace(kept, target)
+        write_atomic(self.path / STATE, json.dumps(asdict(BuildState(project, nvcc_threads))))
+        return tree
+
+
+def read_state(folder: Path) -> BuildState | None:
+    """The folder's BuildState; None for a folder without one (killed before it was written) or with one
+    that is not the toolkit's (the folder then starts over)."""
+    if not (folder / STATE).is_file():
+        return None
+    try:
+        data = read_json(folder / STATE, "build folder state", "the build starts over")
+        state = BuildState(str(data["project_dir"]), int(data["nvcc_threads"]))
+    except (ToolkitError, KeyError, TypeError, ValueError):
+        return None
+    parts = Path(state.project_dir).parts
+    if not parts or Path(state.project_dir).is_absolute() or ".." in parts or state.nvcc_threads < 1:
+        return None
+    return state
+
+
+@contextmanager
+def keyed_build_folder(parent: Path, key: str, fresh: bool, keep: bool) -> Iterator[BuildFolder]:
+    """The build folder of these inputs, held for the body: what an interrupted build left in it (unless
+    `fresh`), removed when the body ends without error unless `keep`, left for the next build otherwise."""
+    if not KEY.fullmatch(key):
+        raise ValueError(f"not an inputs key: {key!r}")
+    folder = Path(parent) / key
+    with locked(folder):
+        if fresh:
+            remove_path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        os.utime(folder)  # its last use, for prune()
+        state = read_state(folder)
+        yield BuildFolder(folder.absolute(), state)
+        if not keep:
+            remove_path(folder)
+            lock_file_for(folder).unlink(missing_ok=True)  # a build waiting on it locks a new one (fslock)
+
+
+def discard(folder: Path) -> bool:
+    """Remove a kept build folder and its lock file unless a live build holds it; whether it is gone."""
+    with held_if_free(folder) as free:
+        if free:
+            remove_path(folder)
+            lock_file_for(folder).unlink(missing_ok=True)
+        return free
+
+
+def tree_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def prune(parent: Path, in_use: str, max_age_days: float = MAX_AGE_DAYS,
+          budget_gb: float = DISK_BUDGET_GB) -> list[Path]:
+    """Remove the kept build folders unused for max_age_days, then the least recently used while all of them
+    (in_use's too, which stays) take more than budget_gb; never one a live build holds. Returns the removed."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    folders = [p for p in parent.iterdir() if KEY.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
+    used = {p: p.stat().st_mtime for p in folders}
+    sizes = {p: tree_bytes(p) for p in folders}
+    total = sum(sizes.values())
+    removed = []
+    for folder in sorted((p for p in folders if p.name != in_use), key=used.__getitem__):
+        too_old = time.time() - used[folder] > max_age_days * 86400
+        if (too_old or total > budget_gb * 1e9) and discard(folder):
+            total -= sizes[folder]
+            removed.append(folder)
+    return removed
