@@ -135,10 +135,41 @@ def test_sigterm_ends_python_m_toolkit_fa4_as_it_ends_toolkit_fa4(tmp_path):
             "--python", str(slow_python(tmp_path))]
     by_toolkit = interrupted([sys.executable, "-m", "toolkit", "fa4", *args], tmp_path)
     by_child = interrupted([sys.executable, "-m", "toolkit.fa4", *args], tmp_path)
-    line = "error: interrupted by SIGTERM (this run's temporary files were removed; re-run the same command)\n"
+    line = "error: interrupted by SIGTERM (this run's temporary files are removed as it exits; re-run the same command)\n"
     assert by_toolkit == (143, line)
     assert by_child == by_toolkit
     assert not (tmp_path / "target").exists()
+
+
+def test_ctrl_c_is_answered_at_once_while_the_cleanup_still_runs(tmp_path):
+    """Ctrl-C during `toolkit install` of a pypi line was answered only once the cleanup was done (deleting the
+    half-made venv: 15-30 s of silence). Here the cleanup waits for a child that ignores SIGTERM (the
+    supervisor kills it STOP_GRACE_S later): the one line must come within 2 s of the real SIGINT, before the
+    exit, and be the only line."""
+    from toolkit.base.children import STOP_GRACE_S
+
+    stubborn = tmp_path / "stubborn-python"
+    stubborn.write_text(f"#!/bin/sh\ntrap '' TERM\ntouch {tmp_path}/started\nsleep 60\n")
+    stubborn.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "toolkit", "fa4", "install", "--wheels", str(tmp_path / "w"),
+                                "--target", str(tmp_path / "target"), "--python", str(stubborn)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the probe never started: {process.communicate()}")
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    first = process.stderr.readline()
+    answered = time.monotonic() - sent
+    rest = process.communicate(timeout=60)[1]
+    ended = time.monotonic() - sent
+    assert first == ("error: interrupted by Ctrl-C (this run's temporary files are removed as it exits; re-run the "
+                     "same command)\n") and rest == "" and process.returncode == 130
+    assert answered < 2 and ended >= STOP_GRACE_S - 1  # answered first, then the cleanup ran on
 
 
 @pytest.mark.parametrize("module", ["toolkit.verify", "toolkit.verify.bench", "toolkit.verify.fa4"])

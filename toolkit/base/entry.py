@@ -31,8 +31,15 @@ class Program(Protocol):
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv)'s exit code; every failure a user can cause is one line on stderr, never a traceback."""
+    announced: list[KeyboardInterrupt] = []
+
+    def announce(exc: KeyboardInterrupt) -> None:  # at the signal, before the cleanup: see terminate_like_interrupt
+        if not announced:
+            announced.append(exc)
+            print(f"error: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+
     try:
-        with terminate_like_interrupt():
+        with terminate_like_interrupt(announce):
             return main(argv)
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -47,10 +54,14 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
         return 141
     except KeyboardInterrupt as exc:
-        by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
-        print(f"error: interrupted by {by} (this run's temporary files were removed; re-run the same command)",
-              file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        first = announced[0] if announced else exc
+        announce(first)
+        return 143 if isinstance(first, Terminated) else 130
+
+
+def interrupted_line(exc: KeyboardInterrupt) -> str:
+    by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    return f"interrupted by {by} (this run's temporary files are removed as it exits; re-run the same command)"
 
 
 def program(main: Callable[[list[str] | None], int]) -> Program:
