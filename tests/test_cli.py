@@ -5,6 +5,7 @@ meaning per option name, the line given as LINE, and one entry wrapper for `tool
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from toolkit.base.entry import RenamedVerb
 from toolkit.cli import build_parser, main
@@ -204,3 +206,53 @@ def test_a_reader_that_leaves_early_ends_the_program_quietly():
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, b"")
+
+
+# ---------------------------------------------------------------- what the README spells
+
+
+def test_matrix_without_show_takes_shows_options_and_lines(monkeypatch, capsys):
+    """The README writes `toolkit matrix [show] [LINE...]` (`--json`, `--github`): without `show` each was
+    refused with the top-level usage (`matrix cu126`: "invalid choice: 'cu126'")."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    for words in (["--json", "cu126"], ["--github", "cu126", "py-cu130"], ["cu126"]):
+        assert main(["matrix", "show", *words]) == 0
+        shown = capsys.readouterr().out
+        assert main(["matrix", *words]) == 0
+        assert capsys.readouterr().out == shown, words
+    assert main(["matrix", "--github", "cu126", "py-cu130"]) == 0
+    include = json.loads(capsys.readouterr().out)["include"]
+    assert [(row["line"], row["torch"]) for row in include] == [
+        ("cu126", yaml.safe_load((ROOT / "envs/cu126.yaml").read_text())["torch"]["version"]),
+        ("py-cu130", yaml.safe_load((ROOT / "envs/py-cu130.yaml").read_text())["torch"]["version"])]
+
+
+def test_the_matrix_says_where_nvcc_comes_from_not_toolchain(monkeypatch, capsys):
+    """The table's `toolchain` column said `locked` for lines that have no lock on a fresh clone."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["matrix", "cu126", "gpu-machine", "py-cu130"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert "nvcc from" in rows[1] and "toolchain" not in rows[1]
+    assert [r.split()[-1] for r in rows if r.split() and r.split()[0] in ("cu126", "gpu-machine", "py-cu130")] == [
+        "conda", "machine", "PyPI"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["matrix", "--jsn"], "toolkit matrix show: error: unrecognized arguments: --jsn (did you mean --json?)"),
+    (["install", "cu126", "--prefx", "/x"],
+     "toolkit install: error: unrecognized arguments: --prefx /x (did you mean --prefix?)"),
+    (["build", "cu126", "cu128"], "toolkit build: error: unrecognized arguments: cu128"),
+    (["fa4", "cache-install", "--target", "t", "--arch", "90", "--cache-record", "r", "--dest", "d", "--pyhton=p"],
+     "toolkit fa4 cache-install: error: unrecognized arguments: --pyhton=p (did you mean --python?)"),
+])
+def test_an_unknown_word_is_refused_by_its_verb_with_the_nearest_option(tmp_path, argv, says):
+    """argparse answered every unknown option with the top-level usage (`usage: toolkit [-h] [--version] VERB
+    ...`) and no guess; the verb's own usage and its nearest option say what to write."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "toolkit", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    verb = says.partition(": error")[0]
+    assert done.returncode == 2 and done.stderr.startswith(f"usage: {verb} ")
+    assert done.stderr.rstrip("\n").splitlines()[-1] == says
