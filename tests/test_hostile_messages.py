@@ -132,3 +132,48 @@ def test_a_missing_declared_dependency_is_one_line(module, said):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: {said}"
+
+
+def unlocked_workspace(tmp_path: Path, channel: str, index: str) -> list[str]:
+    """cu126's spec in a workspace of its own without its lock, its conda channel and torch index as given."""
+    envs = tmp_path / "envs"
+    shutil.copytree(ROOT / "envs", envs)
+    (envs / "base.yaml").write_text((envs / "base.yaml").read_text().replace("channels: [conda-forge]",
+                                                                             f"channels: [{channel}]"))
+    (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text().replace(
+        "https://download.pytorch.org/whl/cu126", index))
+    (tmp_path / "locks").mkdir()
+    return ["--envs", str(envs), "--locks", str(tmp_path / "locks")]
+
+
+@pytest.mark.parametrize("verb", ["build", "install", "lock --check"])
+def test_a_conda_forge_line_without_its_lock_names_the_unreachable_channel_first(tmp_path, verb):
+    """`toolkit build cu126` on a fresh clone said "run toolkit install first", install said "re-run toolkit
+    lock", and only lock said that conda-forge is unreachable: every one of them now says it first."""
+    workspace = unlocked_workspace(tmp_path, "./gone-channel", f"file://{tmp_path}/gone-index")
+    done = toolkit(*verb.split(), "cu126", *workspace, cwd=tmp_path, env={"TOOLKIT_CACHE": str(tmp_path / "c")})
+    said = done.stderr if verb != "lock --check" else "error: " + done.stdout
+    assert done.returncode == 1 and "Traceback" not in done.stderr and said.count("\n") == 1
+    assert said == (f"error: locks/cu126.conda-lock.yml: missing, and this machine cannot make it: "
+                    f"`toolkit lock cu126` reads {(tmp_path / 'envs' / 'gone-channel').as_uri()}, file://{tmp_path}"
+                    f"/gone-index, unreachable from here (no folder {tmp_path}/envs/gone-channel): lock it on a "
+                    f"machine that reaches them and commit locks/, or name a mirror in the spec (locks/README.md)\n")
+
+
+def test_a_line_without_its_lock_whose_sources_answer_is_told_to_lock(tmp_path):
+    (tmp_path / "channel").mkdir()
+    (tmp_path / "index").mkdir()
+    workspace = unlocked_workspace(tmp_path, str(tmp_path / "channel"), f"file://{tmp_path}/index")
+    done = toolkit("install", "cu126", *workspace, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (
+        1, "error: locks/cu126.conda-lock.yml: missing (run `toolkit lock cu126`)\n")
+
+
+def test_install_takes_a_spec_file_as_its_siblings_do(tmp_path):
+    """`toolkit install envs/gpu-machine.yaml` said "'envs/gpu-machine.yaml' is not a line name", where
+    build, lock, check and verify take the spec file."""
+    by_file, by_name = toolkit("install", "envs/gpu-machine.yaml"), toolkit("install", "gpu-machine")
+    assert by_file.returncode == by_name.returncode == 1 and by_file.stderr == by_name.stderr
+    assert by_file.stderr.startswith("error: locks/gpu-machine.conda-lock.yml: gpu-machine has an external toolchain")
+    missing = toolkit("install", str(tmp_path / "mine.yaml"))
+    assert (missing.returncode, missing.stderr) == (1, f"error: {tmp_path}/mine.yaml: file not found\n")

@@ -41,7 +41,7 @@ from toolkit.build.timing import children_cpu_s, describe, efficiency, ninja_obj
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import find_cached, inputs_key, place, record_path_for, records, write_index
 from toolkit.env.download import fetch_verified
-from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
+from toolkit.env.lock import LockedEnv, LockedSdist, missing_lock, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number, minor_of
 from toolkit.knowledge.object_costs import CostKey
 from toolkit.machine import line_env
@@ -357,7 +357,10 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     source = source or Fa2Source(spec, workspace.lock_file(spec.line))
     cache = options.cache or workspace.cache
     line_dir = source.line_dir(workspace)
-    tc = line_env.resolve(spec, options.prefix, workspace=workspace).require_installed(spec.line)
+    found = line_env.resolve(spec, options.prefix, workspace=workspace)
+    if found.missing and not workspace.lock_file(spec.line).exists():  # the cause, not `run toolkit install` first
+        raise ToolkitError(missing_lock(spec, workspace))
+    tc = found.require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
     clean_stale(build_parent)  # what killed builds left
