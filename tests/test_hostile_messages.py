@@ -177,3 +177,24 @@ def test_install_takes_a_spec_file_as_its_siblings_do(tmp_path):
     assert by_file.stderr.startswith("error: locks/gpu-machine.conda-lock.yml: gpu-machine has an external toolchain")
     missing = toolkit("install", str(tmp_path / "mine.yaml"))
     assert (missing.returncode, missing.stderr) == (1, f"error: {tmp_path}/mine.yaml: file not found\n")
+
+
+def test_recommend_LINE_reads_the_lines_reports(tmp_path, monkeypatch, capsys):
+    """`toolkit recommend LINE`, as the README writes it, said "the following arguments are required: --bench":
+    it now reads reports/LINE/bench.json and each backend's verify.json where `toolkit verify` writes it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["recommend", "cu126"]) == 1
+    assert capsys.readouterr().err == ("error: reports/cu126/bench.json: no bench report for cu126 (run `toolkit bench "
+                                       "cu126` first, or pass --bench FILE)\n")
+    reports = tmp_path / "reports" / "cu126"
+    (reports / "fa4").mkdir(parents=True)
+    (reports / "bench.json").write_text(json.dumps(_bench()))
+    (reports / "fa4" / "verify.json").write_text(json.dumps({
+        "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
+        "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
+    assert main(["recommend", "cu126", "--bench", str(reports / "bench.json"), "--verified",
+                 f"fa4={reports / 'fa4' / 'verify.json'}", "--out", str(tmp_path / "spelled-out.json")]) == 0
+    capsys.readouterr()
+    assert main(["recommend", "cu126"]) == 0
+    assert "fa4" in json.loads((tmp_path / "spelled-out.json").read_text())["verified"]
+    assert (reports / "recommendation.json").read_text() == (tmp_path / "spelled-out.json").read_text()
