@@ -256,3 +256,14 @@ def test_an_unknown_word_is_refused_by_its_verb_with_the_nearest_option(tmp_path
     verb = says.partition(": error")[0]
     assert done.returncode == 2 and done.stderr.startswith(f"usage: {verb} ")
     assert done.stderr.rstrip("\n").splitlines()[-1] == says
+
+
+def test_lock_help_promises_requirements_files_only_for_the_lines_that_write_them():
+    """`toolkit lock --help` said every lock comes with locks/<line>.<platform>.requirements.txt; the committed
+    pypi locks have a pylock.<line>.toml and no requirements file."""
+    text = " ".join(dict(leaf_verbs(build_parser()))[("lock",)].format_help().split())
+    committed = {p.name for p in (ROOT / "locks").iterdir()}
+    assert "pylock.py-cu130.toml" in committed and not any(n.startswith("py-cu130.") and n.endswith(".txt")
+                                                           for n in committed)
+    assert "conda-lock.yml plus locks/<line>.<platform>.requirements.txt" not in text
+    assert "A pypi line (toolchain kind pypi) has no conda layer and no requirements.txt" in text

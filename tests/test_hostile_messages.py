@@ -18,7 +18,7 @@ from test_recommend import GPU, _bench, _case
 
 from toolkit.cli import main
 from toolkit.machine.fingerprint import from_dict
-from toolkit.machine.preflight import findings, preflight_input
+from toolkit.machine.preflight import findings, preflight_input, problems
 from toolkit.site.scaleout import RunOptions, plan_matrix
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
@@ -198,3 +198,20 @@ def test_recommend_LINE_reads_the_lines_reports(tmp_path, monkeypatch, capsys):
     assert main(["recommend", "cu126"]) == 0
     assert "fa4" in json.loads((tmp_path / "spelled-out.json").read_text())["verified"]
     assert (reports / "recommendation.json").read_text() == (tmp_path / "spelled-out.json").read_text()
+
+
+def test_arch_and_mem_gb_given_on_the_command_line_are_named_not_the_spec_or_meminfo():
+    """`build --arch 75` was blamed on envs/gpu-machine.yaml's archs and `--mem-gb 1` on /proc/meminfo: the
+    option the user typed is named, with its fix."""
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
+    need = spec.build.gb_per_nvcc_thread
+    failed = problems(preflight_input(spec, h200, ("75",), 1.0, Path("/tmp"), archs_given="--arch 75",
+                                      mem_given="--mem-gb 1"))
+    assert "--arch 75: sm_75 older than FlashAttention-2 supports (sm_80 or newer: give those to --arch)" in failed
+    assert (f"--mem-gb 1: 1 GB is less than one nvcc thread needs (about {need} GB): pass at least --mem-gb {need:g}, "
+            f"or leave it out to size from this machine's available memory") in failed
+    assert not any("gpu-machine.yaml" in m or "/proc/meminfo" in m for m in failed)
+    from_spec = problems(preflight_input(spec, h200, ("75",), 1.0, Path("/tmp")))
+    assert any(m.startswith(f"{spec.where('archs')}: archs: sm_75") for m in from_spec)
+    assert any(m.startswith("/proc/meminfo: 1.0 GB available") for m in from_spec)

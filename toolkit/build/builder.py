@@ -376,7 +376,9 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     mem_gb = options.mem_gb or fp.mem_available_gb
     compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
-    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env,
+                                  archs_given=None if options.arch is None else f"--arch {options.arch}",
+                                  mem_given=None if options.mem_gb is None else f"--mem-gb {options.mem_gb:g}"))
     source.fetch(cache)
     par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
                            source.threads_per_object(archs), options.jobs or spec.build.jobs,

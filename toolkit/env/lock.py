@@ -503,9 +503,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
                     "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
                     "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
-                    "plus locks/<line>.<platform>.requirements.txt. A pypi line (toolchain kind pypi) has no conda "
-                    "layer: uv resolves its wheels from metadata into the lock and locks/pylock.<line>.toml. A lock "
-                    "whose inputs are unchanged is kept.")
+                    "plus, for a locked line (conda and pip layers), locks/<line>.<platform>.requirements.txt. A pypi line "
+                    "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
+                    "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
+                    "sdist pin. A lock whose inputs are unchanged is kept.")
     parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
