@@ -215,3 +215,21 @@ def test_arch_and_mem_gb_given_on_the_command_line_are_named_not_the_spec_or_mem
     from_spec = problems(preflight_input(spec, h200, ("75",), 1.0, Path("/tmp")))
     assert any(m.startswith(f"{spec.where('archs')}: archs: sm_75") for m in from_spec)
     assert any(m.startswith("/proc/meminfo: 1.0 GB available") for m in from_spec)
+
+
+def test_modules_never_says_no_line_is_installed_after_naming_one_that_is(tmp_path):
+    """An installed cu126 without flash-attn was skipped ("flash-attn is not installed"), and then the run said
+    "no line has an installed environment"."""
+    prefix = tmp_path / "envs-root" / "cu126"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "python-3.12.0-0.json").write_text('{"name": "python", "version": "3.12.0", "build": "0"}')
+    torch = prefix / "lib" / "python3.12" / "site-packages" / "torch-2.9.1.dist-info"
+    torch.mkdir(parents=True)
+    (torch / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+    done = toolkit("modules", "--root", str(tmp_path / "modules"), "--env-root", str(tmp_path / "envs-root"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"skipped cu126: {torch.parent}: flash-attn is not installed" in done.stdout
+    assert done.stderr == (f"error: {tmp_path}/modules: nothing written: cu126 has an environment but no flash-attn "
+                           f"there (`toolkit build LINE` builds it and installs it there; each skipped line above says "
+                           f"what is missing)\n")
+    assert not (tmp_path / "modules").exists()
