@@ -233,3 +233,31 @@ def test_modules_never_says_no_line_is_installed_after_naming_one_that_is(tmp_pa
                            f"there (`toolkit build LINE` builds it and installs it there; each skipped line above says "
                            f"what is missing)\n")
     assert not (tmp_path / "modules").exists()
+
+
+def test_a_pypi_mirror_of_html_pages_only_is_named_as_such(tmp_path):
+    """`lock --pypi URL` of a PEP 503 mirror (HTML only) failed with "Expecting value: line 1 column 1" from
+    the JSON parser: it now says the mirror must serve the JSON simple API."""
+    import functools
+    import http.server
+    import threading
+
+    from toolkit.base.errors import ToolkitError
+    from toolkit.env.lock import fetch_sdist_pin
+
+    page = tmp_path / "simple" / "flash-attn" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<html><body><a href="flash_attn-2.8.3.post2.tar.gz#sha256=00">x</a></body></html>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        with pytest.raises(ToolkitError) as caught:
+            fetch_sdist_pin("2.8.3.post2", index)
+    finally:
+        server.shutdown()
+    assert str(caught.value) == (
+        f"--pypi {index}: {index}/flash-attn/ answered text/html, not PyPI's JSON simple API (PEP 691, "
+        f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror that serves it, or leave "
+        f"--pypi out (PyPI does)")

@@ -377,6 +377,11 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
+            kind = response.headers.get_content_type()
+            if not kind.endswith("json"):  # a PEP 503 mirror serves only HTML, whatever Accept asks for
+                raise ToolkitError(f"--pypi {index}: {url} answered {kind}, not PyPI's JSON simple API (PEP 691, "
+                                   f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror "
+                                   f"that serves it, or leave --pypi out (PyPI does)")
             files = json.load(response)["files"]
     except (urllib.error.URLError, OSError, ValueError, KeyError, RecursionError) as exc:
         raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
