@@ -44,10 +44,11 @@ def test_a_mistyped_line_is_named_with_the_nearest_one(verb):
 
 def test_build_with_a_prefix_says_to_install_there(tmp_path):
     """`build --prefix X` suggested "or pass --prefix", which the user had just done."""
-    done = toolkit("build", "cu126", "--prefix", str(tmp_path / "my env"), env={"TOOLKIT_CACHE": str(tmp_path / "c")})
+    # py-cu130: a line whose lock is committed (without one, the missing lock is named first)
+    done = toolkit("build", "py-cu130", "--prefix", str(tmp_path / "my env"), env={"TOOLKIT_CACHE": str(tmp_path / "c")})
     assert done.returncode == 1
-    assert done.stderr == (f"error: {tmp_path}/my env: no installed environment for cu126 (install it there with "
-                           f"`toolkit install cu126 --prefix '{tmp_path}/my env'`, or pass the --prefix it was "
+    assert done.stderr == (f"error: {tmp_path}/my env: no installed environment for py-cu130 (install it there with "
+                           f"`toolkit install py-cu130 --prefix '{tmp_path}/my env'`, or pass the --prefix it was "
                            f"installed with)\n")
 
 
