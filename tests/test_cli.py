@@ -5,6 +5,7 @@ meaning per option name, the line given as LINE, and one entry wrapper for `tool
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from toolkit.base.entry import RenamedVerb
 from toolkit.cli import build_parser, main
@@ -135,10 +137,41 @@ def test_sigterm_ends_python_m_toolkit_fa4_as_it_ends_toolkit_fa4(tmp_path):
             "--python", str(slow_python(tmp_path))]
     by_toolkit = interrupted([sys.executable, "-m", "toolkit", "fa4", *args], tmp_path)
     by_child = interrupted([sys.executable, "-m", "toolkit.fa4", *args], tmp_path)
-    line = "error: interrupted by SIGTERM (this run's temporary files were removed; re-run the same command)\n"
+    line = "error: interrupted by SIGTERM (this run's temporary files are removed as it exits; re-run the same command)\n"
     assert by_toolkit == (143, line)
     assert by_child == by_toolkit
     assert not (tmp_path / "target").exists()
+
+
+def test_ctrl_c_is_answered_at_once_while_the_cleanup_still_runs(tmp_path):
+    """Ctrl-C during `toolkit install` of a pypi line was answered only once the cleanup was done (deleting the
+    half-made venv: 15-30 s of silence). Here the cleanup waits for a child that ignores SIGTERM (the
+    supervisor kills it STOP_GRACE_S later): the one line must come within 2 s of the real SIGINT, before the
+    exit, and be the only line."""
+    from toolkit.base.children import STOP_GRACE_S
+
+    stubborn = tmp_path / "stubborn-python"
+    stubborn.write_text(f"#!/bin/sh\ntrap '' TERM\ntouch {tmp_path}/started\nsleep 60\n")
+    stubborn.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "toolkit", "fa4", "install", "--wheels", str(tmp_path / "w"),
+                                "--target", str(tmp_path / "target"), "--python", str(stubborn)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the probe never started: {process.communicate()}")
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    first = process.stderr.readline()
+    answered = time.monotonic() - sent
+    rest = process.communicate(timeout=60)[1]
+    ended = time.monotonic() - sent
+    assert first == ("error: interrupted by Ctrl-C (this run's temporary files are removed as it exits; re-run the "
+                     "same command)\n") and rest == "" and process.returncode == 130
+    assert answered < 2 and ended >= STOP_GRACE_S - 1  # answered first, then the cleanup ran on
 
 
 @pytest.mark.parametrize("module", ["toolkit.verify", "toolkit.verify.bench", "toolkit.verify.fa4"])
@@ -173,3 +206,64 @@ def test_a_reader_that_leaves_early_ends_the_program_quietly():
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (141, b"")
+
+
+# ---------------------------------------------------------------- what the README spells
+
+
+def test_matrix_without_show_takes_shows_options_and_lines(monkeypatch, capsys):
+    """The README writes `toolkit matrix [show] [LINE...]` (`--json`, `--github`): without `show` each was
+    refused with the top-level usage (`matrix cu126`: "invalid choice: 'cu126'")."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    for words in (["--json", "cu126"], ["--github", "cu126", "py-cu130"], ["cu126"]):
+        assert main(["matrix", "show", *words]) == 0
+        shown = capsys.readouterr().out
+        assert main(["matrix", *words]) == 0
+        assert capsys.readouterr().out == shown, words
+    assert main(["matrix", "--github", "cu126", "py-cu130"]) == 0
+    include = json.loads(capsys.readouterr().out)["include"]
+    assert [(row["line"], row["torch"]) for row in include] == [
+        ("cu126", yaml.safe_load((ROOT / "envs/cu126.yaml").read_text())["torch"]["version"]),
+        ("py-cu130", yaml.safe_load((ROOT / "envs/py-cu130.yaml").read_text())["torch"]["version"])]
+
+
+def test_the_matrix_says_where_nvcc_comes_from_not_toolchain(monkeypatch, capsys):
+    """The table's `toolchain` column said `locked` for lines that have no lock on a fresh clone."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["matrix", "cu126", "gpu-machine", "py-cu130"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert "nvcc from" in rows[1] and "toolchain" not in rows[1]
+    assert [r.split()[-1] for r in rows if r.split() and r.split()[0] in ("cu126", "gpu-machine", "py-cu130")] == [
+        "conda", "machine", "PyPI"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["matrix", "--jsn"], "toolkit matrix show: error: unrecognized arguments: --jsn (did you mean --json?)"),
+    (["install", "cu126", "--prefx", "/x"],
+     "toolkit install: error: unrecognized arguments: --prefx /x (did you mean --prefix?)"),
+    (["build", "cu126", "cu128"], "toolkit build: error: unrecognized arguments: cu128"),
+    (["fa4", "cache-install", "--target", "t", "--arch", "90", "--cache-record", "r", "--dest", "d", "--pyhton=p"],
+     "toolkit fa4 cache-install: error: unrecognized arguments: --pyhton=p (did you mean --python?)"),
+])
+def test_an_unknown_word_is_refused_by_its_verb_with_the_nearest_option(tmp_path, argv, says):
+    """argparse answered every unknown option with the top-level usage (`usage: toolkit [-h] [--version] VERB
+    ...`) and no guess; the verb's own usage and its nearest option say what to write."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "toolkit", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    verb = says.partition(": error")[0]
+    assert done.returncode == 2 and done.stderr.startswith(f"usage: {verb} ")
+    assert done.stderr.rstrip("\n").splitlines()[-1] == says
+
+
+def test_lock_help_promises_requirements_files_only_for_the_lines_that_write_them():
+    """`toolkit lock --help` said every lock comes with locks/<line>.<platform>.requirements.txt; the committed
+    pypi locks have a pylock.<line>.toml and no requirements file."""
+    text = " ".join(dict(leaf_verbs(build_parser()))[("lock",)].format_help().split())
+    committed = {p.name for p in (ROOT / "locks").iterdir()}
+    assert "pylock.py-cu130.toml" in committed and not any(n.startswith("py-cu130.") and n.endswith(".txt")
+                                                           for n in committed)
+    assert "conda-lock.yml plus locks/<line>.<platform>.requirements.txt" not in text
+    assert "A pypi line (toolchain kind pypi) has no conda layer and no requirements.txt" in text

@@ -18,7 +18,7 @@ from test_recommend import GPU, _bench, _case
 
 from toolkit.cli import main
 from toolkit.machine.fingerprint import from_dict
-from toolkit.machine.preflight import findings, preflight_input
+from toolkit.machine.preflight import findings, preflight_input, problems
 from toolkit.site.scaleout import RunOptions, plan_matrix
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
@@ -44,10 +44,11 @@ def test_a_mistyped_line_is_named_with_the_nearest_one(verb):
 
 def test_build_with_a_prefix_says_to_install_there(tmp_path):
     """`build --prefix X` suggested "or pass --prefix", which the user had just done."""
-    done = toolkit("build", "cu126", "--prefix", str(tmp_path / "my env"), env={"TOOLKIT_CACHE": str(tmp_path / "c")})
+    # py-cu130: a line whose lock is committed (without one, the missing lock is named first)
+    done = toolkit("build", "py-cu130", "--prefix", str(tmp_path / "my env"), env={"TOOLKIT_CACHE": str(tmp_path / "c")})
     assert done.returncode == 1
-    assert done.stderr == (f"error: {tmp_path}/my env: no installed environment for cu126 (install it there with "
-                           f"`toolkit install cu126 --prefix '{tmp_path}/my env'`, or pass the --prefix it was "
+    assert done.stderr == (f"error: {tmp_path}/my env: no installed environment for py-cu130 (install it there with "
+                           f"`toolkit install py-cu130 --prefix '{tmp_path}/my env'`, or pass the --prefix it was "
                            f"installed with)\n")
 
 
@@ -132,3 +133,132 @@ def test_a_missing_declared_dependency_is_one_line(module, said):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: {said}"
+
+
+def unlocked_workspace(tmp_path: Path, channel: str, index: str) -> list[str]:
+    """cu126's spec in a workspace of its own without its lock, its conda channel and torch index as given."""
+    envs = tmp_path / "envs"
+    shutil.copytree(ROOT / "envs", envs)
+    (envs / "base.yaml").write_text((envs / "base.yaml").read_text().replace("channels: [conda-forge]",
+                                                                             f"channels: [{channel}]"))
+    (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text().replace(
+        "https://download.pytorch.org/whl/cu126", index))
+    (tmp_path / "locks").mkdir()
+    return ["--envs", str(envs), "--locks", str(tmp_path / "locks")]
+
+
+@pytest.mark.parametrize("verb", ["build", "install", "lock --check"])
+def test_a_conda_forge_line_without_its_lock_names_the_unreachable_channel_first(tmp_path, verb):
+    """`toolkit build cu126` on a fresh clone said "run toolkit install first", install said "re-run toolkit
+    lock", and only lock said that conda-forge is unreachable: every one of them now says it first."""
+    workspace = unlocked_workspace(tmp_path, "./gone-channel", f"file://{tmp_path}/gone-index")
+    done = toolkit(*verb.split(), "cu126", *workspace, cwd=tmp_path, env={"TOOLKIT_CACHE": str(tmp_path / "c")})
+    said = done.stderr if verb != "lock --check" else "error: " + done.stdout
+    assert done.returncode == 1 and "Traceback" not in done.stderr and said.count("\n") == 1
+    assert said == (f"error: locks/cu126.conda-lock.yml: missing, and this machine cannot make it: "
+                    f"`toolkit lock cu126` reads {(tmp_path / 'envs' / 'gone-channel').as_uri()}, file://{tmp_path}"
+                    f"/gone-index, unreachable from here (no folder {tmp_path}/envs/gone-channel): lock it on a "
+                    f"machine that reaches them and commit locks/, or name a mirror in the spec (locks/README.md)\n")
+
+
+def test_a_line_without_its_lock_whose_sources_answer_is_told_to_lock(tmp_path):
+    (tmp_path / "channel").mkdir()
+    (tmp_path / "index").mkdir()
+    workspace = unlocked_workspace(tmp_path, str(tmp_path / "channel"), f"file://{tmp_path}/index")
+    done = toolkit("install", "cu126", *workspace, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (
+        1, "error: locks/cu126.conda-lock.yml: missing (run `toolkit lock cu126`)\n")
+
+
+def test_install_takes_a_spec_file_as_its_siblings_do(tmp_path):
+    """`toolkit install envs/gpu-machine.yaml` said "'envs/gpu-machine.yaml' is not a line name", where
+    build, lock, check and verify take the spec file."""
+    by_file, by_name = toolkit("install", "envs/gpu-machine.yaml"), toolkit("install", "gpu-machine")
+    assert by_file.returncode == by_name.returncode == 1 and by_file.stderr == by_name.stderr
+    assert by_file.stderr.startswith("error: locks/gpu-machine.conda-lock.yml: gpu-machine has an external toolchain")
+    missing = toolkit("install", str(tmp_path / "mine.yaml"))
+    assert (missing.returncode, missing.stderr) == (1, f"error: {tmp_path}/mine.yaml: file not found\n")
+
+
+def test_recommend_LINE_reads_the_lines_reports(tmp_path, monkeypatch, capsys):
+    """`toolkit recommend LINE`, as the README writes it, said "the following arguments are required: --bench":
+    it now reads reports/LINE/bench.json and each backend's verify.json where `toolkit verify` writes it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["recommend", "cu126"]) == 1
+    assert capsys.readouterr().err == ("error: reports/cu126/bench.json: no bench report for cu126 (run `toolkit bench "
+                                       "cu126` first, or pass --bench FILE)\n")
+    reports = tmp_path / "reports" / "cu126"
+    (reports / "fa4").mkdir(parents=True)
+    (reports / "bench.json").write_text(json.dumps(_bench()))
+    (reports / "fa4" / "verify.json").write_text(json.dumps({
+        "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
+        "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
+    assert main(["recommend", "cu126", "--bench", str(reports / "bench.json"), "--verified",
+                 f"fa4={reports / 'fa4' / 'verify.json'}", "--out", str(tmp_path / "spelled-out.json")]) == 0
+    capsys.readouterr()
+    assert main(["recommend", "cu126"]) == 0
+    assert "fa4" in json.loads((tmp_path / "spelled-out.json").read_text())["verified"]
+    assert (reports / "recommendation.json").read_text() == (tmp_path / "spelled-out.json").read_text()
+
+
+def test_arch_and_mem_gb_given_on_the_command_line_are_named_not_the_spec_or_meminfo():
+    """`build --arch 75` was blamed on envs/gpu-machine.yaml's archs and `--mem-gb 1` on /proc/meminfo: the
+    option the user typed is named, with its fix."""
+    spec = checked_spec(ROOT / "envs" / "gpu-machine.yaml")
+    h200 = from_dict(json.loads((ROOT / "tests/fingerprints/healthy-h200.json").read_text())["fingerprint"])
+    need = spec.build.gb_per_nvcc_thread
+    failed = problems(preflight_input(spec, h200, ("75",), 1.0, Path("/tmp"), archs_given="--arch 75",
+                                      mem_given="--mem-gb 1"))
+    assert "--arch 75: sm_75 older than FlashAttention-2 supports (sm_80 or newer: give those to --arch)" in failed
+    assert (f"--mem-gb 1: 1 GB is less than one nvcc thread needs (about {need} GB): pass at least --mem-gb {need:g}, "
+            f"or leave it out to size from this machine's available memory") in failed
+    assert not any("gpu-machine.yaml" in m or "/proc/meminfo" in m for m in failed)
+    from_spec = problems(preflight_input(spec, h200, ("75",), 1.0, Path("/tmp")))
+    assert any(m.startswith(f"{spec.where('archs')}: archs: sm_75") for m in from_spec)
+    assert any(m.startswith("/proc/meminfo: 1.0 GB available") for m in from_spec)
+
+
+def test_modules_never_says_no_line_is_installed_after_naming_one_that_is(tmp_path):
+    """An installed cu126 without flash-attn was skipped ("flash-attn is not installed"), and then the run said
+    "no line has an installed environment"."""
+    prefix = tmp_path / "envs-root" / "cu126"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "python-3.12.0-0.json").write_text('{"name": "python", "version": "3.12.0", "build": "0"}')
+    torch = prefix / "lib" / "python3.12" / "site-packages" / "torch-2.9.1.dist-info"
+    torch.mkdir(parents=True)
+    (torch / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n")
+    done = toolkit("modules", "--root", str(tmp_path / "modules"), "--env-root", str(tmp_path / "envs-root"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"skipped cu126: {torch.parent}: flash-attn is not installed" in done.stdout
+    assert done.stderr == (f"error: {tmp_path}/modules: nothing written: cu126 has an environment but no flash-attn "
+                           f"there (`toolkit build LINE` builds it and installs it there; each skipped line above says "
+                           f"what is missing)\n")
+    assert not (tmp_path / "modules").exists()
+
+
+def test_a_pypi_mirror_of_html_pages_only_is_named_as_such(tmp_path):
+    """`lock --pypi URL` of a PEP 503 mirror (HTML only) failed with "Expecting value: line 1 column 1" from
+    the JSON parser: it now says the mirror must serve the JSON simple API."""
+    import functools
+    import http.server
+    import threading
+
+    from toolkit.base.errors import ToolkitError
+    from toolkit.env.lock import fetch_sdist_pin
+
+    page = tmp_path / "simple" / "flash-attn" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<html><body><a href="flash_attn-2.8.3.post2.tar.gz#sha256=00">x</a></body></html>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        with pytest.raises(ToolkitError) as caught:
+            fetch_sdist_pin("2.8.3.post2", index)
+    finally:
+        server.shutdown()
+    assert str(caught.value) == (
+        f"--pypi {index}: {index}/flash-attn/ answered text/html, not PyPI's JSON simple API (PEP 691, "
+        f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror that serves it, or leave "
+        f"--pypi out (PyPI does)")

@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 from toolkit import __version__
-from toolkit.base.entry import program
+from toolkit.base.entry import parse_verb_args, program
 
 # Each wing module exposes register(verbs); each verb it adds sets `func` to its handler, named for the verb's
 # words: `toolkit fa4 cache-install` -> fa4_cache_install_command(args) -> int (tests/test_cli.py walks the tree).
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @program
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)  # the stages' modules are imported here
+    args = parse_verb_args(build_parser(), argv)  # the stages' modules are imported here
     return args.func(args)
 
 

@@ -27,6 +27,8 @@ from toolkit.base.atomic import write_atomic
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
+from toolkit.base.paths import display_path
+from toolkit.base.workspace import Workspace
 
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
 VERL_SHAPE = VerlShape()  # bf16 d128 causal fwd+bwd seqlen 4096, unless `--head-dim` / `--seqlen` say otherwise
@@ -460,10 +462,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
                                                 "(and verl's override lines for it)")
     parser.add_argument("line", nargs="?", metavar="LINE",
                         help="the line the bench ran for (its reports folder gets the file)")
-    parser.add_argument("--bench", type=Path, required=True, help="bench.json of `toolkit bench`")
+    parser.add_argument("--bench", type=Path, help="bench.json of `toolkit bench` (default with LINE: "
+                                                   "reports/LINE/bench.json)")
     packaged = ", ".join(f"{name}=..." for name in attention_backends.packaged())
     parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
-                        help=f"a packaged backend's verification report ({packaged})")
+                        help=f"a packaged backend's verification report ({packaged}; default with LINE: each "
+                             f"verify.json under reports/LINE/ where `toolkit verify` writes it: flash-attn's in "
+                             f"the folder, another backend's in a folder of its name)")
     parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
                                                  "reports/LINE/recommendation.json, where doctor and modules read it)")
     parser.add_argument("--head-dim", type=int, default=VerlShape.head_dim,
@@ -533,12 +538,30 @@ def _verl_summary(verl: dict) -> list[str]:
             *(f"  {line}" for line in verl["yaml"].splitlines()), *(f"note: {note}" for note in verl["notes"])]
 
 
+def default_reports(args: argparse.Namespace, workspace: Workspace) -> None:
+    """`toolkit recommend LINE` reads what `toolkit bench LINE` and `toolkit verify LINE` wrote: --bench, where not
+    given, is reports/LINE/bench.json, and each packaged backend not given with --verified whose report is in its
+    default folder is added."""
+    if args.bench is None:
+        args.bench = workspace.report_dir(args.line) / "bench.json"
+        if not args.bench.is_file():
+            raise ToolkitError(f"{display_path(args.bench)}: no bench report for {args.line} (run `toolkit bench "
+                               f"{args.line}` first, or pass --bench FILE)")
+    given = {item.partition("=")[0] for item in args.verified}
+    for backend in attention_backends.packaged():
+        report = workspace.backend_report_dir(args.line, backend) / "verify.json"
+        if backend not in given and report.is_file():
+            args.verified.append(f"{backend}={report}")
+
+
 def recommend_command(args: argparse.Namespace) -> int:
-    from toolkit.base.workspace import Workspace
     from toolkit.knowledge.fa4_pins import knowledge
 
-    if args.out is None and args.line is None:
-        raise ToolkitError("recommend: give LINE (writes reports/LINE/recommendation.json) or --out FILE")
+    if args.line is None and (args.out is None or args.bench is None):
+        raise ToolkitError("recommend: give LINE (reads reports/LINE/, writes reports/LINE/recommendation.json), "
+                           "or --bench FILE and --out FILE")
+    if args.line is not None:
+        default_reports(args, Workspace())
     args.out = args.out or Workspace().recommendation_file(args.line)
     if args.out.is_dir():  # before reading anything: the write's rename would fail on it with a traceback
         raise ToolkitError(f"{args.out}: a folder, where the recommendation JSON file goes (name a file with "

@@ -223,21 +223,34 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def terminate_like_interrupt() -> Iterator[None]:
+def terminate_like_interrupt(announce: Callable[[KeyboardInterrupt], None] | None = None) -> Iterator[None]:
     """For the body, SIGTERM (Slurm's scancel, `kill`) unwinds the stack like Ctrl-C instead of killing
-    mid-write. A second SIGTERM during the cleanup is ignored so the cleanup finishes."""
+    mid-write. A second SIGTERM during the cleanup is ignored so the cleanup finishes.
+
+    `announce(exc)`, if given, runs in the signal handler, before the unwinding (and Ctrl-C gets the same
+    handler): removing what the run made can take as long as deleting a 6 GB environment does, and the user
+    who pressed Ctrl-C is answered at once, not after it."""
     def handler(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated()
+        exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if announce is not None:
+            announce(exc)
+        raise exc
 
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield
         return
     previous = signal.signal(signal.SIGTERM, handler)
+    # Ctrl-C only where Python's own handler is set (not where it was ignored, as for a background job)
+    previous_int = signal.signal(signal.SIGINT, handler) \
+        if announce is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 PAUSE_AT = "FA_ENVKIT_PAUSE_AT"

@@ -9,6 +9,7 @@ the verify and bench children run under a line's python that may lack the toolki
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from functools import wraps
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkit.base.atomic import Terminated, terminate_like_interrupt
 from toolkit.base.errors import ToolkitError
@@ -31,8 +32,15 @@ class Program(Protocol):
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """main(argv)'s exit code; every failure a user can cause is one line on stderr, never a traceback."""
+    announced: list[KeyboardInterrupt] = []
+
+    def announce(exc: KeyboardInterrupt) -> None:  # at the signal, before the cleanup: see terminate_like_interrupt
+        if not announced:
+            announced.append(exc)
+            print(f"error: {interrupted_line(exc)}", file=sys.stderr, flush=True)
+
     try:
-        with terminate_like_interrupt():
+        with terminate_like_interrupt(announce):
             return main(argv)
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -47,10 +55,14 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
         return 141
     except KeyboardInterrupt as exc:
-        by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
-        print(f"error: interrupted by {by} (this run's temporary files were removed; re-run the same command)",
-              file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        first = announced[0] if announced else exc
+        announce(first)
+        return 143 if isinstance(first, Terminated) else 130
+
+
+def interrupted_line(exc: KeyboardInterrupt) -> str:
+    by = "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    return f"interrupted by {by} (this run's temporary files are removed as it exits; re-run the same command)"
 
 
 def program(main: Callable[[list[str] | None], int]) -> Program:
@@ -90,6 +102,54 @@ def add_renamed_verb(verbs: argparse._SubParsersAction, old: str, now: str) -> N
     renamed = RenamedVerb(prog=parser.prog, add_help=False)
     renamed.now = now
     verbs.choices[old] = renamed
+
+
+class DefaultStep(argparse.ArgumentParser):
+    """A verb with steps, one of them its default (see add_verb_with_default_step)."""
+
+    default_step = ""
+
+    def parse_known_args(self, args=None, namespace=None):  # argparse calls it on the verb's words
+        words = list(sys.argv[1:] if args is None else args)
+        steps = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices
+        if not words or (words[0] not in steps and words[0] not in ("-h", "--help")):
+            words = [self.default_step, *words]
+        return super().parse_known_args(words, namespace)
+
+
+def add_verb_with_default_step(verbs: argparse._SubParsersAction, name: str, default_step: str,
+                               **kwargs: Any) -> argparse.ArgumentParser:
+    """A verb whose steps are verbs of their own (`matrix show`, `matrix run`), where words that name no step
+    go to `default_step`: `toolkit matrix --json`, `toolkit matrix cu126` are `toolkit matrix show ...`, as the
+    README spells them. Add the steps with add_subparsers(parser_class=argparse.ArgumentParser)."""
+    prog = verbs.add_parser(name, help=kwargs.pop("help", None)).prog  # the verb list's entry and its prog
+    parser = DefaultStep(prog=prog, **kwargs)
+    parser.default_step = default_step
+    verbs.choices[name] = parser
+    return parser
+
+
+def parse_verb_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parser.parse_args(argv), except that words no verb knows are refused by the verb they were given to,
+    with its usage and the nearest option it has (argparse answers with the top-level usage and no guess)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        verb = handler_parser(parser, args.func) or parser
+        options = [o for a in verb._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
+        guesses = [difflib.get_close_matches(word.partition("=")[0], options, n=1) for word in unknown
+                   if word.startswith("-")]
+        hint = ", ".join(f"did you mean {g[0]}?" for g in guesses if g)
+        verb.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""))
+    return args
+
+
+def handler_parser(parser: argparse.ArgumentParser, func: object) -> argparse.ArgumentParser | None:
+    """The verb's parser whose handler is `func` (argparse keeps no other trace of which verb ran)."""
+    for group in (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)):
+        for sub in group.choices.values():
+            if (found := handler_parser(sub, func)) is not None:
+                return found
+    return parser if parser.get_default("func") is func else None
 
 
 def declared_requirements() -> list[Requirement]:

@@ -79,6 +79,12 @@ class Workspace:
     def report_dir(self, line: str) -> Path:
         return self.reports / checked_line(line)
 
+    def backend_report_dir(self, line: str, backend: str) -> Path:
+        """Where a packaged backend's verification of the line goes by default (`toolkit verify` writes
+        flash-attn's in the line's folder, each other backend's in a folder of its name), and where
+        `toolkit recommend LINE` looks for it."""
+        return self.report_dir(line) if backend == "flash-attn" else self.report_dir(line) / backend
+
     def recommendation_file(self, line: str) -> Path:
         """`toolkit recommend LINE`'s output, which doctor and the modulefile help read back."""
         return self.report_dir(line) / "recommendation.json"

@@ -59,7 +59,7 @@ from toolkit.build.wheelhouse import (
 from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.cache.substitute import fetch_substitute
 from toolkit.env.download import fetch_verified
-from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
+from toolkit.env.lock import LockedEnv, LockedSdist, missing_lock, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number, minor_of
 from toolkit.knowledge.object_costs import CostKey
 from toolkit.machine import line_env
@@ -410,7 +410,10 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     source = source or Fa2Source(spec, workspace.lock_file(spec.line))
     cache = options.cache or workspace.cache
     line_dir = source.line_dir(workspace)
-    tc = line_env.resolve(spec, options.prefix, workspace=workspace).require_installed(spec.line)
+    found = line_env.resolve(spec, options.prefix, workspace=workspace)
+    if found.missing and not workspace.lock_file(spec.line).exists():  # the cause, not `run toolkit install` first
+        raise ToolkitError(missing_lock(spec, workspace))
+    tc = found.require_installed(spec.line)
     build_parent = cache / "build"
     build_parent.mkdir(parents=True, exist_ok=True)
     clean_stale(build_parent)  # what killed builds left
@@ -433,7 +436,9 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     mem_gb = options.mem_gb or fp.mem_available_gb
     compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
                                                          "LC_ALL": "C"})
-    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env))
+    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env,
+                                  archs_given=None if options.arch is None else f"--arch {options.arch}",
+                                  mem_given=None if options.mem_gb is None else f"--mem-gb {options.mem_gb:g}"))
     source.fetch(cache)
     with keyed_build_folder(build_parent, key, fresh=options.force, keep=options.keep_build_dir) as folder:
         resumed_threads = folder.previous.nvcc_threads if folder.previous else None  # its compile commands'

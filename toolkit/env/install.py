@@ -51,6 +51,7 @@ from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.env.install_record import PrefixRecord, record_rows
+from toolkit.env.lock import missing_lock
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.env.pypi_install import VenvBuild, check_venv_prefix
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg
@@ -347,7 +348,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "
                     "machine's python with every locked wheel (--require-hashes --no-deps). Built in a "
                     "temporary prefix and renamed into place.")
-    parser.add_argument("line", metavar="LINE", help="line name (cu126)")
+    parser.add_argument("line", metavar="LINE", help="line name (cu126) or its spec file (envs/cu126.yaml)")
     parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
     parser.add_argument("--if-stale", action="store_true",
                         help="leave an environment that already holds this lock as it is (default: reinstall it)")
@@ -368,13 +369,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def install_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
-        resolve_spec_arg(args.line, workspace)
+    # LINE or its spec file, as the sibling verbs take it (a spec file is the line of its name)
+    line = load_spec(resolve_spec_arg(args.line, workspace)).line if Path(args.line).suffix in (".yaml", ".yml") \
+        else args.line
+    if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
+        raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):
-        prefix = install_line(args.line, args.prefix, workspace, args.backend, args.conda,
+        prefix = install_line(line, args.prefix, workspace, args.backend, args.conda,
                               if_stale=args.if_stale, python=args.python, torch_from=args.torch_from,
                               wheels=args.wheels)
-    lock = display_path(workspace.lock_file(args.line))
+    lock = display_path(workspace.lock_file(line))
     print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
-          f"{display_path(args.prefix or workspace.prefix(args.line))}: already the environment of {lock}; left as it is")
+          f"{display_path(args.prefix or workspace.prefix(line))}: already the environment of {lock}; left as it is")
     return 0

@@ -14,6 +14,7 @@ Reading a lock needs neither network nor py-rattler: heavy libraries are importe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform as host
@@ -65,6 +66,7 @@ from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_path
 # ---------------------------------------------------------------- what the solvers are asked
 
 PYPI_SIMPLE = "https://pypi.org/simple"
+CHANNEL_ALIAS = "https://conda.anaconda.org"  # where conda tools look up a channel given by name
 SDIST_PROJECT = "flash-attn"
 VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
 console = Console(stderr=True, highlight=False)
@@ -150,17 +152,46 @@ class PipTarget:
 
 
 def check_index_reachable(index_url: str, spec_file: str) -> None:
-    probe = index_url.rstrip("/") + "/"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(probe, method="HEAD"), timeout=20):
-            return
-    except urllib.error.HTTPError:
-        return  # the host answered: the index is there, it just dislikes HEAD on its root
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+    reason = unreachable(index_url)
+    if reason is not None:
         raise ToolkitError(f"{spec_file}: torch.index {index_url} is unreachable from this machine ({reason}); "
                            f"the pip layer needs it: lock on a machine that reaches it (see locks/README.md) "
-                           f"or set torch.index to a mirror") from None
+                           f"or set torch.index to a mirror")
+
+
+@functools.cache
+def unreachable(source: str) -> str | None:
+    """Why this machine cannot read `source` (a conda channel as conda_request gives it, or an index URL), or
+    None where it answers: a host that answers at all (even 404 or 405 to HEAD) is there."""
+    if source.startswith("file://"):
+        path = Path(urllib.parse.urlparse(source).path)
+        return None if path.is_dir() else f"no folder {path}"
+    url = source if "://" in source else f"{CHANNEL_ALIAS}/{source}/noarch/repodata.json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + ("" if "://" not in source else "/"),
+                                                           method="HEAD"), timeout=20):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def missing_lock(spec: EnvSpec, workspace: Workspace = DEFAULT) -> str:
+    """The one line for a line without a lock: what `toolkit lock LINE` reads and which of it this machine cannot
+    reach, so a conda-forge line on a machine without conda-forge hears the cause at once (not after build, install
+    and lock each failed on the step before)."""
+    path = display_path(workspace.lock_file(spec.line))
+    sources = list(conda_request(spec).channels) if spec.toolchain.kind == "locked" else []
+    if spec.toolchain.kind != "external":
+        sources.append(spec.torch_index)
+    lost = [(source, reason) for source in sources if (reason := unreachable(source)) is not None]
+    if not lost:
+        return f"{path}: missing (run `toolkit lock {spec.line}`)"
+    names = ", ".join(source for source, _ in lost)
+    return (f"{path}: missing, and this machine cannot make it: `toolkit lock {spec.line}` reads {names}, "
+            f"unreachable from here ({lost[0][1]}): lock it on a machine that reaches "
+            f"{'them' if len(lost) > 1 else 'it'} and commit locks/, or name a mirror in the spec (locks/README.md)")
 
 
 def lock_pip_requirements(requirements: list[str], index_urls: list[str], target: PipTarget,
@@ -361,6 +392,11 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
     request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
+            kind = response.headers.get_content_type()
+            if not kind.endswith("json"):  # a PEP 503 mirror serves only HTML, whatever Accept asks for
+                raise ToolkitError(f"--pypi {index}: {url} answered {kind}, not PyPI's JSON simple API (PEP 691, "
+                                   f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror "
+                                   f"that serves it, or leave --pypi out (PyPI does)")
             files = json.load(response)["files"]
     except (urllib.error.URLError, OSError, ValueError, KeyError, RecursionError) as exc:
         raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
@@ -469,7 +505,7 @@ def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
     for spec in specs:
         path = workspace.lock_file(spec.line)
         if not path.exists():
-            problems.append(f"{display_path(path)}: missing (run `toolkit lock {spec.line}`)")
+            problems.append(missing_lock(spec, workspace))
             continue
         try:
             locked = read_lock(path)
@@ -510,9 +546,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
                     "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
                     "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
-                    "plus locks/<line>.<platform>.requirements.txt. A pypi line (toolchain kind pypi) has no conda "
-                    "layer: uv resolves its wheels from metadata into the lock and locks/pylock.<line>.toml. A lock "
-                    "whose inputs are unchanged is kept.")
+                    "plus, for a locked line (conda and pip layers), locks/<line>.<platform>.requirements.txt. A pypi line "
+                    "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
+                    "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
+                    "sdist pin. A lock whose inputs are unchanged is kept.")
     parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolkit.base.atomic import clean_stale, run_temporaries, write_atomic
 from toolkit.base.digest import sha256_file
-from toolkit.base.entry import add_renamed_option, add_renamed_verb, program
+from toolkit.base.entry import add_renamed_option, add_renamed_verb, parse_verb_args, program
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -224,5 +224,5 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.fa4 STEP ...`: the fa4 verbs without loading every other stage."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.fa4")
     register(parser.add_subparsers())
-    args = parser.parse_args(["fa4", *(argv if argv is not None else sys.argv[1:])])
+    args = parse_verb_args(parser, ["fa4", *(argv if argv is not None else sys.argv[1:])])
     return args.func(args)

@@ -45,6 +45,8 @@ class PreflightInput:
     nvcc_archs: frozenset[str] | None  # `nvcc --list-gpu-code`, None when it could not run
     gcc_cap: int | None  # the newest gcc major this nvcc's crt/host_config.h accepts
     compile_env: dict[str, str] | None = None  # the environment the compilers run in (None: headers not probed)
+    archs_given: str | None = None  # the option that chose `archs` ("--arch 75"); None: the spec's archs
+    mem_given: str | None = None  # the option that set `mem_gb` ("--mem-gb 1"); None: /proc/meminfo's
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,10 @@ def archs_supported(p: PreflightInput) -> str | None:
     kb = load_knowledge()
     too_old = [a for a in p.archs if arch_number(a) < kb.fa_min_arch]
     if too_old:
-        return (f"{p.spec.where('archs')}: archs: sm_{', sm_'.join(too_old)} older than FlashAttention-2 "
-                f"supports (sm_{kb.fa_min_arch} or newer: drop them)")
+        where, fix = (p.archs_given, "give those to --arch") if p.archs_given else \
+            (f"{p.spec.where('archs')}: archs", "drop them")
+        return (f"{where}: sm_{', sm_'.join(too_old)} older than FlashAttention-2 supports (sm_{kb.fa_min_arch} or "
+                f"newer: {fix})")
     if not p.fp.nvcc_line:
         return None
     line = kb.cuda_lines.get(p.fp.nvcc_line)
@@ -210,6 +214,9 @@ def enough_memory(p: PreflightInput) -> str | None:
     need = p.spec.build.gb_per_nvcc_thread
     if p.mem_gb >= need:
         return None
+    if p.mem_given:
+        return (f"{p.mem_given}: {p.mem_gb:g} GB is less than one nvcc thread needs (about {need} GB): pass at least "
+                f"--mem-gb {need:g}, or leave it out to size from this machine's available memory")
     return (f"/proc/meminfo: {p.mem_gb:.1f} GB available, one nvcc thread needs about {need} GB "
             f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
 
@@ -242,10 +249,11 @@ def warnings(p: PreflightInput) -> list[str]:
 
 
 def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
-                    build_dir: Path, compile_env: dict[str, str] | None = None) -> PreflightInput:
+                    build_dir: Path, compile_env: dict[str, str] | None = None, archs_given: str | None = None,
+                    mem_given: str | None = None) -> PreflightInput:
     return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
                           nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_config_cap(fp.host_config_h),
-                          compile_env=compile_env)
+                          compile_env=compile_env, archs_given=archs_given, mem_given=mem_given)
 
 
 def run_preflight(p: PreflightInput) -> None:

@@ -1,4 +1,4 @@
-"""`toolkit matrix show`: the lines side by side (a table, JSON, a GitHub Actions matrix); `matrix run` builds them all.
+"""`toolkit matrix [show]`: the lines side by side (a table, JSON, a GitHub Actions matrix); `matrix run` builds them all.
 
 `toolkit matrix run [LINE...]` hands the lines to toolkit.site.scaleout, which runs each line's stages as
 Slurm jobs (or on this machine); this module is only the command line.
@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from toolkit.base.entry import add_verb_with_default_step
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace, add_workspace_options
 from toolkit.knowledge.facts import Knowledge, load_knowledge, minor_of
@@ -47,6 +48,11 @@ class MatrixRow:
     patches: list[str]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
     status: str  # current | old stack
     status_note: str  # why, from the torch release knowledge
+
+
+# The table's words for toolchain.kind: where nvcc comes from ("locked" read as "has a lock", which a fresh
+# clone's conda-forge lines do not)
+TOOLCHAIN_FROM = {"locked": "conda", "external": "machine", "pypi": "PyPI"}
 
 
 def line_status(spec: EnvSpec, kb: Knowledge) -> tuple[str, str]:
@@ -88,16 +94,18 @@ def github_matrix(specs: list[EnvSpec]) -> dict:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "matrix", help="the lines side by side (`matrix show`), or built and verified (`matrix run`)",
-        description="`toolkit matrix show [LINE...]`: one row per CUDA line. `toolkit matrix run [LINE...]`: "
+    parser = add_verb_with_default_step(
+        subparsers, "matrix", "show", help="the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
+        description="`toolkit matrix [show] [LINE...]`: one row per CUDA line (`show` is the default step: "
+                    "`toolkit matrix --json` is `toolkit matrix show --json`). `toolkit matrix run [LINE...]`: "
                     "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "
                     "--executor local) and a summary.")
-    verbs = parser.add_subparsers(title="steps", metavar="STEP")
+    verbs = parser.add_subparsers(title="steps", metavar="STEP", parser_class=argparse.ArgumentParser)
     show = verbs.add_parser(
         "show", help="every line side by side (a table, JSON, a GitHub Actions matrix)",
         description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
-                    "gcc, flash-attn, the patches its build applies, archs, driver floor, toolchain.")
+                    "gcc, flash-attn, the patches its build applies, archs, driver floor, and where its nvcc comes "
+                    "from (toolchain.kind: conda for locked, from the spec's channels; machine for external; PyPI for pypi).")
     show.add_argument("lines", nargs="*", metavar="LINE", help="lines (default: all)")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
     show.add_argument("--github", action="store_true",
@@ -116,7 +124,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workspace_options(run)
     add_run_options(run)
     run.set_defaults(func=matrix_run_command)
-    parser.set_defaults(func=matrix_command, show_defaults=show.parse_args([]))
 
 
 def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> None:
@@ -178,11 +185,6 @@ def command_line(lines: list[str], options: RunOptions, workspace: Workspace) ->
     return shlex.join(words)
 
 
-def matrix_command(args: argparse.Namespace) -> int:
-    """`toolkit matrix` alone shows every line, as `toolkit matrix show` does."""
-    return matrix_show_command(args.show_defaults)
-
-
 def matrix_show_command(args: argparse.Namespace) -> int:
     misplaced = ["--" + f.name.replace("_", "-") for f in fields(RunOptions) if hasattr(args, f.name)]
     if misplaced:
@@ -211,12 +213,12 @@ def print_table(rows: list[MatrixRow]) -> None:
     console = Console()
     table = Table(title="FlashAttention build matrix", box=box.SIMPLE_HEAD, padding=0, show_edge=False,
                   collapse_padding=True)
-    for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "toolchain"):
+    for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "nvcc from"):
         table.add_column(column, no_wrap=column not in ("torch", "archs"))
     for r in rows:
         torch = r.torch.replace("+", "\n+", 1) + ("\n(exp.)" if r.torch_experimental else "")
         table.add_row(r.line, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
-                      r.toolchain)
+                      TOOLCHAIN_FROM[r.toolchain])
     console.print(table)
     for r in rows:
         note = f"{r.line}: {r.status}: {r.status_note}" + (f"; patches {', '.join(r.patches)}" if r.patches else "")

@@ -66,7 +66,12 @@ SAFE = {
 
 
 class NotInstalled(ToolkitError):
-    """A line with nothing installed: skipped when publishing every line, an error when named."""
+    """A line with nothing installed: skipped when publishing every line, an error when named.
+    `has_environment`: its environment is there and lacks flash-attn (or torch), as opposed to no environment."""
+
+    def __init__(self, message: str, has_environment: bool = True) -> None:
+        super().__init__(message)
+        self.has_environment = has_environment
 
 
 def safe(kind: str, value: object, where: object, field: str) -> str:
@@ -176,7 +181,8 @@ def project_url(dist: metadata.Distribution, where: Path) -> str:
 def not_installed(spec: EnvSpec, found: line_env.LineEnvironment) -> NotInstalled:
     """A locked or pypi line's prefix that holds no environment, with the install that makes one there."""
     return NotInstalled(f"{display_path(found.root or Path('.'))}: no environment "
-                        f"here (run `{found.install_command(spec.line)}`, or pass --env-root/--prefix where it is)")
+                        f"here (run `{found.install_command(spec.line)}`, or pass --env-root/--prefix where it is)",
+                        has_environment=False)
 
 
 def read_conda_prefix(spec: EnvSpec, found: line_env.LineEnvironment) -> InstalledEnv:
@@ -274,7 +280,7 @@ def read_external(spec: EnvSpec, found: line_env.LineEnvironment, target: Path |
     python = safe("path", str(found.python), where, "toolchain.python_executable")
     if not Path(python).is_file():
         raise NotInstalled(f"{where}: toolchain.python_executable: {python} is not on this machine "
-                           f"(generate the module where the toolchain lives)")
+                           f"(generate the module where the toolchain lives)", has_environment=False)
     try:
         probe = run_tied([python, "-I", "-c", INTERPRETER_PROBE], capture_output=True, text=True,
                          timeout=120, check=True)
@@ -680,6 +686,7 @@ def modules_command(args: argparse.Namespace) -> int:
     sources = Sources(workspace, args.prefix, args.target)
     paths = [resolve_spec_arg(n, workspace) for n in args.lines] if args.lines else spec_paths(workspace.envs)
     modules: list[Modulefile] = []
+    unready: list[str] = []  # lines whose environment is there but lacks what a module needs
     for path in paths:
         spec = checked_spec(path)
         try:
@@ -688,6 +695,13 @@ def modules_command(args: argparse.Namespace) -> int:
             if args.lines:
                 raise
             print(f"skipped {spec.line}: {exc}")
+            if exc.has_environment:
+                unready.append(spec.line)
+    if not modules and unready:  # "no line is installed" after naming installed ones above misled
+        raise ToolkitError(f"{display_path(args.root)}: nothing written: {', '.join(unready)} "
+                           f"{'has an environment' if len(unready) == 1 else 'have environments'} but no flash-attn "
+                           f"there (`toolkit build LINE` builds it and installs it there; each skipped line above "
+                           f"says what is missing)")
     if not modules:  # every line skipped (said above): exit 0 would read as "published"
         raise ToolkitError(f"{display_path(args.root)}: nothing written: no line has an installed environment "
                            f"(run `toolkit install LINE` first, or pass --env-root where they are installed)")

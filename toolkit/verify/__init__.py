@@ -69,7 +69,7 @@ def verify_fa3_command(args: argparse.Namespace) -> int:
                            "(use --level smoke or full)")
     spec = machine.checked_line_spec(args)
     profile = fa3.line_profile(spec)
-    args.report_dir = args.report_dir or Workspace.from_args(args).report_dir(spec.line) / "flash-attn-3"
+    args.report_dir = args.report_dir or Workspace.from_args(args).backend_report_dir(spec.line, "flash-attn-3")
     command = f"toolkit verify {args.line} --backend flash-attn-3 --level {args.level}"
     code, written = machine.measure_for_line(
         args, spec, "toolkit.verify.fa3", ["--level", args.level, "--profile", profile, "--command", command],
