@@ -310,6 +310,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wheels", type=Path, metavar="DIR",
                         help="a pypi line: read the lock's wheels from DIR by file name (still hash-checked) "
                              "instead of their URLs, for a machine without internet")
+    parser.add_argument("--runtime", action="store_true",
+                        help="install the line's runtime lock (`toolkit lock LINE --runtime`) into a venv with uv pip "
+                             "sync (default prefix: .envs/LINE-runtime)")
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=install_command)
@@ -317,6 +320,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def install_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
+    if args.runtime:
+        from toolkit.env.runtime_lock import install_runtime_command
+
+        return install_runtime_command(args, workspace)
     if not workspace.lock_file(args.line).exists():  # a typo (cu26) is named as one, not as a missing lock
         resolve_spec_arg(args.line, workspace)
     with run_temporaries("install"):
