@@ -233,3 +233,31 @@ def test_a_stand_in_file_that_is_not_its_records_is_refused_in_one_line(tmp_path
     shown = site / name if name else site
     assert refusal(stand_in, venv) == f"{shown}: {problem.format(site=site, tmp=tmp_path)}"
     assert not (venv / name).is_file() or (venv / name).stat().st_size <= 11
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("fifo", "locks/x.runtime.conda-lock.yml: unreadable (a FIFO"),
+    ("alias", "locks/x.runtime.conda-lock.yml: uses a YAML alias"),
+    ("build lock", "locks/x.runtime.conda-lock.yml: not a runtime lock of x"),
+])
+def test_install_runtime_refuses_a_hostile_runtime_lock_in_one_line(tmp_path, monkeypatch, capsys, kind, says):
+    """`toolkit install LINE --runtime` reads locks/<line>.runtime.conda-lock.yml before anything else: a FIFO
+    there must not hang it, an alias not expand, another lock not pass for it; nothing is made."""
+    from test_hostile_spec import bounded
+
+    from toolkit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "locks" / "x.runtime.conda-lock.yml"
+    path.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "alias":
+        path.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
+    else:
+        shutil.copy(ROOT / "locks" / "py-cu130.conda-lock.yml", path)
+    with bounded():
+        assert main(["install", "x", "--runtime"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert says in line, line
+    assert not (tmp_path / ".envs").exists()

@@ -46,7 +46,7 @@ from toolkit.cache.config import checked_url
 from toolkit.cache.simple import normalize
 from toolkit.env import pypi_lock
 from toolkit.env.engine import locking_environment
-from toolkit.env.lockfile import KEY_DIGEST, KEY_LINE, KEY_PYLOCK_SHA256, SHA256, lock_digest, read_lock
+from toolkit.env.lockfile import FAST_LOADER, KEY_DIGEST, KEY_LINE, KEY_PYLOCK_SHA256, SHA256, lock_digest, read_lock
 from toolkit.knowledge import files as knowledge_files
 from toolkit.spec.envspec import EnvSpec
 
@@ -300,7 +300,12 @@ def read_runtime_lock(workspace: Workspace, line: str) -> dict[str, Any]:
     path, pylock = runtime_lock_file(workspace, line), runtime_pylock_file(workspace, line)
     where, fix = display_path(path), f"toolkit lock {line} --runtime --index URL"
     try:
-        document = yaml.safe_load(regular_file_bytes(path, MAX_LOCK_BYTES))
+        text = regular_file_bytes(path, MAX_LOCK_BYTES).decode()
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)):
+            raise ToolkitError(f"{where}: uses a YAML alias (`toolkit lock` writes none; {fix})")
+        document = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ToolkitError(f"{where}: not UTF-8 text ({fix})") from None
     except Unreadable as exc:
         why = "missing" if exc.why == "missing" else f"unreadable ({exc.detail or exc.why})"
         raise ToolkitError(f"{where}: {why} ({fix})") from None
