@@ -388,3 +388,31 @@ def test_a_venv_in_a_folder_with_a_space_runs_its_scripts_and_activates(tmp_path
     assert (done.returncode, done.stdout) == (0, f"{prefix}\n{prefix}/bin/pip\n"), done.stderr
     assert (prefix / "bin" / "hello-fa").read_bytes().startswith(
         b"#!/bin/sh\n'''exec' \"" + str(prefix).encode() + b"/bin/python")
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("fifo", "locks/x.runtime.conda-lock.yml: unreadable (a FIFO"),
+    ("alias", "locks/x.runtime.conda-lock.yml: uses a YAML alias"),
+    ("build lock", "locks/x.runtime.conda-lock.yml: not a runtime lock of x"),
+])
+def test_install_runtime_refuses_a_hostile_runtime_lock_in_one_line(tmp_path, monkeypatch, capsys, kind, says):
+    """`toolkit install LINE --runtime` reads locks/<line>.runtime.conda-lock.yml before anything else: a FIFO
+    there must not hang it, an alias not expand, another lock not pass for it; nothing is made."""
+    from test_hostile_spec import bounded
+
+    from toolkit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "locks" / "x.runtime.conda-lock.yml"
+    path.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "alias":
+        path.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
+    else:
+        shutil.copy(ROOT / "locks" / "py-cu130.conda-lock.yml", path)
+    with bounded():
+        assert main(["install", "x", "--runtime"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert says in line, line
+    assert not (tmp_path / ".envs").exists()

@@ -362,6 +362,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wheels", type=Path, metavar="DIR",
                         help="a pypi line: read the lock's wheels from DIR by file name (still hash-checked) "
                              "instead of their URLs, for a machine without internet")
+    parser.add_argument("--runtime", action="store_true",
+                        help="install the line's runtime lock (`toolkit lock LINE --runtime`) into a venv with uv pip "
+                             "sync (default prefix: .envs/LINE-runtime)")
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=install_command)
@@ -372,6 +375,10 @@ def install_command(args: argparse.Namespace) -> int:
     # LINE or its spec file, as the sibling verbs take it (a spec file is the line of its name)
     line = load_spec(resolve_spec_arg(args.line, workspace)).line if Path(args.line).suffix in (".yaml", ".yml") \
         else args.line
+    if args.runtime:
+        from toolkit.env.runtime_lock import install_runtime_command
+
+        return install_runtime_command(line, args, workspace)
     if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):

@@ -565,6 +565,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
+    parser.add_argument("--runtime", action="store_true",
+                        help="a pypi line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, "
+                             "no build-only package): locks/pylock.<line>-runtime.toml and "
+                             "locks/<line>.runtime.conda-lock.yml")
+    parser.add_argument("--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote")
     add_workspace_options(parser)
     parser.set_defaults(func=lock_command)
 
@@ -575,6 +580,10 @@ def lock_command(args: argparse.Namespace) -> int:
                                                                           if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
+    if args.runtime:
+        from toolkit.env.runtime_lock import lock_runtime_command
+
+        return lock_runtime_command(args, workspace, paths)
     if args.newer:
         for path in paths:
             print(newer_than_lock(load_spec(path), workspace))

@@ -15,6 +15,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,6 +119,7 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
     platforms = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     platforms += [f"{legacy[m]}_{machine}" for m in legacy if m <= minor]
+    platforms.append(f"linux_{machine}")  # last, as pip ranks it: a wheel built here (a published flash-attn)
     version = tuple(int(part) for part in python.split(".")[:2])
     return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
 
@@ -144,7 +146,7 @@ def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str
         ranked = []
         for wheel in package.get("wheels") or []:
             try:
-                file_tags = parse_wheel_filename(wheel["url"].rsplit("/", 1)[-1])[3]
+                file_tags = parse_wheel_filename(unquote(wheel["url"].rsplit("/", 1)[-1]))[3]  # %2B: a local +
             except InvalidWheelFilename:
                 continue
             rank = min((supported[t] for t in file_tags if t in supported), default=None)

@@ -1,0 +1,244 @@
+"""Runtime locks (issue 35 item 3): `toolkit lock LINE --runtime --index URL` and `toolkit install LINE --runtime`.
+
+Offline: the pypi line py-cu130 is locked against a loopback stand-in of its index (tiny real wheels with the real
+names: torch 2.14.1 requiring the CUDA runtime components, cuda-toolkit 13.0.3 and the components its release pins,
+the build's dependencies), never the multi-GB torch. Its flash-attn is the fixture project compiled by the real nvcc
+(tests/fixtures/fa_fixture, named flash-attn, requiring torch and einops like flash-attn's wheel), placed in the
+wheelhouse with a build record of py-cu130 and its lock, published with `toolkit publish` and served on 127.0.0.1.
+Expected values come from hashlib, the served files, the build lock's pylock and the knowledge YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from conda_channel import build_simple_index, make_sdist, make_wheel, serve_directory
+from test_cache import canonical_key, demo_record, serve
+
+from toolkit.build.wheelhouse import place
+from toolkit.cli import main
+from toolkit.knowledge.facts import load_knowledge
+from toolkit.knowledge.files import KNOWLEDGE_DIR
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+LINE = "py-cu130"
+EARLIER = "2026-11-01T00:00:00Z"
+LOCAL = "cu130torch2.14"
+BUILD_ONLY = set(yaml.safe_load((KNOWLEDGE_DIR / "pypi_cuda.yaml").read_text())["runtime"]["build_only"])
+ISOLATED = {"UV_CACHE_DIR", "PIP_CACHE_DIR"}
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def fixture_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/fixtures/fa_fixture compiled by the real nvcc (sm_90 only, to be quick), named flash-attn."""
+    from cuda_toolchain import CUDA_HOME, require_nvcc
+
+    require_nvcc()
+    source = tmp_path_factory.mktemp("fa-src") / "fa_fixture"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "fa_fixture", source)
+    setup = source / "setup.py"
+    text = setup.read_text()
+    assert 'name="fa-fixture"' in text and 'packages=["fa_fixture"],' in text
+    setup.write_text(text.replace('name="fa-fixture"', 'name="flash-attn"').replace(
+        'packages=["fa_fixture"],', 'packages=["fa_fixture"], install_requires=["torch", "einops"],'))
+    out = tmp_path_factory.mktemp("fa-dist")
+    env = {**os.environ, "FLASH_ATTENTION_FORCE_BUILD": "TRUE", "FLASH_ATTN_CUDA_ARCHS": "90", "MAX_JOBS": "2",
+           "CUDA_HOME": str(CUDA_HOME), "FLASH_ATTN_LOCAL_VERSION": LOCAL}
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                           "--wheel-dir", str(out), str(source)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = out.glob("flash_attn-*.whl")
+    return wheel
+
+
+def stand_in_index(root: Path) -> None:
+    """root/simple: what envs/py-cu130.yaml resolves to, as tiny wheels uploaded at EARLIER; torch requires the
+    CUDA runtime and cuBLAS (as torch's cuda-toolkit[cudart,cublas,...] extras do), never nvcc."""
+    release = load_knowledge().pypi.release("13.0.3")
+    assert release is not None
+    dist = root / "dist"
+    runtime = ("nvidia-cuda-runtime", "nvidia-cublas")
+    files = [make_wheel(dist, "torch", "2.14.1", tuple(f"{n}=={release.components[n]}" for n in runtime)),
+             make_sdist(dist, "flash-attn", "2.8.3.post2"),
+             make_wheel(dist, "cuda-toolkit", "13.0.3", tuple(f"{n}=={v}" for n, v in release.components.items())),
+             *(make_wheel(dist, name, version) for name, version in release.components.items()),
+             *(make_wheel(dist, name, "1.0") for name in ("packaging", "psutil", "einops", "setuptools", "wheel",
+                                                          "ninja"))]
+    build_simple_index(root, files, {f.name: EARLIER for f in files})
+
+
+@dataclass
+class Project:
+    root: Path
+    index: str  # the published folder's URL (served on 127.0.0.1)
+    published: Path  # that folder
+    wheel: Path  # the fixture wheel as published (files/<line>/<wheel>)
+    env: dict[str, str]
+
+    def pylock(self) -> dict:
+        return tomllib.loads((self.root / "locks" / f"pylock.{LINE}-runtime.toml").read_text())
+
+
+def publish_build(root: Path, wheel: Path, dest: Path, lock_sha256: str) -> Path:
+    """The wheel placed in root's wheelhouse with a build record of LINE from the lock of `lock_sha256`, and
+    published to dest: the published copy."""
+    inputs = {"recipe": 2, "line": LINE, "spec_input_hash": "0" * 64, "lock_sha256": lock_sha256, "archs": ["90"],
+              "toolchain": {"kind": "pypi"}, "local_version": f"+{LOCAL}"}
+    record = demo_record(wheel, inputs)
+    version = wheel.name.split("-")[1]
+    record = dataclasses.replace(record, inputs_key=canonical_key(inputs),
+                                 outputs=dataclasses.replace(record.outputs, version=version))
+    place(wheel, root / "wheelhouse" / LINE, record)
+    assert main(["publish", LINE, "--to", str(dest)]) == 0
+    return dest / "files" / LINE / wheel.name
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture_wheel: Path) -> Iterator[Project]:
+    """A checkout with envs/ (base, py-cu130 pointing at the stand-in index), its build lock, and the fixture wheel
+    published from the line's wheelhouse; both indexes served while the test runs."""
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    for name in ("base", LINE):
+        shutil.copy(ROOT / "envs" / f"{name}.yaml", root / "envs")
+    monkeypatch.chdir(root)
+    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TOOLKIT_CACHE", str(root / ".cache"))
+    stand_in_index(tmp_path / "stand-in")
+    with serve_directory(tmp_path / "stand-in") as pypi, serve(tmp_path / "published") as (url, _):
+        spec = root / "envs" / f"{LINE}.yaml"
+        spec.write_text(spec.read_text().replace("index: https://pypi.org/simple", f"index: {pypi}/simple"))
+        assert main(["lock", LINE, "--pypi", f"{pypi}/simple"]) == 0
+        lock_sha256 = sha256_of(root / "locks" / f"{LINE}.conda-lock.yml")
+        wheel = publish_build(root, fixture_wheel, tmp_path / "published", lock_sha256)
+        yield Project(root, url, tmp_path / "published", wheel, env)
+
+
+def runtime_lock(project: Project) -> int:
+    return main(["lock", LINE, "--runtime", "--index", project.index])
+
+
+def test_the_runtime_lock_is_torch_and_the_published_wheel_from_the_build_lock_without_build_only_packages(
+        project, capsys):
+    assert runtime_lock(project) == 0
+    packages = {p["name"]: p for p in project.pylock()["packages"]}
+    (published,) = packages["flash-attn"]["wheels"]
+    assert published["url"].rsplit("/", 1)[-1].replace("%2B", "+") == project.wheel.name
+    assert published["url"].startswith(f"{project.index}/files/{LINE}/")
+    assert published["hashes"]["sha256"] == sha256_of(project.wheel)
+
+    build = {p["name"]: p for p in tomllib.loads((project.root / "locks" / f"pylock.{LINE}.toml").read_text())
+             ["packages"]}
+    assert set(packages) == {"flash-attn", "torch", "einops", "nvidia-cuda-runtime", "nvidia-cublas"}
+    for name, package in packages.items():
+        if name != "flash-attn":
+            assert package["version"] == build[name]["version"]
+            assert package["wheels"][0]["hashes"] == build[name]["wheels"][0]["hashes"]
+            assert package["wheels"][0]["url"] == build[name]["wheels"][0]["url"]
+    assert not BUILD_ONLY & set(packages) and BUILD_ONLY & set(build) >= {"nvidia-cuda-nvcc", "ninja", "psutil"}
+
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    conda = parse_conda_lock_file(project.root / "locks" / f"{LINE}.runtime.conda-lock.yml")
+    assert {(p.name, p.url, p.hash.sha256) for p in conda.package} == {
+        (name, p["wheels"][0]["url"], p["wheels"][0]["hashes"]["sha256"]) for name, p in packages.items()}
+    custom = conda.metadata.custom_metadata or {}
+    assert custom["fa-envkit.build-lock-sha256"] == sha256_of(project.root / "locks" / f"{LINE}.conda-lock.yml")
+    assert custom["fa-envkit.pylock-sha256"] == sha256_of(project.root / "locks" / f"pylock.{LINE}-runtime.toml")
+
+
+def fixture_imports(python: Path) -> str:
+    """What the installed flash-attn (the fixture) says: its distribution version and that its CUDA module loads."""
+    done = subprocess.run([str(python), "-c", "import importlib.metadata as m, fa_fixture; "
+                           "print(m.version('flash-attn'), bool(fa_fixture.kernels))"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_toolkit_install_uv_and_pip_install_the_runtime_pylock(project, tmp_path):
+    assert runtime_lock(project) == 0
+    version = project.wheel.name.split("-")[1]
+    prefix = tmp_path / "runtime-env"
+    assert main(["install", LINE, "--runtime", "--prefix", str(prefix)]) == 0
+    assert fixture_imports(prefix / "bin" / "python") == f"{version} True"
+    installed = subprocess.run([str(prefix / "bin" / "python"), "-c", "import importlib.metadata as m; "
+                                "print(sorted(d.metadata['Name'] for d in m.distributions()))"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "nvidia-cuda-nvcc" not in installed and "torch" in installed
+    assert main(["install", LINE, "--runtime", "--prefix", str(prefix)]) == 0  # again: synced in place
+
+    pylock = project.root / "locks" / f"pylock.{LINE}-runtime.toml"
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1"}
+    uv = Path(sys.executable).parent / "uv"
+    subprocess.run([str(uv), "venv", "-q", str(tmp_path / "uv-env")], check=True, env=env)
+    done = subprocess.run([str(uv), "pip", "sync", "--python", str(tmp_path / "uv-env" / "bin" / "python"),
+                           str(pylock)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert fixture_imports(tmp_path / "uv-env" / "bin" / "python") == f"{version} True"
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "pip-env")], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(tmp_path / "pip-env" / "bin" / "python"),
+                           "install", "-r", str(pylock)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert fixture_imports(tmp_path / "pip-env" / "bin" / "python") == f"{version} True"
+
+
+def test_a_tampered_served_wheel_is_refused_by_its_hash(project, tmp_path, capsys):
+    assert runtime_lock(project) == 0
+    project.wheel.write_bytes(project.wheel.read_bytes() + b"\0")
+    prefix = tmp_path / "runtime-env"
+    assert main(["install", LINE, "--runtime", "--prefix", str(prefix)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: uv pip sync failed:") and "hash" in line.lower(), line
+    assert not list(prefix.glob("lib/python*/site-packages/fa_fixture"))
+    pylock = project.root / "locks" / f"pylock.{LINE}-runtime.toml"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "pip-env")], check=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(tmp_path / "pip-env" / "bin" / "python"),
+                           "install", "-r", str(pylock)], capture_output=True, text=True,
+                          env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    assert done.returncode != 0 and "hash" in done.stderr.lower(), done.stderr
+
+
+def test_no_published_build_of_the_current_lock_is_refused_in_one_line(project, capsys):
+    lock = project.root / "locks" / f"{LINE}.conda-lock.yml"
+    lock.write_text(lock.read_text() + "# another lock: its sha256 differs from the published build's\n")
+    assert runtime_lock(project) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: no published build of {LINE} for its current lock at {project.index}: toolkit publish "
+                    f"{LINE} --to DIR on the machine that built it")
+    assert not (project.root / "locks" / f"pylock.{LINE}-runtime.toml").exists()
+
+
+def test_an_edited_runtime_pylock_or_a_shell_special_prefix_is_refused_in_one_line(project, tmp_path, capsys):
+    assert runtime_lock(project) == 0
+    capsys.readouterr()
+    assert main(["install", LINE, "--runtime", "--prefix", str(tmp_path / "a;b")]) == 1
+    assert "--prefix: " in capsys.readouterr().err and not (tmp_path / "a;b").exists()
+    pylock = project.root / "locks" / f"pylock.{LINE}-runtime.toml"
+    pylock.write_text(pylock.read_text().replace('name = "einops"', 'name = "einops2"'))
+    assert main(["install", LINE, "--runtime", "--prefix", str(tmp_path / "env")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"locks/pylock.{LINE}-runtime.toml: missing or not the pylock written with" in line
+    assert not (tmp_path / "env").exists()
