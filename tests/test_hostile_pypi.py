@@ -3,8 +3,10 @@ bad merge would leave it), a pylock that is not the one written with it, and uv'
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env import pypi_lock
-from toolkit.env.lockfile import KEY_CUDA, KEY_DIGEST, lock_digest, read_lock
+from toolkit.env.lockfile import KEY_CUDA, KEY_DIGEST, LockedPackage, lock_digest, read_lock
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -327,3 +329,117 @@ def test_a_failed_rename_puts_back_the_files_already_replaced(tmp_path):
                                            r"left as they were: lock again$"):
         publish_together([(staged / n, dest / n) for n in ("a", "b", "c")], staged / "kept")
     assert (dest / "a").read_text() == "old a" and not (dest / "b").exists() and (dest / "c" / "mine").is_dir()
+
+
+# ---------------------------------------------------------------- install: each wheel read before pip installs it
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+LOCK = Path("locks/py-cu130.conda-lock.yml")  # named in the messages
+
+
+def as_entry(path: Path, name: str, version: str) -> LockedPackage:
+    """A wheel as a lock's pip entry: file:// URL, sha256 from hashlib."""
+    return LockedPackage("pip", name, version, path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest(), "linux-64")
+
+
+def toolchain_wheels(folder: Path, cudnn: str = "9.1.0") -> dict[str, LockedPackage]:
+    """torch needing cudnn and cuda-toolkit[nvcc] (on Linux), cuda-toolkit needing nvcc for its extra `nvcc` only,
+    nvcc and cudart with the files VenvBuild.make links: a pypi line's closure in miniature."""
+    from conda_channel import make_wheel
+
+    made = [make_wheel(folder, "torch", "2.9.1", ("nvidia-cudnn-cu13==9.1.0; platform_system == 'Linux'",
+                                                  "cuda-toolkit[nvcc]==13.0.3; sys_platform == 'linux'",
+                                                  "pywin32; sys_platform == 'win32'")),
+            make_wheel(folder, "cuda-toolkit", "13.0.3", ("nvidia-cuda-nvcc==13.0.88.*; extra == 'nvcc'",
+                                                          "nvidia-cublas==13.0.*; extra == 'cublas'")),
+            make_wheel(folder, "nvidia-cudnn-cu13", cudnn)]
+    entries = {name: as_entry(path, name, version) for path, (name, version) in
+               zip(made, [("torch", "2.9.1"), ("cuda-toolkit", "13.0.3"), ("nvidia-cudnn-cu13", cudnn)])}
+    for name, version, files in (("nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
+                                 ("nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"})):
+        entries[name] = small_wheel(folder, name, version, files)
+    return entries
+
+
+def small_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> LockedPackage:
+    from test_hostile_pypi_install import wheel
+
+    return wheel(folder, name, version, files)
+
+
+def venv_of(tmp_path: Path, packages) -> Path:
+    """VenvBuild.make of the packages (a pypi line's install, its lock named LOCK) at tmp_path/staging/env."""
+    from rich.console import Console
+
+    from toolkit.env.pypi_install import VenvBuild
+    from toolkit.knowledge.facts import load_knowledge
+
+    pypi = load_knowledge().pypi
+    build = VenvBuild(Path(sys.executable), PYTHON, tuple(packages), pypi.lines["13.0.3"], pypi.cuda_home,
+                      lock_file=LOCK)
+    staging = tmp_path / "staging" / "env"
+    build.make(staging, tmp_path / "env", Console(quiet=True))
+    return staging
+
+
+def installed(staging: Path) -> list[str]:
+    """The distributions in the venv besides those `python -m venv` put there."""
+    site = staging / "lib" / f"python{PYTHON}" / "site-packages"
+    return sorted(p.name.split("-")[0] for p in site.glob("*.dist-info") if not p.name.startswith(("pip-", "setuptools-")))
+
+
+def test_a_pypi_lock_holding_every_dependency_installs(tmp_path):
+    """The control of the refusals below: the whole miniature closure installs."""
+    staging = venv_of(tmp_path, toolchain_wheels(tmp_path / "wheels").values())
+    assert installed(staging) == ["cuda_toolkit", "nvidia_cuda_nvcc", "nvidia_cuda_runtime", "nvidia_cudnn_cu13",
+                                  "torch"]
+
+
+@pytest.mark.parametrize("deleted, problem", [
+    ("nvidia-cudnn-cu13", "nvidia-cudnn-cu13, which torch requires (nvidia-cudnn-cu13==9.1.0; platform_system == "
+                          "\"Linux\"), is not among the lock's wheels"),
+    ("nvidia-cuda-nvcc", "nvidia-cuda-nvcc, which cuda-toolkit requires (nvidia-cuda-nvcc==13.0.88.*; extra == "
+                         "\"nvcc\"), is not among the lock's wheels"),
+    ("cuda-toolkit", "cuda-toolkit, which torch requires (cuda-toolkit[nvcc]==13.0.3; sys_platform == \"linux\"), "
+                     "is not among the lock's wheels"),
+])
+def test_a_dependency_deleted_from_a_pypi_lock_is_refused_before_pip_runs(tmp_path, deleted, problem):
+    """torch without cudnn installed with rc 0 (--no-deps installs what the lock lists): every Requires-Dist the
+    wheels declare for the target (an extra's where a wheel asks for it) must be in the lock."""
+    packages = toolchain_wheels(tmp_path / "wheels")
+    del packages[deleted]
+    with pytest.raises(ToolkitError) as refused:
+        venv_of(tmp_path, packages.values())
+    assert str(refused.value) == (f"{LOCK}: {problem} (an entry was deleted or edited: re-run `toolkit lock py-cu130`; "
+                                  f"nothing was installed)")
+    assert installed(tmp_path / "staging" / "env") == []
+
+
+def test_a_locked_version_its_dependant_does_not_accept_is_refused(tmp_path):
+    packages = toolchain_wheels(tmp_path / "wheels", cudnn="9.2.0")
+    with pytest.raises(ToolkitError, match=r": nvidia-cudnn-cu13 9\.2\.0 is not what torch requires \(nvidia-cudnn-cu13"
+                                           r"==9\.1\.0; platform_system == \"Linux\"\) \(an entry was deleted or edited"):
+        venv_of(tmp_path, packages.values())
+    assert installed(tmp_path / "staging" / "env") == []
+
+
+@pytest.mark.parametrize("field", ["version", "name"])
+def test_a_wheel_whose_metadata_is_not_its_entry_is_refused(tmp_path, field):
+    """A wheel of nvcc 13.2.86 served under 13.0.88's file name (a mirror, a --wheels folder): the file name and
+    the entry agree, the wheel's own METADATA says what pip would install."""
+    from conda_channel import make_wheel
+
+    packages = toolchain_wheels(tmp_path / "wheels")
+    real = small_wheel(tmp_path / "other", "nvidia-cuda-nvcc", "13.2.86", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}) \
+        if field == "version" else as_entry(make_wheel(tmp_path / "other", "nvidia-cuda-nvvm", "13.0.88"),
+                                            "nvidia-cuda-nvvm", "13.0.88")
+    disguised = tmp_path / "wheels" / "nvidia_cuda_nvcc-13.0.88-py3-none-any.whl"
+    disguised.write_bytes(Path(urllib.request.url2pathname(real.url.removeprefix("file://"))).read_bytes())
+    packages["nvidia-cuda-nvcc"] = as_entry(disguised, "nvidia-cuda-nvcc", "13.0.88")
+    with pytest.raises(ToolkitError) as refused:
+        venv_of(tmp_path, packages.values())
+    found = "nvidia-cuda-nvcc 13.2.86" if field == "version" else "nvidia-cuda-nvvm 13.0.88"
+    assert str(refused.value) == (f"{LOCK}: nvidia-cuda-nvcc 13.0.88 (nvidia_cuda_nvcc-13.0.88-py3-none-any.whl): its "
+                                  f"wheel is {found} by its METADATA (the entry was edited: re-run `toolkit lock "
+                                  f"py-cu130`)")
+    assert installed(tmp_path / "staging" / "env") == []
