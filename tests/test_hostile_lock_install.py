@@ -282,6 +282,27 @@ def test_an_entry_whose_url_names_another_build_is_refused(fresh, tmp_path, caps
     assert "ninja-1.12.1-h9_9.conda" in line and "build h0_0" in line and not (tmp_path / "env").exists()
 
 
+@pytest.mark.parametrize("by", ["file name", "METADATA"])
+def test_a_pip_entry_edited_over_its_wheel_is_refused(fresh, tmp_path, capsys, by):
+    """The pip layer's counterpart: torch's entry says 2.9.2 over the 2.9.1 wheel (its url and sha256 kept, or
+    the wheel's bytes under 2.9.2's file name): pip installed 2.9.1 with rc 0. The wheel's file name and its
+    METADATA must name the entry's version."""
+    locked = _package(yaml.safe_load(lock_file(fresh).read_text()), "linux-64", "torch")
+    disguised = tmp_path / "mirror" / "torch-2.9.2-py3-none-any.whl"
+    disguised.parent.mkdir()
+    with urllib.request.urlopen(locked["url"]) as response:  # the fixture index's torch 2.9.1 wheel
+        disguised.write_bytes(response.read())
+    moved = {"url": disguised.as_uri()} if by == "METADATA" else {}
+    resign(lock_file(fresh), lambda d: _package(d, "linux-64", "torch").update(version="2.9.2", **moved))
+    prefix = tmp_path / "env"
+    assert main(install_args(fresh, prefix)) == 1
+    filename = Path(moved.get("url", locked["url"])).name
+    assert one_line_error(capsys.readouterr().err).endswith(
+        f"cu126.conda-lock.yml: torch 2.9.2 ({filename}): its wheel is torch 2.9.1 by its {by} (the entry was "
+        f"edited: re-run `toolkit lock cu126`)")
+    assert not prefix.exists() and ours_left(tmp_path) == []
+
+
 def test_a_lock_with_a_5000_digit_number_is_one_line(fresh, tmp_path, capsys):
     lock = lock_file(fresh)
     lock.write_text(lock.read_text().replace("version: 1.12.1", "version: " + "9" * 5000, 1))

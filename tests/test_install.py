@@ -95,7 +95,7 @@ def test_pip_hash_mismatch_is_refused_and_nothing_is_left(channel_dir, tmp_path,
         with pytest.raises(ToolkitError) as caught:
             install_line("cu126", tmp_path / "env", Workspace(locks=lock.parent), backend="rattler", platform="linux-64")
     message = str(caught.value)
-    assert "\n" not in message and "torch 2.9.1: hash mismatch" in message
+    assert "\n" not in message and "torch 2.9.1: sha256 mismatch" in message
     assert not (tmp_path / "env").exists() and leftovers(tmp_path, "env") == []
 
 

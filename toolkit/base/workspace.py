@@ -106,6 +106,11 @@ class Workspace:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         return base / "fa-envkit" / "conda-pkgs"
 
+    @property
+    def wheel_cache(self) -> Path:
+        """Verified wheels of pip layers, read before pip installs them; beside the conda archives."""
+        return self.conda_package_cache.parent / "wheels"
+
 
     def options(self) -> list[str]:
         """The --envs/--locks/--wheelhouse words that ask a verb for this workspace (none for the default)."""

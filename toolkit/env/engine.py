@@ -41,7 +41,8 @@ from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
 from toolkit.env.download import fetch_verified
 from toolkit.env.isolated import run_isolated
-from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, relock_hint
+from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, check_wheel_identity, relock_hint
+from toolkit.env.wheels import Closure, closure_problem, wheel_file, wheel_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 BACKENDS = ("auto", "conda-lock", "rattler")  # --backend of lock and install
@@ -277,7 +278,7 @@ class RattlerEngine(CondaEngine):
                                  str(job.staging.parent / "pkgs"))
         self.console.print(f"{count} conda packages installed")
         checkpoint("install:pip")
-        install_pip_layer(list(job.pip), job.staging, job.prefix, self.console)
+        install_pip_layer(list(job.pip), job.staging, job.prefix, self.console, job.lock_file)
 
     def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
@@ -415,15 +416,20 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
 # ---------------------------------------------------------------- pip layer of the embedded engine
 
 
-def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console) -> None:
-    """The lock's wheels by URL, hash-checked by pip (--require-hashes), no resolution (--no-deps)."""
+def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console, lock_file: Path,
+                      closure: Closure | None = None) -> None:
+    """The lock's wheels, each read first (wheels.py: its METADATA is the entry's package and version; with a
+    `closure`, a pypi line's, every dependency they declare is in the lock), then installed from those files
+    by pip, hash-checked again (--require-hashes), no resolution (--no-deps)."""
     if not packages:
         return
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
+    files = checked_wheels(packages, lock_file, closure, console)
     requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
+    requirements.write_text("".join(f"{p.name} @ {path.resolve().as_uri()} --hash=sha256:{p.sha256}\n"
+                                    for p, path in zip(packages, files)))
     env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
     console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
     result = run_tied([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
@@ -432,6 +438,29 @@ def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path
     if result.returncode != 0:
         raise ToolkitError(f"pip layer: {_pip_problem(packages, result.stderr)}; nothing was installed")
     relocate_scripts(staging, prefix)
+
+
+def checked_wheels(packages: list[LockedPackage], lock_file: Path, closure: Closure | None,
+                   console: Console) -> list[Path]:
+    """Each entry's verified wheel file (downloaded into the wheel cache where not a file:// one), once its
+    METADATA names the entry's package and version and, with a closure, the lock holds every dependency the
+    wheels declare; one-line ToolkitError naming the lock and the entry otherwise, before pip runs."""
+    where = display_path(lock_file)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    found = []
+    with Progress(*columns, console=console, transient=True) as progress:
+        overall = progress.add_task(f"verifying {len(packages)} wheels", total=len(packages))
+        for package in packages:
+            path = wheel_file(package, Workspace().wheel_cache, f"{where}: {package.name} {package.version}", progress)
+            metadata = wheel_metadata(path)
+            check_wheel_identity(package, metadata.name, metadata.version, "METADATA", lock_file)
+            found.append((package, path, metadata))
+            progress.advance(overall)
+    problem = closure and closure_problem([(package, metadata) for package, _, metadata in found], closure)
+    if problem:
+        raise ToolkitError(f"{where}: {problem} (an entry was deleted or edited: {relock_hint(lock_file)}; nothing "
+                           f"was installed)")
+    return [path for _, path, _ in found]
 
 
 def _pip_problem(packages: list[LockedPackage], stderr: str) -> str:

@@ -103,7 +103,7 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
     record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
                            input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
-    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels) \
+    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels, lock_file) \
         if locked_env.toolchain_kind == "pypi" else None
     engine = None if venv else choose_engine(backend, conda_exe, console)
     prefix.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import platform as host
+import shutil
 import sys
 import tempfile
 import time
@@ -52,11 +53,12 @@ from toolkit.env.lockfile import (
     KEY_SDIST_SHA256,
     KEY_SDIST_URL,
     KEY_TOOLCHAIN,
-    LockedEnv,  # noqa: F401 - build and modules import it from here
+    LockedEnv,  # build and modules import it from here too
     LockedSdist,
     lock_digest,
     pylock_problem,
     read_lock,
+    relock_hint,
     stale_reason,
 )
 from toolkit.knowledge import files as knowledge_files
@@ -144,11 +146,7 @@ class PipTarget:
         return running == self.platform and self.python.split(".")[:2] == [str(v) for v in sys.version_info[:2]]
 
     def markers(self) -> dict[str, str]:
-        full = self.python if self.python.count(".") == 2 else f"{self.python}.0"
-        return {"python_version": ".".join(self.python.split(".")[:2]), "python_full_version": full,
-                "sys_platform": "linux", "platform_system": "Linux", "platform_machine": self.machine,
-                "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
-                "extra": ""}
+        return pypi_lock.target_markers(self.platform, self.python)
 
 
 def check_index_reachable(index_url: str, spec_file: str) -> None:
@@ -444,6 +442,7 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
         metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
                           sources=sources, custom_metadata=custom))
     path = workspace.lock_file(spec.line)
+    check_destinations(lock_destinations(spec, workspace))
     with owned_dir(locks_dir, "lock") as tmp:
         draft = tmp / path.name
         staged = []
@@ -463,10 +462,47 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
                 (tmp / target.name).write_text(layer.requirements)
                 staged.append((tmp / target.name, target))
         checkpoint("lock:write")
-        for source, target in staged:
-            os.replace(source, target)
-        os.replace(draft, path)  # last: the lock is what says the requirements files are current
+        publish_together([*staged, (draft, path)], tmp / "kept")  # the lock last: it says the others are current
     return path
+
+
+def lock_destinations(spec: EnvSpec, workspace: Workspace) -> list[Path]:
+    """Every file `toolkit lock` writes for the line: its requirements files or pylock, and the lock."""
+    if spec.toolchain.kind == "pypi":
+        return [workspace.pylock_file(spec.line), workspace.lock_file(spec.line)]
+    return [*(workspace.requirements_file(spec.line, platform) for platform in spec.platforms),
+            workspace.lock_file(spec.line)]
+
+
+def check_destinations(targets: list[Path]) -> None:
+    """Refuse, before anything is published, a destination that is not a file (a folder): found only when
+    renaming onto it, the files renamed before it would be new and it old."""
+    for target in targets:
+        if target.exists() and not target.is_file():
+            raise ToolkitError(f"{display_path(target)}: is not a file (a folder?), and `toolkit lock` writes there: "
+                               f"move it away and lock again (nothing was written)")
+
+
+def publish_together(moves: list[tuple[Path, Path]], kept: Path) -> None:
+    """Rename each staged file onto its destination, in order; should one rename fail, the destinations already
+    replaced get their old files back (copies kept in `kept`), so a lock never names files it did not write."""
+    kept.mkdir()
+    done: list[Path] = []
+    try:
+        for source, target in moves:
+            if target.is_file():
+                shutil.copy2(target, kept / target.name)
+            os.replace(source, target)
+            done.append(target)
+    except OSError as exc:
+        for target in done:
+            if (kept / target.name).exists():
+                os.replace(kept / target.name, target)
+            else:
+                target.unlink()
+        failed = moves[len(done)][1]
+        raise ToolkitError(f"{display_path(failed)}: cannot write it ({exc.strerror or exc}); the lock's files are "
+                           f"left as they were: lock again") from None
 
 
 # ---------------------------------------------------------------- the `lock` verb
@@ -479,13 +515,17 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     A pypi line is resolved as of the time its lock records (none: now), unless `update`: now."""
     path = workspace.lock_file(spec.line)
     locked = None
+    current = False
     if path.exists():
         try:
             locked = read_lock(path)
+            current = stale_reason(spec, locked) is None and pylock_problem(locked) is None and \
+                pylock_disagreement(spec, locked) is None
         except ToolkitError:
             pass
-    if not (force or update) and locked and stale_reason(spec, locked) is None and pylock_problem(locked) is None:
+    if current and not (force or update):
         return path, False
+    check_destinations(lock_destinations(spec, workspace))
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
     if spec.toolchain.kind == "pypi":
         layer, empty = lock_pypi_layer(spec, workspace, None if update or locked is None else locked.exclude_newer or None)
@@ -499,6 +539,29 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
+def pylock_disagreement(spec: EnvSpec, locked: LockedEnv) -> str | None:
+    """Why a pypi lock's pip entries are not the wheels its pylock.<line>.toml names for the line's target (name,
+    version, url, sha256), or None (other kinds). The pylock's sha256 in the lock says the file is the one
+    written with it, not that the entries are still what was read from it: one deleted, added or edited, and
+    the lock's digest recomputed, is found here."""
+    if locked.toolchain_kind != "pypi":
+        return None
+    platform = locked.platforms[0]
+    pylock = Workspace(locks=locked.path.parent).pylock_file(locked.line)
+    wheels = pypi_lock.pylock_wheels(pylock.read_text(), display_path(pylock), platform, spec.python,
+                                     virtual_packages(spec)[platform]["__glibc"])
+    in_pylock = {(w.name, w.version, w.url, w.sha256) for w in wheels}
+    in_lock = {(p.name, p.version, p.url, p.sha256) for p in locked.packages_for(platform, "pip")}
+    only = sorted((entry, display_path(locked.path)) for entry in in_lock - in_pylock) + \
+        sorted((entry, display_path(pylock)) for entry in in_pylock - in_lock)
+    if not only:
+        return None
+    (name, version, url, _), where = only[0]
+    return (f"{display_path(locked.path)}: its pip entries are not the wheels of {display_path(pylock)}: {name} "
+            f"{version} ({url.rsplit('/', 1)[-1]}) is only in {where} (an entry was deleted, added or edited after "
+            f"locking: {relock_hint(locked.path)})")
+
+
 def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
     """One line per lock that is missing or does not match its spec."""
     problems = []
@@ -510,12 +573,13 @@ def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
         try:
             locked = read_lock(path)
             reason = stale_reason(spec, locked)
+            problem = None if reason else pylock_problem(locked) or pylock_disagreement(spec, locked)
         except ToolkitError as exc:
             problems.append(str(exc))
             continue
         if reason:
             problems.append(f"{display_path(path)}: stale: {reason}")
-        elif problem := pylock_problem(locked):
+        elif problem:
             problems.append(problem)
     return problems
 

@@ -20,6 +20,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -28,6 +29,9 @@ from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace
 from toolkit.spec.envspec import PLATFORMS, EnvSpec
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 # metadata.custom_metadata keys (conda-lock allows only str -> str there).
 KEY_LINE = "fa-envkit.line"
@@ -255,6 +259,9 @@ def read_lock(path: Path) -> LockedEnv:
         problem = pypi_release_problem(packages, custom[KEY_CUDA])
         if problem:
             raise ToolkitError(f"{where}: {problem} (a pypi lock is one CUDA release: {relock})")
+    for package in packages:
+        if package.manager == "pip":
+            check_wheel_name(package, path)
     return LockedEnv(
         line=custom[KEY_LINE], path=path, input_hash=custom[KEY_INPUT_HASH], toolchain_kind=custom[KEY_TOOLCHAIN],
         platforms=tuple(platforms), sources=tuple(sources), digest=custom[KEY_DIGEST],
@@ -265,13 +272,58 @@ def read_lock(path: Path) -> LockedEnv:
         exclude_newer=custom.get(KEY_EXCLUDE_NEWER, "") if pypi else "")
 
 
+def brief(text: str, limit: int = 64) -> str:
+    """A value as a message quotes it: whole when short, else its start and its length (a 5000-digit version)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def parsed_version(text: str) -> Version | None:
+    """A PEP 440 version, or None for text that is none; a component of more digits than int() reads (4300)
+    is none either (packaging raises ValueError for it, not InvalidVersion)."""
+    from packaging.version import Version
+
+    try:
+        return Version(text)
+    except ValueError:  # InvalidVersion too
+        return None
+
+
+def check_wheel_identity(package: LockedPackage, name: str, version: str, by: str, lock_file: Path) -> None:
+    """A pip entry must be the wheel it points at, by the wheel's file name and its METADATA: pip installs what
+    the wheel is whatever the entry says, so an entry whose version was edited over an unchanged url and sha256
+    would pass the lock's checks (a pypi lock's one CUDA release) and install another. The pip layer's
+    counterpart of engine.check_identity (a conda archive's info/index.json)."""
+    from packaging.utils import canonicalize_name
+
+    wanted = parsed_version(package.version)
+    if canonicalize_name(name) != canonicalize_name(package.name) or wanted is None or \
+            parsed_version(version) != wanted:
+        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
+                           f"({brief(package.filename, 160)}): its wheel is {brief(name)} {brief(version)} by its {by} "
+                           f"(the entry was edited: {relock_hint(lock_file)})")
+
+
+def check_wheel_name(package: LockedPackage, lock_file: Path) -> None:
+    """The wheel file name a pip entry's URL ends in names the entry's package and version (check_wheel_identity);
+    read without downloading, so `lock --check` refuses the edit as install does."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    filename = urllib.parse.unquote(package.filename)  # torch-2.9.0%2Bcu130-...whl: the + of a local version
+    try:
+        name, version, _, _ = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, ValueError):  # ValueError: a version component of thousands of digits
+        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
+                           f"({brief(package.filename, 160)}): not a wheel's file name (the pip layer installs wheels "
+                           f"only: {relock_hint(lock_file)})") from None
+    check_wheel_identity(package, name, str(version), "file name", lock_file)
+
+
 def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str | None:
     """Why a pypi lock's NVIDIA wheels are not all CUDA `cuda`'s (toolkit/knowledge/pypi_cuda.yaml), or None.
 
     nvidia-cuda-nvcc does not pin its siblings: left floating, crt and nvvm of a newer release resolve beside
     it (nvcc 13.2.86 with crt 13.5.37), an nvcc whose headers are not its own."""
     from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
 
     from toolkit.knowledge.facts import load_knowledge
 
@@ -280,25 +332,22 @@ def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str 
         return f"CUDA {cuda} is not a pypi line of toolkit/knowledge/pypi_cuda.yaml"
     pip = {p.name: p.version for p in packages if p.manager == "pip"}
     releases = pypi.releases(cuda)
-    line = pypi.release(pip.get("cuda-toolkit", ""))
+    line = pypi.release(pip["cuda-toolkit"]) if parsed_version(pip.get("cuda-toolkit", "")) else None
     known = " or ".join(release.cuda_toolkit for release in releases)
     if "cuda-toolkit" not in pip:
         return f"cuda-toolkit is missing: CUDA {cuda}'s cuda-toolkit {known} installs it"
-    nvcc = f" beside nvidia-cuda-nvcc {pip['nvidia-cuda-nvcc']}" if "nvidia-cuda-nvcc" in pip else ""
+    nvcc = f" beside nvidia-cuda-nvcc {brief(pip['nvidia-cuda-nvcc'])}" if "nvidia-cuda-nvcc" in pip else ""
     if line is None or line.cuda != cuda:
         pins = " or ".join(f"=={release.cuda_toolkit}" for release in releases)
-        return (f"cuda-toolkit {pip['cuda-toolkit']}{nvcc} is not CUDA {cuda}'s (cuda-toolkit {known}: "
+        return (f"cuda-toolkit {brief(pip['cuda-toolkit'])}{nvcc} is not CUDA {cuda}'s (cuda-toolkit {known}: "
                 f"cuda-toolkit{pins}, toolkit/knowledge/pypi_cuda.yaml)")
     wanted = {"cuda-toolkit": f"=={line.cuda_toolkit}", **{n: f"=={v}.*" for n, v in line.components.items()}}
     for name, specifier in [*wanted.items(), *((n, p) for n, p in line.pins.items() if n in pip)]:
         if name not in pip:
             return f"{name} is missing: CUDA {cuda}'s cuda-toolkit {line.cuda_toolkit} installs it"
-        try:
-            fits = SpecifierSet(specifier).contains(Version(pip[name]), prereleases=True)
-        except InvalidVersion:
-            fits = False
-        if not fits:
-            return (f"{name} {pip[name]}{'' if name == 'nvidia-cuda-nvcc' else nvcc} is not CUDA {cuda}'s "
+        version = parsed_version(pip[name])
+        if version is None or not SpecifierSet(specifier).contains(version, prereleases=True):
+            return (f"{name} {brief(pip[name])}{'' if name == 'nvidia-cuda-nvcc' else nvcc} is not CUDA {cuda}'s "
                     f"(cuda-toolkit {line.cuda_toolkit}: {name}{specifier}, toolkit/knowledge/pypi_cuda.yaml)")
     return None
 

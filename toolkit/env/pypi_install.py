@@ -23,6 +23,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from packaging.utils import canonicalize_name
 from rich.console import Console
 
 from toolkit.base.children import run_tied
@@ -31,6 +32,7 @@ from toolkit.base.paths import display_path
 from toolkit.env.engine import install_pip_layer, relocate_scripts
 from toolkit.env.lockfile import LockedPackage
 from toolkit.env.standin import OtherEnvironment, StandIn, copy_in, local_wheels
+from toolkit.env.wheels import Closure
 from toolkit.knowledge.facts import PypiLine, load_knowledge
 from toolkit.spec.envspec import EnvSpec
 
@@ -76,10 +78,11 @@ class VenvBuild:
     line: PypiLine
     cuda_home: str  # relative to site-packages
     stand_ins: tuple[StandIn, ...] = ()  # copied from another environment (--torch-from) instead
+    lock_file: Path = Path("lock")  # the lock the packages are from, named in messages
 
     @classmethod
     def of(cls, spec: EnvSpec, packages: list[LockedPackage], given: Path | None, torch_from: Path | None = None,
-           wheels: Path | None = None) -> VenvBuild:
+           wheels: Path | None = None, lock_file: Path = Path("lock")) -> VenvBuild:
         """Refused here, before anything is written: no such line, no such python, a --torch-from whose torch
         is not the lock's, a --wheels folder that lacks a wheel still to install."""
         pypi = load_knowledge().pypi
@@ -94,7 +97,7 @@ class VenvBuild:
             stand_ins, rest = OtherEnvironment.probe(torch_from).split(rest, spec.python, spec.cuda)
         if wheels:
             rest = local_wheels(rest, wheels)
-        return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins)
+        return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins, lock_file)
 
     def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
         """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs."""
@@ -110,7 +113,7 @@ class VenvBuild:
             copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
             console.print(f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
                           f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}")
-        install_pip_layer(list(self.packages), staging, prefix, console)
+        install_pip_layer(list(self.packages), staging, prefix, console, self.lock_file, self.closure())
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():
             raise ToolkitError(f"{self.cuda_home}/bin/nvcc: not installed by the lock's wheels (the lock lacks "
@@ -118,6 +121,14 @@ class VenvBuild:
         written += [str(link.relative_to(staging)) for link in make_symlinks(home, self.line.symlinks)]
         relocate(staging, prefix)
         return sorted(written)
+
+    def closure(self) -> Closure | None:
+        """What the wheels may depend on: the lock's packages, those copied from --torch-from too."""
+        if not self.packages:
+            return None
+        names = frozenset(canonicalize_name(name) for name in [*(p.name for p in self.packages),
+                                                               *(s.name for s in self.stand_ins)])
+        return Closure(names, self.packages[0].platform, self.version)
 
 
 def venv_files(root: Path, site: Path) -> list[str]:

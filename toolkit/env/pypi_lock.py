@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -124,22 +125,39 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
     return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
 
 
-def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
-    """The conda-lock pip entries of a pylock: per package, the wheel this target installs (url + sha256).
-    A package without such a wheel is refused: the layer installs wheels only."""
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+def target_markers(platform: str, python: str) -> dict[str, str]:
+    """The PEP 508 marker environment of a line's target: CPython `python` (X.Y or X.Y.Z) on Linux `platform`.
+    `extra` is empty: a caller evaluating a requirement of an extra sets it."""
+    full = python if python.count(".") == 2 else f"{python}.0"
+    return {"python_version": ".".join(python.split(".")[:2]), "python_full_version": full,
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": MACHINES[platform],
+            "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "extra": ""}
+
+
+@dataclass(frozen=True)
+class PylockWheel:
+    """The wheel of one pylock package that a target installs: what the lock's pip entry of it must say."""
+
+    name: str  # canonical
+    version: str
+    url: str
+    sha256: str
+
+
+def pylock_wheels(text: str, where: str, platform: str, python: str, glibc: str) -> list[PylockWheel]:
+    """Per package of a pylock that applies to the target, the wheel it installs (the most specific tag the
+    target accepts). A package without such a wheel is refused: the layer installs wheels only."""
     from packaging.markers import Marker
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
     supported = {tag: rank for rank, tag in enumerate(_supported_tags(python, platform, glibc))}
-    markers = {"python_version": ".".join(python.split(".")[:2]), "python_full_version": f"{python}.0",
-               "sys_platform": "linux", "platform_system": "Linux", "platform_machine": MACHINES[platform],
-               "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    markers = target_markers(platform, python)
     try:
         packages = tomllib.loads(text)["packages"]
     except (tomllib.TOMLDecodeError, KeyError) as exc:
         raise ToolkitError(f"{where}: not a pylock.toml uv wrote ({exc}; lock again)") from None
-    entries = []
+    chosen = []
     for package in packages:
         if "marker" in package and not Marker(package["marker"]).evaluate(markers):
             continue
@@ -156,8 +174,15 @@ def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str
             raise ToolkitError(f"{where}: {package['name']} {package['version']} has no wheel for {platform} python "
                                f"{python} (the layer installs wheels only: pin a version that has one)")
         wheel = min(ranked, key=lambda item: item[0])[1]
-        entries.append(LockedDependency(
-            name=canonicalize_name(package["name"]), version=package["version"], manager="pip", platform=platform,
-            dependencies={}, url=wheel["url"], hash=HashModel(sha256=wheel["hashes"]["sha256"]),
-            categories={"main"}))
-    return entries
+        chosen.append(PylockWheel(canonicalize_name(package["name"]), package["version"], wheel["url"],
+                                  wheel["hashes"]["sha256"]))
+    return chosen
+
+
+def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
+    """The conda-lock pip entries of a pylock: per package, the wheel this target installs (pylock_wheels)."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    return [LockedDependency(name=wheel.name, version=wheel.version, manager="pip", platform=platform,
+                             dependencies={}, url=wheel.url, hash=HashModel(sha256=wheel.sha256), categories={"main"})
+            for wheel in pylock_wheels(text, where, platform, python, glibc)]

@@ -1,0 +1,134 @@
+"""What a locked wheel is, read from the wheel itself before pip sees it: its METADATA's name, version and
+Requires-Dist.
+
+A sha256 in the lock proves the wheel is the one locked, not that it is the package and version the entry
+names: pip installs a direct URL whatever its version, so an entry edited over an unchanged url and sha256
+would install another release than the one every check of the lock read. And a pip layer installed with
+--no-deps installs only what the lock lists: a dependency deleted from a re-signed lock would leave torch
+without cudnn, silently. So the install reads each wheel's METADATA (lockfile.check_wheel_identity) and, for a
+pypi line, checks that the lock holds every dependency its wheels declare for the target (`closure_problem`).
+"""
+
+from __future__ import annotations
+
+import email.parser
+import urllib.parse
+import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from rich.progress import Progress
+
+from toolkit.base.digest import sha256_file
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import display_path
+from toolkit.env.download import fetch_verified
+from toolkit.env.lockfile import LockedPackage, brief, parsed_version
+
+MAX_METADATA_BYTES = 4 << 20  # torch's METADATA is about 30 kB
+
+
+@dataclass(frozen=True)
+class WheelMetadata:
+    """A wheel's .dist-info/METADATA: what pip records it as, and what it needs beside it."""
+
+    name: str
+    version: str
+    requires: tuple[str, ...]  # its Requires-Dist lines
+
+
+@dataclass(frozen=True)
+class Closure:
+    """What a pypi line's wheels may depend on: the lock's pip packages (those copied by --torch-from too),
+    on the target whose markers the dependencies are evaluated for."""
+
+    names: frozenset[str]  # canonical names
+    platform: str
+    python: str
+
+
+def wheel_file(package: LockedPackage, cache: Path, what: str, progress: Progress | None = None) -> Path:
+    """The entry's wheel as a local file whose bytes hash to the entry's sha256: a file:// wheel (--wheels, a
+    local mirror) where it lies, any other from the download cache (download.fetch_verified)."""
+    parts = urllib.parse.urlsplit(package.url)
+    if parts.scheme != "file":
+        return fetch_verified(package, cache, what, progress=progress)
+    path = Path(urllib.request.url2pathname(parts.path))
+    if not path.is_file():  # a FIFO or device is never opened
+        raise ToolkitError(f"{what}: {display_path(path)} is not a file (the lock's URL names it; put the wheel there)")
+    actual = sha256_file(path)
+    if actual != package.sha256:
+        raise ToolkitError(f"{what}: sha256 mismatch: {display_path(path)} has sha256 {actual}, the lock pins "
+                           f"{package.sha256} (the file was changed; nothing was installed)")
+    return path
+
+
+def wheel_metadata(path: Path) -> WheelMetadata:
+    """The wheel's one top-level .dist-info/METADATA, read at most MAX_METADATA_BYTES; one line when unreadable."""
+    where = display_path(path)
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            found = [name for name in wheel.namelist() if len(PurePosixPath(name).parts) == 2
+                     and name.endswith(".dist-info/METADATA")]
+            if len(found) != 1:
+                raise ToolkitError(f"{where}: not a wheel ({len(found)} .dist-info/METADATA files, not one; "
+                                   f"re-lock from a trusted index)")
+            with wheel.open(found[0]) as stream:
+                data = stream.read(MAX_METADATA_BYTES + 1)
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, ValueError) as exc:
+        raise ToolkitError(f"{where}: not a readable wheel ({exc.__class__.__name__}: {exc}; re-lock from a "
+                           f"trusted index)") from None
+    if len(data) > MAX_METADATA_BYTES:
+        raise ToolkitError(f"{where}: {found[0]} is larger than {MAX_METADATA_BYTES >> 20} MB (not a wheel's "
+                           f"METADATA; re-lock from a trusted index)")
+    message = email.parser.Parser().parsestr(data.decode("utf-8", errors="replace"), headersonly=True)
+    name, version = message.get("Name"), message.get("Version")
+    if not name or not version:
+        raise ToolkitError(f"{where}: {found[0]} lacks a Name or Version (not a wheel's METADATA; re-lock from a "
+                           f"trusted index)")
+    return WheelMetadata(str(name).strip(), str(version).strip(),
+                         tuple(str(line) for line in message.get_all("Requires-Dist") or ()))
+
+
+def closure_problem(wheels: list[tuple[LockedPackage, WheelMetadata]], closure: Closure) -> str | None:
+    """The first dependency a wheel declares for the target that the lock lacks, or whose locked version its
+    specifier refuses; None when the lock holds them all. A requirement of an extra counts where a wheel asks
+    for that extra (torch's cuda-toolkit[cublas,...])."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    from toolkit.env.pypi_lock import target_markers
+
+    environment = target_markers(closure.platform, closure.python)
+    versions = {str(canonicalize_name(p.name)): p.version for p, _ in wheels}
+    parsed: dict[str, list[Requirement]] = {}
+    for package, metadata in wheels:
+        try:
+            parsed[canonicalize_name(package.name)] = [Requirement(line) for line in metadata.requires]
+        except InvalidRequirement as exc:
+            return f"{package.name} {brief(package.version)}: its METADATA has a Requires-Dist that is none ({exc})"
+    extras: dict[str, set[str]] = {name: {""} for name in parsed}
+    needed: dict[tuple[str, str, str], Requirement] = {}  # (wheel, what it requires, the requirement's text)
+    changed = True
+    while changed:  # extras asked for add requirements, which may ask for more extras
+        changed = False
+        for name, requirements in parsed.items():
+            for requirement in requirements:
+                if requirement.marker is not None and not any(
+                        requirement.marker.evaluate({**environment, "extra": extra}) for extra in extras[name]):
+                    continue
+                wanted = str(canonicalize_name(requirement.name))
+                needed.setdefault((name, wanted, str(requirement)), requirement)
+                more = set(requirement.extras) - extras.get(wanted, set())
+                if wanted in extras and more:
+                    extras[wanted] |= more
+                    changed = True
+    for (name, wanted, _), requirement in sorted(needed.items()):  # one order: the first problem is always the same
+        if wanted not in closure.names:
+            return f"{wanted}, which {name} requires ({requirement}), is not among the lock's wheels"
+        version = parsed_version(versions[wanted]) if wanted in versions else None
+        if version is not None and not requirement.specifier.contains(version, prereleases=True):
+            return f"{wanted} {versions[wanted]} is not what {name} requires ({requirement})"
+    return None
