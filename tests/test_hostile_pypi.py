@@ -281,7 +281,9 @@ def write_offline(project: Path, line: str) -> Path:
     platform = spec.platforms[0]
     packages = pypi_lock.pylock_entries(text, "pylock", platform, spec.python,
                                         virtual_packages(spec)[platform]["__glibc"])
-    layer = PipLayer(platform, metadata["custom_metadata"][f"fa-envkit.pip-resolver.{platform}"], "", packages, text)
+    custom = metadata["custom_metadata"]
+    layer = PipLayer(platform, custom[f"fa-envkit.pip-resolver.{platform}"], "", packages, text,
+                     exclude_newer=custom["fa-envkit.exclude-newer"])
     sdist = read_lock(ROOT / "locks" / f"{line}.conda-lock.yml").sdist
     return write_lock(spec, CondaLayer([], metadata["content_hash"], []), [layer], sdist,
                       Workspace(locks=project / "locks"))
