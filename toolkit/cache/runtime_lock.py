@@ -3,13 +3,13 @@ flash-attn / FA3 wheels), without the compiler and build tools the line's build 
 
 `toolkit lock LINE --runtime --index URL` reads the published index (`toolkit publish`) for a wheel of this line
 built from its current lock: each link of simple/<project>/ in the line's folders is vouched for by the index as
-cache/index.py reads it (its build record `<wheel>.build.json`, the table entry naming that wheel and record,
-signed by the key .fa-envkit/caches.toml configures for the URL), and the record's inputs name the line and the
-sha256 of the lock it was built from. uv then resolves torch==<locked> and the
-published wheels, every package constrained to its build-lock version, into locks/pylock.<line>-runtime.toml
-(PEP 751) and locks/<line>.runtime.conda-lock.yml (conda-lock's format, the pip layer). The result is checked,
-not trusted: every entry is the build lock's file (same version, URL, sha256) or the published wheel (its link's
-sha256), and none is build-only (toolkit/knowledge/pypi_cuda.yaml `runtime.build_only`).
+cache/index.py reads it (its build record `<wheel>.build.json`, the table entry naming that wheel and record, signed
+by the key .fa-envkit/caches.toml configures for the URL), and the record's inputs name the line and the sha256 of
+the lock it was built from. uv then resolves torch==<locked> and the published wheels, every package constrained to
+its build-lock version, into locks/pylock.<line>-runtime.toml (PEP 751) and locks/<line>.runtime.conda-lock.yml
+(conda-lock's format, the pip layer). The result is checked, not trusted: every entry is the build lock's file (same
+version, URL, sha256) or the published wheel (its link's sha256), and none is build-only
+(toolkit/knowledge/pypi_cuda.yaml `runtime.build_only`).
 
 Not resolved as of the lock's time (uv --exclude-newer): uv drops every file without an upload time under it,
 and a PEP 503 page (the published index's) has none, so the published wheel would be filtered out (uv 0.13.9).
