@@ -34,9 +34,9 @@ from toolkit.verify import bench
 TOOLKIT = Path(toolkit.__file__).parent
 ROOT = TOOLKIT.parent
 # The readers of YAML that is not knowledge: specs (spec/envspec.py's strict loader), locks (env/lockfile.py;
-# env/lock.py reads its own draft lock back; env/runtime_lock.py runtime locks), a user's --stages file
+# env/lock.py reads its own draft lock back; cache/runtime_lock.py runtime locks), a user's --stages file
 # (site/scaleout.py).
-NOT_KNOWLEDGE = {"knowledge/files.py", "env/lockfile.py", "env/lock.py", "env/runtime_lock.py", "site/scaleout.py",
+NOT_KNOWLEDGE = {"knowledge/files.py", "env/lockfile.py", "env/lock.py", "cache/runtime_lock.py", "site/scaleout.py",
                  "spec/envspec.py"}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conda_channel import build_simple_index, make_sdist, make_wheel, serve_directory
-from test_cache import canonical_key, demo_record, serve
+from test_cache import _key_pair, canonical_key, demo_record, serve
 
 from toolkit.build.wheelhouse import place
 from toolkit.cli import main
@@ -242,3 +243,44 @@ def test_an_edited_runtime_pylock_or_a_shell_special_prefix_is_refused_in_one_li
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert f"locks/pylock.{LINE}-runtime.toml: missing or not the pylock written with" in line
     assert not (tmp_path / "env").exists()
+
+
+@pytest.mark.parametrize("entry", ["missing", "signed by another key"])
+def test_a_published_wheel_the_index_does_not_vouch_for_is_refused_in_one_line(project, tmp_path, monkeypatch,
+                                                                                capsys, entry):
+    """The page and the record beside the wheel are not the publisher's word, the table entry is: a runtime lock
+    takes no wheel whose entry is missing, nor one signed by another key than the cache's configured one; signed
+    by that key, the same wheel is locked."""
+    (key,) = [path.stem for path in (project.published / "inputs").glob("*.json")]
+    record = project.published / "files" / LINE / f"{project.wheel.name}.build.json"
+    assert canonical_key(json.loads(record.read_text())["inputs"]) == key
+    table_entry = project.published / "inputs" / f"{key}.json"
+    if entry == "missing":
+        table_entry.unlink()
+        says = f"{project.index}/inputs/{key}.json: no table entry for {project.wheel.name}'s inputs"
+    else:
+        trusted = _key_pair(tmp_path / "trusted.pem")
+        stranger = _key_pair(tmp_path / "stranger.pem")
+        (tmp_path / "caches.toml").write_text(f'[[cache]]\nurl = "{project.index}"\npublic_key = "{trusted}"\n')
+        monkeypatch.setenv("FA_ENVKIT_CACHES", str(tmp_path / "caches.toml"))
+
+        def signed_by(pem: Path) -> None:
+            """The entry as `toolkit publish --sign-key pem` writes it, copied over the served one."""
+            folder = tmp_path / f"signed-{pem.stem}"
+            assert main(["publish", LINE, "--to", str(folder), "--sign-key", str(pem)]) == 0
+            shutil.copy(folder / "inputs" / f"{key}.json", table_entry)
+
+        signed_by(tmp_path / "stranger.pem")
+        says = (f"{project.index}/inputs/{key}.json: signed by key {stranger}, not by this cache's configured key "
+                f"{trusted} (refused; no runtime lock was written)")
+    capsys.readouterr()
+    assert runtime_lock(project) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert says in line, line
+    assert not (project.root / "locks" / f"pylock.{LINE}-runtime.toml").exists()
+    assert not (project.root / "locks" / f"{LINE}.runtime.conda-lock.yml").exists()
+    if entry != "missing":
+        signed_by(tmp_path / "trusted.pem")
+        assert runtime_lock(project) == 0
+        (published,) = {p["name"]: p for p in project.pylock()["packages"]}["flash-attn"]["wheels"]
+        assert published["hashes"]["sha256"] == sha256_of(project.wheel)

@@ -37,7 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
     for name in STAGE_MODULES:
         importlib.import_module(name).register(subparsers)
+    hand_down_runtime_locks(subparsers)
     return parser
+
+
+def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
+    """`toolkit lock --runtime` and `toolkit install --runtime` are env's verbs running the cache wing's runtime
+    locks (they read a published index); env sits below cache, so the entry hands the handlers down as
+    `args.runtime_command` instead of env importing upward (tests/test_wings.py)."""
+    from toolkit.cache.runtime_lock import install_runtime_command, lock_runtime_command
+
+    subparsers.choices["lock"].set_defaults(runtime_command=lock_runtime_command)
+    subparsers.choices["install"].set_defaults(runtime_command=install_runtime_command)
 
 
 @program

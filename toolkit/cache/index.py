@@ -77,11 +77,13 @@ class PageLink:
 
 @dataclass(frozen=True)
 class PublishedRecord:
-    """What export and doctor read of a published build record: its inputs (the wing below build reads the
-    record's JSON itself; the table entry pins its bytes, the inputs hash to its key)."""
+    """What export, doctor and runtime locks read of a published build record: its inputs and when it finished
+    (the wing below build reads the record's JSON itself; the table entry pins its bytes, the inputs hash to its
+    key)."""
 
     inputs_key: str
     inputs: dict[str, Any]
+    finished: str = ""  # the build's end (ISO 8601 UTC): the newest of several builds of the same inputs
 
     @property
     def toolchain(self) -> dict[str, Any]:
@@ -97,7 +99,7 @@ class PublishedRecord:
         key, inputs = (record.get("inputs_key"), record.get("inputs")) if isinstance(record, dict) else (None, None)
         if not isinstance(key, str) or not isinstance(inputs, dict) or sha256_json(inputs) != key:
             raise ToolkitError(f"{url}: not a build record whose inputs hash to its inputs key (refused; {then})")
-        return cls(key, inputs)
+        return cls(key, inputs, str(record.get("finished") or ""))
 
 
 @dataclass(frozen=True)
@@ -204,17 +206,22 @@ def vouched(site: CacheSite, link: PageLink, then: str) -> PublishedBuild:
     if differs:
         raise ToolkitError(f"{entry_url}: the table entry {differs} ({link.path}; refused: the index does not "
                            f"vouch for it; {then})")
-    check_signature(entry, site.public_key, entry_url)
+    check_signature(entry, site.public_key, entry_url, then)
     return PublishedBuild(site, link, entry, record)
+
+
+def line_links(site: CacheSite, project: str, line: str, then: str) -> list[PageLink]:
+    """The project's links in the line's folders (files/<line>/ and files/<line>+fa3/), not yet vouched for."""
+    folders = {line, line + FA3_SUFFIX}
+    return [link for link in project_links(site, project, then) if link.folder in folders]
 
 
 def line_builds(site: CacheSite, line: str, then: str) -> list[PublishedBuild]:
     """The line's published wheels (files/<line>/ and files/<line>+fa3/), the newest version of each project
     with every file of that version, each vouched for."""
-    folders = {line, line + FA3_SUFFIX}
     newest: dict[str, list[PageLink]] = {}
     for project in projects(site, then):
-        links = [link for link in project_links(site, project, then) if link.folder in folders]
+        links = line_links(site, project, line, then)
         if links:
             top = max(link.version for link in links)
             newest[project] = [link for link in links if link.version == top]

@@ -145,16 +145,18 @@ class Signer:
         return replace(entry, signature=Signature(self.public_key, value))
 
 
-def check_signature(entry: TableEntry, trusted_key: str | None, where: str) -> None:
-    """Nothing to check for a cache configured without a key; with one, the entry must be signed by exactly it."""
+def check_signature(entry: TableEntry, trusted_key: str | None, where: str,
+                    then: str = "the build compiles instead") -> None:
+    """Nothing to check for a cache configured without a key; with one, the entry must be signed by exactly it.
+    `then`: what happens next, for the reader's line (a build compiles; export and runtime locks stop)."""
     if trusted_key is None:
         return
     if entry.signature is None:
         raise ToolkitError(f"{where}: unsigned, but this cache is configured with public key {trusted_key} "
-                           f"(refused; the build compiles instead)")
+                           f"(refused; {then})")
     if entry.signature.public_key != trusted_key:
         raise ToolkitError(f"{where}: signed by key {entry.signature.public_key}, not by this cache's configured "
-                           f"key {trusted_key} (refused; the build compiles instead)")
+                           f"key {trusted_key} (refused; {then})")
     from cryptography.exceptions import InvalidSignature
 
     ed25519 = _ed25519()
@@ -163,6 +165,5 @@ def check_signature(entry: TableEntry, trusted_key: str | None, where: str) -> N
         public.verify(base64.b64decode(entry.signature.value, validate=True), entry.signed_bytes())
     except (InvalidSignature, ValueError, binascii.Error):
         raise ToolkitError(f"{where}: its signature does not verify with the configured key {trusted_key} "
-                           f"(the entry was changed after it was signed; refused, the build compiles "
-                           f"instead)") from None
+                           f"(the entry was changed after it was signed; refused, {then})") from None
 

@@ -375,10 +375,8 @@ def install_command(args: argparse.Namespace) -> int:
     # LINE or its spec file, as the sibling verbs take it (a spec file is the line of its name)
     line = load_spec(resolve_spec_arg(args.line, workspace)).line if Path(args.line).suffix in (".yaml", ".yml") \
         else args.line
-    if args.runtime:
-        from toolkit.env.runtime_lock import install_runtime_command
-
-        return install_runtime_command(line, args, workspace)
+    if args.runtime:  # cache/runtime_lock.py's, set by toolkit/cli.py: runtime locks are the cache wing's
+        return args.runtime_command(line, args, workspace)
     if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):

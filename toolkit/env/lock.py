@@ -644,10 +644,8 @@ def lock_command(args: argparse.Namespace) -> int:
                                                                           if args.all or args.check else [])
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
-    if args.runtime:
-        from toolkit.env.runtime_lock import lock_runtime_command
-
-        return lock_runtime_command(args, workspace, paths)
+    if args.runtime:  # cache/runtime_lock.py's, set by toolkit/cli.py: it reads a published index (a higher wing)
+        return args.runtime_command(args, workspace, paths)
     if args.newer:
         for path in paths:
             print(newer_than_lock(load_spec(path), workspace))

@@ -2,32 +2,35 @@
 flash-attn / FA3 wheels), without the compiler and build tools the line's build lock carries.
 
 `toolkit lock LINE --runtime --index URL` reads the published index (`toolkit publish`) for a wheel of this line
-built from its current lock: each link of simple/<project>/ has its build record beside it (`<wheel>.build.json`),
-whose inputs name the line and the sha256 of the lock it was built from. uv then resolves torch==<locked> and the
-published wheels, every package constrained to its build-lock version, into locks/pylock.<line>-runtime.toml
-(PEP 751) and locks/<line>.runtime.conda-lock.yml (conda-lock's format, the pip layer). The result is checked,
-not trusted: every entry is the build lock's file (same version, URL, sha256) or the published wheel (its link's
-sha256), and none is build-only (toolkit/knowledge/pypi_cuda.yaml `runtime.build_only`).
+built from its current lock: each link of simple/<project>/ in the line's folders is vouched for by the index as
+cache/index.py reads it (its build record `<wheel>.build.json`, the table entry naming that wheel and record, signed
+by the key .fa-envkit/caches.toml configures for the URL), and the record's inputs name the line and the sha256 of
+the lock it was built from. uv then resolves torch==<locked> and the published wheels, every package constrained to
+its build-lock version, into locks/pylock.<line>-runtime.toml (PEP 751) and locks/<line>.runtime.conda-lock.yml
+(conda-lock's format, the pip layer). The result is checked, not trusted: every entry is the build lock's file (same
+version, URL, sha256) or the published wheel (its link's sha256), and none is build-only
+(toolkit/knowledge/pypi_cuda.yaml `runtime.build_only`).
 
 Not resolved as of the lock's time (uv --exclude-newer): uv drops every file without an upload time under it,
 and a PEP 503 page (the published index's) has none, so the published wheel would be filtered out (uv 0.13.9).
 The pins do that job: each package is pinned to the build lock's version and checked against its file.
 
 `toolkit install LINE --runtime` makes a venv (uv venv) and `uv pip sync`s the pylock into it.
+
+Both verbs are env's (`toolkit lock`, `toolkit install`), but a runtime lock reads a published index, which is
+the cache wing's, above env: toolkit/cli.py hands lock_runtime_command and install_runtime_command down to them
+(`runtime_command`), so env never imports upward.
 """
 
 from __future__ import annotations
 
 import argparse
-import html.parser
 import json
 import os
 import re
 import shutil
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,20 +41,17 @@ from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
-from toolkit.base.jsonfile import parse_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace, checked_line
-from toolkit.build.record import RECORD_SUFFIX, BuildRecord
-from toolkit.cache.config import checked_url
+from toolkit.cache.config import CacheSite, checked_url, configured_caches
+from toolkit.cache.index import PublishedBuild, line_links, vouched
 from toolkit.cache.simple import normalize
 from toolkit.env import pypi_lock
 from toolkit.env.engine import locking_environment
-from toolkit.env.lockfile import FAST_LOADER, KEY_DIGEST, KEY_LINE, KEY_PYLOCK_SHA256, SHA256, lock_digest, read_lock
+from toolkit.env.lockfile import FAST_LOADER, KEY_DIGEST, KEY_LINE, KEY_PYLOCK_SHA256, lock_digest, read_lock
 from toolkit.knowledge import files as knowledge_files
 from toolkit.spec.envspec import EnvSpec
 
-MAX_PAGE_BYTES = 16 << 20
-MAX_RECORD_BYTES = 16 << 20
 MAX_LOCK_BYTES = 64 << 20
 KEY_KIND = "fa-envkit.lock-kind"  # "runtime": not a build lock (read_lock refuses it for lacking the sdist pin)
 KEY_BUILD_LOCK = "fa-envkit.build-lock-sha256"  # sha256 of locks/<line>.conda-lock.yml the wheels were built from
@@ -59,6 +59,7 @@ KEY_RESOLVER = "fa-envkit.pip-resolver"
 KEY_PUBLISHED = "fa-envkit.published."  # + project: the build record's URL of the published wheel taken
 RUNTIME = "runtime"
 MARKER = ".fa-envkit-runtime"  # in a prefix `install --runtime` made: the runtime lock's digest
+THEN = "no runtime lock was written"
 
 
 @dataclass(frozen=True)
@@ -73,19 +74,6 @@ def runtime_facts() -> RuntimeFacts:
     return knowledge_files.typed("pypi_cuda.yaml", lambda data: RuntimeFacts(
         projects=tuple(normalize(str(p)) for p in data["runtime"]["projects"]),
         build_only={normalize(str(k)): str(v) for k, v in data["runtime"]["build_only"].items()}))
-
-
-@dataclass(frozen=True)
-class PublishedWheel:
-    """A published wheel built from this line's current lock: where it is and what its build record says."""
-
-    project: str
-    version: str
-    filename: str
-    url: str
-    sha256: str  # the page's #sha256, equal to its record's wheel_sha256
-    record_url: str
-    finished: str
 
 
 def runtime_lock_file(workspace: Workspace, line: str) -> Path:
@@ -103,89 +91,30 @@ def runtime_pylock_file(workspace: Workspace, line: str) -> Path:
 # ---------------------------------------------------------------- the published index
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            self.hrefs.append(href)
-
-
-def _read_url(url: str, limit: int, what: str) -> bytes | None:
-    """The bytes at url (http(s) or file), None where there is no such file; one line where it cannot be read."""
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data = response.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 410):
-            return None
-        raise ToolkitError(f"{url}: the index answered HTTP {exc.code} for its {what} (check --index)") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, FileNotFoundError):
-            return None
-        raise ToolkitError(f"{url}: cannot read the index's {what} ({exc.reason}; check --index)") from None
-    except (OSError, ValueError) as exc:
-        raise ToolkitError(f"{url}: cannot read the index's {what} ({exc}; check --index)") from None
-    if len(data) > limit:
-        raise ToolkitError(f"{url}: the index's {what} is larger than {limit:,} bytes (refused; check --index)")
-    return data
-
-
 def index_root(url: str) -> str:
     """The published folder's URL (what `toolkit publish --to` wrote, or its simple/ page), without the slash."""
     root = checked_url(url, "--index")
     return root[:-len("/simple")] if root.endswith("/simple") else root
 
 
-def published_wheels(root: str, line: str, lock_sha256: str, projects: tuple[str, ...]) -> list[PublishedWheel]:
-    """Per project, the newest published wheel whose build record names this line and this lock's sha256."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
+def published_builds(site: CacheSite, line: str, lock_sha256: str, projects: tuple[str, ...]) -> list[PublishedBuild]:
+    """Per project, the newest wheel in the line's folders whose build record names this line and this lock's
+    sha256; each of the line's wheels is vouched for first (cache/index.py: record, table entry, signature), so a
+    wheel the publisher's table does not name is refused, never locked."""
     found = []
     for project in projects:
-        page_url = f"{root}/simple/{project}/"
-        page = _read_url(page_url, MAX_PAGE_BYTES, f"page of {project}")
-        if page is None:
-            continue
-        parser = _Links()
-        parser.feed(page.decode("utf-8", "replace"))
-        candidates = []
-        for href in parser.hrefs:
-            url, _, fragment = urllib.parse.urljoin(page_url, href).partition("#")
-            filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
-            sha256 = fragment.removeprefix("sha256=")
-            try:
-                version = str(parse_wheel_filename(filename)[1])
-            except InvalidWheelFilename:
-                continue
-            if not SHA256.fullmatch(sha256):
-                raise ToolkitError(f"{page_url}: the link to {filename} has no #sha256= (not a `toolkit publish` "
-                                   f"index; check --index)")
-            record_url = url + RECORD_SUFFIX
-            data = _read_url(record_url, MAX_RECORD_BYTES, "build record")
-            if data is None:
-                continue  # a wheel without a record: not a toolkit build
-            record = BuildRecord.from_json(parse_json(data, record_url, "build record", "tell the index's publisher"),
-                                           record_url)
-            if record.inputs.get("line") != line or record.inputs.get("lock_sha256") != lock_sha256:
-                continue
-            if (record.outputs.wheel, record.outputs.wheel_sha256) != (filename, sha256):
-                raise ToolkitError(f"{record_url}: a build record of {record.outputs.wheel} (sha256 "
-                                   f"{record.outputs.wheel_sha256}) beside {filename} (sha256 {sha256} on the page): "
-                                   f"refused (tell the index's publisher)")
-            candidates.append(PublishedWheel(project, version, filename, url, sha256, record_url, record.finished))
-        if candidates:
-            found.append(max(candidates, key=lambda wheel: wheel.finished))
+        builds = [vouched(site, link, THEN) for link in line_links(site, project, line, THEN)]
+        current = [build for build in builds if build.record.inputs.get("line") == line
+                   and build.record.inputs.get("lock_sha256") == lock_sha256]
+        if current:
+            found.append(max(current, key=lambda build: build.record.finished))
     return found
 
 
 # ---------------------------------------------------------------- the resolve and its checks
 
 
-def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> tuple[str, list[Any], list[PublishedWheel],
+def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> tuple[str, list[Any], list[PublishedBuild],
                                                                             str]:
     """(the runtime pylock's text, its conda-lock pip entries, the published wheels taken, how it was resolved)."""
     from toolkit.env.lock import PipTarget, virtual_packages
@@ -197,14 +126,15 @@ def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> tuple[st
     locked = read_lock(build_lock)
     facts = runtime_facts()
     root = index_root(index)
-    wheels = published_wheels(root, spec.line, sha256_file(build_lock), facts.projects)
+    (site,) = [s for s in configured_caches([root]) if s.url == root]  # a URL the config lists keeps its key
+    wheels = published_builds(site, spec.line, sha256_file(build_lock), facts.projects)
     if not wheels:
         raise ToolkitError(f"no published build of {spec.line} for its current lock at {root}: toolkit publish "
                            f"{spec.line} --to DIR on the machine that built it")
     platform = locked.platforms[0]  # a pypi line locks one platform
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     pip = {p.name: p for p in locked.packages_for(platform, "pip")}
-    requirements = [f"torch=={pip['torch'].version}", *(f"{w.project}=={w.version}" for w in wheels)]
+    requirements = [f"torch=={pip['torch'].version}", *(f"{w.project}=={w.link.version}" for w in wheels)]
     constraints = [f"{p.name}=={p.version}" for p in pip.values()]
     pylock = runtime_pylock_file(workspace, spec.line)
     uv = pypi_lock.uv_executable()
@@ -230,21 +160,21 @@ def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> tuple[st
     return text, entries, wheels, resolver
 
 
-def runtime_problem(entries: list[Any], build: dict[str, Any], wheels: list[PublishedWheel], facts: RuntimeFacts,
+def runtime_problem(entries: list[Any], build: dict[str, Any], wheels: list[PublishedBuild], facts: RuntimeFacts,
                     build_lock: str) -> str | None:
     """Why a resolved runtime layer is not the build lock's files plus the published wheels, or None."""
     published = {w.project: w for w in wheels}
     names = {entry.name for entry in entries}
     for wheel in wheels:
         if wheel.project not in names:
-            return f"the resolve left out the published {wheel.filename}"
+            return f"the resolve left out the published {wheel.link.filename}"
     for entry in entries:
         if entry.name in published:
             wheel = published[entry.name]
-            if (urllib.parse.unquote(entry.url.rsplit("/", 1)[-1]), entry.hash.sha256) != (wheel.filename,
-                                                                                         wheel.sha256):
+            if (urllib.parse.unquote(entry.url.rsplit("/", 1)[-1]), entry.hash.sha256) != (wheel.link.filename,
+                                                                                         wheel.link.sha256):
                 return (f"{entry.name} resolved to {entry.url} (sha256 {entry.hash.sha256}), not the published "
-                        f"{wheel.url} (sha256 {wheel.sha256})")
+                        f"{wheel.link.url} (sha256 {wheel.link.sha256})")
         elif entry.name in facts.build_only:
             return (f"{entry.name} is build-only ({facts.build_only[entry.name]}; toolkit/knowledge/pypi_cuda.yaml) "
                     f"but a runtime package requires it")
@@ -262,7 +192,7 @@ def runtime_problem(entries: list[Any], build: dict[str, Any], wheels: list[Publ
 
 
 def write_runtime_lock(spec: EnvSpec, workspace: Workspace, text: str, entries: list[Any],
-                       wheels: list[PublishedWheel], resolver: str) -> tuple[Path, Path]:
+                       wheels: list[PublishedBuild], resolver: str) -> tuple[Path, Path]:
     """locks/pylock.<line>-runtime.toml and locks/<line>.runtime.conda-lock.yml, staged and renamed (lock last)."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
@@ -335,7 +265,7 @@ def lock_runtime_command(args: argparse.Namespace, workspace: Workspace, paths: 
         spec = checked_spec(path)
         text, entries, wheels, resolver = resolve_runtime(spec, workspace, args.index)
         lock, pylock = write_runtime_lock(spec, workspace, text, entries, wheels, resolver)
-        taken = ", ".join(w.filename for w in wheels)
+        taken = ", ".join(w.link.filename for w in wheels)
         print(f"{display_path(lock)}, {display_path(pylock)}: written ({len(entries)} wheels; published: {taken})")
     return 0
 
