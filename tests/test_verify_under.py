@@ -179,3 +179,19 @@ def test_the_toolkits_dependencies_are_not_lent_ahead_of_pythonpath(tmp_path, ca
     assert machine.run_under(python, "toolkit.which_copies", [], tmp_path, "verification") == 0
     assert json.loads(capfd.readouterr().out)["packaging"][0] == "0.0.2+pythonpath"
     assert os.environ["PYTHONPATH"] == str(tmp_path / "mine")  # the parent's own environment untouched
+
+
+def test_torchs_numpy_warning_never_comes_before_verifys_answer(tmp_path):
+    """A line's venv without numpy: torch's import warns "Failed to initialize NumPy" (seen here with numpy hidden,
+    as torch itself reports it), which printed before verify's one line and read as its cause."""
+    pytest.importorskip("torch")
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "{first}import torch\n"
+            "print('imported')\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bare = subprocess.run([sys.executable, "-c", code.format(first="")], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert "Failed to initialize NumPy" in bare.stderr  # the warning is real: torch gives it without the toolkit
+    under = subprocess.run([sys.executable, "-c", code.format(first="import toolkit.verify\n")], capture_output=True,
+                           text=True, env=env, cwd=tmp_path, timeout=300)
+    assert under.stdout == "imported\n" and "NumPy" not in under.stderr, under.stderr

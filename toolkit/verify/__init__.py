@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from pathlib import Path
 
 from toolkit.base.entry import program
+
+# torch warns "Failed to initialize NumPy" when it is imported where numpy is missing (a line's venv need not
+# have it: attention never converts to numpy); the warning came before verify's own answer and read as the
+# cause. Every measuring entry (python -m toolkit.verify, .bench, .fa3, .fa4) imports this package first.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 LEVELS = ("smoke", "full", "parity")
 
