@@ -95,10 +95,24 @@ class Workspace:
         return PROJECT_CACHE / "lines"
 
     @property
+    def user_cache(self) -> Path:
+        """The toolkit's caches shared by every project of the user: $XDG_CACHE_HOME/fa-envkit."""
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fa-envkit"
+
+    @property
     def conda_package_cache(self) -> Path:
         """Verified conda archives, shared by every project of the user (named by sha256, re-checked on use)."""
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        return base / "fa-envkit" / "conda-pkgs"
+        return self.user_cache / "conda-pkgs"
+
+    @property
+    def rattler_cache(self) -> Path:
+        """py-rattler's package cache (the verified archives unpacked once, hardlinked into each environment)."""
+        return self.user_cache / "rattler-pkgs"
+
+    @property
+    def uv_cache(self) -> Path:
+        """uv's cache for the pip layers (each wheel downloaded and unpacked once, linked into each environment)."""
+        return self.user_cache / "uv"
 
 
     def options(self) -> list[str]:

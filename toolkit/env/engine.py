@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
-from toolkit.base.children import run_tied
+from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -274,7 +276,7 @@ class RattlerEngine(CondaEngine):
         archives = [(str(path), package.url, package.channel) for package, path in self.verified(job)]
         with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
             count = run_isolated(rattler_install, archives, str(job.staging), str(job.prefix), job.platform,
-                                 str(job.staging.parent / "pkgs"))
+                                 str(Workspace().rattler_cache))
         self.console.print(f"{count} conda packages installed")
         checkpoint("install:pip")
         install_pip_layer(list(job.pip), job.staging, job.prefix, self.console)
@@ -412,41 +414,92 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
     return len(list(Path(prefix, "conda-meta").glob("*.json")))
 
 
-# ---------------------------------------------------------------- pip layer of the embedded engine
+# ---------------------------------------------------------------- pip layer: uv
+
+
+# uv's progress lines when its stderr is no terminal: "Downloading torch (846.6MiB)", " Downloaded torch"
+UV_DOWNLOADING = re.compile(r"Downloading (\S+) \(([0-9.]+)([KMG]?i?B)\)")
+UV_DOWNLOADED = re.compile(r"Downloaded (\S+)$")
+UV_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console) -> None:
-    """The lock's wheels by URL, hash-checked by pip (--require-hashes), no resolution (--no-deps)."""
+    """The lock's wheels by URL into staging with uv, for staging's python: hash-checked (--require-hashes), no resolution
+    (--no-deps), bytecode compiled as pip did. uv's cache is the toolkit's (Workspace.uv_cache), so each wheel is
+    downloaded and unpacked once: a reinstall of an unchanged lock downloads nothing and links from there. Wheels
+    that are all local files (--wheels DIR) install --offline."""
     if not packages:
         return
+    from toolkit.env.pypi_lock import uv_executable
+
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
     requirements = staging.parent / "pip-requirements.txt"
     requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
-    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
-    console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
-    result = run_tied([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
-                       "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
-                       "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ToolkitError(f"pip layer: {_pip_problem(packages, result.stderr)}; nothing was installed")
+    offline = ["--offline"] if all(p.url.startswith("file:") for p in packages) else []
+    # --prefix: uv writes under staging whatever sys.prefix its python reports (as pip's --prefix did)
+    command = [uv_executable(), "pip", "install", "--python", str(python), "--prefix", str(staging), "--no-deps",
+               "--require-hashes", "--no-config", "--no-python-downloads", "--compile-bytecode",
+               "--cache-dir", str(Workspace().uv_cache), *offline, "--requirement", str(requirements)]
+    returncode, output = run_uv_install(command, len(packages), console)
+    if returncode != 0:
+        raise ToolkitError(f"pip layer: {_uv_problem(packages, output)}; nothing was installed")
     relocate_scripts(staging, prefix)
 
 
-def _pip_problem(packages: list[LockedPackage], stderr: str) -> str:
-    """The package whose hash pip refused, or pip's last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in stderr
-                  and any(line.replace(" ", "").startswith(f"{p.name}@") for line in lines)]
-    if mismatched:
-        return (f"{mismatched[0].name} {mismatched[0].version}: hash mismatch for {mismatched[0].url} (the wheel "
-                f"was changed or the index serves another file)")
-    return lines[-1] if lines else "no output"
+def run_uv_install(command: list[str], count: int, console: Console) -> tuple[int, str]:
+    """uv's install with a live bar (packages, and bytes of what it downloads, read from its own lines);
+    returns its exit status and output."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    started = time.perf_counter()
+    lines: list[str] = []
+    sizes: dict[str, int] = {}
+    with Progress(*columns, console=console, transient=True) as progress:
+        downloads = progress.add_task(f"{count} wheels: resolving (uv)", total=None)
+        proc = popen_tied(command, env=locking_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", bufsize=1)
+        try:
+            assert proc.stdout is not None  # stdout=PIPE
+            for line in proc.stdout:
+                lines.append(line)
+                found = UV_DOWNLOADING.search(line)
+                if found:
+                    sizes[found[1]] = int(float(found[2]) * UV_UNITS.get(found[3], 1))
+                    progress.update(downloads, total=sum(sizes.values()),
+                                    description=f"{count} wheels: downloading {len(sizes)} (uv)")
+                elif (done := UV_DOWNLOADED.search(line.strip())) and done[1] in sizes:
+                    progress.advance(downloads, sizes[done[1]])
+                elif line.startswith("Prepared"):
+                    progress.update(downloads, description=f"{count} wheels: linking and compiling (uv)")
+            returncode = proc.wait()
+        except BaseException:
+            kill_group(proc)
+            raise
+    fetched = f", {len(sizes)} downloaded ({sum(sizes.values()) / 1e6:.1f} MB)" if sizes else ", nothing downloaded"
+    if returncode == 0:
+        console.print(f"{count} pip packages installed with uv in {time.perf_counter() - started:.1f} s{fetched}")
+    return returncode, "".join(lines)
+
+
+def _uv_problem(packages: list[LockedPackage], output: str) -> str:
+    """uv's refusal on one line: a wheel whose bytes are not the locked ones (uv says so by its hash, or by a
+    bad CRC when it unzips while downloading, before the hash is complete) by name, else its error and last cause."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+    errors = [line.removeprefix("error:").strip() for line in lines if line.startswith("error:")]
+    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    for package in packages:
+        named = f"`{package.name} @ {package.url}`"
+        if named in output and ("Hash mismatch for" in output or "Bad CRC" in output):
+            seen = "" if "Hash mismatch for" in output else f" ({causes[-1]})"
+            return (f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
+                    f"or the index serves another file)")
+    found = [*errors[:1], *causes[-1:]]
+    return ": ".join(found) if found else (lines[-1] if lines else "no output")
 
 
 def relocate_scripts(staging: Path, prefix: Path) -> None:
-    """pip writes its interpreter's path into each script's header: rewrite the header for the final prefix
+    """pip and uv write their interpreter's path into each script's header: rewrite the header for the final prefix
     in the form pip gives that path (a plain #! line, or /bin/sh + exec where a #! line cannot hold it: a
     space, or too long), rather than replace the path in place (a #! line with a space runs nowhere)."""
     old, new = str(staging).encode(), str(prefix).encode()
@@ -477,16 +530,17 @@ def script_header(python: bytes, args: bytes = b"") -> bytes:
 
 def script_interpreter(data: bytes, old: bytes) -> tuple[bytes, bytes, bytes] | None:
     """(the interpreter's path after `old`, its arguments, the script after the header) of a script whose
-    header, in either of pip's forms, runs an interpreter under `old`; None for any other file."""
+    header, in either of pip's forms or uv's (its /bin/sh form quotes the path in single quotes), runs an
+    interpreter under `old`; None for any other file."""
     sh = data.startswith(SH_EXEC)
     line, _, body = data[len(SH_EXEC) if sh else 2:].partition(b"\n")
-    quoted = sh and line.startswith(b'"')
+    quote = line[:1] if sh and line[:1] in (b'"', b"'") else b""
     if sh:
         closing, _, body = body.partition(b"\n")
         if closing != SH_CLOSE or not line.endswith(SH_ARGS):
             return None
-        line = line[1 if quoted else 0:].removesuffix(SH_ARGS)
+        line = line[len(quote):].removesuffix(SH_ARGS)
     if not line.startswith(old + b"/"):
         return None
-    rest, end, args = line[len(old):].partition(b'"' if quoted else b" ")
-    return rest, (b"" if quoted else end) + args, body
+    rest, end, args = line[len(old):].partition(quote or b" ")
+    return rest, (b"" if quote else end) + args, body
