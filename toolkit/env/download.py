@@ -17,11 +17,12 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from rich.progress import Progress, TaskID
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, clean_stale, publish_file
 from toolkit.base.digest import sha256_file
@@ -48,6 +49,9 @@ class Pin(Protocol):
 
     @property
     def sha256(self) -> str: ...
+
+
+P = TypeVar("P", bound=Pin)
 
 
 def cache_entry(cache: Path, pin: Pin) -> Path:
@@ -80,6 +84,35 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
             if check:
                 check(partial)
     return entry
+
+
+def fetch_all(pins: Sequence[P], cache: Path, describe: Callable[[P], str], console: Console, label: str,
+              check: Callable[[Path], None] | None = None) -> list[Path]:
+    """fetch_verified of every pin, in order, with a live bar: one for the whole (pins done) and one per download
+    (bytes); `describe` names a pin in messages, `label` what they are ("conda archives")."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        overall = progress.add_task(f"verifying {len(pins)} {label}", total=len(pins))
+        found = []
+        for pin in pins:
+            found.append(fetch_verified(pin, cache, describe(pin), check, progress))
+            progress.advance(overall)
+    return found
+
+
+def check_local(pin: Pin, what: str) -> Path:
+    """A pinned file:// URL's file, hashed where it lies (not copied into a cache): `--wheels DIR`."""
+    from urllib.parse import unquote, urlparse
+
+    path = Path(unquote(urlparse(pin.url).path))
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        raise ToolkitError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
+    if actual != pin.sha256:
+        raise ToolkitError(f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
+                           f"file was changed or is another of that name; nothing was installed)")
+    return path
 
 
 def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:

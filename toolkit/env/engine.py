@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,16 +30,15 @@ from typing import Any, ClassVar
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
-from toolkit.base.children import kill_group, popen_tied, run_tied
+from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
-from toolkit.env.download import fetch_verified
+from toolkit.env.download import check_local, fetch_all
 from toolkit.env.isolated import run_isolated
 from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, relock_hint
 
@@ -284,17 +281,12 @@ class RattlerEngine(CondaEngine):
     def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
         inside their prefix enter the cache (archives.check_conda_archive)."""
-        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-        with Progress(*columns, console=self.console, transient=True) as progress:
-            overall = progress.add_task(f"verifying {len(job.conda)} conda archives", total=len(job.conda))
-            verified = []
-            for package in job.conda:
-                what = f"{display_path(job.lock_file)}: {package.name} {package.version}"
-                archive = fetch_verified(package, Workspace().conda_package_cache, what, check_conda_archive, progress)
-                check_identity(package, archive_identity(archive), job.lock_file)
-                verified.append((package, archive))
-                progress.advance(overall)
-        return verified
+        where = display_path(job.lock_file)
+        archives = fetch_all(job.conda, Workspace().conda_package_cache, lambda p: f"{where}: {p.name} {p.version}",
+                             self.console, "conda archives", check_conda_archive)
+        for package, archive in zip(job.conda, archives):
+            check_identity(package, archive_identity(archive), job.lock_file)
+        return list(zip(job.conda, archives))
 
 
 def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
@@ -417,17 +409,13 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
 # ---------------------------------------------------------------- pip layer: uv
 
 
-# uv's progress lines when its stderr is no terminal: "Downloading torch (846.6MiB)", " Downloaded torch"
-UV_DOWNLOADING = re.compile(r"Downloading (\S+) \(([0-9.]+)([KMG]?i?B)\)")
-UV_DOWNLOADED = re.compile(r"Downloaded (\S+)$")
-UV_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
 def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console) -> None:
-    """The lock's wheels by URL into staging with uv, for staging's python: hash-checked (--require-hashes), no resolution
-    (--no-deps), bytecode compiled as pip did. uv's cache is the toolkit's (Workspace.uv_cache), so each wheel is
-    downloaded and unpacked once: a reinstall of an unchanged lock downloads nothing and links from there. Wheels
-    that are all local files (--wheels DIR) install --offline."""
+    """The lock's wheels into staging with uv, for staging's python: no resolution (--no-deps), bytecode compiled
+    as pip did. Each wheel is first a verified file: one the toolkit downloaded into its cache (Workspace.
+    wheel_cache, sha256 checked as conda archives are, a transient failure tried again), or a local file
+    (--wheels DIR, python's own pip) hashed where it lies; uv (--require-hashes) then installs --offline, from its
+    own cache (Workspace.uv_cache) where it unpacked the same file before. So a reinstall of an unchanged lock
+    downloads nothing and links what it installs."""
     if not packages:
         return
     from toolkit.env.pypi_lock import uv_executable
@@ -435,65 +423,63 @@ def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
+    remote = [p for p in packages if not p.url.startswith("file:")]
+    fetched = fetch_all([WheelPin.of(p) for p in remote], Workspace().wheel_cache,
+                        lambda pin: f"pip layer: {pin.name} {pin.version}", console, "wheels")
+    local = {id(p): path for p, path in zip(remote, fetched)}
+    for package in packages:  # uv reads a wheel's metadata before it has hashed it: hashed here first
+        if id(package) not in local:
+            local[id(package)] = check_local(package, f"pip layer: {package.name} {package.version}")
     requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {p.url} --hash=sha256:{p.sha256}\n" for p in packages))
-    offline = ["--offline"] if all(p.url.startswith("file:") for p in packages) else []
+    requirements.write_text("".join(f"{p.name} @ {local[id(p)].absolute().as_uri()} --hash=sha256:{p.sha256}\n"
+                                    for p in packages))
     # --prefix: uv writes under staging whatever sys.prefix its python reports (as pip's --prefix did)
     command = [uv_executable(), "pip", "install", "--python", str(python), "--prefix", str(staging), "--no-deps",
-               "--require-hashes", "--no-config", "--no-python-downloads", "--compile-bytecode",
-               "--cache-dir", str(Workspace().uv_cache), *offline, "--requirement", str(requirements)]
-    returncode, output = run_uv_install(command, len(packages), console)
-    if returncode != 0:
-        raise ToolkitError(f"pip layer: {_uv_problem(packages, output)}; nothing was installed")
+               "--require-hashes", "--offline", "--no-config", "--no-python-downloads", "--compile-bytecode",
+               "--cache-dir", str(Workspace().uv_cache), "--requirement", str(requirements)]
+    started = time.perf_counter()
+    with console.status(f"installing {len(packages)} pip packages (uv)"):
+        result = run_tied(command, env=locking_environment(), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ToolkitError(f"pip layer: {_uv_problem(packages, result.stderr)}; nothing was installed")
+    console.print(f"{len(packages)} pip packages installed with uv in {time.perf_counter() - started:.1f} s")
     relocate_scripts(staging, prefix)
 
 
-def run_uv_install(command: list[str], count: int, console: Console) -> tuple[int, str]:
-    """uv's install with a live bar (packages, and bytes of what it downloads, read from its own lines);
-    returns its exit status and output."""
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    started = time.perf_counter()
-    lines: list[str] = []
-    sizes: dict[str, int] = {}
-    with Progress(*columns, console=console, transient=True) as progress:
-        downloads = progress.add_task(f"{count} wheels: resolving (uv)", total=None)
-        proc = popen_tied(command, env=locking_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", bufsize=1)
-        try:
-            assert proc.stdout is not None  # stdout=PIPE
-            for line in proc.stdout:
-                lines.append(line)
-                found = UV_DOWNLOADING.search(line)
-                if found:
-                    sizes[found[1]] = int(float(found[2]) * UV_UNITS.get(found[3], 1))
-                    progress.update(downloads, total=sum(sizes.values()),
-                                    description=f"{count} wheels: downloading {len(sizes)} (uv)")
-                elif (done := UV_DOWNLOADED.search(line.strip())) and done[1] in sizes:
-                    progress.advance(downloads, sizes[done[1]])
-                elif line.startswith("Prepared"):
-                    progress.update(downloads, description=f"{count} wheels: linking and compiling (uv)")
-            returncode = proc.wait()
-        except BaseException:
-            kill_group(proc)
-            raise
-    fetched = f", {len(sizes)} downloaded ({sum(sizes.values()) / 1e6:.1f} MB)" if sizes else ", nothing downloaded"
-    if returncode == 0:
-        console.print(f"{count} pip packages installed with uv in {time.perf_counter() - started:.1f} s{fetched}")
-    return returncode, "".join(lines)
+@dataclass(frozen=True)
+class WheelPin:
+    """A lock's wheel as the download cache fetches it: its file named as the wheel is (a URL may quote the
+    `+` of a local version, torch-2.9.1%2Bcu130-...), which uv reads its tags and version from."""
+
+    url: str
+    filename: str
+    sha256: str
+    name: str
+    version: str
+
+    @classmethod
+    def of(cls, package: LockedPackage) -> WheelPin:
+        from urllib.parse import unquote
+
+        return cls(package.url, unquote(package.filename), package.sha256, package.name, package.version)
 
 
 def _uv_problem(packages: list[LockedPackage], output: str) -> str:
     """uv's refusal on one line: a wheel whose bytes are not the locked ones (uv says so by its hash, or by a
-    bad CRC when it unzips while downloading, before the hash is complete) by name, else its error and last cause."""
+    bad CRC when it unzips while downloading, before the hash is complete) or that failed otherwise, by name and
+    version; else uv's error and its last cause."""
     lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("error:").strip() for line in lines if line.startswith("error:")]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    reason = causes[-1] if causes else errors[0] if errors else lines[-1] if lines else "no output"
     for package in packages:
-        named = f"`{package.name} @ {package.url}`"
-        if named in output and ("Hash mismatch for" in output or "Bad CRC" in output):
-            seen = "" if "Hash mismatch for" in output else f" ({causes[-1]})"
+        if f"`{package.name} @ {package.url}`" not in output:
+            continue
+        if "Hash mismatch for" in output or "Bad CRC" in output:
+            seen = "" if "Hash mismatch for" in output else f" ({reason})"
             return (f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
                     f"or the index serves another file)")
+        return f"{package.name} {package.version}: cannot install {package.url} ({reason})"
     found = [*errors[:1], *causes[-1:]]
     return ": ".join(found) if found else (lines[-1] if lines else "no output")
 
