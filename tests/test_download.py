@@ -5,6 +5,11 @@ flash-attn sdist stand-in, fetched over file:// and loopback http."""
 from __future__ import annotations
 
 import hashlib
+import http.server
+import os
+import socket
+import struct
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,7 @@ from test_hostile_archives import HOSTILE, dot_conda
 
 from toolkit.base.errors import ToolkitError
 from toolkit.build.builder import fetch_sdist
+from toolkit.env import download
 from toolkit.env.archives import check_conda_archive
 from toolkit.env.download import cache_entry, fetch_verified
 from toolkit.env.lockfile import LockedPackage, LockedSdist
@@ -84,3 +90,89 @@ def test_an_unreachable_url_is_one_line_with_the_offline_fix(tmp_path):
     entry = cache_entry(tmp_path / "cache" / "sdist", pin)
     assert "\n" not in str(caught.value) and "cannot fetch" in str(caught.value)
     assert f"put the file at {entry}" in str(caught.value)
+
+
+# ---------------------------------------------------------------- transient failures are tried again
+
+
+class FlakyServer:
+    """Loopback http serving one file, whose first `failures` connections break as `how` says: reset before an
+    answer, cut off (reset) halfway through the body, or 404; counts every connection."""
+
+    def __init__(self, data: bytes, how: str, failures: int) -> None:
+        self.data, self.how, self.failures, self.connections = data, how, failures, 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.connections += 1
+                if outer.connections > outer.failures:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(outer.data)))
+                    self.end_headers()
+                    self.wfile.write(outer.data)
+                    return
+                if outer.how == "404":
+                    self.send_error(404)
+                    return
+                if outer.how == "cut off":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(outer.data)))
+                    self.end_headers()
+                    self.wfile.write(outer.data[:len(outer.data) // 2])
+                    self.wfile.flush()
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()  # SO_LINGER 0: a TCP reset, as a dropped connection gives
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/x-1.0-0.tar.bz2"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("how", ["reset", "cut off"])
+def test_a_transient_failure_is_tried_again_and_the_download_succeeds(tmp_path, how, monkeypatch):
+    """One reset connection must not fail an install of 71 archives: the download starts again (from the start,
+    a partial body never counts) and the pinned file enters the cache."""
+    monkeypatch.setattr(download, "RETRY_WAIT_S", 0.01)
+    data = os.urandom(3 << 20)
+    server = FlakyServer(data, how, failures=1)
+    try:
+        pin = LockedPackage("conda", "x", "1.0", server.url, hashlib.sha256(data).hexdigest())
+        cached = fetch_verified(pin, tmp_path / "cache", "x 1.0")
+    finally:
+        server.close()
+    assert cached.read_bytes() == data and server.connections == 2
+
+
+def test_retries_are_bounded_and_the_failure_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "RETRY_WAIT_S", 0.01)
+    server = FlakyServer(b"never served", "reset", failures=100)
+    try:
+        pin = LockedPackage("conda", "x", "1.0", server.url, "ab" * 32)
+        with pytest.raises(ToolkitError) as caught:
+            fetch_verified(pin, tmp_path / "cache", "x 1.0")
+    finally:
+        server.close()
+    assert server.connections == download.RETRIES + 1 == 4
+    assert "\n" not in str(caught.value) and f"x 1.0: cannot fetch {server.url} (" in str(caught.value)
+    assert "after 4 tries" in str(caught.value) and not cache_entry(tmp_path / "cache", pin).exists()
+
+
+def test_a_missing_file_is_not_tried_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "RETRY_WAIT_S", 0.01)
+    server = FlakyServer(b"", "404", failures=100)
+    try:
+        pin = LockedPackage("conda", "x", "1.0", server.url, "ab" * 32)
+        with pytest.raises(ToolkitError, match=r"x 1\.0: cannot fetch .*x-1\.0-0\.tar\.bz2 \(Not Found; is it"):
+            fetch_verified(pin, tmp_path / "cache", "x 1.0")
+    finally:
+        server.close()
+    assert server.connections == 1

@@ -6,7 +6,11 @@ tests install small wheels made here (file:// URLs, sha256 from hashlib) through
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
+import functools
 import hashlib
+import http.server
 import os
 import re
 import shlex
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,12 +106,18 @@ def wheel(directory: Path, name: str, version: str, files: dict[str, bytes]) -> 
     return LockedPackage("pip", name, version, path.as_uri(), hashlib.sha256(path.read_bytes()).hexdigest(), "linux-64")
 
 
-def make_venv(prefix: Path, python: Path = Path(sys.executable), extra: tuple[LockedPackage, ...] = ()) -> Path:
+def cuda_wheels(wheels: Path) -> tuple[LockedPackage, ...]:
+    """The two wheels a pypi line's venv needs at least (nvcc, and the runtime its symlinks name)."""
+    return (wheel(wheels, "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
+            wheel(wheels, "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"}))
+
+
+def make_venv(prefix: Path, python: Path = Path(sys.executable), extra: tuple[LockedPackage, ...] = (),
+              wheels: tuple[LockedPackage, ...] | None = None) -> Path:
     """A pypi line's venv as `toolkit install` leaves it: made by VenvBuild.make in a staging folder beside the
-    prefix (named as install's, so the two paths differ as they do there), its record written, moved into place."""
-    wheels = prefix.parent / "wheels"
-    packages = (wheel(wheels, "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": b"#!/bin/sh\n"}),
-                wheel(wheels, "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\0"}), *extra)
+    prefix (named as install's, so the two paths differ as they do there), its record written, moved into place.
+    `wheels`: instead of cuda_wheels made beside the prefix."""
+    packages = (*(cuda_wheels(prefix.parent / "wheels") if wheels is None else wheels), *extra)
     pypi = load_knowledge().pypi
     version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -232,6 +243,85 @@ def test_a_record_copied_from_another_venv_does_not_make_a_folder_the_toolkits(s
     shutil.copytree(small_venv, copy, symlinks=True)
     with pytest.raises(ToolkitError, match=rf"its {PrefixRecord.FILE} was written for '{small_venv}', not this folder"):
         check_prefix(copy)
+
+
+# ---------------------------------------------------------------- wheels over http: uv's cache, hashes
+
+
+class CountingHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files; every request's path is appended to the server's `requests`."""
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        self.server.requests.append(self.path)  # type: ignore[attr-defined]
+        return super().send_head()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def counting_index(directory: Path) -> Iterator[tuple[str, list[str]]]:
+    """`directory` on 127.0.0.1; yields its URL and the list of paths requested."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(CountingHandler, directory=str(directory)))
+    server.requests = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.requests  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def served(packages: tuple[LockedPackage, ...], url: str) -> tuple[LockedPackage, ...]:
+    return tuple(dataclasses.replace(p, url=f"{url}/{p.filename}") for p in packages)
+
+
+def test_a_reinstall_of_an_unchanged_lock_downloads_nothing(tmp_path, monkeypatch):
+    """The wheels are downloaded once into the toolkit's uv cache: a second venv of the same lock (a reinstall)
+    asks the index for nothing, and links the same files."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    packages = cuda_wheels(tmp_path / "index")
+    with counting_index(tmp_path / "index") as (url, requests):
+        first = make_venv(tmp_path / "first" / "env", wheels=served(packages, url))
+        fetched = list(requests)
+        second = make_venv(tmp_path / "second" / "env", wheels=served(packages, url))
+    assert {path.lstrip("/") for path in fetched} == {p.filename for p in packages}  # the first one downloaded them
+    assert requests == fetched  # the second nothing
+    nvcc = f"lib/python{PYTHON}/site-packages/nvidia/cu13/bin/nvcc"
+    assert (first / nvcc).read_bytes() == (second / nvcc).read_bytes() == b"#!/bin/sh\n"
+    check_prefix(second)
+
+
+@pytest.mark.parametrize("how", ["another wheel", "a byte changed", "from --wheels"])
+def test_a_tampered_wheel_is_refused_by_its_hash_and_nothing_is_installed(tmp_path, monkeypatch, how):
+    """Other bytes than the lock pins (another wheel of that name, a changed byte inside, served by the index or
+    found in a --wheels folder): one line naming the wheel, nothing installed and nothing kept in the caches."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    packages = cuda_wheels(tmp_path / "index")
+    runtime = tmp_path / "index" / packages[1].filename
+    if how == "another wheel":
+        wheel(tmp_path / "index", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"evil"})
+    else:
+        data = bytearray(runtime.read_bytes())
+        data[data.index(b"Metadata-Version")] ^= 1
+        runtime.write_bytes(bytes(data))
+    actual = hashlib.sha256(runtime.read_bytes()).hexdigest()
+    assert actual != packages[1].sha256
+    prefix = tmp_path / "venv" / "env"
+    with counting_index(tmp_path / "index") as (url, _), pytest.raises(ToolkitError) as refused:
+        make_venv(prefix, wheels=packages if how == "from --wheels" else served(packages, url))
+    if how == "from --wheels":
+        assert str(refused.value) == (f"pip layer: nvidia-cuda-runtime 13.0.96: sha256 mismatch: {runtime} has sha256 "
+                                      f"{actual}, the lock pins {packages[1].sha256} (the file was changed or is another "
+                                      f"of that name; nothing was installed)")
+    else:
+        assert str(refused.value) == (
+            f"pip layer: nvidia-cuda-runtime 13.0.96: sha256 mismatch: downloaded file has sha256 {actual}, the lock "
+            f"pins {packages[1].sha256} ({url}/{runtime.name} served other bytes: it was changed or a mirror serves "
+            f"another file; nothing was kept or installed)")
+    assert not prefix.exists() and not list((tmp_path / "cache").rglob(runtime.name))
 
 
 # ---------------------------------------------------------------- --torch-from: the other environment's files

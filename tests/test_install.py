@@ -120,6 +120,23 @@ def test_reinstall_replaces_the_old_prefix_and_reuses_verified_archives(lock_ove
     assert leftovers(tmp_path, "cu126") == []
 
 
+def test_a_warm_install_hardlinks_from_the_toolkits_rattler_cache(lock_over_http, tmp_path, isolated_caches):
+    """py-rattler's package cache is the toolkit's (beside the verified archives), kept between installs: each
+    archive is unpacked into it once, and every environment links the files it does not patch for its prefix
+    from there (the same inode), rather than from a throwaway cache removed with the install's work folder."""
+    first = install_line("cu126", tmp_path / "a", Workspace(locks=lock_over_http.parent), backend="rattler",
+                         platform="linux-64")
+    [cached] = (isolated_caches / "fa-envkit" / "rattler-pkgs").glob("*/lib/libcudart.so.fixture")
+    unpacked = cached.stat()
+    second = install_line("cu126", tmp_path / "b", Workspace(locks=lock_over_http.parent), backend="rattler",
+                          platform="linux-64")
+    for prefix in (first, second):
+        installed = (prefix / "lib" / "libcudart.so.fixture").stat()
+        assert (installed.st_ino, installed.st_dev) == (unpacked.st_ino, unpacked.st_dev)
+    assert cached.stat().st_nlink == 3 and cached.stat().st_mtime_ns == unpacked.st_mtime_ns  # not unpacked again
+    assert (second / "etc" / "nvcc.profile").read_text() == f"TOP = {second}\n"  # patched: a copy of its own
+
+
 def test_if_stale_leaves_an_environment_of_the_same_lock_as_it_is(lock_over_http, tmp_path, isolated_caches):
     """A local matrix run installs with --if-stale: the environment a current record names is not rebuilt (the
     same folder, inode and files), while one whose record names another lock digest is."""

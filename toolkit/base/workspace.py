@@ -101,15 +101,29 @@ class Workspace:
         return PROJECT_CACHE / "lines"
 
     @property
+    def user_cache(self) -> Path:
+        """The toolkit's caches shared by every project of the user: $XDG_CACHE_HOME/fa-envkit."""
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fa-envkit"
+
+    @property
     def conda_package_cache(self) -> Path:
         """Verified conda archives, shared by every project of the user (named by sha256, re-checked on use)."""
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        return base / "fa-envkit" / "conda-pkgs"
+        return self.user_cache / "conda-pkgs"
+
+    @property
+    def rattler_cache(self) -> Path:
+        """py-rattler's package cache (the verified archives unpacked once, hardlinked into each environment)."""
+        return self.user_cache / "rattler-pkgs"
 
     @property
     def wheel_cache(self) -> Path:
-        """Verified wheels of pip layers, read before pip installs them; beside the conda archives."""
-        return self.conda_package_cache.parent / "wheels"
+        """Verified wheels of the pip layers (named by sha256, re-checked on use), which uv installs from."""
+        return self.user_cache / "wheels"
+
+    @property
+    def uv_cache(self) -> Path:
+        """uv's cache for the pip layers (each verified wheel unpacked once, linked into each environment)."""
+        return self.user_cache / "uv"
 
 
     def options(self) -> list[str]:

@@ -11,13 +11,18 @@ rather than silently fetched again: something other than this module wrote into 
 
 from __future__ import annotations
 
+import errno
+import http.client
+import socket
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from rich.progress import Progress
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, clean_stale, publish_file
 from toolkit.base.digest import sha256_file
@@ -27,6 +32,10 @@ from toolkit.base.paths import display_path
 from toolkit.env.lockfile import FILE_NAME, SHA256
 
 CHUNK = 1 << 20
+RETRIES = 3  # a transient failure is tried again this many times
+RETRY_WAIT_S = 0.5  # before the first retry; doubled before each next one
+TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
+                    errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE, socket.EAI_AGAIN}  # the last: DNS, try again
 
 
 class Pin(Protocol):
@@ -40,6 +49,9 @@ class Pin(Protocol):
 
     @property
     def sha256(self) -> str: ...
+
+
+P = TypeVar("P", bound=Pin)
 
 
 def cache_entry(cache: Path, pin: Pin) -> Path:
@@ -74,6 +86,35 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
     return entry
 
 
+def fetch_all(pins: Sequence[P], cache: Path, describe: Callable[[P], str], console: Console, label: str,
+              check: Callable[[Path], None] | None = None) -> list[Path]:
+    """fetch_verified of every pin, in order, with a live bar: one for the whole (pins done) and one per download
+    (bytes); `describe` names a pin in messages, `label` what they are ("conda archives")."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        overall = progress.add_task(f"verifying {len(pins)} {label}", total=len(pins))
+        found = []
+        for pin in pins:
+            found.append(fetch_verified(pin, cache, describe(pin), check, progress))
+            progress.advance(overall)
+    return found
+
+
+def check_local(pin: Pin, what: str) -> Path:
+    """A pinned file:// URL's file, hashed where it lies (not copied into a cache): `--wheels DIR`."""
+    from urllib.parse import unquote, urlparse
+
+    path = Path(unquote(urlparse(pin.url).path))
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        raise ToolkitError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
+    if actual != pin.sha256:
+        raise ToolkitError(f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
+                           f"file was changed or is another of that name; nothing was installed)")
+    return path
+
+
 def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:
     """A file pinned by what it holds rather than by its bytes (GitHub's archive of a commit, whose compression
     may change): the download enters the cache at `entry` only once `check` passed on it. A cached file is
@@ -100,17 +141,48 @@ def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
 
 
 def _download(url: str, filename: str, partial: Path, what: str, entry: Path, progress: Progress | None) -> None:
+    """The file at `url` into `partial`; a transient failure (a reset connection, a timeout, a cut-off body,
+    HTTP 408/429/5xx) is tried again from the start, RETRIES times after waits of RETRY_WAIT_S, 2x, 4x...:
+    one reset connection must not fail an install of 71 archives. Anything else fails at once."""
     progress = progress or Progress(disable=True)
     task = progress.add_task(filename, total=None)
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, partial.open("xb") as out:
-            progress.update(task, total=int(response.headers.get("Content-Length") or 0) or None)
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                progress.advance(task, len(chunk))
-                checkpoint("download")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ToolkitError(f"{what}: cannot fetch {url} ({getattr(exc, 'reason', exc)}; is it reachable? "
-                           f"without network, put the file at {display_path(entry)})") from None
+        for attempt in range(RETRIES + 1):
+            try:
+                partial.unlink(missing_ok=True)
+                progress.reset(task, total=None)
+                _fetch_once(url, partial, progress, task)
+                return
+            except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+                if attempt == RETRIES or not transient(exc):
+                    tried = f" after {attempt + 1} tries" if attempt else ""
+                    raise ToolkitError(f"{what}: cannot fetch {url} ({getattr(exc, 'reason', exc)}{tried}; is it "
+                                       f"reachable? without network, put the file at {display_path(entry)})") from None
+                time.sleep(RETRY_WAIT_S * 2 ** attempt)
     finally:
         progress.remove_task(task)
+
+
+def _fetch_once(url: str, partial: Path, progress: Progress, task: TaskID) -> None:
+    with urllib.request.urlopen(url, timeout=60) as response, partial.open("xb") as out:
+        size = int(response.headers.get("Content-Length") or 0)
+        progress.update(task, total=size or None)
+        written = 0
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+            written += len(chunk)
+            progress.advance(task, len(chunk))
+            checkpoint("download")
+        if size and written != size:  # the connection closed early: urllib returns a short body without a word
+            raise http.client.IncompleteRead(b"", size - written)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed download may succeed when tried again: the network's or the server's passing state,
+    not a missing file, a refused request or a malformed URL."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in (408, 429) or exc.code >= 500
+    if isinstance(exc, urllib.error.URLError):
+        return isinstance(exc.reason, (TimeoutError, ConnectionError, socket.timeout)) or \
+            isinstance(exc.reason, OSError) and exc.reason.errno in TRANSIENT_ERRNOS
+    return isinstance(exc, (TimeoutError, ConnectionError, http.client.IncompleteRead, http.client.RemoteDisconnected))

@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import run_tied
@@ -39,10 +38,10 @@ from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
-from toolkit.env.download import fetch_verified
+from toolkit.env.download import check_local, fetch_all
 from toolkit.env.isolated import run_isolated
 from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, check_wheel_identity, relock_hint
-from toolkit.env.wheels import Closure, closure_problem, wheel_file, wheel_metadata
+from toolkit.env.wheels import Closure, closure_problem, wheel_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 BACKENDS = ("auto", "conda-lock", "rattler")  # --backend of lock and install
@@ -275,7 +274,7 @@ class RattlerEngine(CondaEngine):
         archives = [(str(path), package.url, package.channel) for package, path in self.verified(job)]
         with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
             count = run_isolated(rattler_install, archives, str(job.staging), str(job.prefix), job.platform,
-                                 str(job.staging.parent / "pkgs"))
+                                 str(Workspace().rattler_cache))
         self.console.print(f"{count} conda packages installed")
         checkpoint("install:pip")
         install_pip_layer(list(job.pip), job.staging, job.prefix, self.console, job.lock_file)
@@ -283,17 +282,12 @@ class RattlerEngine(CondaEngine):
     def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
         inside their prefix enter the cache (archives.check_conda_archive)."""
-        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-        with Progress(*columns, console=self.console, transient=True) as progress:
-            overall = progress.add_task(f"verifying {len(job.conda)} conda archives", total=len(job.conda))
-            verified = []
-            for package in job.conda:
-                what = f"{display_path(job.lock_file)}: {package.name} {package.version}"
-                archive = fetch_verified(package, Workspace().conda_package_cache, what, check_conda_archive, progress)
-                check_identity(package, archive_identity(archive), job.lock_file)
-                verified.append((package, archive))
-                progress.advance(overall)
-        return verified
+        where = display_path(job.lock_file)
+        archives = fetch_all(job.conda, Workspace().conda_package_cache, lambda p: f"{where}: {p.name} {p.version}",
+                             self.console, "conda archives", check_conda_archive)
+        for package, archive in zip(job.conda, archives):
+            check_identity(package, archive_identity(archive), job.lock_file)
+        return list(zip(job.conda, archives))
 
 
 def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
@@ -413,69 +407,109 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
     return len(list(Path(prefix, "conda-meta").glob("*.json")))
 
 
-# ---------------------------------------------------------------- pip layer of the embedded engine
+# ---------------------------------------------------------------- pip layer: uv
 
 
 def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console, lock_file: Path,
                       closure: Closure | None = None) -> None:
-    """The lock's wheels, each read first (wheels.py: its METADATA is the entry's package and version; with a
-    `closure`, a pypi line's, every dependency they declare is in the lock), then installed from those files
-    by pip, hash-checked again (--require-hashes), no resolution (--no-deps)."""
+    """The lock's wheels into staging with uv, for staging's python: no resolution (--no-deps), bytecode compiled
+    as pip did. Each wheel is first a verified file: one the toolkit downloaded into its cache (Workspace.
+    wheel_cache, sha256 checked as conda archives are, a transient failure tried again), or a local file
+    (--wheels DIR, python's own pip) hashed where it lies; then read (wheels.py: its METADATA is the entry's
+    package and version; with a `closure`, a pypi line's, every dependency they declare is in the lock). uv
+    (--require-hashes) then installs --offline, from its own cache (Workspace.uv_cache) where it unpacked the
+    same file before. So a reinstall of an unchanged lock downloads nothing and links what it installs."""
     if not packages:
         return
+    from toolkit.env.pypi_lock import uv_executable
+
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
-    files = checked_wheels(packages, lock_file, closure, console)
+    files = verified_wheels(packages, lock_file, console)
+    checked_metadata(packages, files, lock_file, closure)
     requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {path.resolve().as_uri()} --hash=sha256:{p.sha256}\n"
+    requirements.write_text("".join(f"{p.name} @ {path.absolute().as_uri()} --hash=sha256:{p.sha256}\n"
                                     for p, path in zip(packages, files)))
-    env = {**locking_environment(), "PIP_USER": "0"}  # the user's PIP_USER/PIP_TARGET/PIP_PREFIX... break --prefix
-    console.print(f"installing {len(packages)} pip packages (pip --require-hashes --no-deps)")
-    result = run_tied([str(python), "-m", "pip", "install", "--prefix", str(staging), "--no-deps",
-                       "--require-hashes", "--no-index", "--ignore-installed", "--no-warn-script-location",
-                       "--quiet", "--requirement", str(requirements)], env=env, capture_output=True, text=True)
+    # --prefix: uv writes under staging whatever sys.prefix its python reports (as pip's --prefix did)
+    command = [uv_executable(), "pip", "install", "--python", str(python), "--prefix", str(staging), "--no-deps",
+               "--require-hashes", "--offline", "--no-config", "--no-python-downloads", "--compile-bytecode",
+               "--cache-dir", str(Workspace().uv_cache), "--requirement", str(requirements)]
+    started = time.perf_counter()
+    with console.status(f"installing {len(packages)} pip packages (uv)"):
+        result = run_tied(command, env=locking_environment(), capture_output=True, text=True)
     if result.returncode != 0:
-        raise ToolkitError(f"pip layer: {_pip_problem(packages, result.stderr)}; nothing was installed")
+        raise ToolkitError(f"pip layer: {_uv_problem(packages, result.stderr)}; nothing was installed")
+    console.print(f"{len(packages)} pip packages installed with uv in {time.perf_counter() - started:.1f} s")
     relocate_scripts(staging, prefix)
 
 
-def checked_wheels(packages: list[LockedPackage], lock_file: Path, closure: Closure | None,
-                   console: Console) -> list[Path]:
-    """Each entry's verified wheel file (downloaded into the wheel cache where not a file:// one), once its
-    METADATA names the entry's package and version and, with a closure, the lock holds every dependency the
-    wheels declare; one-line ToolkitError naming the lock and the entry otherwise, before pip runs."""
+def verified_wheels(packages: list[LockedPackage], lock_file: Path, console: Console) -> list[Path]:
+    """Each entry's wheel as a file whose bytes hash to its sha256 (uv reads a wheel's metadata before it has
+    hashed it: hashed here first): downloaded into the wheel cache, or a file:// one hashed where it lies."""
     where = display_path(lock_file)
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    remote = [p for p in packages if not p.url.startswith("file:")]
+    fetched = fetch_all([WheelPin.of(p) for p in remote], Workspace().wheel_cache,
+                        lambda pin: f"{where}: {pin.name} {pin.version}", console, "wheels")
+    local = {id(p): path for p, path in zip(remote, fetched)}
+    return [local.get(id(p)) or check_local(p, f"{where}: {p.name} {p.version}") for p in packages]
+
+
+def checked_metadata(packages: list[LockedPackage], files: list[Path], lock_file: Path,
+                     closure: Closure | None) -> None:
+    """One-line ToolkitError naming the lock and the entry unless each wheel's METADATA names the entry's package
+    and version and, with a closure, the lock holds every dependency the wheels declare: before uv runs."""
     found = []
-    with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task(f"verifying {len(packages)} wheels", total=len(packages))
-        for package in packages:
-            path = wheel_file(package, Workspace().wheel_cache, f"{where}: {package.name} {package.version}", progress)
-            metadata = wheel_metadata(path)
-            check_wheel_identity(package, metadata.name, metadata.version, "METADATA", lock_file)
-            found.append((package, path, metadata))
-            progress.advance(overall)
-    problem = closure and closure_problem([(package, metadata) for package, _, metadata in found], closure)
+    for package, path in zip(packages, files):
+        metadata = wheel_metadata(path)
+        check_wheel_identity(package, metadata.name, metadata.version, "METADATA", lock_file)
+        found.append((package, metadata))
+    problem = closure and closure_problem(found, closure)
     if problem:
-        raise ToolkitError(f"{where}: {problem} (an entry was deleted or edited: {relock_hint(lock_file)}; nothing "
-                           f"was installed)")
-    return [path for _, path, _ in found]
+        raise ToolkitError(f"{display_path(lock_file)}: {problem} (an entry was deleted or edited: "
+                           f"{relock_hint(lock_file)}; nothing was installed)")
 
 
-def _pip_problem(packages: list[LockedPackage], stderr: str) -> str:
-    """The package whose hash pip refused, or pip's last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    mismatched = [p for p in packages if "DO NOT MATCH THE HASHES" in stderr
-                  and any(line.replace(" ", "").startswith(f"{p.name}@") for line in lines)]
-    if mismatched:
-        return (f"{mismatched[0].name} {mismatched[0].version}: hash mismatch for {mismatched[0].url} (the wheel "
-                f"was changed or the index serves another file)")
-    return lines[-1] if lines else "no output"
+@dataclass(frozen=True)
+class WheelPin:
+    """A lock's wheel as the download cache fetches it: its file named as the wheel is (a URL may quote the
+    `+` of a local version, torch-2.9.1%2Bcu130-...), which uv reads its tags and version from."""
+
+    url: str
+    filename: str
+    sha256: str
+    name: str
+    version: str
+
+    @classmethod
+    def of(cls, package: LockedPackage) -> WheelPin:
+        from urllib.parse import unquote
+
+        return cls(package.url, unquote(package.filename), package.sha256, package.name, package.version)
+
+
+def _uv_problem(packages: list[LockedPackage], output: str) -> str:
+    """uv's refusal on one line: a wheel whose bytes are not the locked ones (uv says so by its hash, or by a
+    bad CRC when it unzips while downloading, before the hash is complete) or that failed otherwise, by name and
+    version; else uv's error and its last cause."""
+    lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
+    errors = [line.removeprefix("error:").strip() for line in lines if line.startswith("error:")]
+    causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
+    reason = causes[-1] if causes else errors[0] if errors else lines[-1] if lines else "no output"
+    for package in packages:
+        if f"`{package.name} @ {package.url}`" not in output:
+            continue
+        if "Hash mismatch for" in output or "Bad CRC" in output:
+            seen = "" if "Hash mismatch for" in output else f" ({reason})"
+            return (f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
+                    f"or the index serves another file)")
+        return f"{package.name} {package.version}: cannot install {package.url} ({reason})"
+    found = [*errors[:1], *causes[-1:]]
+    return ": ".join(found) if found else (lines[-1] if lines else "no output")
 
 
 def relocate_scripts(staging: Path, prefix: Path) -> None:
-    """pip writes its interpreter's path into each script's header: rewrite the header for the final prefix
+    """pip and uv write their interpreter's path into each script's header: rewrite the header for the final prefix
     in the form pip gives that path (a plain #! line, or /bin/sh + exec where a #! line cannot hold it: a
     space, or too long), rather than replace the path in place (a #! line with a space runs nowhere)."""
     old, new = str(staging).encode(), str(prefix).encode()
@@ -506,16 +540,17 @@ def script_header(python: bytes, args: bytes = b"") -> bytes:
 
 def script_interpreter(data: bytes, old: bytes) -> tuple[bytes, bytes, bytes] | None:
     """(the interpreter's path after `old`, its arguments, the script after the header) of a script whose
-    header, in either of pip's forms, runs an interpreter under `old`; None for any other file."""
+    header, in either of pip's forms or uv's (its /bin/sh form quotes the path in single quotes), runs an
+    interpreter under `old`; None for any other file."""
     sh = data.startswith(SH_EXEC)
     line, _, body = data[len(SH_EXEC) if sh else 2:].partition(b"\n")
-    quoted = sh and line.startswith(b'"')
+    quote = line[:1] if sh and line[:1] in (b'"', b"'") else b""
     if sh:
         closing, _, body = body.partition(b"\n")
         if closing != SH_CLOSE or not line.endswith(SH_ARGS):
             return None
-        line = line[1 if quoted else 0:].removesuffix(SH_ARGS)
+        line = line[len(quote):].removesuffix(SH_ARGS)
     if not line.startswith(old + b"/"):
         return None
-    rest, end, args = line[len(old):].partition(b'"' if quoted else b" ")
-    return rest, (b"" if quoted else end) + args, body
+    rest, end, args = line[len(old):].partition(quote or b" ")
+    return rest, (b"" if quote else end) + args, body

@@ -185,8 +185,8 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
 
 
 # What installers write besides their packages: py-rattler's cache directory tag, conda's and rattler's
-# history, the toolkit's own install record.
-INSTALLER_FILES = ("CACHEDIR.TAG", "conda-meta/history", str(PrefixRecord.FILE))
+# history, uv's lock of the environment (an empty file it takes a file lock on), the toolkit's own install record.
+INSTALLER_FILES = ("CACHEDIR.TAG", "conda-meta/history", ".lock", str(PrefixRecord.FILE))
 
 
 def installed_paths(prefix: Path) -> set[str]:

@@ -23,10 +23,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from rich.console import Console
 
 from toolkit.base.children import run_tied
+from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.env.engine import install_pip_layer, relocate_scripts
@@ -100,9 +101,15 @@ class VenvBuild:
         return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins, lock_file)
 
     def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
-        """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs."""
+        """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs.
+
+        python's own venv module makes it (its activate scripts, whose quoting relocate keeps), without pip:
+        ensurepip takes seconds, so pip is installed by uv with the wheels, from the wheel the python itself
+        bundles for ensurepip (hashed here), unless the lock pins one."""
         check_venv_prefix(prefix)
-        done = run_tied([str(self.python), "-I", "-m", "venv", "--prompt", prefix.name, str(staging)],
+        seed = () if any(p.name == "pip" for p in self.packages) else bundled_pip(self.python)
+        without = ["--without-pip"] if seed else []
+        done = run_tied([str(self.python), "-I", "-m", "venv", *without, "--prompt", prefix.name, str(staging)],
                         capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -113,7 +120,7 @@ class VenvBuild:
             copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
             console.print(f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
                           f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}")
-        install_pip_layer(list(self.packages), staging, prefix, console, self.lock_file, self.closure())
+        install_pip_layer([*self.packages, *seed], staging, prefix, console, self.lock_file, self.closure())
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():
             raise ToolkitError(f"{self.cuda_home}/bin/nvcc: not installed by the lock's wheels (the lock lacks "
@@ -129,6 +136,30 @@ class VenvBuild:
         names = frozenset(canonicalize_name(name) for name in [*(p.name for p in self.packages),
                                                                *(s.name for s in self.stand_ins)])
         return Closure(names, self.packages[0].platform, self.version)
+
+
+# Where python keeps the pip wheel ensurepip installs: its own _bundled folder, or (Debian's) WHEEL_PKG_DIR.
+BUNDLED_PIP_CODE = ("import ensurepip, glob, os, sysconfig\n"
+                    "folders = [sysconfig.get_config_var('WHEEL_PKG_DIR'), "
+                    "os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')]\n"
+                    "print('\\n'.join(w for f in folders if f for w in glob.glob(os.path.join(f, 'pip-*.whl'))))\n")
+
+
+def bundled_pip(python: Path) -> tuple[LockedPackage, ...]:
+    """The pip wheel `python` bundles for ensurepip, as a lock entry (sha256 of the file as it is there): the
+    pip `python -m venv` would install. None found (a python without one): () and the venv installs its own."""
+    done = run_tied([str(python), "-I", "-c", BUNDLED_PIP_CODE], capture_output=True, text=True, timeout=60)
+    found = []
+    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+        try:
+            _, version, *_ = parse_wheel_filename(Path(line).name)
+        except InvalidWheelFilename:
+            continue
+        found.append((version, Path(line)))
+    if not found:
+        return ()
+    version, wheel = max(found)
+    return (LockedPackage("pip", "pip", str(version), wheel.resolve().as_uri(), sha256_file(wheel)),)
 
 
 def venv_files(root: Path, site: Path) -> list[str]:

@@ -12,19 +12,13 @@ pypi line, checks that the lock holds every dependency its wheels declare for th
 from __future__ import annotations
 
 import email.parser
-import urllib.parse
-import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from rich.progress import Progress
-
-from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.env.download import fetch_verified
 from toolkit.env.lockfile import LockedPackage, brief, parsed_version
 
 MAX_METADATA_BYTES = 4 << 20  # torch's METADATA is about 30 kB
@@ -47,22 +41,6 @@ class Closure:
     names: frozenset[str]  # canonical names
     platform: str
     python: str
-
-
-def wheel_file(package: LockedPackage, cache: Path, what: str, progress: Progress | None = None) -> Path:
-    """The entry's wheel as a local file whose bytes hash to the entry's sha256: a file:// wheel (--wheels, a
-    local mirror) where it lies, any other from the download cache (download.fetch_verified)."""
-    parts = urllib.parse.urlsplit(package.url)
-    if parts.scheme != "file":
-        return fetch_verified(package, cache, what, progress=progress)
-    path = Path(urllib.request.url2pathname(parts.path))
-    if not path.is_file():  # a FIFO or device is never opened
-        raise ToolkitError(f"{what}: {display_path(path)} is not a file (the lock's URL names it; put the wheel there)")
-    actual = sha256_file(path)
-    if actual != package.sha256:
-        raise ToolkitError(f"{what}: sha256 mismatch: {display_path(path)} has sha256 {actual}, the lock pins "
-                           f"{package.sha256} (the file was changed; nothing was installed)")
-    return path
 
 
 def wheel_metadata(path: Path) -> WheelMetadata:

@@ -1,0 +1,224 @@
+"""Benchmark (not a test): the toolkit's install against uv's and py-rattler's, side by side in one run.
+
+Rows, each job in a subprocess (wall seconds, and CPU seconds of it and all it started), alternating which side
+goes first, repeated --repeat times (median reported):
+
+- pypi cold / warm: a venv of small wheels served on 127.0.0.1 (two CUDA-shaped wheels as the tests build them,
+  python's own pip and setuptools, and --fillers wheels of 200 modules each), by the toolkit (VenvBuild.make: venv,
+  verified downloads, uv --offline, the CUDA links) against `uv venv` + `uv pip install --require-hashes --no-deps
+  --compile-bytecode -r` of the same wheels by URL and sha256. Cold: empty caches on both sides; warm: kept.
+- conda warm: the conda layer of the tests' fixture channel (tests/conda_channel.py, 15 packages over file://)
+  by the toolkit's py-rattler engine (verified archives, its kept rattler cache) against `rattler.install` of
+  the same archives with a persistent cache. (The conda-forge replica needs the image's CUDA in /usr/local/cuda.)
+
+    python bench/install.py --repeat 3 --out docs/results/2026-12-05-install-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from conda_channel import build_channel, serve_directory, toolchain_packages  # noqa: E402
+from test_hostile_pypi_install import cuda_wheels, wheel  # noqa: E402
+
+from toolkit.env.pypi_lock import uv_executable  # noqa: E402
+
+TOOLKIT_PYPI = """
+import sys, json
+from pathlib import Path
+from rich.console import Console
+from toolkit.env.lockfile import LockedPackage
+from toolkit.env.pypi_install import VenvBuild
+from toolkit.knowledge.facts import load_knowledge
+packages = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
+pypi = load_knowledge().pypi
+prefix = Path(sys.argv[2])
+VenvBuild(Path(sys.executable).resolve(), "%d.%d" % sys.version_info[:2], packages, pypi.lines["13.0.3"],
+          pypi.cuda_home).make(prefix.parent / "staging", prefix, Console(quiet=True))
+"""
+
+TOOLKIT_CONDA = """
+import sys, json
+from pathlib import Path
+from rich.console import Console
+from toolkit.env.engine import InstallJob, RattlerEngine
+from toolkit.env.lockfile import LockedPackage
+conda = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
+prefix = Path(sys.argv[2])
+prefix.mkdir(parents=True)
+RattlerEngine(Console(quiet=True)).install(InstallJob(Path(sys.argv[1]), "linux-64", conda, (), prefix, prefix))
+"""
+
+RATTLER_CONDA = """
+import asyncio, sys, json
+from pathlib import Path
+import rattler
+archives = json.loads(Path(sys.argv[1]).read_text())
+async def main():
+    records = []
+    for a in archives:
+        local = a["url"].removeprefix("file://")
+        record = await rattler.RepoDataRecord.from_package_archive(local)
+        records.append(rattler.RepoDataRecord(record, record.file_name, a["url"], a["url"].rsplit("/", 2)[0]))
+    await rattler.install(records, target_prefix=sys.argv[2], cache_dir=Path(sys.argv[3]),
+                          platform=rattler.Platform("linux-64"))
+asyncio.run(main())
+"""
+
+
+def measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and everything it started and waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{command[:3]}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def pypi_wheels(index: Path, fillers: int) -> list[dict]:
+    """The wheels of the pypi row, as lock entries whose URLs are file names under the served index."""
+    packages = list(cuda_wheels(index))
+    for n in range(fillers):
+        modules = {f"filler{n}/m{i}.py": (f"def f{i}(x):\n    return x + {i}\n" * 40).encode() for i in range(200)}
+        packages.append(wheel(index, f"filler{n}", "1.0", modules))
+    bundled = Path(sys.executable).resolve().parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for found in sorted((bundled / "ensurepip" / "_bundled").glob("setuptools-*.whl")):
+        shutil.copy(found, index / found.name)
+        packages.append(wheel.__globals__["LockedPackage"]("pip", "setuptools", found.name.split("-")[1], found.as_uri(),
+                                                             hashlib.sha256(found.read_bytes()).hexdigest()))
+    return [{"manager": "pip", "name": p.name, "version": p.version, "url": p.url.rsplit("/", 1)[-1], "sha256": p.sha256}
+            for p in packages]
+
+
+def run(args: argparse.Namespace) -> dict:
+    uv = uv_executable()
+    rows: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="install-bench-") as scratch:
+        tmp = Path(scratch)
+        wheels = pypi_wheels(tmp / "index", args.fillers)
+        channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
+        archives = sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")])
+        conda = [{"manager": "conda", "name": a.name.rsplit("-", 2)[0], "version": a.name.rsplit("-", 2)[1],
+                  "url": a.as_uri(), "sha256": hashlib.sha256(a.read_bytes()).hexdigest(), "platform": "linux-64"}
+                 for a in archives]
+        (tmp / "conda.json").write_text(json.dumps(conda))
+        with serve_directory(tmp / "index") as url:
+            lock = [{**w, "url": f"{url}/{w['url']}"} for w in wheels]
+            (tmp / "pypi.json").write_text(json.dumps(lock))
+            (tmp / "requirements.txt").write_text("".join(f"{w['name']} @ {w['url']} --hash=sha256:{w['sha256']}\n"
+                                                          for w in lock))
+            counter = iter(range(10**6))
+
+            def toolkit_pypi(cache: Path) -> tuple[float, float]:
+                prefix = tmp / f"tk-{next(counter)}" / "env"
+                prefix.parent.mkdir()
+                return measured([sys.executable, "-c", TOOLKIT_PYPI, str(tmp / "pypi.json"), str(prefix)],
+                                {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+
+            def uv_pypi(cache: Path) -> tuple[float, float]:
+                prefix = tmp / f"uv-{next(counter)}"
+                env = {"UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1"}
+                a = measured([uv, "venv", "-q", "-p", sys.executable, str(prefix)], env)
+                b = measured([uv, "pip", "install", "-q", "--python", str(prefix / "bin" / "python"), "--no-deps",
+                              "--require-hashes", "--compile-bytecode", "-r", str(tmp / "requirements.txt")], env)
+                return a[0] + b[0], a[1] + b[1]
+
+            def toolkit_conda(cache: Path) -> tuple[float, float]:
+                return measured([sys.executable, "-c", TOOLKIT_CONDA, str(tmp / "conda.json"),
+                                 str(tmp / f"tkc-{next(counter)}")], {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+
+            def rattler_conda(cache: Path) -> tuple[float, float]:
+                return measured([sys.executable, "-c", RATTLER_CONDA, str(tmp / "conda.json"),
+                                 str(tmp / f"rc-{next(counter)}"), str(cache)], {})
+
+            for turn in range(args.repeat):
+                pairs = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
+                         ("conda warm", toolkit_conda, rattler_conda, False)]
+                for name, ours, theirs, cold in pairs:
+                    row = rows.setdefault(name, {"toolkit": [], "library": []})
+                    order = [("toolkit", ours), ("library", theirs)]
+                    for side, job in (order if turn % 2 == 0 else order[::-1]):
+                        cache = tmp / f"cache-{side}-{name.split()[0]}" / (f"cold{turn}" if cold else "kept")
+                        if not cold and not cache.exists():
+                            job(cache)  # warm: fill the kept cache first
+                        row[side].append(job(cache))
+    return rows
+
+
+def summary(rows: dict) -> dict:
+    out = {}
+    for name, row in rows.items():
+        median = {side: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
+                  for side, runs in row.items()}
+        out[name] = {"toolkit_wall_s": median["toolkit"][0], "toolkit_cpu_s": median["toolkit"][1],
+                     "library_wall_s": median["library"][0], "library_cpu_s": median["library"][1],
+                     "wall_ratio": median["toolkit"][0] / median["library"][0],
+                     "cpu_ratio": median["toolkit"][1] / median["library"][1], "runs": row}
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x = range(len(names))
+    ax.bar([i - 0.2 for i in x], [results[n]["toolkit_wall_s"] for n in names], 0.4, label="toolkit")
+    ax.bar([i + 0.2 for i in x], [results[n]["library_wall_s"] for n in names], 0.4, label="uv / py-rattler")
+    for i, n in enumerate(names):
+        ax.text(i, max(results[n]["toolkit_wall_s"], results[n]["library_wall_s"]), f"{results[n]['wall_ratio']:.2f}x",
+                ha="center", va="bottom")
+    ax.set_xticks(list(x), names)
+    ax.set_ylabel("wall seconds (median)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--fillers", type=int, default=20, help="filler wheels of 200 modules each")
+    parser.add_argument("--out", type=Path, help="folder for results.json and install.png")
+    args = parser.parse_args()
+    results = summary(run(args))
+    for name, r in results.items():
+        print(f"{name:11s} toolkit {r['toolkit_wall_s']:6.2f} s wall {r['toolkit_cpu_s']:6.2f} s CPU | library "
+              f"{r['library_wall_s']:6.2f} s wall {r['library_cpu_s']:6.2f} s CPU | ratio {r['wall_ratio']:.2f}x wall "
+              f"{r['cpu_ratio']:.2f}x CPU")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": f"{platform.node()} "
+                f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+                "command": " ".join(["python", "bench/install.py", *sys.argv[1:]]), "repeat": args.repeat,
+                "fillers": args.fillers}
+        (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
+        plot(results, args.out / "install.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
