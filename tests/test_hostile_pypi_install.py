@@ -313,12 +313,13 @@ def test_a_tampered_wheel_is_refused_by_its_hash_and_nothing_is_installed(tmp_pa
     with counting_index(tmp_path / "index") as (url, _), pytest.raises(ToolkitError) as refused:
         make_venv(prefix, wheels=packages if how == "from --wheels" else served(packages, url))
     if how == "from --wheels":
-        assert str(refused.value) == (f"pip layer: nvidia-cuda-runtime 13.0.96: sha256 mismatch: {runtime} has sha256 "
+        # named by the lock the entry is from (VenvBuild.lock_file: "lock" where a test gives none)
+        assert str(refused.value) == (f"lock: nvidia-cuda-runtime 13.0.96: sha256 mismatch: {runtime} has sha256 "
                                       f"{actual}, the lock pins {packages[1].sha256} (the file was changed or is another "
                                       f"of that name; nothing was installed)")
     else:
         assert str(refused.value) == (
-            f"pip layer: nvidia-cuda-runtime 13.0.96: sha256 mismatch: downloaded file has sha256 {actual}, the lock "
+            f"lock: nvidia-cuda-runtime 13.0.96: sha256 mismatch: downloaded file has sha256 {actual}, the lock "
             f"pins {packages[1].sha256} ({url}/{runtime.name} served other bytes: it was changed or a mirror serves "
             f"another file; nothing was kept or installed)")
     assert not prefix.exists() and not list((tmp_path / "cache").rglob(runtime.name))

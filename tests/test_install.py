@@ -159,7 +159,7 @@ def test_cli_install_errors_are_one_line(tmp_path, capsys):
     assert "external toolchain" in capsys.readouterr().err
     assert main(["install", "cu126", "--locks", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no lock file" in err
+    assert err.count("\n") == 1 and f"{tmp_path}/cu126.conda-lock.yml: missing" in err
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="installs linux packages")

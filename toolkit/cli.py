@@ -47,8 +47,9 @@ def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
     `args.runtime_command` instead of env importing upward (tests/test_wings.py)."""
     from toolkit.cache.runtime_lock import install_runtime_command, lock_runtime_command
 
-    subparsers.choices["lock"].set_defaults(runtime_command=lock_runtime_command)
-    subparsers.choices["install"].set_defaults(runtime_command=install_runtime_command)
+    for verb, command in (("lock", lock_runtime_command), ("install", install_runtime_command)):
+        if verb in subparsers.choices:  # a parser of some verbs only (tests register a few) has nothing to hand
+            subparsers.choices[verb].set_defaults(runtime_command=command)
 
 
 @program
