@@ -1,6 +1,6 @@
 """toolkit/base/children.py: a command and everything it starts end with the toolkit, even one killed by SIGKILL,
 and even processes that left the command's process group (ninja runs each compile in a group of its own); and the
-toolkit's own children go through it (pip of a pypi install, uv and pip-compile of lock)."""
+toolkit's own children go through it (uv of a pypi install, uv and pip-compile of lock)."""
 
 from __future__ import annotations
 
@@ -133,17 +133,25 @@ def test_kill_group_kills_a_group_whose_supervisor_cannot_answer():
         wait_gone([proc.pid, sleeper, *command], timeout=0)  # what a failed kill_group left
 
 
-# A pip or uv that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
+# A uv or pip-compile that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
 # that calls it (NOT REAL: no package of this name and URL exists; nothing is downloaded, the tool is this script).
 SLOW_TOOL = "#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n"
 CALLS = {
-    "pip of a pypi install": ("{staging}/bin/python", """
+    "uv of a pypi install": ("{staging}/bin/uv", """
+import hashlib, zipfile
 from pathlib import Path
 from rich.console import Console
+import toolkit.env.pypi_lock
 from toolkit.env.engine import install_pip_layer
 from toolkit.env.lockfile import LockedPackage
-package = LockedPackage("pip", "slow", "1.0", "file:///nonexistent/slow-1.0-py3-none-any.whl", "0" * 64, "linux-64")
-install_pip_layer([package], Path({staging!r}), Path({staging!r}).with_name("prefix"), Console())
+staging = Path({staging!r})
+(staging / "bin" / "python").symlink_to("/bin/true")
+wheel = staging.parent / "slow-1.0-py3-none-any.whl"
+with zipfile.ZipFile(wheel, "w") as archive:
+    archive.writestr("slow-1.0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: slow\\nVersion: 1.0\\n")
+toolkit.env.pypi_lock.uv_executable = lambda: {tool!r}
+package = LockedPackage("pip", "slow", "1.0", wheel.as_uri(), hashlib.sha256(wheel.read_bytes()).hexdigest(), "linux-64")
+install_pip_layer([package], staging, staging.with_name("prefix"), Console(), Path("lock"))
 """),
     "uv pip compile of lock": ("{staging}/bin/uv", """
 import os

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from cuda_toolchain import CUDA_HOME, HOST_CONFIG, tool_on_path
 
 from toolkit.base.errors import ToolkitError
@@ -29,7 +30,7 @@ from toolkit.build.record import BuildRecord
 from toolkit.cli import main
 from toolkit.doctor.command import Facts, Row, conda_build, evaluate, gpu_runs
 from toolkit.doctor.facts import LineFacts, gather_line, read_report
-from toolkit.env.lockfile import LockedPackage
+from toolkit.env.lockfile import KEY_DIGEST, LockedPackage, lock_digest
 from toolkit.machine.checks import SPEC_FACTS
 from toolkit.machine.fingerprint import TorchInfo
 from toolkit.machine.preflight import BUILD_CHECKS, PreflightInput, problems, run_preflight, warnings
@@ -550,12 +551,20 @@ def test_env_packages_compared_with_the_lock():
     assert rows["lock-conda"] == Row("lock-conda", "info", "no env at .envs/cu126", "toolkit install cu126")
 
 
+def golden_lock_text() -> str:
+    """tests/golden/cu126.conda-lock.yml as a lock read_lock accepts: the golden file spells the hashes that cover
+    its test's folder `<sha256>` (tests/test_lock.py golden_form), so they are filled and the digest is made anew
+    over what the file then holds (lockfile.lock_digest, as `toolkit lock` makes it)."""
+    text = (ROOT / "tests" / "golden" / "cu126.conda-lock.yml").read_text().replace("<sha256>", "a" * 64)
+    return text.replace(f"{KEY_DIGEST}: {'a' * 64}", f"{KEY_DIGEST}: {lock_digest(yaml.safe_load(text))}")
+
+
 def test_line_packages_are_the_verified_lock_of_this_platform(workdir):
     """Doctor reads the lock through toolkit.env.lockfile (digest and strict forms checked), keeping this
     machine's platform: the golden lock written by test_lock has both linux-64 and linux-aarch64."""
     (workdir / "locks").mkdir()
     lock = workdir / "locks" / "cu126.conda-lock.yml"
-    text = (ROOT / "tests" / "golden" / "cu126.conda-lock.yml").read_text()
+    text = golden_lock_text()
     lock.write_text(text)
     spec = load_spec(ENVS / "cu126.yaml")
     for machine, platform in (("x86_64", "linux-64"), ("aarch64", "linux-aarch64")):
@@ -577,7 +586,7 @@ def test_the_prefix_s_install_record_is_checked_against_the_lock(workdir):
 
     (workdir / "locks").mkdir()
     lock = workdir / "locks" / "cu126.conda-lock.yml"
-    lock.write_text((ROOT / "tests" / "golden" / "cu126.conda-lock.yml").read_text())
+    lock.write_text(golden_lock_text())
     prefix = workdir / ".envs" / "cu126"
     (prefix / "bin").mkdir(parents=True)
     (prefix / "bin" / "python").symlink_to(sys.executable)
