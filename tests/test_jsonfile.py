@@ -8,6 +8,7 @@ looks for it) and must give a ToolkitError of one line that names the file.
 
 from __future__ import annotations
 
+import email.message
 import io
 import json
 import os
@@ -252,7 +253,13 @@ def test_a_conda_archive_whose_paths_json_is_too_deep_is_one_line(tmp_path):
 
 def test_an_index_answering_deep_json_for_the_sdist_pin_is_one_line(monkeypatch):
     """urlopen's answer is a TEST DOUBLE (a BytesIO): the index's JSON is what matters, not the network."""
-    monkeypatch.setattr(lock.urllib.request, "urlopen", lambda request, timeout: io.BytesIO(DEEP.encode()))
+    def urlopen(request, timeout):
+        answer = io.BytesIO(DEEP.encode())
+        answer.headers = email.message.Message()  # type: ignore[attr-defined]
+        answer.headers["Content-Type"] = "application/vnd.pypi.simple.v1+json"  # the JSON API, as PyPI answers
+        return answer
+
+    monkeypatch.setattr(lock.urllib.request, "urlopen", urlopen)
     with pytest.raises(ToolkitError) as caught:
         lock.fetch_sdist_pin("2.8.3.post2", index="https://index.example/simple")
     assert "cannot read flash-attn's release files" in one_line(caught)
