@@ -363,3 +363,18 @@ def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp
     clash = PipLayer("linux-64", "x", "", [quack])
     with pytest.raises(ToolkitError, match="already pins quack-kernels 0.6.4 and flash-attn-4 4.0.0b36 pins 0.6.5"):
         with_flash_attn_4(spec, clash, recorded_fa4_pypi)
+
+
+def test_a_stale_lock_names_the_lines_file_not_every_file_as_changed():
+    """An edit to envs/py-cu130.yaml alone was reported as 'envs/py-cu130.yaml, envs/base.yaml changed': the lock
+    records the merged spec's inputs, not which file changed, so base.yaml is named only as where it may be."""
+    from dataclasses import replace
+
+    from toolkit.env.lockfile import stale_reason
+
+    spec = load_spec(ROOT / "envs" / "py-cu130.yaml")
+    assert [p.name for p in spec.chain] == ["py-cu130.yaml", "base.yaml"]  # the line extends base
+    locked = replace(read_lock(ROOT / "locks" / "py-cu130.conda-lock.yml"), input_hash="a" * 64)
+    reason = stale_reason(spec, locked) or ""
+    assert reason.startswith("envs/py-cu130.yaml or what it extends (envs/base.yaml) changed since this lock was made")
+    assert ", envs/base.yaml changed" not in reason

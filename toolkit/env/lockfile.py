@@ -406,8 +406,11 @@ def stale_reason(spec: EnvSpec, locked: LockedEnv) -> str | None:
     if locked.line != spec.line:
         return f"the lock is for line {locked.line}, not {spec.line} ({relock})"
     if locked.input_hash != spec.input_hash():
-        sources = ", ".join(display_path(p) for p in spec.chain)
-        return f"{sources} changed since this lock was made ({relock})"
+        # the lock records the inputs of the merged spec, not of each file: name the line's file, and the ones it
+        # extends only as where the change may be (an edit to one no longer names the others as changed)
+        first, *extended = (display_path(p) for p in spec.chain)
+        where = f"{first} or what it extends ({', '.join(extended)})" if extended else first
+        return f"{where} changed since this lock was made ({relock})"
     return None
 
 
