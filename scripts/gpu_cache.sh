@@ -39,7 +39,7 @@ mkdir -p "$OUT" "$RESULTS"
 export PYTHONUNBUFFERED=1
 
 # shellcheck source=scripts/gpu_steps.sh
-source scripts/gpu_steps.sh  # step
+source scripts/gpu_steps.sh  # step, report, wait_until, fresh
 
 build_pipeline() {  # step 1: the compile (the machine's CPUs), then the rest
   export PYTHONPATH=$PWD TOOLKIT_CACHE=$STATE/cache
@@ -142,27 +142,6 @@ collect() {  # what the pipeline has written so far, into $OUT as few files (a c
   # name with a '+'; a call cut short still returns them)
   tar czf "$OUT/results.tgz" -C "$RESULTS" . 2>/dev/null
   cp "$RESULTS/steps.txt" "$RESULTS/summary.json" "$OUT/" 2>/dev/null
-}
-
-report() {
-  collect
-  tail -n 20 "$RESULTS/steps.txt" 2>/dev/null
-  [ -f "$STATE/pipeline.done" ] && echo "PIPELINE DONE" || echo "PIPELINE RUNNING"
-}
-
-wait_until() {  # poll until the pipeline ends or this call's time is nearly used
-  local last=0
-  while [ ! -f "$STATE/pipeline.done" ] && [ "$(date +%s)" -lt $(( T0 + ${1:-540} )) ]; do
-    sleep 10
-    [ $(( $(date +%s) - last )) -ge 60 ] && { collect; last=$(date +%s); }
-  done
-  report
-}
-
-fresh() {  # a call after the machine was given back finds none of the pipeline's state
-  [ -f "$STATE/pipeline.started" ] && return 0
-  echo "FRESH MACHINE: no pipeline here (its state went with the machine that was given back); start again"
-  exit 3
 }
 
 stop_previous() {  # a start (or after) before this one: its session and its server

@@ -1,5 +1,6 @@
-# Shell functions the GPU-machine scripts share (sourced by scripts/gpu_fa4.sh and scripts/gpu_hold.sh).
-# Callers set RESULTS (the folder for step logs and steps.txt) and PY (the python that runs the toolkit).
+# Shell functions the GPU-machine scripts share (sourced by scripts/gpu_fa4.sh, gpu_hold.sh, gpu_fa3.sh, gpu_cache.sh).
+# Callers set RESULTS (the folder for step logs and steps.txt) and PY (the python that runs the toolkit); the
+# detached-pipeline ones (report, wait_until, fresh) also STATE, T0 and a `collect` of their own.
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS/NAME.log, never abort
   local name=$1 limit=$2 begin rc
@@ -20,4 +21,25 @@ fa4_env() {  # fa4_env TARGET CACHE: export what an FA4 install and its kernel c
       FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED|FLASH_ATTENTION_CUTE_DSL_CACHE_DIR|CUTE_DSL_CACHE_DIR) export "$name=$value" ;;
     esac
   done < <("$PY" -m toolkit.fa4 env --target "$1" --cache-dir "$2")
+}
+
+report() {
+  collect
+  tail -n 20 "$RESULTS/steps.txt" 2>/dev/null
+  [ -f "$STATE/pipeline.done" ] && echo "PIPELINE DONE" || echo "PIPELINE RUNNING"
+}
+
+wait_until() {  # poll until the pipeline ends or this call's time is nearly used
+  local last=0
+  while [ ! -f "$STATE/pipeline.done" ] && [ "$(date +%s)" -lt $(( T0 + ${1:-540} )) ]; do
+    sleep 10
+    [ $(( $(date +%s) - last )) -ge 60 ] && { collect; last=$(date +%s); }
+  done
+  report
+}
+
+fresh() {  # a call after the machine was given back finds none of the pipeline's state
+  [ -f "$STATE/pipeline.started" ] && return 0
+  echo "FRESH MACHINE: no pipeline here (its state went with the machine that was given back); start again"
+  exit 3
 }
