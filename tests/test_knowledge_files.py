@@ -41,9 +41,12 @@ NOT_KNOWLEDGE = {"knowledge/files.py", "env/lockfile.py", "env/lock.py", "cache/
 
 
 def safe_load_calls(path: Path) -> list[int]:
+    """The lines that parse YAML: yaml.safe_load(...), or yaml.load(..., Loader=...) (libyaml's loader)."""
     tree = ast.parse(path.read_text())
     return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "safe_load"]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and (node.func.attr == "safe_load" or (node.func.attr == "load" and isinstance(node.func.value, ast.Name)
+                                                   and node.func.value.id == "yaml"))]
 
 
 def test_only_the_loader_parses_knowledge_yaml():
@@ -144,3 +147,26 @@ def test_a_relative_path_is_read_from_the_working_directory_and_a_name_from_the_
     Path("upstream.yaml").write_text("here: true\n")
     assert knowledge_files.read(Path("upstream.yaml")) == {"here": True}
     assert knowledge_files.read("upstream.yaml") == yaml.safe_load((KNOWLEDGE_DIR / "upstream.yaml").read_text())
+
+
+def test_a_knowledge_file_is_parsed_once_per_process_and_an_edit_is_read_anew(tmp_path, monkeypatch):
+    """`toolkit check` read flash_attn_4.yaml twelve times with the pure-Python loader: each text is now parsed
+    once (libyaml where built in), keyed by its bytes, and every reader gets its own copy."""
+    import yaml
+
+    from toolkit.knowledge import files
+
+    copy = tmp_path / "gpus.yaml"
+    copy.write_text((files.KNOWLEDGE_DIR / "gpus.yaml").read_text())
+    expected = yaml.safe_load(copy.read_text())
+    parsed = []
+    real_load = yaml.load
+    monkeypatch.setattr(yaml, "load", lambda text, Loader: parsed.append(Loader) or real_load(text, Loader=Loader))
+    monkeypatch.setattr(files, "PARSED", {})
+    first = files.read(copy)
+    first["changed by a caller"] = True
+    assert files.read(copy) == expected  # the file's content, not the caller's change
+    assert len(parsed) == 1 and parsed[0] is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    copy.write_text(copy.read_text() + "\n# an edit\n")
+    files.read(copy)
+    assert len(parsed) == 2

@@ -15,6 +15,8 @@ their own.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +29,7 @@ KNOWLEDGE_DIR = Path(__file__).parent
 RESTORE = "restore it from the toolkit's repository"
 
 T = TypeVar("T")
+PARSED: dict[str, dict[str, Any]] = {}  # sha256 of a file's bytes -> its mapping: each text is parsed once a process
 
 
 def read(name: str | Path) -> dict[str, Any]:
@@ -36,7 +39,11 @@ def read(name: str | Path) -> dict[str, Any]:
 
     where = display_path(_path(name))
     try:
-        data = yaml.safe_load(_path(name).read_text())
+        text = _path(name).read_bytes()
+        key = hashlib.sha256(text).hexdigest()  # by content, not name or mtime: an edited copy is read anew
+        if key not in PARSED:
+            PARSED[key] = yaml.load(text.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml
+        data = copy.deepcopy(PARSED[key])  # callers may change what they get; the next reader gets the file's
     except FileNotFoundError:
         raise ToolkitError(f"{where}: knowledge file not found ({RESTORE})") from None
     except (OSError, UnicodeDecodeError) as exc:
