@@ -227,7 +227,7 @@ def test_uv_and_pip_install_from_the_served_index_with_hashes(site, tmp_path):
     isolated = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PIP_CACHE_DIR": str(tmp_path / "pip-cache"),
                 "PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     with serve(dest) as (url, requested):
-        subprocess.run([str(UV), "venv", "-q", str(tmp_path / "uv-env")], check=True, env=isolated)
+        subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(tmp_path / "uv-env")], check=True, env=isolated)
         uv_python = tmp_path / "uv-env" / "bin" / "python"
         done = subprocess.run([str(UV), "pip", "install", "--python", str(uv_python), "--index-url", f"{url}/simple",
                                "--require-hashes", "-r", str(requirements)], capture_output=True, text=True,

@@ -172,7 +172,7 @@ def test_the_pip_snippet_installs_the_published_wheel_by_hash_with_pip_and_uv_pi
                                   env=env)
             assert done.returncode == 0, done.stderr
 
-        subprocess.run([str(UV), "venv", "-q", str(tmp_path / "uv-env")], check=True, env=env)
+        subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(tmp_path / "uv-env")], check=True, env=env)
         uv_python = tmp_path / "uv-env" / "bin" / "python"
         for step in (["torch==2.13.0", "--index-url", f"{torch_url}/simple"], ["-r", str(requirements)]):
             done = subprocess.run([str(UV), "pip", "install", "--python", str(uv_python), *step], capture_output=True,
@@ -191,7 +191,7 @@ def test_the_requirements_snippet_is_pinned_lines_with_hashes_for_any_installer(
         requirements = tmp_path / "requirements.txt"
         requirements.write_text(snippet)
         env = isolated(tmp_path, f"{torch_url}/simple")
-        subprocess.run([str(UV), "venv", "-q", str(tmp_path / "env")], check=True, env=env)
+        subprocess.run([str(UV), "venv", "-q", "--python", sys.executable, str(tmp_path / "env")], check=True, env=env)
         python = tmp_path / "env" / "bin" / "python"
         for step in (["torch==2.13.0"], ["--extra-index-url", f"{url}/simple", "-r", str(requirements)]):
             done = subprocess.run([str(UV), "pip", "install", "--python", str(python), *step], capture_output=True,

@@ -193,7 +193,7 @@ def test_toolkit_install_uv_and_pip_install_the_runtime_pylock(project, tmp_path
     pylock = project.root / "locks" / f"pylock.{LINE}-runtime.toml"
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1"}
     uv = Path(sys.executable).parent / "uv"
-    subprocess.run([str(uv), "venv", "-q", str(tmp_path / "uv-env")], check=True, env=env)
+    subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(tmp_path / "uv-env")], check=True, env=env)
     done = subprocess.run([str(uv), "pip", "sync", "--python", str(tmp_path / "uv-env" / "bin" / "python"),
                            str(pylock)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
