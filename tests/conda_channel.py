@@ -376,11 +376,38 @@ def serve_directory(directory: Path) -> Iterator[str]:
         thread.join()
 
 
+class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files; every GET or HEAD's path is appended to the server's `requested`."""
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        self.server.requested.append(self.path)  # type: ignore[attr-defined]
+        return super().send_head()
+
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_recording(directory: Path) -> Iterator[tuple[str, list[str]]]:
+    """`directory` on 127.0.0.1 (a free port); yields its http:// URL and the paths clients asked for, in order."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_RecordingHandler, directory=str(directory)))
+    server.requested = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", server.requested  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def file_url(directory: Path) -> str:
     return Path(directory).resolve().as_uri()
 
 
-__all__ = ["FixturePackage", "build_channel", "index_channel", "serve_directory", "file_url", "tamper",
+__all__ = ["FixturePackage", "build_channel", "index_channel", "serve_directory", "serve_recording", "file_url", "tamper",
            "toolchain_packages", "cuda_packages", "compiler_packages", "base_packages", "make_wheel", "make_sdist",
            "build_simple_index", "write_project", "pip_index_files", "channel_dir", "pip_index", "isolated_caches"]
 

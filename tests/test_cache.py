@@ -9,25 +9,21 @@ substitutes it into a second checkout. Expected values come from hashlib, zipfil
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import html
-import http.server
 import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
 
 import pytest
+from conda_channel import serve_recording
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from rich.console import Console
@@ -136,24 +132,7 @@ def tree(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): sha256_of(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-class _Recording(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        self.server.requested.append(self.path)  # type: ignore[attr-defined]
-
-
-@contextmanager
-def serve(directory: Path) -> Iterator[tuple[str, list[str]]]:
-    """`directory` on 127.0.0.1 (http.server in a thread); yields its URL and the paths clients asked for."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Recording, directory=str(directory)))
-    server.requested = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server.requested  # type: ignore[attr-defined]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+serve = serve_recording  # test_export and test_runtime_lock import it by this name
 
 
 # ---------------------------------------------------------------- publish

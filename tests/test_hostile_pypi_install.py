@@ -6,11 +6,8 @@ tests install small wheels made here (file:// URLs, sha256 from hashlib) through
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
-import functools
 import hashlib
-import http.server
 import os
 import re
 import shlex
@@ -19,11 +16,11 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from conda_channel import serve_recording
 from rich.console import Console
 
 from toolkit.base.atomic import temp_name
@@ -248,32 +245,6 @@ def test_a_record_copied_from_another_venv_does_not_make_a_folder_the_toolkits(s
 # ---------------------------------------------------------------- wheels over http: uv's cache, hashes
 
 
-class CountingHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files; every request's path is appended to the server's `requests`."""
-
-    def send_head(self):  # type: ignore[no-untyped-def]
-        self.server.requests.append(self.path)  # type: ignore[attr-defined]
-        return super().send_head()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def counting_index(directory: Path) -> Iterator[tuple[str, list[str]]]:
-    """`directory` on 127.0.0.1; yields its URL and the list of paths requested."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(CountingHandler, directory=str(directory)))
-    server.requests = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server.requests  # type: ignore[attr-defined]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
 def served(packages: tuple[LockedPackage, ...], url: str) -> tuple[LockedPackage, ...]:
     return tuple(dataclasses.replace(p, url=f"{url}/{p.filename}") for p in packages)
 
@@ -283,7 +254,7 @@ def test_a_reinstall_of_an_unchanged_lock_downloads_nothing(tmp_path, monkeypatc
     asks the index for nothing, and links the same files."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     packages = cuda_wheels(tmp_path / "index")
-    with counting_index(tmp_path / "index") as (url, requests):
+    with serve_recording(tmp_path / "index") as (url, requests):
         first = make_venv(tmp_path / "first" / "env", wheels=served(packages, url))
         fetched = list(requests)
         second = make_venv(tmp_path / "second" / "env", wheels=served(packages, url))
@@ -310,7 +281,7 @@ def test_a_tampered_wheel_is_refused_by_its_hash_and_nothing_is_installed(tmp_pa
     actual = hashlib.sha256(runtime.read_bytes()).hexdigest()
     assert actual != packages[1].sha256
     prefix = tmp_path / "venv" / "env"
-    with counting_index(tmp_path / "index") as (url, _), pytest.raises(ToolkitError) as refused:
+    with serve_recording(tmp_path / "index") as (url, _), pytest.raises(ToolkitError) as refused:
         make_venv(prefix, wheels=packages if how == "from --wheels" else served(packages, url))
     if how == "from --wheels":
         # named by the lock the entry is from (VenvBuild.lock_file: "lock" where a test gives none)
