@@ -267,3 +267,22 @@ def test_lock_help_promises_requirements_files_only_for_the_lines_that_write_the
                                                            for n in committed)
     assert "conda-lock.yml plus locks/<line>.<platform>.requirements.txt" not in text
     assert "A pypi line (toolchain kind pypi) has no conda layer and no requirements.txt" in text
+
+
+def test_an_old_spelling_that_still_works_reads_as_the_new_one_after_one_notice(capsys):
+    """add_option_alias and renamed_choice (toolkit/base/entry.py): the old option and the old value give the
+    same namespace as the new ones, each with one notice on stderr; an unknown value is still refused."""
+    from toolkit.base.entry import add_option_alias, renamed_choice
+
+    parser = argparse.ArgumentParser(prog="toolkit x")
+    names = ("new-a", "new-b")
+    parser.add_argument("--now", choices=names, default="new-a", metavar="NAME",
+                        type=renamed_choice(names, {"old-a": "new-a"}, "toolkit x"))
+    add_option_alias(parser, "--then", "--now")
+    assert vars(parser.parse_args(["--then", "new-b"])) == {"now": "new-b"}
+    assert capsys.readouterr().err == "toolkit x: --then is now --now; the old spelling still works\n"
+    assert vars(parser.parse_args(["--then", "old-a"])) == {"now": "new-a"}
+    assert capsys.readouterr().err.count("the old spelling still works") == 2
+    assert "--then" not in parser.format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--then", "old-b"])

@@ -86,6 +86,39 @@ def add_renamed_option(parser: argparse.ArgumentParser, old: str, now: str) -> N
     parser.add_argument(old, nargs="?", action=Renamed, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+def rename_notice(prog: str, old: str, now: str) -> None:
+    """The one line an old spelling that still works prints (stderr, so a --json reader is not disturbed)."""
+    print(f"{prog}: {old} is now {now}; the old spelling still works", file=sys.stderr)
+
+
+def add_option_alias(parser: argparse.ArgumentParser, old: str, now: str) -> None:
+    """An option's earlier spelling that keeps working, hidden from --help: `old VALUE` is `now VALUE` (the
+    value goes through now's type and choices), after a one-line rename notice."""
+    target = next(a for a in parser._actions if now in a.option_strings)
+
+    class Alias(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                     option_string: str | None = None) -> None:
+            rename_notice(parser.prog, old, now)
+            target(parser, namespace, parser._get_values(target, [values] if isinstance(values, str) else values),
+                   now)
+
+    parser.add_argument(old, action=Alias, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                        metavar=target.metavar)
+
+
+def renamed_choice(choices: tuple[str, ...], renamed: dict[str, str], prog: str) -> Callable[[str], str]:
+    """An argparse `type=` for a choice whose values were renamed: an old value (`renamed`: old -> new) is
+    read as its new one after a one-line notice; anything else is left for `choices` to judge."""
+    def read(value: str) -> str:
+        if value in renamed and value not in choices:
+            rename_notice(prog, value, renamed[value])
+            return renamed[value]
+        return value
+
+    return read
+
+
 class RenamedVerb(argparse.ArgumentParser):
     """A verb's earlier spelling (see add_renamed_verb): whatever follows it, it is refused in one line."""
 
