@@ -427,18 +427,18 @@ def recorded_pypi(project: str) -> list[dict]:
 def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_path):
     from toolkit.spec.envspec import load_spec
 
-    path = fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, Workspace(locks=tmp_path))
+    path = fa4_lock.write_fa4_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), recorded_pypi, Workspace(locks=tmp_path))
     data = json.loads(path.read_text())
     assert path.name == "gpu-machine-fa4.fa4-lock.json" and data["cuda_major"] == "13"
     assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4_pins.release().wheels_for("13")]
     assert all(w["url"].startswith("https://files.pythonhosted.org/") and w["url"].endswith(w["file"])
                for w in data["wheels"])
-    assert fa4_lock.read_lock(path)[0].version == "4.0.0b36"
+    assert fa4_lock.read_fa4_lock(path)[0].version == "4.0.0b36"
     assert path.read_text() == (ROOT / "locks" / path.name).read_text()  # the committed lock is this one
     data["wheels"][0]["version"] = "4.0.0b37"
     path.write_text(json.dumps(data))
     with pytest.raises(ToolkitError, match="edited after it was written"):
-        fa4_lock.read_lock(path)
+        fa4_lock.read_fa4_lock(path)
 
 
 def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
@@ -451,7 +451,7 @@ def test_lock_refuses_a_file_whose_index_hash_is_not_the_pin(tmp_path):
         return files
 
     with pytest.raises(ToolkitError, match="quack_kernels-0.6.5-py3-none-any.whl: the index's sha256 000000000000"):
-        fa4_lock.write_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, Workspace(locks=tmp_path))
+        fa4_lock.write_fa4_lock(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml"), replaced, Workspace(locks=tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 

@@ -207,7 +207,7 @@ READERS = {  # reader -> the file it reads, made deep before the call
     "ninja shim outcome": (_shim_outcome, ninja_shim.MANIFEST_OUTCOME),
     "ninja shim plan": (_shim_plan, "plan.json"),
     "upstream recorded answers": (_recorded_answers, upstream.RECORD_INDEX),
-    "FA4 lock": (lambda tmp: fa4_lock.read_lock(tmp / "x.fa4-lock.json"), "x.fa4-lock.json"),
+    "FA4 lock": (lambda tmp: fa4_lock.read_fa4_lock(tmp / "x.fa4-lock.json"), "x.fa4-lock.json"),
     "FA4 parts manifest": (lambda tmp: fa4_wheels.join_parts(tmp / "w.whl.parts.json", [tmp], tmp / "out"),
                            "w.whl.parts.json"),
     "FA4 install record": (lambda tmp: fa4.load_record(tmp), "fa4-install.json"),

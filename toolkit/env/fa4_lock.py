@@ -1,23 +1,67 @@
 """FA4's lock: the pinned wheels' files and sha256s as the index serves them, written to and read back from
-locks/<line>.fa4-lock.json (digest-checked).
+locks/<line>.fa4-lock.json (digest-checked), typed as `Fa4Lock`.
+
+Schema 1 files carry no schema number: the committed locks are schema 1, and a re-lock must write them byte
+for byte. A later schema writes its number, and `FORMAT` gains the upgrade from this one.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
 
 from toolkit.base.atomic import write_atomic
-from toolkit.base.errors import ToolkitError
+from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import read_json
+from toolkit.base.versioned import Format
 from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.knowledge.fa4_pins import KNOWLEDGE_FILE, Release, release, wheel_fits_python
+from toolkit.spec.envspec import EnvSpec
 
 PYPI_SIMPLE = "https://pypi.org/simple"
+RELOCK = "run `toolkit fa4 lock LINE`"
+FORMAT = Format("FA4 lock", 1, unnumbered=1)
+Text = Annotated[str, pydantic.Strict()]  # a number where a string was written is an edit, not a version
 
 
-def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict]:
+@dataclass(frozen=True)
+class Fa4LockWheel:
+    """One pinned wheel (knowledge.fa4_pins.WheelPin) and the URL the index serves it at."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")
+    name: Text
+    version: Text
+    file: Text
+    sha256: Text
+    size: Annotated[int, pydantic.Strict()]
+    url: Text
+    cuda: Text | None = None
+    if_missing: Annotated[bool, pydantic.Strict()] = False
+    replaces: Text | None = None
+
+
+@dataclass(frozen=True)
+class Fa4Lock:
+    """locks/<line>.fa4-lock.json: FA4's wheels for one line's CUDA major and python, digest over the rest."""
+
+    __pydantic_config__ = pydantic.ConfigDict(extra="forbid")
+    kind: Literal["fa4-lock"]
+    line: Text
+    release: Text
+    cuda_major: Text
+    python: Text
+    with_flash_attn_2: Annotated[bool, pydantic.Strict()]
+    from_base: list[Text]
+    wheels: list[Fa4LockWheel]
+    digest: Text
+    schema: Annotated[int, pydantic.Strict()] = FORMAT.schema
+
+
+def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict[str, Any]]:
     """A project's files from a PEP 691 JSON simple index (name, url, hashes)."""
     import urllib.error
     import urllib.request
@@ -32,7 +76,7 @@ def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict]:
                            f"the index is reachable)") from None
 
 
-def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dict]:
+def lock_entries(rel: Release, cuda_major: str, files_of: Any = pypi_files) -> list[dict[str, Any]]:
     """Each pinned wheel with its index URL; the index's sha256 must be the knowledge's pin."""
     entries = []
     for pin in rel.wheels_for(cuda_major):
@@ -47,7 +91,7 @@ def lock_entries(rel: Release, cuda_major: str, files_of=pypi_files) -> list[dic
     return entries
 
 
-def write_lock(spec, files_of=pypi_files, workspace: Workspace = DEFAULT) -> Path:
+def write_fa4_lock(spec: EnvSpec, files_of: Any = pypi_files, workspace: Workspace = DEFAULT) -> Path:
     """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
     from toolkit.base.digest import sha256_json
 
@@ -62,30 +106,32 @@ def write_lock(spec, files_of=pypi_files, workspace: Workspace = DEFAULT) -> Pat
             "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
             "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
     data["digest"] = sha256_json(data)
+    _ADAPTER.validate_python(data)  # what is written is an Fa4Lock
     path = workspace.fa4_lock_file(spec.line)
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 
 
-def read_lock(path: Path) -> tuple[Release, str]:
+def read_fa4_lock(path: Path) -> tuple[Release, str]:
     """(the release, CUDA major) a lock pins, refusing an edited lock or one that disagrees with the knowledge."""
     from toolkit.base.digest import sha256_json
 
-    data = read_json(Path(path), "FA4 lock", "run `toolkit fa4 lock LINE`")
+    data = read_json(Path(path), "FA4 lock", RELOCK)
     if not isinstance(data, dict) or not isinstance(data.get("digest"), str):
-        raise ToolkitError(f"{path}: not an FA4 lock: no digest (run `toolkit fa4 lock LINE`)")
-    digest = data.pop("digest")
-    if sha256_json(data) != digest:
+        raise ToolkitError(f"{path}: not an FA4 lock: no digest ({RELOCK})")
+    if sha256_json({key: value for key, value in data.items() if key != "digest"}) != data["digest"]:
         raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
-    wheels = data.get("wheels")
-    if not (isinstance(data.get("release"), str) and isinstance(data.get("cuda_major"), str)
-            and isinstance(wheels, list) and all(isinstance(w, dict) and isinstance(w.get("file"), str)
-                                                 and isinstance(w.get("sha256"), str) for w in wheels)):
-        raise ToolkitError(f"{path}: release, cuda_major (strings) and wheels (file, sha256 each) are not all "
-                           f"there (run `toolkit fa4 lock LINE` again)")
-    rel = release(data["release"])
-    pinned = {p.file: p.sha256 for p in rel.wheels_for(data["cuda_major"])}
-    if {w["file"]: w["sha256"] for w in data["wheels"]} != pinned:
+    try:
+        lock = _ADAPTER.validate_python(FORMAT.current(data))
+    except ValueError as exc:  # pydantic's ValidationError is one
+        problem = first_problem(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
+        raise ToolkitError(f"{path}: not an FA4 lock this toolkit reads ({problem}; {RELOCK} again)") from None
+    rel = release(lock.release)
+    pinned = {p.file: p.sha256 for p in rel.wheels_for(lock.cuda_major)}
+    if {w.file: w.sha256 for w in lock.wheels} != pinned:
         raise ToolkitError(f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
                            f"(lock again)")
-    return rel, data["cuda_major"]
+    return rel, lock.cuda_major
+
+
+_ADAPTER = pydantic.TypeAdapter(Fa4Lock)

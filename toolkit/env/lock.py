@@ -53,7 +53,7 @@ from toolkit.env.lockfile import (
     KEY_SDIST_SHA256,
     KEY_SDIST_URL,
     KEY_TOOLCHAIN,
-    LockedEnv,  # build and modules import it from here too
+    LockedEnv,
     LockedSdist,
     lock_digest,
     pylock_problem,

@@ -17,7 +17,7 @@ from toolkit.base.entry import add_renamed_option, add_renamed_verb, parse_verb_
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path, folder_argument
 from toolkit.base.workspace import Workspace, add_workspace_options
-from toolkit.env.fa4_lock import read_lock, write_lock
+from toolkit.env.fa4_lock import read_fa4_lock, write_fa4_lock
 from toolkit.fa4.install import import_check, install, load_record, python_argument
 from toolkit.fa4.jit import (
     Variant,
@@ -129,13 +129,13 @@ def fa4_lock_command(args: argparse.Namespace) -> int:
     from toolkit.spec.rules import checked_spec
 
     workspace = Workspace.from_args(args)
-    path = write_lock(checked_spec(resolve_spec_arg(args.line, workspace)), workspace=workspace)
+    path = write_fa4_lock(checked_spec(resolve_spec_arg(args.line, workspace)), workspace=workspace)
     print(f"wrote {path}")
     return 0
 
 
 def fa4_install_command(args: argparse.Namespace) -> int:
-    rel, cuda_major = read_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
+    rel, cuda_major = read_fa4_lock(args.lock) if args.lock else (release(args.release), args.cuda_major)
     with run_temporaries("fa4-install"):  # pip's own temporaries: removed by the next run if this one is killed
         record = install(rel, cuda_major, args.wheels, args.target, args.python)
     print(f"installed {', '.join(record.installed)} into {record.target}")
