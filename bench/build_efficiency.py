@@ -88,7 +88,7 @@ def schedule_estimates(record: BuildRecord) -> dict:
     beside them. Its file-order figure is printed next to the measured one so the model's error shows.
     """
     objects = sorted(record.outputs.objects, key=lambda o: o.start_s)
-    jobs, cpus = record.outputs.efficiency["job_slots"], record.parallelism["cpus"]
+    jobs, cpus = record.outputs.efficiency["job_slots"], record.parallelism.cpus
     times = [o.seconds for o in objects]
     longest_first = sorted(times)[::-1]
     sweep = {n: simulated_wall(longest_first, n, cpus) for n in range(cpus, 2 * cpus + 1, max(1, cpus // 8))}
@@ -117,7 +117,7 @@ def plot(record: BuildRecord, png: Path) -> None:
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     busy = f", CPUs {eff['cpu_utilization']:.0%} busy" if eff.get("cpu_utilization") else ""
     ax.set_title(f"{record.outputs.wheel}\n{eff['objects']} objects, {eff['job_slots']} jobs on "
-                 f"{record.parallelism['cpus']} CPUs, compile {eff['compile_wall_s']} s, "
+                 f"{record.parallelism.cpus} CPUs, compile {eff['compile_wall_s']} s, "
                  f"parallel efficiency {eff['parallel_efficiency']:.0%}{busy}")
     ax.legend(loc="lower right")
     fig.tight_layout()

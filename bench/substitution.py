@@ -108,7 +108,7 @@ def from_record(source: Path, tmp: Path) -> dict:
 
     data = json.loads(source.read_text())
     record = BuildRecord.from_json(data, str(source))
-    line = record.inputs.get("line") or "line"
+    line = record.inputs.line
     size = record.outputs.wheel_size
     work = tmp / hashlib.sha256(str(source).encode()).hexdigest()[:12]
     made = work / "made" / record.outputs.wheel

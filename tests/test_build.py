@@ -45,7 +45,7 @@ from toolkit.build.ninja_shim import ManifestPlan, install_ninja_shim, prepared_
 from toolkit.build.record import BuildRecord, ObjectTime
 from toolkit.build.timing import efficiency
 from toolkit.build.wheelhouse import find_cached
-from toolkit.env.lock import LockedSdist
+from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
 from toolkit.knowledge.files import KNOWLEDGE_DIR
@@ -332,15 +332,15 @@ def test_a_first_build_starts_its_objects_longest_first_by_the_knowledge(project
         load_object_costs.cache_clear()
     # the estimate before compiling: the knowledge's two objects, 2 CPU s + 1 CPU s per arch x 2 archs, one job
     # whose nvcc threads compile an object's two archs side by side
-    threads = min(result.record.parallelism["nvcc_threads"], 2)
+    threads = min(result.record.parallelism.nvcc_threads, 2)
     lines = shown.getvalue().splitlines()
     (estimate,) = [line for line in lines if line.startswith("estimate: ")]
     assert estimate.startswith(f"estimate: about {(4.0 + 2.0) / threads:.0f} s here for 2 objects (1 jobs x "
-                               f"{threads} nvcc threads on {result.record.parallelism['cpus']} CPUs, by the "
+                               f"{threads} nvcc threads on {result.record.parallelism.cpus} CPUs, by the "
                                "knowledge's object costs")
     first = next(line for line in lines if line.startswith("compiling "))
     assert first.startswith("compiling 0/2 objects, ") and f"ETA about {(4.0 + 2.0) / threads:.0f} s" in first
-    schedule = result.record.schedule
+    schedule = result.record.schedule.to_json()
     assert schedule["order"] == "knowledge" and schedule["from_record"] is None
     assert schedule["from_knowledge"].endswith("(flash-attn 2.8.3.post2 fa2, measured on sm_90: h200-2026-11-29)")
     assert (schedule["edges_ordered"], schedule["objects_without_cost"]) == (2, 1)
@@ -700,7 +700,7 @@ def test_schedule_model_orders_longest_first():
     assert model.simulated_wall([4, 1, 1], jobs=3, cpus=2) == pytest.approx(4.5)  # not always better
     real = BuildRecord.read(ROOT / "docs/results/2026-11-29-h200-seeded-build/build-record.json")
     objects = [ObjectTime("a.o", 0, 1), ObjectTime("b.o", 0.1, 1), ObjectTime("c.o", 1, 4)]
-    record = replace(real, parallelism={**real.parallelism, "cpus": 2},
+    record = replace(real, parallelism=replace(real.parallelism, cpus=2),
                      outputs=replace(real.outputs, efficiency={"job_slots": 2}, objects=objects))
     estimate = model.schedule_estimates(record)
     assert (estimate["file_order_s"], estimate["longest_first_s"], estimate["work_s"]) == (5, 4, 6)

@@ -29,10 +29,11 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from rich.console import Console
 
 from toolkit.build.builder import substitute
-from toolkit.build.record import BuildOutputs, BuildRecord
+from toolkit.build.record import BuildInputs, BuildOutputs, BuildRecord, Parallelism
 from toolkit.build.wheelhouse import place
 from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.env.lockfile import LockedSdist
+from toolkit.spec.patches import AppliedPatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fa-cache-demo"
@@ -78,24 +79,31 @@ def tiny_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
+def toolchain(**given: object) -> dict:
+    """A build's toolchain inputs, every key the builder writes (build.record.Toolchain), unknown ones null."""
+    names = ("kind", "cuda_home", "nvcc", "cxx", "gcc", "python", "python_version", "torch", "torch_cuda", "cxx11_abi",
+             "ninja")
+    return {name: given.get(name) for name in names}
+
+
 def demo_inputs(line: str = "demo", archs: tuple[str, ...] = ("80", "90")) -> dict:
     return {"recipe": 2, "line": line, "spec_input_hash": "0" * 64, "lock_sha256": "1" * 64, "archs": list(archs),
-            "toolchain": {"kind": "external", "nvcc": "13.0.88", "gcc": "13.3.0", "torch": "2.13.0"},
+            "toolchain": toolchain(kind="external", nvcc="13.0.88", gcc="13.3.0", torch="2.13.0"),
             "local_version": "+cu130torch2.13"}
 
 
 def demo_record(wheel: Path, inputs: dict) -> BuildRecord:
     return BuildRecord(
-        inputs_key=canonical_key(inputs), inputs=inputs, files={"spec": "envs/demo.yaml"},
+        inputs_key=canonical_key(inputs), inputs=BuildInputs.from_json(inputs), files={"spec": "envs/demo.yaml"},
         sdist=LockedSdist("https://example.invalid/flash_attn-2.8.3.tar.gz", "flash_attn-2.8.3.tar.gz", "2" * 64),
-        environment={"MAX_JOBS": "2"}, parallelism={"jobs": 2, "nvcc_threads": 2},
+        environment={"MAX_JOBS": "2"}, parallelism=Parallelism(2, 2, 32, 200.0, 4.5, "2 jobs x 2 nvcc threads"),
         outputs=BuildOutputs(wheel=wheel.name, version=VERSION, wheel_sha256=sha256_of(wheel),
                              wheel_size=wheel.stat().st_size, modules=[], archs_compiled={}, imported=True,
                              wall_s=612.0, efficiency={}),
         fingerprint={"machine": "x86_64", "cpus": 32, "mem_available_gb": 200.0, "gpus": [], "driver_version": None},
         log="wheelhouse/demo/logs/build.log", started="2026-11-29T10:00:00+00:00",
         finished="2026-11-29T10:10:12+00:00",
-        patches=[{"file": "fix.patch", "sha256": "3" * 64, "fixes": "x", "upstream": "y", "applied": True}])
+        patches=[AppliedPatch(file="fix.patch", sha256="3" * 64, fixes="x", upstream="y", applied=True)])
 
 
 @dataclass
@@ -160,7 +168,7 @@ def test_publish_writes_a_pep503_index_with_metadata_record_provenance_reports_a
     assert f'<a href="{PROJECT}/">' in (dest / "simple" / "index.html").read_text()
 
     entry = json.loads((dest / "inputs" / f"{site.key}.json").read_text())
-    assert entry["inputs_key"] == canonical_key(site.record.inputs)
+    assert entry["inputs_key"] == canonical_key(site.record.inputs.to_json())
     assert (entry["wheel"], entry["wheel_sha256"]) == (f"files/demo/{site.wheel.name}", sha256_of(site.wheel))
     assert entry["record_sha256"] == sha256_of(site.record_path) and "signature" not in entry
 
@@ -169,7 +177,7 @@ def test_publish_writes_a_pep503_index_with_metadata_record_provenance_reports_a
     assert statement["subject"] == [{"name": site.wheel.name, "digest": {"sha256": sha256_of(site.wheel)}}]
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     definition = statement["predicate"]["buildDefinition"]
-    assert definition["externalParameters"]["inputs"] == site.record.inputs
+    assert definition["externalParameters"]["inputs"] == site.record.inputs.to_json()
     assert canonical_key(definition["externalParameters"]["inputs"]) == definition["externalParameters"]["inputsKey"]
     assert {"name": "flash_attn-2.8.3.tar.gz", "uri": "https://example.invalid/flash_attn-2.8.3.tar.gz",
             "digest": {"sha256": "2" * 64}} in definition["resolvedDependencies"]

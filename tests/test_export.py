@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conda_channel import build_simple_index
-from test_cache import UV, canonical_key, demo_record, one_error_line, serve, sha256_of, toolkit
+from test_cache import UV, canonical_key, demo_record, one_error_line, serve, sha256_of, toolchain, toolkit
 
 from toolkit.build.wheelhouse import place
 
@@ -64,8 +64,8 @@ def standin_wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 
 def line_inputs() -> dict:
     return {"recipe": 2, "line": LINE, "spec_input_hash": "0" * 64, "lock_sha256": "1" * 64, "archs": ["90"],
-            "toolchain": {"kind": "external", "nvcc": "13.0.88", "gcc": "13.3.0", "torch": TORCH,
-                          "torch_cuda": "13.0", "python_version": "3.11.9"},
+            "toolchain": toolchain(kind="external", nvcc="13.0.88", gcc="13.3.0", torch=TORCH, torch_cuda="13.0",
+                                   python_version="3.11.9"),
             "local_version": "cu130torch2.13"}
 
 

@@ -24,9 +24,8 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 
 import toolkit.cli
-from toolkit.build.record import RECORD_SUFFIX, BuildOutputs, BuildRecord
-from toolkit.env.lock import KEY_DIGEST, lock_digest
-from toolkit.env.lockfile import LockedSdist
+from toolkit.build.record import RECORD_SUFFIX, BuildInputs, BuildOutputs, BuildRecord, Parallelism, Toolchain
+from toolkit.env.lockfile import KEY_DIGEST, LockedSdist, lock_digest
 from toolkit.spec.envspec import load_spec, spec_paths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,13 +101,14 @@ def write_build_record(wheelhouse: Path, line: str, python: str, version: str = 
     wheel = f"flash_attn-{version}-{tag}-{tag}-linux_x86_64.whl"
     record = BuildRecord(
         inputs_key="56" * 32,
-        inputs={"line": line, "spec_input_hash": "34" * 32, "archs": ["80", "90"],
-                "toolchain": {"kind": "locked", "nvcc": "12.6", "gcc": "13.3.0", "torch": "2.9.1+cu126",
-                              "cxx11_abi": True, "ninja": None}},
+        inputs=BuildInputs(recipe=2, line=line, spec_input_hash="34" * 32, archs=["80", "90"], local_version="",
+                           toolchain=Toolchain(kind="locked", cuda_home=None, nvcc="12.6", cxx=None, gcc="13.3.0",
+                                               python=None, python_version=None, torch="2.9.1+cu126", torch_cuda=None,
+                                               cxx11_abi=True, ninja=None)),
         files={"spec": f"envs/{line}.yaml", "lock": f"locks/{line}.conda-lock.yml"},
         sdist=LockedSdist(filename="flash_attn-2.8.3.post2.tar.gz", sha256="ef" * 32,
                        url="https://files.pythonhosted.org/packages/flash_attn-2.8.3.post2.tar.gz"),
-        environment={"FLASH_ATTN_CUDA_ARCHS": "80;90"}, parallelism={"jobs": 4, "nvcc_threads": 1},
+        environment={"FLASH_ATTN_CUDA_ARCHS": "80;90"}, parallelism=Parallelism(4, 1, 4, 16.0, 4.5, "4 jobs"),
         outputs=replace(BuildOutputs(wheel=wheel, version=version, wheel_sha256="12" * 32, wheel_size=62700000,
                                      modules=["flash_attn_2_cuda"], archs_compiled={"flash_attn_2_cuda": ["80", "90"]},
                                      imported=True, wall_s=600.0, efficiency={}), **outputs),

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conda_channel import build_simple_index, make_sdist, make_wheel, serve_directory
-from test_cache import _key_pair, canonical_key, demo_record, serve
+from test_cache import _key_pair, canonical_key, demo_record, serve, toolchain
 
 from toolkit.build.wheelhouse import place
 from toolkit.cli import main
@@ -103,7 +103,7 @@ def publish_build(root: Path, wheel: Path, dest: Path, lock_sha256: str) -> Path
     """The wheel placed in root's wheelhouse with a build record of LINE from the lock of `lock_sha256`, and
     published to dest: the published copy."""
     inputs = {"recipe": 2, "line": LINE, "spec_input_hash": "0" * 64, "lock_sha256": lock_sha256, "archs": ["90"],
-              "toolchain": {"kind": "pypi"}, "local_version": f"+{LOCAL}"}
+              "toolchain": toolchain(kind="pypi"), "local_version": f"+{LOCAL}"}
     record = demo_record(wheel, inputs)
     version = wheel.name.split("-")[1]
     record = dataclasses.replace(record, inputs_key=canonical_key(inputs),

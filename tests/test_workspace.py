@@ -127,7 +127,7 @@ def record_elsewhere(wheelhouse: Path, line: str, python: str, **outputs: str) -
     basis `toolkit build --report` prints."""
     path = write_build_record(wheelhouse, line, python, **outputs)
     record = BuildRecord.read(path)
-    path.write_text(replace(record, parallelism={**record.parallelism, "basis": "4 jobs x 1 nvcc thread"}).text())
+    path.write_text(replace(record, parallelism=replace(record.parallelism, basis="4 jobs x 1 nvcc thread")).text())
     return path
 
 

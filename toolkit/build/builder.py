@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from toolkit.build.ninja_shim import (
     install_ninja_shim,
     manifest_outcome,
 )
-from toolkit.build.record import BuildOutputs, BuildRecord, ObjectTime
+from toolkit.build.record import BuildInputs, BuildOutputs, BuildRecord, ObjectTime, Parallelism, Schedule
 from toolkit.build.source import SourceTree, WheelSource, extract_sdist, settle_times
 from toolkit.build.timing import ScheduleOrder, children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
@@ -59,7 +59,8 @@ from toolkit.build.wheelhouse import (
 from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.cache.substitute import fetch_substitute
 from toolkit.env.download import fetch_verified
-from toolkit.env.lock import LockedEnv, LockedSdist, missing_lock, read_lock, stale_reason
+from toolkit.env.lock import missing_lock
+from toolkit.env.lockfile import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number, minor_of
 from toolkit.knowledge.object_costs import CostKey
 from toolkit.machine import line_env
@@ -83,16 +84,6 @@ NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN"
 REFERENCE_CPUS = 32  # the estimate line also says how long the build takes on a machine of this many cores
 PLAIN_STEP = 0.05  # without a terminal, a progress line every 5 % of the objects
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
-
-
-@dataclass(frozen=True)
-class Parallelism:
-    jobs: int  # ninja -j (MAX_JOBS)
-    nvcc_threads: int  # threads inside one nvcc, one per -gencode target (NVCC_THREADS)
-    cpus: int
-    mem_gb: float  # the memory the build is sized against
-    gb_per_nvcc_thread: float
-    basis: str  # how the numbers were chosen, for the log and the record
 
 
 @dataclass(frozen=True)
@@ -497,17 +488,15 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
         compiled = [o for o in objects if before.get(o["name"]) != o]  # by this run: efficiency is its own
         record = BuildRecord(
             inputs_key=key,
-            inputs=inputs,
+            inputs=BuildInputs.from_json(inputs),
             files=tree.files,
             sdist=tree.pin,
-            patches=tree.patches,  # patches hook: file, sha256, applied
+            patches=[patches.AppliedPatch(**patch) for patch in tree.patches],  # patches hook: file, sha256, applied
             flash_attn_3=tree.record_section,
             environment=env,
             neutralised_environment=neutralised(dict(os.environ), env),
-            parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,
-                         "mem_gb": round(par.mem_gb, 1), "gb_per_nvcc_thread": par.gb_per_nvcc_thread,
-                         "basis": par.basis},
-            schedule={**order.record_fields(), **manifest_outcome(shim_dir)},
+            parallelism=replace(par, mem_gb=round(par.mem_gb, 1)),
+            schedule=Schedule(**order.record_fields(), **manifest_outcome(shim_dir)),
             outputs=BuildOutputs(
                 wheel=built.name, version=version, wheel_sha256=sha256_file(built),
                 wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,

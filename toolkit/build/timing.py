@@ -161,7 +161,7 @@ def describe(record: BuildRecord) -> list[str]:
     eff = out.efficiency
     lines = [f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
              f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
-             f"{record.parallelism['basis']}"]
+             f"{record.parallelism.basis}"]
     if eff.get("objects"):
         lines.append(
             f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "
@@ -169,11 +169,12 @@ def describe(record: BuildRecord) -> list[str]:
             f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
             f"parallel efficiency {eff['parallel_efficiency']:.0%} "
             f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
-    if record.schedule.get("order"):
-        lines.append(f"schedule: {record.schedule['order']}, from "
-                     f"{record.schedule.get('from_record') or record.schedule.get('from_knowledge') or 'build.ninja'}; "
-                     f"{record.schedule.get('edges_ordered')} object edges ordered longest first, "
-                     f"{record.schedule.get('objects_without_cost')} without a cost first")
+    schedule = record.schedule
+    if schedule.order:
+        lines.append(f"schedule: {schedule.order}, from "
+                     f"{schedule.from_record or schedule.from_knowledge or 'build.ninja'}; "
+                     f"{schedule.edges_ordered} object edges ordered longest first, "
+                     f"{schedule.objects_without_cost} without a cost first")
     if eff.get("cpu_utilization") is not None:
         lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
                      f"{eff['cpu_utilization']:.0%} busy")

@@ -100,9 +100,9 @@ def place_substitute(found: Substitute, line_dir: Path, key: str) -> CachedBuild
     inputs hash to the key) naming this wheel and these bytes. The placed record is the publisher's, saying
     where it came from. Any disagreement is one line and nothing is placed."""
     record = BuildRecord.read(found.record)
-    if record.inputs_key != key or inputs_key(record.inputs) != key:
+    if record.inputs_key != key or inputs_key(record.inputs.to_json()) != key:
         raise ToolkitError(f"{found.source}: its build record is of other inputs (inputs key "
-                           f"{inputs_key(record.inputs)}, this build's {key}; refused, the build compiles instead)")
+                           f"{inputs_key(record.inputs.to_json())}, this build's {key}; refused, the build compiles instead)")
     if (record.outputs.wheel, record.outputs.wheel_sha256) != (found.entry.wheel_name, found.entry.wheel_sha256):
         raise ToolkitError(f"{found.source}: its build record names {record.outputs.wheel} with sha256 "
                            f"{record.outputs.wheel_sha256}, the entry {found.entry.wheel_name} with sha256 "

@@ -7,8 +7,10 @@ Two installs leave one, written last and atomically, so a folder with a record h
 - `toolkit fa4 install` in its --target folder: `Fa4Record` (fa4-install.json), the wheels installed,
   what came from the base python, and what PYTHONPATH must hold.
 
-Both are typed dataclasses with a schema number; reading validates every field's type (pydantic, as
-for the build record), so a record of another shape is no record rather than a half-filled object.
+Both are typed dataclasses with a schema number (1: records written before the number was recorded have
+none); reading validates every field's type (pydantic, as for the build record), so a record of another
+shape is no record rather than a half-filled object, and one of a schema this toolkit does not know is
+refused with the command that writes it anew (each `load` names it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.versioned import Format
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,8 @@ class InstallRecord:
     def from_json(cls, data: object) -> Self:
         """A record from parsed JSON; ValueError unless it is this kind's, of this schema (records
         written before the schema number was recorded have none: schema 1)."""
-        if not isinstance(data, dict) or data.get("schema", 1) != cls.SCHEMA:
-            raise ValueError(f"not a {cls.__name__} of schema {cls.SCHEMA}")
-        fields = {key: value for key, value in data.items() if key != "schema"}
+        current = Format(cls.__name__, cls.SCHEMA, unnumbered=1).current(data)
+        fields = {key: value for key, value in current.items() if key != "schema"}
         try:
             return pydantic.TypeAdapter(cls).validate_python(fields)
         except pydantic.ValidationError as exc:

@@ -27,10 +27,10 @@ import tarfile
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -42,6 +42,7 @@ from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument, printable
+from toolkit.base.versioned import Format
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
@@ -84,7 +85,7 @@ class Variant:
         return cls(int(parts[2][1:]), parts[1], causal, parts[0])
 
 
-def default_variants(head_dims=HEAD_DIMS, dtypes=DTYPES) -> list[Variant]:
+def default_variants(head_dims: tuple[int, ...] = HEAD_DIMS, dtypes: tuple[str, ...] = DTYPES) -> list[Variant]:
     """What users run: head dims 64/128, bf16/fp16, causal or not, forward and forward+backward."""
     return [Variant(d, dtype, causal, mode) for mode in MODES for dtype in dtypes for d in head_dims
             for causal in (False, True)]
@@ -117,7 +118,7 @@ def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = C
         q, k, v = (torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
                    for _ in range(3))
 
-        def once(variant: Variant = variant, q=q, k=k, v=v) -> None:  # bound now: called in this iteration
+        def once(variant: Variant = variant, q: Any = q, k: Any = k, v: Any = v) -> None:  # bound now: called in this iteration
             if variant.mode == "fwd":
                 with torch.no_grad():
                     flash_attn_func(q, k, v, causal=variant.causal)
@@ -183,7 +184,8 @@ def merge_cache(source: Path, dest: Path) -> int:
     return added
 
 
-def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str], on_row=lambda row: None,
+def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str],
+         on_row: Callable[[dict[str, Any]], object] = lambda row: None,
          call_args: tuple[str, ...] = (), budget_s: float | None = None, jobs: int = 1) -> dict:
     """Per variant: a cold run (fresh process, empty cache of its own), its entries merged into cache_dir,
     then a warm run (fresh process reading cache_dir); `jobs` variants at a time (compiles are CPU-bound
@@ -282,8 +284,10 @@ class KernelCacheRecord:
     entries: Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
     variants: list[Text]
     env: list[Text]  # the variables that point FA4 at an installed cache
+    schema: int = 1  # records written before 2026-12 carry none: schema 1
 
 
+CACHE_RECORD = Format("kernel-cache record", 1, unnumbered=1)
 _RECORD = pydantic.TypeAdapter(KernelCacheRecord)
 
 
@@ -341,9 +345,11 @@ def cache_record(record_path: Path) -> KernelCacheRecord:
     where = display_path(record_path)
     data = read_json(record_path, "cache record", "warm again")
     try:
-        return _RECORD.validate_python(data)
+        return _RECORD.validate_python(CACHE_RECORD.current(data) if isinstance(data, dict) else data)
     except pydantic.ValidationError as exc:
         raise ToolkitError(f"{where}: not a cache record: {first_problem(exc)} (warm again)") from None
+    except ValueError as exc:  # CACHE_RECORD's: a schema this toolkit does not read
+        raise ToolkitError(f"{where}: not a cache record: {exc} (warm again: `toolkit fa4 warm`)") from None
 
 
 def _installed_before(dest: Path) -> set[str]:
@@ -447,7 +453,7 @@ def summary_lines(latency: dict) -> list[str]:
     return lines
 
 
-def _s(value) -> str:
+def _s(value: object) -> str:
     return f"{value:7.3f} s" if isinstance(value, (int, float)) else "      - "
 
 

@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from string import Template
@@ -33,7 +33,7 @@ from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build.record import BuildRecord
 from toolkit.build.wheelhouse import records
-from toolkit.env.lock import LockedEnv, read_lock
+from toolkit.env.lockfile import LockedEnv, read_lock
 from toolkit.env.pypi_install import site_packages
 from toolkit.knowledge.facts import load_knowledge, minor_of
 from toolkit.machine import line_env
@@ -367,7 +367,7 @@ def read_build_record(builds_dir: Path, env: InstalledEnv) -> BuildSummary | Non
 
 def summarize(path: Path, record: BuildRecord) -> BuildSummary:
     where = display_path(path)
-    scalars = sorted((k, v) for k, v in record.toolchain.items() if isinstance(v, (str, int, float, bool)))
+    scalars = sorted((k, v) for k, v in asdict(record.toolchain).items() if isinstance(v, (str, int, float, bool)))
     return BuildSummary(
         path=path,
         wheel=safe("name", record.outputs.wheel, where, "outputs.wheel"),

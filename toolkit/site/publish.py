@@ -7,6 +7,7 @@ immutability and the substitution table are cache/publish.py's. See docs/binary-
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from toolkit.base.errors import ToolkitError
@@ -57,14 +58,13 @@ def facts_of(record: BuildRecord) -> BuildFacts:
         if archive.get("filename") != record.sdist.filename:
             dependencies.append(Dependency(str(archive.get("filename")), str(archive.get("sha256")),
                                            str(archive.get("url") or "")))
-    dependencies += [Dependency(str(patch.get("file")), str(patch.get("sha256"))) for patch in record.patches
-                     if patch.get("applied", True)]
+    dependencies += [Dependency(patch.file, patch.sha256) for patch in record.patches if patch.applied]
     return BuildFacts(
         wheel_name=record.outputs.wheel, wheel_sha256=record.outputs.wheel_sha256, inputs_key=record.inputs_key,
-        inputs=record.inputs, dependencies=dependencies,
+        inputs=record.inputs.to_json(), dependencies=dependencies,
         machine={name: record.fingerprint.get(name) for name in MACHINE_FIELDS},
-        run={"parallelism": record.parallelism, "wall_s": record.outputs.wall_s},
-        started=record.started, finished=record.finished, recipe=str(record.inputs.get("recipe", "")),
+        run={"parallelism": asdict(record.parallelism), "wall_s": record.outputs.wall_s},
+        started=record.started, finished=record.finished, recipe=str(record.inputs.recipe),
         substituted_from=record.substituted_from)
 
 
