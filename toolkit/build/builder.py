@@ -496,7 +496,7 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
             environment=env,
             neutralised_environment=neutralised(dict(os.environ), env),
             parallelism=replace(par, mem_gb=round(par.mem_gb, 1)),
-            schedule=Schedule(**order.record_fields(), **manifest_outcome(shim_dir)),
+            schedule=Schedule.model_validate({**order.record_fields(), **manifest_outcome(shim_dir)}),
             outputs=BuildOutputs(
                 wheel=built.name, version=version, wheel_sha256=sha256_file(built),
                 wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
