@@ -380,7 +380,7 @@ def install_command(args: argparse.Namespace) -> int:
     if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):
-        prefix = install_line(line, args.prefix, workspace, args.backend, args.conda,
+        prefix = install_line(line, args.prefix, workspace, args.engine, args.conda,
                               if_stale=args.if_stale, python=args.python, torch_from=args.torch_from,
                               wheels=args.wheels)
     lock = display_path(workspace.lock_file(line))

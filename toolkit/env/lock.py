@@ -6,7 +6,7 @@ The file is conda-lock's unified format, written through conda-lock's own models
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
 the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/env/lockfile.py;
-the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--backend`.
+the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--engine`.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -669,7 +669,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace, args.force,
+            written, changed = lock_line(checked_spec(path), args.engine, args.conda, workspace, args.force,
                                          args.pypi, args.update)
         except ToolkitError as exc:
             if len(paths) == 1:
