@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from toolkit.base.arguments import add_lines
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
 from toolkit.base.children import run_tied
 from toolkit.base.digest import sha256_file, sha256_json
@@ -614,7 +615,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
                     "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
                     "sdist pin. A lock whose inputs are unchanged is kept.")
-    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
+    add_lines(parser)
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
                         help="only say which locks are missing, stale or broken (exit 1 if any)")
