@@ -355,7 +355,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="leave an environment that already holds this lock as it is (default: reinstall it)")
     add_python(parser, "a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, X.Y the "
                        "spec's python)")
-    parser.add_argument("--torch-from", type=Path, metavar="EXE",
+    parser.add_argument("--torch-from", type=Path, metavar="PYTHON",
                         help="a pypi line: copy torch, and every locked package this interpreter's environment has at "
                              "the locked version, from there (checked against its RECORD) instead of downloading "
                              "them; its torch must be the lock's release, built for the line's CUDA")

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("fa4", help="FlashAttention-4: fetch, install, warm its kernel cache",
                                    description="FlashAttention-4 (flash-attn-4) from the pinned wheels of "
                                                "knowledge/flash_attn_4.yaml.")
-    verbs = parser.add_subparsers(dest="fa4_verb", metavar="STEP", required=True)
+    verbs = parser.add_subparsers(dest="fa4_verb", title="steps", metavar="STEP", required=True)
     fetch_parser = verbs.add_parser(
         "fetch", help="download the pinned wheels from PyPI and check their hashes",
         description="Download the flash-attn-4 wheels knowledge/flash_attn_4.yaml pins for --release and --cuda-major "
