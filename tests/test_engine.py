@@ -1,4 +1,4 @@
-"""The conda engine interface (toolkit/env/engine.py): chosen once from --backend, and each engine answers a
+"""The conda engine interface (toolkit/env/engine.py): chosen once from --engine, and each engine answers a
 request with the packages the channel's contents call for. The CLI engine runs the real `conda-lock` code
 with the micromamba test double (tests/micromamba_standin.py, which solves with py-rattler); py-rattler is
 real; the channel is tests/conda_channel.py's."""
@@ -43,7 +43,7 @@ def test_an_explicit_conda_executable_chooses_the_cli(no_conda_on_path):
 def test_conda_lock_without_an_executable_is_one_line_with_the_fix(no_conda_on_path):
     with pytest.raises(ToolkitError) as caught:
         choose_engine("conda-lock", None, CONSOLE)
-    assert "\n" not in str(caught.value) and "--backend rattler" in str(caught.value)
+    assert "\n" not in str(caught.value) and "--engine rattler" in str(caught.value)
 
 
 def test_an_external_toolchain_needs_no_solver_in_either_engine():
@@ -97,8 +97,24 @@ def test_lock_and_install_declare_the_engine_options_once():
 
     parser = build_parser()
     for verb in ("lock", "install"):
-        args = parser.parse_args([verb, "cu126", "--backend", "conda-lock", "--conda", "/opt/mm/bin/micromamba"])
-        assert (args.backend, args.conda) == ("conda-lock", "/opt/mm/bin/micromamba")
-        assert parser.parse_args([verb, "cu126"]).backend == "auto"
+        args = parser.parse_args([verb, "cu126", "--engine", "conda-lock", "--conda", "/opt/mm/bin/micromamba"])
+        assert (args.engine, args.conda) == ("conda-lock", "/opt/mm/bin/micromamba")
+        assert parser.parse_args([verb, "cu126"]).engine == "auto"
         with pytest.raises(SystemExit):
-            parser.parse_args([verb, "cu126", "--backend", "mamba-cli"])
+            parser.parse_args([verb, "cu126", "--engine", "mamba-cli"])
+
+
+@pytest.mark.parametrize("verb", ["lock", "install"])
+def test_backend_is_the_old_spelling_of_engine(verb, capsys):
+    """--backend named the conda engine of lock and install; it now names an attention implementation
+    (`toolkit verify`), so the engine is --engine. The old spelling reads as the new one after one notice."""
+    from toolkit.cli import build_parser
+
+    parser = build_parser()
+    by_old = parser.parse_args([verb, "cu126", "--backend", "rattler"])
+    assert capsys.readouterr().err == f"toolkit {verb}: --backend is now --engine; the old spelling still works\n"
+    assert vars(by_old) == vars(parser.parse_args([verb, "cu126", "--engine", "rattler"]))
+    assert by_old.engine == "rattler" and not hasattr(by_old, "backend")
+    with pytest.raises(SystemExit):
+        parser.parse_args([verb, "cu126", "--backend", "mamba-cli"])
+    assert "--backend" not in parser._subparsers._group_actions[0].choices[verb].format_help()

@@ -90,7 +90,7 @@ def one_line_error(err: str) -> str:
 
 
 def install_args(root: Path, prefix: Path) -> list[str]:
-    return ["install", "cu126", "--locks", str(root / "locks"), "--prefix", str(prefix), "--backend", "rattler"]
+    return ["install", "cu126", "--locks", str(root / "locks"), "--prefix", str(prefix), "--engine", "rattler"]
 
 
 def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -456,7 +456,7 @@ def test_interrupted_reinstall_keeps_the_old_env_and_a_rerun_cleans_up(fresh, tm
 def test_interrupted_lock_leaves_the_old_lock_and_a_rerun_cleans_up(fresh, tmp_path, pip_index, phase, signum):
     lock = lock_file(fresh)
     before = lock.read_bytes()
-    args = ["lock", "cu126", "--force", "--backend", "rattler", "--envs", str(fresh / "envs"), "--locks",
+    args = ["lock", "cu126", "--force", "--engine", "rattler", "--envs", str(fresh / "envs"), "--locks",
             str(fresh / "locks"), "--pypi", pip_index]
     rc, err = pause_and_signal(args, tmp_path, phase, signum)
     assert lock.read_bytes() == before
@@ -473,7 +473,7 @@ def test_interrupted_lock_leaves_the_old_lock_and_a_rerun_cleans_up(fresh, tmp_p
 @pytest.mark.parametrize("verb, phase", [("install", "install:worker"), ("lock", "lock:solve")])
 def test_ctrl_c_at_a_terminal_prints_no_worker_traceback(fresh, tmp_path, pip_index, verb, phase):
     args = install_args(fresh, tmp_path / "env") if verb == "install" else [
-        "lock", "cu126", "--force", "--backend", "rattler", "--envs", str(fresh / "envs"), "--locks",
+        "lock", "cu126", "--force", "--engine", "rattler", "--envs", str(fresh / "envs"), "--locks",
         str(fresh / "locks"), "--pypi", pip_index]
     rc, err = pause_and_signal(args, tmp_path, phase, signal.SIGINT, group=True)
     assert rc == 130 and "interrupted by Ctrl-C" in one_line_error(err)
@@ -508,7 +508,7 @@ def test_a_killed_in_place_install_gets_the_old_env_back_on_the_rerun(fresh, tmp
     prefix = tmp_path / "envs" / "cu126"
     assert main(install_args(fresh, prefix)) == 0
     (prefix / OLD_ENV_MARK).write_text("old")
-    in_place = install_args(fresh, prefix)[:-2] + ["--backend", "conda-lock", "--conda", "/bin/false"]
+    in_place = install_args(fresh, prefix)[:-2] + ["--engine", "conda-lock", "--conda", "/bin/false"]
     rc, _ = pause_and_signal(in_place, tmp_path, "install:in-place", signal.SIGKILL)
     assert rc == -signal.SIGKILL and not prefix.exists()
     (prefix / "conda-meta").mkdir(parents=True)  # what an unfinished micromamba create leaves

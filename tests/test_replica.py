@@ -277,9 +277,9 @@ pip_packages: null
 torch: {{version: "{torch}", index: "{index}/simple"}}
 archs: ["90"]
 """)
-    locked = toolkit(project, "lock", "cu130", "--backend", "rattler", "--pypi", f"{index}/simple", env=env)
+    locked = toolkit(project, "lock", "cu130", "--engine", "rattler", "--pypi", f"{index}/simple", env=env)
     assert locked.returncode == 0, locked.stderr
-    installed = toolkit(project, "install", "cu130", "--backend", "rattler", env=env)
+    installed = toolkit(project, "install", "cu130", "--engine", "rattler", env=env)
     assert installed.returncode == 0, installed.stderr
     return project / ".envs" / "cu130"
 

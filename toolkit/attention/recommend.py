@@ -23,6 +23,7 @@ import pydantic
 
 from toolkit.attention import backends as attention_backends
 from toolkit.attention.verl import VerlLines, VerlShape, lines_for
+from toolkit.base.arguments import add_line
 from toolkit.base.atomic import write_atomic
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError, first_problem, shown
@@ -458,22 +459,25 @@ def verl_lines(bench: dict, rules: list[Rule], verified: dict[str, Verified], sh
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
-    parser = verbs.add_parser("recommend", help="per GPU and shape, the fastest verified attention backend "
-                                                "(and verl's override lines for it)")
-    parser.add_argument("line", nargs="?", metavar="LINE",
-                        help="the line the bench ran for (its reports folder gets the file)")
-    parser.add_argument("--bench", type=Path, help="bench.json of `toolkit bench` (default with LINE: "
+    parser = verbs.add_parser(
+        "recommend", help="per GPU and shape, the fastest verified attention backend (and verl's override lines for it)",
+        description="Read one `toolkit bench` grid and the verification reports of the packaged backends, and write, "
+                    "per GPU, dtype, head dim, mask and sequence length, the fastest backend whose verification "
+                    "covers that shape, its `attn_implementation` and verl's override lines for verl's training "
+                    "shape (--head-dim, --seqlen). Doctor and the modulefile help read the file back.")
+    add_line(parser, "the line the bench ran for (its reports folder gets the file)", optional=True)
+    parser.add_argument("--bench", type=Path, metavar="BENCH_JSON", help="bench.json of `toolkit bench` (default with LINE: "
                                                    "reports/LINE/bench.json)")
     packaged = ", ".join(f"{name}=..." for name in attention_backends.packaged())
     parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
                         help=f"a packaged backend's verification report ({packaged}; default with LINE: each "
                              f"verify.json under reports/LINE/ where `toolkit verify` writes it: flash-attn's in "
                              f"the folder, another backend's in a folder of its name)")
-    parser.add_argument("--out", type=Path, help="recommendation JSON to write (default with LINE: "
+    parser.add_argument("--out", type=Path, metavar="FILE", help="recommendation JSON to write (default with LINE: "
                                                  "reports/LINE/recommendation.json, where doctor and modules read it)")
-    parser.add_argument("--head-dim", type=int, default=VerlShape.head_dim,
+    parser.add_argument("--head-dim", type=int, default=VerlShape.head_dim, metavar="N",
                         help=f"verl's training shape: head dim (default {VerlShape.head_dim})")
-    parser.add_argument("--seqlen", type=int, default=VerlShape.seqlen,
+    parser.add_argument("--seqlen", type=int, default=VerlShape.seqlen, metavar="N",
                         help=f"verl's training shape: sequence length (default {VerlShape.seqlen}; bf16, causal, "
                              f"forward+backward)")
     add_renamed_option(parser, "--line", "`toolkit recommend LINE`")

@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 from importlib import metadata
 from pathlib import Path
@@ -100,8 +100,8 @@ def add_option_alias(parser: argparse.ArgumentParser, old: str, now: str) -> Non
         def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                      option_string: str | None = None) -> None:
             rename_notice(parser.prog, old, now)
-            target(parser, namespace, parser._get_values(target, [values] if isinstance(values, str) else values),
-                   now)
+            words = values if isinstance(values, list) else [str(values)]  # one word: the alias takes one value
+            target(parser, namespace, parser._get_values(target, words), now)
 
     parser.add_argument(old, action=Alias, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
                         metavar=target.metavar)
@@ -124,7 +124,9 @@ class RenamedVerb(argparse.ArgumentParser):
 
     now = ""
 
-    def parse_known_args(self, args=None, namespace=None):  # argparse calls it on the verb's words
+    def parse_known_args(  # type: ignore[override]  # argparse calls it on the verb's words
+            self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         raise ToolkitError(f"{self.prog} is gone: write {self.now}")
 
 
@@ -142,7 +144,9 @@ class DefaultStep(argparse.ArgumentParser):
 
     default_step = ""
 
-    def parse_known_args(self, args=None, namespace=None):  # argparse calls it on the verb's words
+    def parse_known_args(  # type: ignore[override]  # argparse calls it on the verb's words
+            self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
         words = list(sys.argv[1:] if args is None else args)
         steps = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices
         if not words or (words[0] not in steps and words[0] not in ("-h", "--help")):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from toolkit.base.arguments import add_line
 from toolkit.base.errors import ToolkitError
 from toolkit.cache.config import checked_url, configured_caches
 from toolkit.cache.index import PublishedBuild, line_builds
@@ -211,12 +212,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "install them: uv's explicit [[tool.uv.index]] and [tool.uv.sources], a pip requirements "
                     "file with the index and --hash lines, pixi's [pypi-options] and [pypi-dependencies], or "
                     "plain pinned requirements with hashes; each with the torch the wheels were built against.")
-    parser.add_argument("line", metavar="LINE", help="the line whose published wheels to export")
+    add_line(parser, "the line whose published wheels to export")
     parser.add_argument("--index", required=True, metavar="URL",
                         help="the published cache (file://, http(s)://: the folder `toolkit publish --to` wrote); "
                              "a public_key configured for it in .fa-envkit/caches.toml is checked")
-    parser.add_argument("--for", dest="format", required=True, choices=FORMATS, help="the snippet's tool")
+    parser.add_argument("--for", dest="format", required=True, choices=FORMATS, metavar="TOOL",
+                        help=f"the snippet's tool: {', '.join(FORMATS)}")
     parser.add_argument("--torch-index", metavar="URL",
                         help="where torch comes from (default: PyTorch's index of the builds' CUDA)")
-    parser.add_argument("--name", default="fa-envkit", help="uv's name for the index (default: fa-envkit)")
+    parser.add_argument("--name", default="fa-envkit", metavar="NAME", help="uv's name for the index (default: fa-envkit)")
     parser.set_defaults(func=export_command)

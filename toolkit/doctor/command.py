@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from toolkit.attention import backends as attention_backends
 from toolkit.attention.recommend import lookup_rules
 from toolkit.attention.verl import VerlShape, overrides
+from toolkit.base.arguments import add_json, add_line, add_prefix, add_python
 from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
@@ -782,15 +783,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "compare them with each other and (given a LINE) with the line's spec, lock and build "
                     "record. One row per check with a fix where wrong; failing rows first. Exit 0 when "
                     "all is well, 1 when something would break a build or a run.")
-    parser.add_argument("line", nargs="?", metavar="LINE", help="also compare with this line's spec, lock and build record")
+    add_line(parser, "also compare with this line's spec, lock and build record", optional=True)
     add_renamed_option(parser, "--line", "`toolkit doctor LINE`")
-    parser.add_argument("--prefix", type=Path, metavar="DIR",
-                        help="check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH); with a "
-                             "pypi LINE, the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
-    parser.add_argument("--python", type=Path, metavar="PYTHON",
-                        help="check the environment of this python (a venv's bin/python) instead of the shell's")
+    add_prefix(parser, "check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH); with a pypi LINE, "
+                       "the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)")
+    add_json(parser, "print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
+    add_python(parser, "check the environment of this python (a venv's bin/python) instead of the shell's")
     parser.add_argument("--cache", action="append", metavar="URL",
                         help="name the installed flash-attn / FA3 against this published cache (besides those "
                              "of .fa-envkit/caches.toml): a published build, with its verification report, or an "

@@ -4,7 +4,7 @@
 - `rattler`: embedded py-rattler (pip-installable, no binary), everywhere else.
 
 Both write the same lock file (conda-lock's unified format, through conda-lock's own models) and both
-install all of a lock (conda layer, then pip layer by URL and hash). `choose_engine` turns `--backend`
+install all of a lock (conda layer, then pip layer by URL and hash). `choose_engine` turns `--engine`
 into an engine once; lock.py and install.py call its methods and never compare engine names. The one
 way they differ for the caller is `relocates`: py-rattler builds in a staging folder patched for the
 final prefix (install then swaps it in), micromamba/conda write the prefix into files and must build
@@ -33,6 +33,7 @@ from rich.console import Console
 
 from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import run_tied
+from toolkit.base.entry import add_option_alias
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -44,7 +45,7 @@ from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, check
 from toolkit.env.wheels import Closure, closure_problem, wheel_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
-BACKENDS = ("auto", "conda-lock", "rattler")  # --backend of lock and install
+ENGINES = ("auto", "conda-lock", "rattler")  # --engine of lock and install (--backend before issue 31)
 
 
 @dataclass(frozen=True)
@@ -110,22 +111,25 @@ def conda_executable() -> str | None:
     return next((path for path in found if path), None)
 
 
-def choose_engine(backend: str, conda_exe: str | None, console: Console) -> CondaEngine:
+def choose_engine(name: str, conda_exe: str | None, console: Console) -> CondaEngine:
     """auto: the conda-lock CLI where a conda executable exists (given or on PATH), else py-rattler."""
     conda_exe = conda_exe or conda_executable()
-    if backend == "conda-lock" and not conda_exe:
-        raise ToolkitError(f"--backend conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
-                           f"(install micromamba, pass --conda EXE, or use --backend rattler)")
-    if backend in ("auto", "conda-lock") and conda_exe:
+    if name == "conda-lock" and not conda_exe:
+        raise ToolkitError(f"--engine conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
+                           f"(install micromamba, pass --conda EXE, or use --engine rattler)")
+    if name in ("auto", "conda-lock") and conda_exe:
         return CondaLockEngine(conda_exe, console)
     return RattlerEngine(console)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """--backend and --conda, declared once for every verb that solves or installs a conda layer."""
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="conda engine (auto: conda-lock if micromamba/mamba/conda is on PATH, else rattler)")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock backend")
+    """--engine and --conda, declared once for every verb that solves or installs a conda layer. --engine was
+    --backend, which now names an attention implementation (`toolkit verify --impl`): the old spelling still works."""
+    parser.add_argument("--engine", choices=ENGINES, default="auto", metavar="ENGINE",
+                        help=f"conda engine: {', '.join(ENGINES)} (default auto: conda-lock if micromamba/mamba/conda "
+                             f"is on PATH, else rattler)")
+    add_option_alias(parser, "--backend", "--engine")
+    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock engine")
 
 
 def locking_environment() -> dict[str, str]:

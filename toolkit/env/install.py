@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from toolkit.base.arguments import add_line, add_prefix, add_python
 from toolkit.base.atomic import (
     TEMP_PREFIX,
     checkpoint,
@@ -348,14 +349,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "
                     "machine's python with every locked wheel (--require-hashes --no-deps). Built in a "
                     "temporary prefix and renamed into place.")
-    parser.add_argument("line", metavar="LINE", help="line name (cu126) or its spec file (envs/cu126.yaml)")
-    parser.add_argument("--prefix", type=Path, help="where the environment goes (default: .envs/LINE)")
+    add_line(parser)
+    add_prefix(parser, "where the environment goes (default: .envs/LINE)")
     parser.add_argument("--if-stale", action="store_true",
                         help="leave an environment that already holds this lock as it is (default: reinstall it)")
-    parser.add_argument("--python", type=Path, metavar="EXE",
-                        help="a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, "
-                             "X.Y the spec's python)")
-    parser.add_argument("--torch-from", type=Path, metavar="EXE",
+    add_python(parser, "a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, X.Y the "
+                       "spec's python)")
+    parser.add_argument("--torch-from", type=Path, metavar="PYTHON",
                         help="a pypi line: copy torch, and every locked package this interpreter's environment has at "
                              "the locked version, from there (checked against its RECORD) instead of downloading "
                              "them; its torch must be the lock's release, built for the line's CUDA")
@@ -380,7 +380,7 @@ def install_command(args: argparse.Namespace) -> int:
     if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):
-        prefix = install_line(line, args.prefix, workspace, args.backend, args.conda,
+        prefix = install_line(line, args.prefix, workspace, args.engine, args.conda,
                               if_stale=args.if_stale, python=args.python, torch_from=args.torch_from,
                               wheels=args.wheels)
     lock = display_path(workspace.lock_file(line))

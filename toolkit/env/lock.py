@@ -6,7 +6,7 @@ The file is conda-lock's unified format, written through conda-lock's own models
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
 the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/env/lockfile.py;
-the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--backend`.
+the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--engine`.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from toolkit.base.arguments import add_lines
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
 from toolkit.base.children import run_tied
 from toolkit.base.digest import sha256_file, sha256_json
@@ -614,7 +615,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
                     "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
                     "sdist pin. A lock whose inputs are unchanged is kept.")
-    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
+    add_lines(parser)
     parser.add_argument("--all", action="store_true", help="every line in envs/")
     parser.add_argument("--check", action="store_true",
                         help="only say which locks are missing, stale or broken (exit 1 if any)")
@@ -669,7 +670,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.backend, args.conda, workspace, args.force,
+            written, changed = lock_line(checked_spec(path), args.engine, args.conda, workspace, args.force,
                                          args.pypi, args.update)
         except ToolkitError as exc:
             if len(paths) == 1:

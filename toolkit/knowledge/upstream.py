@@ -353,7 +353,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "knowledge", help="keep the compatibility knowledge current",
         description="`toolkit knowledge check-updates`: ask PyPI and PyTorch's wheel indexes what was released "
                     "and name every release toolkit/knowledge/*.yaml does not cover. Exit 1 if any.")
-    verbs = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
+    verbs = parser.add_subparsers(title="steps", metavar="STEP", required=True)
     check = verbs.add_parser("check-updates", help="name releases the knowledge does not cover",
                              description="Name every newer release (torch, flash-attn, flash-attn-4, NVIDIA's CUDA "
                                          "wheels, torch per CUDA line) the knowledge does not cover.")

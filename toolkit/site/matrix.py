@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from toolkit.base.arguments import add_json, add_lines
 from toolkit.base.entry import add_verb_with_default_step
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -106,8 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
                     "gcc, flash-attn, the patches its build applies, archs, driver floor, and where its nvcc comes "
                     "from (toolchain.kind: conda for locked, from the spec's channels; machine for external; PyPI for pypi).")
-    show.add_argument("lines", nargs="*", metavar="LINE", help="lines (default: all)")
-    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_lines(show, "lines (default: all)")
+    add_json(show)
     show.add_argument("--github", action="store_true",
                       help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
                            "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
@@ -118,8 +119,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run", help="build and verify the lines as Slurm jobs (or here) and print a summary",
         description="Run lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, "
                     "with --executor local) and print a summary.")
-    run.add_argument("lines", nargs="*", metavar="LINE", help="lines (default: all)")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    add_lines(run, "lines (default: all)")
+    add_json(run, "print the summary as JSON instead of a table")
     run.add_argument("--github", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     add_workspace_options(run)
     add_run_options(run)
@@ -135,9 +136,9 @@ def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> No
     def option(flag: str, help: str, **kwargs) -> None:
         group.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS if hidden else help, **kwargs)
 
-    option("--executor", choices=EXECUTORS, help="slurm: a build job array and per-line verification jobs "
+    option("--executor", choices=EXECUTORS, metavar="EXECUTOR", help="slurm: a build job array and per-line verification jobs "
            f"after it; local: the same batch scripts on this machine (default: {d.executor})")
-    option("--verify", choices=VERIFY_MODES, help="always: verification must pass; if-gpu: where no GPU is "
+    option("--verify", choices=VERIFY_MODES, metavar="MODE", help="always: verification must pass; if-gpu: where no GPU is "
            "visible it is 'skipped (no GPU)', not a failure; never: build only "
            f"(default: {d.verify})")
     option("--stages", type=Path, metavar="FILE", help="stage commands per phase (default: the toolkit's "

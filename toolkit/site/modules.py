@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from toolkit.attention.recommend import Recommendation, read_if_any, summary
+from toolkit.base.arguments import add_lines, add_prefix
 from toolkit.base.atomic import write_atomic
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.children import run_tied
@@ -648,26 +649,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One modulefile per installed line (all lines with an installed environment by default), "
                     "named after what it provides, under ROOT/lmod/ (Lua) and ROOT/tcl/ (Environment Modules). "
                     "Use them with `module use ROOT/lmod` (Lmod) or `module use ROOT/tcl`.")
-    parser.add_argument("lines", nargs="*", metavar="LINE", help="lines to publish (default: every installed one)")
-    parser.add_argument("--root", type=Path, required=True, help="where the module trees go")
-    parser.add_argument("--format", choices=tuple(FORMAT_CHOICES), default="both",
+    add_lines(parser, "lines to publish (default: every installed one)")
+    parser.add_argument("--root", type=Path, required=True, metavar="ROOT", help="where the module trees go")
+    parser.add_argument("--format", choices=tuple(FORMAT_CHOICES), default="both", metavar="FORMAT",
                         help="lmod (Lua), tcl (Environment Modules; Lmod reads it too) or both (default)")
-    parser.add_argument("--naming", default=DEFAULT_NAMING,
+    parser.add_argument("--naming", default=DEFAULT_NAMING, metavar="SCHEME",
                         help=f"module name scheme NAME/VERSION (default: {DEFAULT_NAMING}; fields: "
                              f"{', '.join(NAMING_FIELDS)})")
     parser.add_argument("--default", metavar="LINE", help="mark this line's module as the default version")
     parser.add_argument("--prereq", action="append", default=[], metavar="MODULE",
                         help="a site module ours needs (a cuda or gcc module), repeatable; an external line's "
                              "toolchain.modules are always added")
-    parser.add_argument("--prereq-style", choices=("depends_on", "prereq"), default="depends_on",
+    parser.add_argument("--prereq-style", choices=("depends_on", "prereq"), default="depends_on", metavar="STYLE",
                         help="depends_on: loading ours loads them (default); prereq: users load them first")
     parser.add_argument("--ld-library-path", action="store_true",
                         help="also prepend LD_LIBRARY_PATH (off: conda prefixes use RPATH, and it leaks conda's "
                              "libraries into system tools)")
-    parser.add_argument("--env-root", type=Path, default=Workspace.environments,
+    parser.add_argument("--env-root", type=Path, default=Workspace.environments, metavar="DIR",
                         help=f"installed prefixes, one per line (default: {Workspace.environments})")
-    parser.add_argument("--prefix", type=Path, help="the prefix of the one LINE given (installed with --prefix)")
-    parser.add_argument("--target", type=Path, help="external lines: the site dir the wheel was installed into "
+    add_prefix(parser, "the prefix of the one LINE given (installed with --prefix)")
+    parser.add_argument("--target", type=Path, metavar="DIR", help="external lines: the site dir the wheel was installed into "
                                                     "with pip --target (default: the toolchain's interpreter)")
     add_workspace_options(parser)
     parser.set_defaults(func=modules_command)

@@ -10,6 +10,7 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
+from toolkit.base.arguments import add_lines
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -104,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "static, relocatable, immutable PEP 503 index with PEP 658 metadata, the build record, an "
                     "in-toto/SLSA provenance statement and the line's reports beside each wheel, and "
                     "inputs/<inputs key>.json for `toolkit build --cache`. Serve DIR with any web server.")
-    parser.add_argument("lines", metavar="LINE", nargs="*", help="line names (default: every line with records)")
+    add_lines(parser, "line names (default: every line with records)")
     parser.add_argument("--to", type=Path, required=True, metavar="DIR", help="the index folder to publish into")
     parser.add_argument("--sign-key", type=Path, metavar="KEY",
                         help="ed25519 private key (PEM: `openssl genpkey -algorithm ed25519 -out KEY`) signing "

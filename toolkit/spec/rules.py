@@ -14,6 +14,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from toolkit.base.arguments import add_lines
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
@@ -403,7 +404,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check", help="validate env specs against the compatibility knowledge",
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
                     "compatibility rule. One line per problem; exit 1 if any.")
-    parser.add_argument("lines", nargs="*", metavar="LINE", help="line names (cu126) or spec files")
+    add_lines(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=check_command)
 
