@@ -7,24 +7,30 @@ knowledge/flash_attn_4.yaml: a case whose features and head dim the knowledge li
 runs, and its failure is a failure; any other case is recorded as "unsupported" with the reason,
 never silently skipped.
 
-`python -m toolkit.verify.fa4 --level smoke --report-dir DIR` runs it in the env's own python (torch +
-flash_attn.cute; pyyaml only to read the knowledge file). `--level parity` runs transformers' tiny-Llama
-parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
+`toolkit verify LINE --impl flash-attn-4 [--arch SM]` runs it in the env's own python (torch + flash_attn.cute;
+pyyaml only to read the knowledge file), a Suite (toolkit/verify/suite.py). `--level parity` runs transformers'
+tiny-Llama parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
 integration problem never marks the kernels unverified).
 """
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkit.base.entry import program
 from toolkit.verify.cases import Case, case_features, import_finding, installed_version, level_with_extras
+from toolkit.verify.suite import Run
+
+if TYPE_CHECKING:
+    from toolkit.spec.envspec import EnvSpec
+    from toolkit.verify.parity import ParityResult
+    from toolkit.verify.runner import CaseResult
 
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
+REPORT_FOLDER = "fa4"  # Workspace.backend_report_dir: reports/LINE/fa4/, where `toolkit recommend` looks
+LEVEL_PREFIX = "fa4-"
+WITH_PARITY: tuple[str, ...] = ("parity",)  # a report of its own: the kernels' levels carry none
 
 
 def listed_features(knowledge: dict, arch: int) -> dict[str, set[str]]:
@@ -179,61 +185,36 @@ def run_fa4_parity(device) -> list:
     return rows
 
 
-def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
+# ---------------------------------------------------------------- the Suite (toolkit/verify/suite.py)
+
+
+def refusal(level: str) -> str:
+    return ""
+
+
+def build_profile(spec: EnvSpec) -> str | None:
+    return None
+
+
+def import_implementation() -> tuple[ModuleType | None, str]:
+    return import_fa4()
+
+
+def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
+    return {"flash_attn": {"version": fa4_version(), "path": getattr(module, "__file__", None),
+                           "package": "flash-attn-4 (flash_attn.cute)", "extension": None},
+            "arch": run.arch}
+
+
+def cases(level: str) -> list[Case]:
+    return [] if level in WITH_PARITY else fa4_cases(level)
+
+
+def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
     from toolkit.knowledge.fa4_pins import knowledge
-    from toolkit.verify import machine, report
 
-    torch = machine.require_cuda("verification")
-    arch = arch or (lambda major, minor: major * 10 + minor)(*torch.cuda.get_device_capability())
-    module, import_error = import_fa4()
-    environment = machine.environment_info(None, command)
-    environment["flash_attn"] = {"version": fa4_version(), "path": getattr(module, "__file__", None),
-                                 "package": "flash-attn-4 (flash_attn.cute)", "extension": None}
-    environment["arch"] = arch
-    start = time.perf_counter()
-    results: list = []
-
-    def write(label: str) -> dict:
-        data = report.build_report(line, label, environment, results, [], time.perf_counter() - start, import_error)
-        report.write_reports(data, report_dir)
-        return data
-
-    if module is not None and level == "parity":
-        parity = run_fa4_parity(DEVICE)
-        data = report.build_report(line, "fa4-parity", environment, [], parity, time.perf_counter() - start,
-                                   import_error)
-        from toolkit.verify import parity_recommendation
-
-        data["recommended"] = parity_recommendation(line)
-        report.write_reports(data, report_dir)
-        return 0 if report.passed(data) else 1
-    if module is not None:
-        cases = fa4_cases(level)
-        machine.judge_with_partial_reports(
-            results, len(cases), f"fa4-{level}", f"verify {line} FA4 ({level})", write,
-            lambda on_result: run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result))
-    return 0 if report.passed(write(f"fa4-{level}")) else 1
+    return run_fa4_suite(module, cases, DEVICE, run.arch, knowledge(), on_result)
 
 
-@program
-def main(argv: list[str] | None = None) -> int:
-    """`python -m toolkit.verify.fa4 [LINE]`: FA4's verification in this python (no `toolkit` verb runs it)."""
-    from rich.console import Console
-
-    from toolkit.verify import report
-
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")
-    parser.add_argument("line", nargs="?", default="gpu-machine", metavar="LINE")
-    parser.add_argument("--level", choices=("smoke", "full", "parity"), default="smoke",
-                        help="parity: transformers' tiny-Llama logits with flash_attention_4 vs eager fp32")
-    parser.add_argument("--report-dir", type=Path, required=True)
-    parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
-    args = parser.parse_args(argv)
-    command = f"python -m toolkit.verify.fa4 --level {args.level}"
-    code = measure(args.line, args.level, args.report_dir, command, args.arch)
-    report.show(args.report_dir / "verify.json", Console())
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def parity(level: str) -> list[ParityResult]:
+    return run_fa4_parity(DEVICE) if level in WITH_PARITY else []
