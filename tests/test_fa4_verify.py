@@ -24,8 +24,8 @@ from test_verify import small  # noqa: E402
 from toolkit.knowledge import fa4_pins  # noqa: E402
 from toolkit.verify import fa4 as verify_fa4  # noqa: E402
 from toolkit.verify import report  # noqa: E402
-from toolkit.verify.command import main as verify_main  # noqa: E402
 from toolkit.verify.cases import Case  # noqa: E402
+from toolkit.verify.command import main as verify_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE = fa4_pins.knowledge()

@@ -48,8 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(--impl, default flash-attn-2): every API, fwd+bwd, fp16/bf16, head dims 32-256, masks, GQA, "
                     "softcap, ALiBi, dropout, deterministic backward, each where the implementation has it; "
                     "flash-attn-2's full level adds transformers parity. Writes verify.json and verify.xml to "
-                    "reports/LINE/ (flash-attn-2) or reports/LINE/<implementation>/; exit 1 on any failure or "
-                    "without a GPU.")
+                    "reports/LINE/ (flash-attn-2) or the implementation's folder in it, where `toolkit recommend` "
+                    "looks (unless --report-dir says otherwise); exit 1 on any failure or without a GPU.")
     add_line_arguments(parser)
     add_suite_options(parser, parser.prog)
     add_option_alias(parser, "--backend", "--impl")
