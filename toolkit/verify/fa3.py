@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.verify.cases import FP8, Case, import_finding, installed_version, level_with_extras
 from toolkit.verify.cases import case_features as shared_features
-from toolkit.verify.suite import Run
+from toolkit.verify.suite import Device, Run, Tensor, Window
 
 if TYPE_CHECKING:
     from toolkit.spec.envspec import EnvSpec
@@ -127,13 +127,13 @@ class Fp8Bound:
     def weight_error(self) -> float:
         return 2 * self.unit_roundoff / (1 - self.unit_roundoff)
 
-    def elementwise(self, weighted_abs_v, out_ref, max_abs_v: float, seqlen_k: int):
+    def elementwise(self, weighted_abs_v: Tensor, out_ref: Tensor, max_abs_v: float, seqlen_k: int) -> Tensor:
         """The bound for every output element (tensors of the output's shape)."""
         return (self.weight_error * weighted_abs_v + seqlen_k * self.subnormal_weight_error * max_abs_v
                 + self.output_roundoff * out_ref.abs())
 
 
-def fp8_inputs(case: Case, device) -> tuple[list, list]:
+def fp8_inputs(case: Case, device: Device) -> tuple[list, list]:
     """([q, k, v] in e4m3, [q, k, v]_descale of shape (batch, nheads_k), fp32 in [0, 2)) as upstream draws them."""
     import torch
 
@@ -145,7 +145,7 @@ def fp8_inputs(case: Case, device) -> tuple[list, list]:
     return tensors, descales
 
 
-def descaled(x, descale, heads: int):
+def descaled(x: Tensor, descale: Tensor, heads: int) -> Tensor:
     """The fp32 values FA3 computes with: e4m3 x times its (batch, kv head) descale, spread over query heads."""
     group = heads // descale.shape[1]
     return x.float() * descale.repeat_interleave(group, dim=1)[:, None, :, None]
@@ -167,7 +167,7 @@ def fp8_reference(case: Case, tensors: list, descales: list) -> tuple[Any, Any, 
     return out_ref, weighted_abs_v, torch_fp8
 
 
-def check_fp8(module: Any, case: Case, device, bound: Fp8Bound) -> list:
+def check_fp8(module: Any, case: Case, device: Device, bound: Fp8Bound) -> list:
     from toolkit.verify import criterion
 
     tensors, descales = fp8_inputs(case, device)
@@ -201,42 +201,50 @@ class Fa3Backend:
     def __init__(self, module: Any):
         self.module = module
 
-    def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
+                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
+                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                        return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                                 window_size=window_size, softcap=softcap,
                                                 deterministic=deterministic))
 
-    def flash_attn_qkvpacked_func(self, qkv, dropout_p=0.0, softmax_scale=None, causal=False,
-                                  window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                  return_attn_probs=False):
+    def flash_attn_qkvpacked_func(self, qkv: Tensor, dropout_p: float = 0.0, softmax_scale: float | None = None,
+                                  causal: bool = False, window_size: Window = (-1, -1), softcap: float = 0.0,
+                                  alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                                  return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_qkvpacked_func(qkv, softmax_scale=softmax_scale, causal=causal,
                                                           window_size=window_size, softcap=softcap,
                                                           deterministic=deterministic))
 
-    def flash_attn_kvpacked_func(self, *args, **kwargs):
+    def flash_attn_kvpacked_func(self, *args: Any, **kwargs: Any) -> Tensor:
         raise NotImplementedError("flash_attn_interface has no flash_attn_kvpacked_func")
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                               softmax_scale: float | None = None, causal: bool = False,
+                               window_size: Window = (-1, -1), softcap: float = 0.0,
+                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                               return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                        max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                                                        window_size=window_size, softcap=softcap,
                                                        deterministic=deterministic))
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-                                window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
+                                v: Tensor | None = None, cache_seqlens: Tensor | None = None, causal: bool = False,
+                                window_size: Window = (-1, -1), softcap: float = 0.0,
+                                alibi_slopes: Tensor | None = None) -> Tensor:
         _refuse(0.0, alibi_slopes, False)
         return _out(self.module.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens,
                                                         causal=causal, window_size=window_size, softcap=softcap))
 
 
-def run_fa3_suite(module: Any, cases: list[Case], device, arch: int, profile: Any, knowledge: dict,
-                  on_result=lambda result: None) -> list:
+def run_fa3_suite(module: Any, cases: list[Case], device: Device, arch: int, profile: Any, knowledge: dict,
+                  on_result: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
     """Cases the build can take through the runner (FP8 through `check_fp8`); the others "unsupported"."""
     import torch
 
@@ -259,7 +267,7 @@ def run_fa3_suite(module: Any, cases: list[Case], device, arch: int, profile: An
     return results
 
 
-def run_fp8_case(module: Any, case: Case, device, bound: Fp8Bound):
+def run_fp8_case(module: Any, case: Case, device: Device, bound: Fp8Bound) -> CaseResult:
     """One FP8 case, judged and isolated as runner.run_case judges the others."""
     import traceback
 

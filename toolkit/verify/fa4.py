@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from toolkit.verify.cases import Case, case_features, import_finding, installed_version, level_with_extras
-from toolkit.verify.suite import Run
+from toolkit.verify.suite import Device, Run, Tensor, Window
 
 if TYPE_CHECKING:
     from toolkit.spec.envspec import EnvSpec
@@ -81,16 +81,21 @@ class Fa4Backend:
         self.module = module
         self.__version__ = getattr(module, "__version__", None)
 
-    def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
+                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
+                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                        return_attn_probs: bool = False) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
         return self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                            window_size=_window(window_size), softcap=softcap,
                                            deterministic=deterministic)[0]
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                               softmax_scale: float | None = None, causal: bool = False,
+                               window_size: Window = (-1, -1), softcap: float = 0.0,
+                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                               return_attn_probs: bool = False) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
         return self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -98,9 +103,12 @@ class Fa4Backend:
                                                   window_size=_window(window_size), softcap=softcap,
                                                   deterministic=deterministic)[0]
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-                                window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
-        """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k)."""
+    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
+                                v: Tensor | None = None, cache_seqlens: Tensor = None, causal: bool = False,
+                                window_size: Window = (-1, -1), softcap: float = 0.0,
+                                alibi_slopes: Tensor | None = None) -> Tensor:
+        """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k); the runner
+        always passes cache_seqlens (its default is FA2's signature)."""
         import torch
 
         _unsupported_options(0.0, alibi_slopes, False)
@@ -126,7 +134,8 @@ def fa4_cases(level: str) -> list[Case]:
     return level_with_extras(level)
 
 
-def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: dict, on_result=lambda r: None):
+def run_fa4_suite(module: Any, cases: list[Case], device: Device, arch: int, knowledge: dict,
+                  on_result: Callable[[CaseResult], None] = lambda r: None) -> list[CaseResult]:
     """Listed cases through the runner (judged as for FA2); unlisted ones recorded as "unsupported"."""
     import torch
 
@@ -169,7 +178,7 @@ def transformers_names_fa4() -> str:
     return ""
 
 
-def run_fa4_parity(device) -> list:
+def run_fa4_parity(device: Device) -> list[ParityResult]:
     """transformers' tiny-Llama parity (toolkit/verify/parity.py) with flash_attention_4 beside sdpa and eager;
     every FA4 row is "unsupported" where this transformers has no such attn_implementation."""
     import torch

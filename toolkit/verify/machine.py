@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
@@ -110,7 +110,7 @@ def judge_with_partial_reports(results: list, total: int, label: str, title: str
     """`run(on_result)` with a progress bar, the report rewritten after every case (`write(label)`): a killed
     run keeps what it judged. `results` is the list `write` reports from."""
     with progress(total, title) as advance:
-        def on_result(result) -> None:
+        def on_result(result: Any) -> None:
             results.append(result)
             write(f"{label} (partial: {len(results)} of {total})")
             advance("" if result.status in ("passed", "unsupported") else

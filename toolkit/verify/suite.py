@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from toolkit.verify.parity import ParityResult
     from toolkit.verify.runner import CaseResult
 
+# The suites' adapters name these in their signatures; torch is imported only where a measurement runs.
+Tensor = Any  # torch.Tensor
+Device = Any  # a torch.device or its name
+Window = tuple[int, int]  # FA2's (left, right), -1 unbounded
+
 
 @dataclass(frozen=True)
 class Run:
