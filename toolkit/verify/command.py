@@ -21,7 +21,7 @@ from toolkit.verify.suite import Run, Suite
 
 SUITES: dict[str, Suite] = {"flash-attn-2": fa2, "flash-attn-3": fa3, "flash-attn-4": fa4}
 DEFAULT = "flash-attn-2"
-RENAMED = {"flash-attn": "flash-attn-2", "fa4": "flash-attn-4"}  # --backend's values before issue 31
+RENAMED = {"flash-attn": "flash-attn-2", "fa4": "flash-attn-4"}  # --backend's earlier values, still read
 LEVELS = ("smoke", "full", "parity")
 
 
