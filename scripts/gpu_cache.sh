@@ -66,7 +66,7 @@ after_build() {  # steps 2-6, from wheelhouse A as the build left it
   cp "$WHEELHOUSE_A/$FOLDER"/*.build.json "$RESULTS/record-a.json" 2>/dev/null
   rm -rf "reports/$LINE/flash-attn-3" "$INDEX" "$WHEELHOUSE_B" "$STATE/cache-b" "$FRESH"
   # 2. the report goes where publish takes it from (reports/<line>/flash-attn-3/ of the workspace)
-  step verify-a 300 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level smoke
+  step verify-a 300 "$PY" -m toolkit verify "$LINE" --impl flash-attn-3 --level smoke
   cp -r "reports/$LINE/flash-attn-3" "$RESULTS/verify-a" 2>/dev/null
   # 3. publish, serve
   export PYTHONPATH=$PWD
@@ -84,7 +84,7 @@ after_build() {  # steps 2-6, from wheelhouse A as the build left it
   step pip-fresh 240 "$PY" -m pip install --no-deps --require-hashes --target "$FRESH" --index-url "${URL}simple" \
     --retries 0 --timeout 10 -r "$RESULTS/requirements.txt"
   export PYTHONPATH=$FRESH:$PWD  # the fresh folder alone: neither install target is on the path
-  step verify-fresh 300 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level smoke \
+  step verify-fresh 300 "$PY" -m toolkit verify "$LINE" --impl flash-attn-3 --level smoke \
     --report-dir "$RESULTS/verify-fresh"
   TOOLKIT_CACHE=$STATE/cache-b step doctor 180 bash -c 'out=$1; shift; "$@" > "$out"' _ "$RESULTS/doctor.json" \
     "$PY" -m toolkit doctor "$LINE" --python "$PY" --cache "$URL" --json

@@ -2,7 +2,7 @@
 # One hold of the lent H200 for FlashAttention-3 (issue 25 items 2, 3, 5): envs/gpu-machine-fa3.yaml
 # (hopper-training-fp8 profile) built by `toolkit build` detached from the pinned archives, installed into a folder of
 # its own; FA4 installed by the toolkit into another folder and verified at the full level while FA3 compiles; then
-# FA3's verification (`toolkit verify --backend flash-attn-3`, smoke and full), and, once FA4's verification has
+# FA3's verification (`toolkit verify --impl flash-attn-3`, smoke and full), and, once FA4's verification has
 # ended, one `toolkit bench` of FA3, FA4 and torch's SDPA backends with the GPU alone, and `toolkit recommend` over
 # both reports. ORDER_FROM=<build record> (e.g. docs/results/2026-12-02-h200-fa3/build-record.json) starts the
 # objects longest first by that record's times; without it the knowledge's FA3 costs of the commit and profile do.
@@ -49,9 +49,9 @@ build_pipeline() {  # the FA3 build (the machine's 16 CPUs), FA3's checks, then 
   export PYTHONPATH=$FA3_SITE:$PWD
   step fa3-import 120 "$PY" -c "import torch, flash_attn_interface as f, flash_attn_config as c; \
 print(torch.__version__, f.__file__); print(c.CONFIG['build_flags'])"
-  step fa3-verify-smoke 300 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level smoke \
+  step fa3-verify-smoke 300 "$PY" -m toolkit verify "$LINE" --impl flash-attn-3 --level smoke \
     --report-dir "$RESULTS/verify-fa3-smoke" --wheelhouse "$WHEELHOUSE"
-  step fa3-verify-full 600 "$PY" -m toolkit verify "$LINE" --backend flash-attn-3 --level full \
+  step fa3-verify-full 600 "$PY" -m toolkit verify "$LINE" --impl flash-attn-3 --level full \
     --report-dir "$RESULTS/verify-fa3-full" --wheelhouse "$WHEELHOUSE"
   bench_pipeline
 }
@@ -83,7 +83,8 @@ fa4_pipeline() {  # FA4 into its own folder from the joined wheels, then its ful
     --wheels "$STATE/wheels/all" --target "$FA4_SITE" --python "$PY"
   fa4_env "$FA4_SITE" "$CACHE"
   [ -n "${FA4_REPORT:-}" ] || \
-    step fa4-verify-full 1500 "$PY" -m toolkit.verify.fa4 "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
+    step fa4-verify-full 1500 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level full \
+      --report-dir "$RESULTS/verify-fa4-full"
   touch "$STATE/fa4.done"
 }
 

@@ -54,9 +54,10 @@ case "${1:-}" in
     step warm 320 "$PY" -m toolkit.fa4 warm --target "$TARGET" --python "$PY" --cache-dir "$CACHE" --artifacts "$ARTIFACTS" \
       --arch 90 --report "$RESULTS/latency.json" --budget-s 200 --jobs 4
     fa4_env "$TARGET" "$CACHE"
-    step verify-fa4-smoke 150 "$PY" -m toolkit.verify.fa4 "$LINE" --level smoke \
+    step verify-fa4-smoke 150 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level smoke \
       --report-dir "$RESULTS/verify-fa4-smoke"
-    step parity-fa4 90 "$PY" -m toolkit.verify.fa4 "$LINE" --level parity --report-dir "$RESULTS/parity-fa4"
+    step parity-fa4 90 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level parity \
+      --report-dir "$RESULTS/parity-fa4"
     ;;
   bench)
     # the env uses the ARTIFACT: unpacked into a fresh folder, checked against this install's key
@@ -76,7 +77,7 @@ case "${1:-}" in
     ;;
   verify-full)
     fa4_env "$TARGET" "$CACHE"
-    step verify-fa4-full 520 "$PY" -m toolkit.verify.fa4 "$LINE" --level full \
+    step verify-fa4-full 520 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level full \
       --report-dir "$RESULTS/verify-fa4-full"
     ;;
   *) echo "usage: $0 carry1|carry2|bench|verify-full"; exit 2 ;;

@@ -45,7 +45,8 @@ fa4_pipeline() {  # FA4 alone in its own folder, beside the build: install, warm
   step fa4-warm 420 "$PY" -m toolkit.fa4 warm --target "$FA4_SITE" --cache-dir "$CACHE" \
     --artifacts "$STATE/fa4-artifacts" --arch 90 --report "$RESULTS/latency.json" --budget-s 150 --jobs 4
   fa4_env "$FA4_SITE" "$CACHE"
-  step fa4-verify-full 1500 "$PY" -m toolkit.verify.fa4 "$LINE" --level full --report-dir "$RESULTS/verify-fa4-full"
+  step fa4-verify-full 1500 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level full \
+    --report-dir "$RESULTS/verify-fa4-full"
   touch "$STATE/fa4.done"
 }
 

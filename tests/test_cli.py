@@ -237,11 +237,12 @@ def test_ctrl_c_is_answered_at_once_while_the_cleanup_still_runs(tmp_path):
     assert answered < 2 and ended >= STOP_GRACE_S - 1  # answered first, then the cleanup ran on
 
 
-@pytest.mark.parametrize("module", ["toolkit.verify", "toolkit.verify.bench", "toolkit.verify.fa4"])
-def test_a_measuring_child_takes_LINE_and_fails_in_one_line(tmp_path, module):
+@pytest.mark.parametrize("child", [["toolkit.verify"], ["toolkit.verify.bench"],
+                                   ["toolkit.verify", "--impl", "flash-attn-4"]], ids=" ".join)
+def test_a_measuring_child_takes_LINE_and_fails_in_one_line(tmp_path, child):
     """Without a GPU (or torch) each measuring child refuses in one `error:` line, as `toolkit` does."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-m", module, "cu126", "--report-dir", str(tmp_path / "r")], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", *child, "cu126", "--report-dir", str(tmp_path / "r")], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr

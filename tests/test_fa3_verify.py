@@ -176,7 +176,7 @@ def test_without_fa3_installed_the_import_is_a_one_line_finding():
 
 
 def test_verify_flash_attn_3_refuses_a_line_without_fa3(capsys, tmp_path):
-    code = main(["verify", "gpu-machine", "--backend", "flash-attn-3", "--envs", str(ROOT / "envs"),
+    code = main(["verify", "gpu-machine", "--impl", "flash-attn-3", "--envs", str(ROOT / "envs"),
                  "--report-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1
@@ -185,7 +185,7 @@ def test_verify_flash_attn_3_refuses_a_line_without_fa3(capsys, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message; this machine has a GPU")
 def test_verify_flash_attn_3_of_an_fa3_line_stops_at_the_gpu_gate(capsys, tmp_path):
-    code = main(["verify", "gpu-machine-fa3", "--backend", "flash-attn-3", "--python", sys.executable,
+    code = main(["verify", "gpu-machine-fa3", "--impl", "flash-attn-3", "--python", sys.executable,
                  "--envs", str(ROOT / "envs"), "--report-dir", str(tmp_path)])
     assert code == 1
     assert capsys.readouterr().err == ("error: no CUDA GPU visible (torch.cuda.is_available() is False): "
@@ -193,7 +193,7 @@ def test_verify_flash_attn_3_of_an_fa3_line_stops_at_the_gpu_gate(capsys, tmp_pa
 
 
 def test_verify_flash_attn_3_has_no_parity_level(capsys):
-    assert main(["verify", "gpu-machine-fa3", "--backend", "flash-attn-3", "--level", "parity",
+    assert main(["verify", "gpu-machine-fa3", "--impl", "flash-attn-3", "--level", "parity",
                  "--envs", str(ROOT / "envs")]) == 1
     assert "no transformers parity for FA3 yet" in capsys.readouterr().err
 

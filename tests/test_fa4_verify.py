@@ -25,6 +25,7 @@ from toolkit.knowledge import fa4_pins  # noqa: E402
 from toolkit.verify import fa4 as verify_fa4  # noqa: E402
 from toolkit.verify import report  # noqa: E402
 from toolkit.verify.cases import Case  # noqa: E402
+from toolkit.verify.command import main as verify_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWLEDGE = fa4_pins.knowledge()
@@ -152,14 +153,15 @@ def test_measure_writes_the_report_as_it_goes_and_exits_by_the_listed_cases(monk
     written = []
     real_write = report.write_reports
     monkeypatch.setattr(report, "write_reports", lambda data, d: written.append(data["level"]) or real_write(data, d))
-    assert verify_fa4.main(["--report-dir", str(tmp_path), "--arch", "90"]) == 0
+    assert verify_main(["gpu-machine", "--impl", "flash-attn-4", "--report-dir", str(tmp_path), "--arch", "90"]) == 0
     assert written == [f"fa4-smoke (partial: {i} of 5)" for i in range(1, 6)] + ["fa4-smoke"]
     data = json.loads((tmp_path / "verify.json").read_text())
     assert data["arch"] == 90 and data["flash_attn"]["package"] == "flash-attn-4 (flash_attn.cute)"
     assert data["summary"]["passed"] == 4 and data["summary"]["unsupported"] == 1
     assert "4 passed, 0 failed, 0 errors, 1 unsupported" in capsys.readouterr().out
     monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (None, "ModuleNotFoundError: No module named 'cutlass'"))
-    assert verify_fa4.main(["--report-dir", str(tmp_path / "broken"), "--arch", "90"]) == 1
+    assert verify_main(["gpu-machine", "--impl", "flash-attn-4", "--report-dir", str(tmp_path / "broken"),
+                        "--arch", "90"]) == 1
     broken = json.loads((tmp_path / "broken" / "verify.json").read_text())
     assert "No module named 'cutlass'" in broken["summary"]["setup_error"]
 

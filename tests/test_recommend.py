@@ -174,7 +174,7 @@ def test_the_parity_report_names_the_recommended_attn_implementation(tmp_path, m
     import shutil
 
     pytest.importorskip("torch")  # toolkit.verify.parity, which holds the parity model's shape, imports it
-    from toolkit.verify import parity_recommendation
+    from toolkit.verify.command import parity_recommendation
     from toolkit.verify.report import recommended_line
 
     monkeypatch.chdir(tmp_path)

@@ -515,10 +515,9 @@ def test_verify_re_executes_under_the_environment_python(tmp_path):
 
 def test_verify_command_end_to_end_with_the_double(monkeypatch, tmp_path, capsys):
     """The whole in-process `toolkit verify` path on the CPU: suite, reports, tables, exit status."""
-    import toolkit.verify as verify
-    from toolkit.verify import machine
+    from toolkit.verify import fa2, machine
 
-    monkeypatch.setattr(verify, "DEVICE", "cpu")
+    monkeypatch.setattr(fa2, "DEVICE", "cpu")
     monkeypatch.setattr(machine, "require_cuda", lambda what: torch)
     double = ReferenceAttention()
     monkeypatch.setattr(machine, "import_flash_attn", lambda: (double, ""))

@@ -21,7 +21,7 @@ STAGE_MODULES = (
     "toolkit.doctor.command",
     "toolkit.build.builder",
     "toolkit.build.diagnose",
-    "toolkit.verify",
+    "toolkit.verify.command",
     "toolkit.verify.bench",
     "toolkit.attention.recommend",
     "toolkit.knowledge.upstream",

@@ -1,3 +1,3 @@
-from toolkit.verify import main
+from toolkit.verify.command import main
 
 raise SystemExit(main())

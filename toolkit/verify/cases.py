@@ -19,7 +19,7 @@ DTYPES = ("float16", "bfloat16")
 # Head dims 32..256 as upstream tests them, including ones that are not powers of two (and 59, 111:
 # not multiples of 8, which flash-attn pads internally).
 HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256)
-FP8 = "float8_e4m3fn"  # FlashAttention-3's FP8 input (forward only; its output is bf16): toolkit/verify/fa3.py
+FP8 = "float8_e4m3fn"  # an FP8 input (forward only; its output is bf16), for a suite that adds FP8 cases
 SHORT_DTYPE = {"float16": "fp16", "bfloat16": "bf16", FP8: "fp8"}
 
 
@@ -45,7 +45,7 @@ class Case:
 
     @property
     def backward(self) -> bool:
-        return self.api != "kvcache" and self.dtype != FP8  # kvcache and FA3's FP8 have no backward
+        return self.api != "kvcache" and self.dtype != FP8  # kvcache and the FP8 forward have no backward
 
     @property
     def name(self) -> str:
@@ -154,14 +154,14 @@ def full_cases() -> list[Case]:
 LEVELS = {"smoke": smoke_cases, "full": full_cases}
 
 
-# ---------------------------------------------------------------- the packaged backends' suites (FA4, FA3)
+# ---------------------------------------------------------------- what the suites judged by the knowledge share
 
 
 PACKED_APIS = ("qkvpacked", "kvpacked")
 
 
 def case_features(case: Case) -> set[str]:
-    """The knowledge's feature names a case exercises (flash_attn_4.yaml `features`, plus ones FA4 lacks)."""
+    """The knowledge's feature names a case exercises (the implementation files' `features`, plus ones some lack)."""
     flags = {
         "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
         "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
@@ -172,7 +172,7 @@ def case_features(case: Case) -> set[str]:
 
 
 def extra_cases() -> list[Case]:
-    """FA4's listed features the shared smoke level reaches only combined with an unlisted one:
+    """Listed features the shared smoke level reaches only combined with one an implementation may lack:
     GQA without the deterministic backward, paged KV without the cache append, a window with causal."""
     return [
         Case("func", "bfloat16", 128, 256, 512, nheads_k=2),
@@ -185,7 +185,7 @@ def extra_cases() -> list[Case]:
 
 
 def level_with_extras(level: str, more: list[Case] | None = None) -> list[Case]:
-    """The level's cases, then the extra combinations and `more`, each name once (FA4's and FA3's suites)."""
+    """The level's cases, then the extra combinations and `more`, each name once (the suites judged by the knowledge)."""
     seen, cases = set(), []
     for case in LEVELS[level]() + extra_cases() + (more or []):
         if case.name not in seen:

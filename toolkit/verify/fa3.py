@@ -13,25 +13,32 @@ upstream's rule (at most 2x the error of torch computing the same attention with
 derived from e4m3's precision alone (`Fp8Bound`), so a kernel is held to what the format allows even where
 torch's own FP8 run is loose.
 
-`toolkit verify LINE --backend flash-attn-3` runs it (reports/LINE/flash-attn-3/verify.json by default);
-`python -m toolkit.verify.fa3 LINE --profile NAME --report-dir DIR` is the same in the environment's python.
+`toolkit verify LINE --impl flash-attn-3` runs it (reports/LINE/flash-attn-3/verify.json by default): a Suite
+(toolkit/verify/suite.py) whose build profile is the line's flash_attn_3.profile.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkit.base.entry import program
 from toolkit.verify.cases import FP8, Case, import_finding, installed_version, level_with_extras
 from toolkit.verify.cases import case_features as shared_features
+from toolkit.verify.suite import Device, Run, Tensor, Window
+
+if TYPE_CHECKING:
+    from toolkit.spec.envspec import EnvSpec
+    from toolkit.verify.parity import ParityResult
+    from toolkit.verify.runner import CaseResult
 
 DEVICE = "cuda"
 PACKAGE = "flash-attn-3 (flash_attn_interface)"
+REPORT_FOLDER = "flash-attn-3"  # Workspace.backend_report_dir: reports/LINE/flash-attn-3/
+LEVEL_PREFIX = "fa3-"
+WITH_PARITY: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- which cases the line's build can take
@@ -120,13 +127,13 @@ class Fp8Bound:
     def weight_error(self) -> float:
         return 2 * self.unit_roundoff / (1 - self.unit_roundoff)
 
-    def elementwise(self, weighted_abs_v, out_ref, max_abs_v: float, seqlen_k: int):
+    def elementwise(self, weighted_abs_v: Tensor, out_ref: Tensor, max_abs_v: float, seqlen_k: int) -> Tensor:
         """The bound for every output element (tensors of the output's shape)."""
         return (self.weight_error * weighted_abs_v + seqlen_k * self.subnormal_weight_error * max_abs_v
                 + self.output_roundoff * out_ref.abs())
 
 
-def fp8_inputs(case: Case, device) -> tuple[list, list]:
+def fp8_inputs(case: Case, device: Device) -> tuple[list, list]:
     """([q, k, v] in e4m3, [q, k, v]_descale of shape (batch, nheads_k), fp32 in [0, 2)) as upstream draws them."""
     import torch
 
@@ -138,7 +145,7 @@ def fp8_inputs(case: Case, device) -> tuple[list, list]:
     return tensors, descales
 
 
-def descaled(x, descale, heads: int):
+def descaled(x: Tensor, descale: Tensor, heads: int) -> Tensor:
     """The fp32 values FA3 computes with: e4m3 x times its (batch, kv head) descale, spread over query heads."""
     group = heads // descale.shape[1]
     return x.float() * descale.repeat_interleave(group, dim=1)[:, None, :, None]
@@ -160,7 +167,7 @@ def fp8_reference(case: Case, tensors: list, descales: list) -> tuple[Any, Any, 
     return out_ref, weighted_abs_v, torch_fp8
 
 
-def check_fp8(module: Any, case: Case, device, bound: Fp8Bound) -> list:
+def check_fp8(module: Any, case: Case, device: Device, bound: Fp8Bound) -> list:
     from toolkit.verify import criterion
 
     tensors, descales = fp8_inputs(case, device)
@@ -194,42 +201,50 @@ class Fa3Backend:
     def __init__(self, module: Any):
         self.module = module
 
-    def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
+                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
+                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                        return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                                 window_size=window_size, softcap=softcap,
                                                 deterministic=deterministic))
 
-    def flash_attn_qkvpacked_func(self, qkv, dropout_p=0.0, softmax_scale=None, causal=False,
-                                  window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                  return_attn_probs=False):
+    def flash_attn_qkvpacked_func(self, qkv: Tensor, dropout_p: float = 0.0, softmax_scale: float | None = None,
+                                  causal: bool = False, window_size: Window = (-1, -1), softcap: float = 0.0,
+                                  alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                                  return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_qkvpacked_func(qkv, softmax_scale=softmax_scale, causal=causal,
                                                           window_size=window_size, softcap=softcap,
                                                           deterministic=deterministic))
 
-    def flash_attn_kvpacked_func(self, *args, **kwargs):
+    def flash_attn_kvpacked_func(self, *args: Any, **kwargs: Any) -> Tensor:
         raise NotImplementedError("flash_attn_interface has no flash_attn_kvpacked_func")
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                               softmax_scale: float | None = None, causal: bool = False,
+                               window_size: Window = (-1, -1), softcap: float = 0.0,
+                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                               return_attn_probs: bool = False) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
         return _out(self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                        max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                                                        window_size=window_size, softcap=softcap,
                                                        deterministic=deterministic))
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-                                window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
+    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
+                                v: Tensor | None = None, cache_seqlens: Tensor | None = None, causal: bool = False,
+                                window_size: Window = (-1, -1), softcap: float = 0.0,
+                                alibi_slopes: Tensor | None = None) -> Tensor:
         _refuse(0.0, alibi_slopes, False)
         return _out(self.module.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens,
                                                         causal=causal, window_size=window_size, softcap=softcap))
 
 
-def run_fa3_suite(module: Any, cases: list[Case], device, arch: int, profile: Any, knowledge: dict,
-                  on_result=lambda result: None) -> list:
+def run_fa3_suite(module: Any, cases: list[Case], device: Device, arch: int, profile: Any, knowledge: dict,
+                  on_result: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
     """Cases the build can take through the runner (FP8 through `check_fp8`); the others "unsupported"."""
     import torch
 
@@ -252,7 +267,7 @@ def run_fa3_suite(module: Any, cases: list[Case], device, arch: int, profile: An
     return results
 
 
-def run_fp8_case(module: Any, case: Case, device, bound: Fp8Bound):
+def run_fp8_case(module: Any, case: Case, device: Device, bound: Fp8Bound) -> CaseResult:
     """One FP8 case, judged and isolated as runner.run_case judges the others."""
     import traceback
 
@@ -291,36 +306,49 @@ def build_flags() -> dict | None:
     return dict(CONFIG.get("build_flags", {}))
 
 
-def measure(line: str, level: str, report_dir: Path, command: str, profile_name: str, arch: int | None = None) -> int:
+# ---------------------------------------------------------------- the Suite (toolkit/verify/suite.py)
+
+
+def refusal(level: str) -> str:
+    return "no transformers parity for FA3 yet (use --level smoke or full)" if level == "parity" else ""
+
+
+def import_implementation() -> tuple[ModuleType | None, str]:
+    return import_fa3()
+
+
+def _profile(run: Run) -> Any:
+    """The knowledge's profile the run names (knowledge.fa3_pins.Profile); the child is handed it as --profile."""
+    from toolkit.base.errors import ToolkitError
     from toolkit.knowledge import fa3_pins
-    from toolkit.verify import machine, report
 
-    torch = machine.require_cuda("verification")
-    arch = arch or (lambda major, minor: major * 10 + minor)(*torch.cuda.get_device_capability())
-    profile = fa3_pins.profile(profile_name)
-    module, import_error = import_fa3()
-    environment = machine.environment_info(None, command)
-    environment["flash_attn"] = {"version": fa3_version(), "path": getattr(module, "__file__", None),
-                                 "package": PACKAGE, "extension": None, "profile": profile.name,
-                                 "build_flags": build_flags()}
-    environment["arch"] = arch
-    start = time.perf_counter()
-    results: list = []
-
-    def write(label: str) -> dict:
-        data = report.build_report(line, label, environment, results, [], time.perf_counter() - start, import_error)
-        report.write_reports(data, report_dir)
-        return data
-
-    if module is not None:
-        cases = fa3_cases(level)
-        machine.judge_with_partial_reports(
-            results, len(cases), f"fa3-{level}", f"verify {line} FA3 ({level}, {profile.name})", write,
-            lambda on_result: run_fa3_suite(module, cases, DEVICE, arch, profile, fa3_pins.knowledge(), on_result))
-    return 0 if report.passed(write(f"fa3-{level}")) else 1
+    if run.profile is None:
+        raise ToolkitError("verifying flash-attn-3 needs the line's build profile: pass --profile NAME "
+                           "(flash_attn_3.yaml profiles), or run `toolkit verify LINE --impl flash-attn-3`")
+    return fa3_pins.profile(run.profile)
 
 
-def line_profile(spec: Any) -> str:
+def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
+    return {"flash_attn": {"version": fa3_version(), "path": getattr(module, "__file__", None), "package": PACKAGE,
+                           "extension": None, "profile": _profile(run).name, "build_flags": build_flags()},
+            "arch": run.arch}
+
+
+def cases(level: str) -> list[Case]:
+    return fa3_cases(level)
+
+
+def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
+    from toolkit.knowledge import fa3_pins
+
+    return run_fa3_suite(module, cases, DEVICE, run.arch, _profile(run), fa3_pins.knowledge(), on_result)
+
+
+def parity(level: str) -> list[ParityResult]:
+    return []
+
+
+def build_profile(spec: EnvSpec) -> str | None:
     """The FA3 profile a line builds, or a one-line refusal naming its spec file."""
     from toolkit.base.errors import ToolkitError
     from toolkit.base.paths import display_path
@@ -329,29 +357,3 @@ def line_profile(spec: Any) -> str:
         raise ToolkitError(f"{display_path(spec.path)}: the line builds no FlashAttention-3 (add a flash_attn_3: "
                            f"section with commit and profile, like envs/gpu-machine-fa3.yaml)")
     return spec.flash_attn_3.profile
-
-
-@program
-def main(argv: list[str] | None = None) -> int:
-    """`python -m toolkit.verify.fa3 LINE --profile NAME`: FA3's verification in this python."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa3")
-    parser.add_argument("line", metavar="LINE")
-    parser.add_argument("--level", choices=("smoke", "full"), default="smoke")
-    parser.add_argument("--profile", required=True, help="the line's flash_attn_3 profile (flash_attn_3.yaml)")
-    parser.add_argument("--report-dir", type=Path, required=True)
-    parser.add_argument("--command", default=None)
-    parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
-    args = parser.parse_args(argv)
-    command = args.command or f"python -m toolkit.verify.fa3 {args.line} --level {args.level}"
-    code = measure(args.line, args.level, args.report_dir, command, args.profile, args.arch)
-    if args.command is None:  # run by hand: show it; under `toolkit verify` the parent shows it
-        from rich.console import Console
-
-        from toolkit.verify import report
-
-        report.show(args.report_dir / "verify.json", Console())
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

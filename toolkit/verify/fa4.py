@@ -7,24 +7,30 @@ knowledge/flash_attn_4.yaml: a case whose features and head dim the knowledge li
 runs, and its failure is a failure; any other case is recorded as "unsupported" with the reason,
 never silently skipped.
 
-`python -m toolkit.verify.fa4 --level smoke --report-dir DIR` runs it in the env's own python (torch +
-flash_attn.cute; pyyaml only to read the knowledge file). `--level parity` runs transformers' tiny-Llama
-parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
+`toolkit verify LINE --impl flash-attn-4 [--arch SM]` runs it in the env's own python (torch + flash_attn.cute;
+pyyaml only to read the knowledge file), a Suite (toolkit/verify/suite.py). `--level parity` runs transformers'
+tiny-Llama parity with attn_implementation="flash_attention_4" (a report of its own, so that a transformers
 integration problem never marks the kernels unverified).
 """
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkit.base.entry import program
 from toolkit.verify.cases import Case, case_features, import_finding, installed_version, level_with_extras
+from toolkit.verify.suite import Device, Run, Tensor, Window
+
+if TYPE_CHECKING:
+    from toolkit.spec.envspec import EnvSpec
+    from toolkit.verify.parity import ParityResult
+    from toolkit.verify.runner import CaseResult
 
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
+REPORT_FOLDER = "fa4"  # Workspace.backend_report_dir: reports/LINE/fa4/, where `toolkit recommend` looks
+LEVEL_PREFIX = "fa4-"
+WITH_PARITY: tuple[str, ...] = ("parity",)  # a report of its own: the kernels' levels carry none
 
 
 def listed_features(knowledge: dict, arch: int) -> dict[str, set[str]]:
@@ -75,16 +81,21 @@ class Fa4Backend:
         self.module = module
         self.__version__ = getattr(module, "__version__", None)
 
-    def flash_attn_func(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                        softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
+                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
+                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                        return_attn_probs: bool = False) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
         return self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                                            window_size=_window(window_size), softcap=softcap,
                                            deterministic=deterministic)[0]
 
-    def flash_attn_varlen_func(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                               alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                               softmax_scale: float | None = None, causal: bool = False,
+                               window_size: Window = (-1, -1), softcap: float = 0.0,
+                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
+                               return_attn_probs: bool = False) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
         return self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -92,9 +103,12 @@ class Fa4Backend:
                                                   window_size=_window(window_size), softcap=softcap,
                                                   deterministic=deterministic)[0]
 
-    def flash_attn_with_kvcache(self, q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, causal=False,
-                                window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
-        """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k)."""
+    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
+                                v: Tensor | None = None, cache_seqlens: Tensor = None, causal: bool = False,
+                                window_size: Window = (-1, -1), softcap: float = 0.0,
+                                alibi_slopes: Tensor | None = None) -> Tensor:
+        """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k); the runner
+        always passes cache_seqlens (its default is FA2's signature)."""
         import torch
 
         _unsupported_options(0.0, alibi_slopes, False)
@@ -120,7 +134,8 @@ def fa4_cases(level: str) -> list[Case]:
     return level_with_extras(level)
 
 
-def run_fa4_suite(module: Any, cases: list[Case], device, arch: int, knowledge: dict, on_result=lambda r: None):
+def run_fa4_suite(module: Any, cases: list[Case], device: Device, arch: int, knowledge: dict,
+                  on_result: Callable[[CaseResult], None] = lambda r: None) -> list[CaseResult]:
     """Listed cases through the runner (judged as for FA2); unlisted ones recorded as "unsupported"."""
     import torch
 
@@ -163,7 +178,7 @@ def transformers_names_fa4() -> str:
     return ""
 
 
-def run_fa4_parity(device) -> list:
+def run_fa4_parity(device: Device) -> list[ParityResult]:
     """transformers' tiny-Llama parity (toolkit/verify/parity.py) with flash_attention_4 beside sdpa and eager;
     every FA4 row is "unsupported" where this transformers has no such attn_implementation."""
     import torch
@@ -179,61 +194,36 @@ def run_fa4_parity(device) -> list:
     return rows
 
 
-def measure(line: str, level: str, report_dir: Path, command: str, arch: int | None = None) -> int:
+# ---------------------------------------------------------------- the Suite (toolkit/verify/suite.py)
+
+
+def refusal(level: str) -> str:
+    return ""
+
+
+def build_profile(spec: EnvSpec) -> str | None:
+    return None
+
+
+def import_implementation() -> tuple[ModuleType | None, str]:
+    return import_fa4()
+
+
+def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
+    return {"flash_attn": {"version": fa4_version(), "path": getattr(module, "__file__", None),
+                           "package": "flash-attn-4 (flash_attn.cute)", "extension": None},
+            "arch": run.arch}
+
+
+def cases(level: str) -> list[Case]:
+    return [] if level in WITH_PARITY else fa4_cases(level)
+
+
+def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
     from toolkit.knowledge.fa4_pins import knowledge
-    from toolkit.verify import machine, report
 
-    torch = machine.require_cuda("verification")
-    arch = arch or (lambda major, minor: major * 10 + minor)(*torch.cuda.get_device_capability())
-    module, import_error = import_fa4()
-    environment = machine.environment_info(None, command)
-    environment["flash_attn"] = {"version": fa4_version(), "path": getattr(module, "__file__", None),
-                                 "package": "flash-attn-4 (flash_attn.cute)", "extension": None}
-    environment["arch"] = arch
-    start = time.perf_counter()
-    results: list = []
-
-    def write(label: str) -> dict:
-        data = report.build_report(line, label, environment, results, [], time.perf_counter() - start, import_error)
-        report.write_reports(data, report_dir)
-        return data
-
-    if module is not None and level == "parity":
-        parity = run_fa4_parity(DEVICE)
-        data = report.build_report(line, "fa4-parity", environment, [], parity, time.perf_counter() - start,
-                                   import_error)
-        from toolkit.verify import parity_recommendation
-
-        data["recommended"] = parity_recommendation(line)
-        report.write_reports(data, report_dir)
-        return 0 if report.passed(data) else 1
-    if module is not None:
-        cases = fa4_cases(level)
-        machine.judge_with_partial_reports(
-            results, len(cases), f"fa4-{level}", f"verify {line} FA4 ({level})", write,
-            lambda on_result: run_fa4_suite(module, cases, DEVICE, arch, knowledge(), on_result))
-    return 0 if report.passed(write(f"fa4-{level}")) else 1
+    return run_fa4_suite(module, cases, DEVICE, run.arch, knowledge(), on_result)
 
 
-@program
-def main(argv: list[str] | None = None) -> int:
-    """`python -m toolkit.verify.fa4 [LINE]`: FA4's verification in this python (no `toolkit` verb runs it)."""
-    from rich.console import Console
-
-    from toolkit.verify import report
-
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.fa4")
-    parser.add_argument("line", nargs="?", default="gpu-machine", metavar="LINE")
-    parser.add_argument("--level", choices=("smoke", "full", "parity"), default="smoke",
-                        help="parity: transformers' tiny-Llama logits with flash_attention_4 vs eager fp32")
-    parser.add_argument("--report-dir", type=Path, required=True)
-    parser.add_argument("--arch", type=int, help="sm as an integer, e.g. 90 (default: the GPU's)")
-    args = parser.parse_args(argv)
-    command = f"python -m toolkit.verify.fa4 --level {args.level}"
-    code = measure(args.line, args.level, args.report_dir, command, args.arch)
-    report.show(args.report_dir / "verify.json", Console())
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def parity(level: str) -> list[ParityResult]:
+    return run_fa4_parity(DEVICE) if level in WITH_PARITY else []

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
@@ -110,7 +110,7 @@ def judge_with_partial_reports(results: list, total: int, label: str, title: str
     """`run(on_result)` with a progress bar, the report rewritten after every case (`write(label)`): a killed
     run keeps what it judged. `results` is the list `write` reports from."""
     with progress(total, title) as advance:
-        def on_result(result) -> None:
+        def on_result(result: Any) -> None:
             results.append(result)
             write(f"{label} (partial: {len(results)} of {total})")
             advance("" if result.status in ("passed", "unsupported") else
@@ -235,8 +235,9 @@ def run_under(python: Path, module: str, args: list[str], spec_path: Path, what:
 def add_line_arguments(parser: argparse.ArgumentParser) -> None:
     """LINE, --python, --report-dir and the workspace options: what verify and bench need to find the environment."""
     parser.add_argument("line", metavar="LINE", help="line name (gpu-machine, cu126) or spec file")
-    parser.add_argument("--python", type=Path, help="interpreter holding torch + flash-attn (default: the line's)")
-    parser.add_argument("--report-dir", type=Path, help=f"where reports go (default: {Workspace.reports}/LINE)")
+    parser.add_argument("--python", type=Path, metavar="PATH",
+                        help="interpreter holding torch + flash-attn (default: the line's)")
+    parser.add_argument("--report-dir", type=Path, metavar="DIR", help=f"where reports go (default: {Workspace.reports}/LINE)")
     add_workspace_options(parser)
 
 

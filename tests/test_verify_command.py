@@ -1,0 +1,50 @@
+"""`toolkit verify LINE --impl NAME` (issue 31): one verb for every implementation's suite, the earlier spellings
+(`--backend`, `flash-attn`, `fa4`) answered with the new one, and FA4's options reaching the verb. No torch needed:
+these stop before anything is measured."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_verify_impl_flash_attn_4_help_lists_the_verbs_options():
+    """`python -m toolkit verify LINE --impl flash-attn-4 --help`, the check the issue names."""
+    done = subprocess.run([sys.executable, "-m", "toolkit", "verify", "gpu-machine", "--impl", "flash-attn-4", "--help"],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == ""
+    assert "--impl NAME" in done.stdout and "--arch SM" in done.stdout and "--level LEVEL" in done.stdout
+
+
+@pytest.mark.parametrize(("argv", "impl", "notices"), [
+    (["--impl", "flash-attn-4", "--arch", "100"], "flash-attn-4", []),
+    (["--backend", "flash-attn-3"], "flash-attn-3", ["--backend is now --impl"]),
+    (["--backend", "flash-attn"], "flash-attn-2", ["--backend is now --impl", "flash-attn is now flash-attn-2"]),
+    (["--impl", "fa4"], "flash-attn-4", ["fa4 is now flash-attn-4"]),
+    ([], "flash-attn-2", []),
+])
+def test_old_spellings_reach_the_same_suite_after_one_notice_each(capsys, argv, impl, notices):
+    args = build_parser().parse_args(["verify", "gpu-machine", *argv])
+    assert args.impl == impl and args.func.__name__ == "verify_command"
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(": ", 1)[1] for line in err] == [f"{n}; the old spelling still works" for n in notices]
+    assert all(line.startswith("toolkit verify: ") for line in err)
+
+
+def test_a_level_the_suite_lacks_is_one_line_under_either_spelling(capsys):
+    for option in ("--impl", "--backend"):
+        assert main(["verify", "gpu-machine-fa3", option, "flash-attn-3", "--level", "parity",
+                     "--envs", str(ROOT / "envs")]) == 1
+        err = capsys.readouterr().err.splitlines()
+        assert err[-1] == ("error: toolkit verify --impl flash-attn-3: no transformers parity for FA3 yet "
+                           "(use --level smoke or full)")
+        assert len(err) == (2 if option == "--backend" else 1)
