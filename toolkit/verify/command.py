@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toolkit.base.arguments import add_arch, add_line, add_report_dir
 from toolkit.base.entry import add_option_alias, program, renamed_choice
 from toolkit.verify import fa2, fa3, fa4
 from toolkit.verify.suite import Run, Suite
@@ -34,8 +35,8 @@ def add_suite_options(parser: argparse.ArgumentParser, prog: str) -> None:
     parser.add_argument("--level", choices=LEVELS, default="smoke", metavar="LEVEL",
                         help="smoke: every API and feature once; full: the whole grid; parity: transformers' "
                              "tiny-Llama logits alone (default: smoke)")
-    parser.add_argument("--arch", type=int, metavar="SM",
-                        help="the sm to judge the cases for, as an integer, e.g. 90 (default: the GPU's; "
+    add_arch(parser, type=int,
+             help="the sm to judge the cases for, as an integer, e.g. 90 (default: the GPU's; "
                              "flash-attn-3 and flash-attn-4 take the cases their knowledge lists for it)")
 
 
@@ -145,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m toolkit.verify",
         description="The measuring half of `toolkit verify`, in this python, without reading the line's spec.")
-    parser.add_argument("line", metavar="LINE", help="the line's name, recorded in the report")
+    add_line(parser, "the line's name, recorded in the report")
     add_suite_options(parser, parser.prog)
-    parser.add_argument("--report-dir", type=Path, required=True, metavar="DIR", help="where the reports go")
+    add_report_dir(parser, "where the reports go", required=True)
     parser.add_argument("--profile", metavar="NAME", help="the build profile the line's spec names (flash-attn-3)")
     parser.add_argument("--command", metavar="TEXT", help="the command recorded in the report (default: this one)")
     args = parser.parse_args(argv)

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from toolkit.base.arguments import add_line, add_python, add_report_dir
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
@@ -234,10 +235,9 @@ def run_under(python: Path, module: str, args: list[str], spec_path: Path, what:
 
 def add_line_arguments(parser: argparse.ArgumentParser) -> None:
     """LINE, --python, --report-dir and the workspace options: what verify and bench need to find the environment."""
-    parser.add_argument("line", metavar="LINE", help="line name (gpu-machine, cu126) or spec file")
-    parser.add_argument("--python", type=Path, metavar="PATH",
-                        help="interpreter holding torch + flash-attn (default: the line's)")
-    parser.add_argument("--report-dir", type=Path, metavar="DIR", help=f"where reports go (default: {Workspace.reports}/LINE)")
+    add_line(parser, "line name (gpu-machine, cu126) or spec file")
+    add_python(parser, "interpreter holding torch + flash-attn (default: the line's)")
+    add_report_dir(parser, f"where reports go (default: {Workspace.reports}/LINE)")
     add_workspace_options(parser)
 
 
