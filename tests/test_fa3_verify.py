@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from toolkit.attention import recommend  # noqa: E402
+from toolkit.attention import formats, recommend  # noqa: E402
 from toolkit.cli import main  # noqa: E402
 from toolkit.knowledge import fa3_pins  # noqa: E402
 from toolkit.verify import bench, fa3  # noqa: E402
@@ -238,7 +238,7 @@ def with_fa3_rows(data: dict) -> dict:
 def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
     from rich.console import Console
 
-    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    data = with_fa3_rows(formats.read_bench(RECORDED_BENCH))
     (tmp_path / "bench.json").write_text(json.dumps(data))
     console = Console(record=True, width=400)
     bench.finish(tmp_path, console, {})
@@ -253,7 +253,7 @@ def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
 
 
 def test_recommend_takes_fa3_rows_but_makes_no_fp8_rule(tmp_path):
-    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    data = with_fa3_rows(formats.read_bench(RECORDED_BENCH))
     checked = recommend.check_input(recommend.BenchReport, data, tmp_path / "bench.json", "bench", "fix",
                                     recommend.attention_backends.names())
     fa3_shapes = {(m["dtype"], m["head_dim"], m["causal"]) for m in data["measurements"]
