@@ -115,8 +115,9 @@ def _recommendation_1(data: dict[str, Any], name: Callable[[object], object]) ->
                           ("below_min_ratio", ("fastest",)), ("targets", ("versus",))):
         for row_key in row_keys if key in data else ():
             out[key] = _renamed_rows(out[key], row_key, name)
-    if isinstance(data.get("verified"), dict):
-        out["verified"] = {name(key): value for key, value in data["verified"].items()}
+    if isinstance(data.get("verified"), dict):  # the first files said why alone, for every shape
+        out["verified"] = {name(key): {"why": value} if isinstance(value, str) else value
+                           for key, value in data["verified"].items()}
     if isinstance(data.get("verl"), dict):
         out["verl"] = {**data["verl"], "backend": name(data["verl"].get("backend"))}
     return out
