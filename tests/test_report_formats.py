@@ -101,3 +101,22 @@ def test_a_schema_this_toolkit_does_not_read_is_one_line_with_the_command(tmp_pa
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"{path}: ") and "again" in message
     assert f"schema {schema!r}" in message or schema is None
+
+
+def test_a_check_updates_recording_says_schema_2_and_a_schema_1_one_still_answers(tmp_path):
+    from toolkit.knowledge import upstream
+
+    url = "https://download.pytorch.org/whl/cu130/torch/"
+    upstream.record(tmp_path / "rec", {url: b"<html>torch-2.11.0</html>"})
+    raw = json.loads((tmp_path / "rec" / "index.json").read_text())
+    assert raw["schema"] == 2 and raw["answers"][url]["trimmed"] == "as served"
+    assert upstream.recorded_fetch(tmp_path / "rec")(url) == b"<html>torch-2.11.0</html>"
+    committed = Path(__file__).resolve().parent / "data" / "upstream"
+    old = json.loads((committed / "index.json").read_text())
+    assert "schema" not in old  # a schema-1 recording, read as it is
+    first = next(iter(old))
+    assert upstream.recorded_fetch(committed)(first) == (committed / old[first]["file"]).read_bytes()
+    (tmp_path / "rec" / "index.json").write_text(json.dumps({**raw, "schema": 3}))
+    with pytest.raises(ToolkitError) as caught:
+        upstream.recorded_fetch(tmp_path / "rec")
+    assert "schema 3" in str(caught.value) and "--record NEW_DIR" in str(caught.value)

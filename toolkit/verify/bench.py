@@ -574,15 +574,19 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def _add_grid_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"batch x seqlen per shape (default {TOKENS})")
-    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, help="comma-separated (default 512..16384)")
-    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, help="comma-separated (default 64,128,256)")
+    parser.add_argument("--tokens", type=int, default=TOKENS, metavar="N",
+                        help=f"batch x seqlen per shape (default {TOKENS})")
+    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, metavar="S,S,...",
+                        help="sequence lengths, comma-separated (default 512..16384)")
+    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, metavar="D,D,...",
+                        help="head dims, comma-separated (default 64,128,256)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="TFLOP/s of flash-attn vs torch SDPA backends and eager, on a GPU",
-        description="Time flash-attn against torch SDPA (flash, cuDNN, efficient, math) and eager attention: "
+        "bench", help="TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
+        description=f"Time each installed FlashAttention ({', '.join(PACKAGED)}) against torch SDPA (flash, cuDNN, "
+                    "efficient, math) and eager attention: "
                     "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
                     "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed (a target "
                     "on an implementation the line does not build does not apply).")
@@ -610,10 +614,13 @@ def bench_command(args: argparse.Namespace) -> int:
 @program
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.verify.bench LINE`: the measuring half alone, as re-executed under the line's python."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench")
-    parser.add_argument("line", metavar="LINE")
-    parser.add_argument("--report-dir", type=Path, required=True)
-    parser.add_argument("--command", default="python -m toolkit.verify.bench")
+    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench",
+                                     description="The measuring half of `toolkit bench`, under the line's python: "
+                                                 "writes DIR/bench.json (the toolkit's python finishes it).")
+    parser.add_argument("line", metavar="LINE", help="the line being measured (named in the report)")
+    parser.add_argument("--report-dir", type=Path, required=True, metavar="DIR", help="where bench.json goes")
+    parser.add_argument("--command", default="python -m toolkit.verify.bench", metavar="TEXT",
+                        help="the command line the report names")
     _add_grid_options(parser)
     args = parser.parse_args(argv)
     return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)
