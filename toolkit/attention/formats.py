@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 import pydantic
 
@@ -22,7 +22,7 @@ from toolkit.attention import backends as attention_backends
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
 
-SCHEMA = 2  # the schema every report the toolkit writes now says
+SCHEMA: Final = 2  # the schema every report the toolkit writes now says
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
 Dtype = Literal["bfloat16", "float16"]  # what a recommendation covers: transformers' attn_implementation runs these
 # `toolkit bench` also measures FlashAttention-3's FP8 forward; no attn_implementation asks for FP8, so those rows are

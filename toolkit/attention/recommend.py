@@ -244,8 +244,9 @@ def check_recommendation(data: object, path: Path) -> Recommendation:
     if not isinstance(data, dict):
         raise ToolkitError(f"{path}: {NOT_WRITTEN}: a JSON {type(data).__name__}, not an object ({RERUN})")
     try:
-        data = formats.current(data, Path(path), formats.RECOMMENDATION)
-        return _RECOMMENDATION.validate_python({**data, "path": Path(path)}, context={"backends": backends})
+        current = formats.current(data, Path(path), formats.RECOMMENDATION)
+        assert isinstance(current, dict)  # an object stays one
+        return _RECOMMENDATION.validate_python({**current, "path": Path(path)}, context={"backends": backends})
     except pydantic.ValidationError as exc:
         raise ToolkitError(f"{path}: {NOT_WRITTEN}: {first_problem(exc)} ({RERUN})") from None
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import pydantic
 from packaging.version import Version
@@ -108,7 +108,7 @@ class RecordedAnswer:
     trimmed: str = ""
 
 
-RECORD_SCHEMA = 2  # 1 (no `schema`): the index was the URL -> RecordedAnswer map alone
+RECORD_SCHEMA: Final = 2  # 1 (no `schema`): the index was the URL -> RecordedAnswer map alone
 
 
 @dataclass(frozen=True)
@@ -122,13 +122,14 @@ class Recording:
 def recording(data: object, path: Path, fix: str) -> Recording:
     """index.json at schema 2 (a schema-1 index, the URL map alone, is read as its `answers`); another schema
     or shape is one ToolkitError line."""
-    if isinstance(data, dict) and "schema" not in data:
-        data = {"schema": RECORD_SCHEMA, "answers": data}
-    if isinstance(data, dict) and (data["schema"] != RECORD_SCHEMA or type(data["schema"]) is not int):
+    if isinstance(data, dict) and "schema" in data and (data["schema"] != RECORD_SCHEMA
+                                                        or type(data["schema"]) is not int):
         raise ToolkitError(f"{display_path(path)}: an index of recorded answers of schema {shown(data['schema'])}, "
                            f"which this toolkit does not read (it reads schemas 1 and {RECORD_SCHEMA}; {fix})")
     try:
-        return _RECORDING.validate_python(data)
+        if isinstance(data, dict) and "schema" in data:
+            return _RECORDING.validate_python(data)
+        return Recording(_ANSWERS.validate_python(data))  # schema 1 (or no object at all: refused as one)
     except pydantic.ValidationError as exc:
         raise ToolkitError(f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
                            f"{fix})") from None
@@ -136,6 +137,7 @@ def recording(data: object, path: Path, fix: str) -> Recording:
 
 _PYPI_ANSWER = pydantic.TypeAdapter(PypiAnswer)
 _RECORDING = pydantic.TypeAdapter(Recording)
+_ANSWERS = pydantic.TypeAdapter(dict[str, RecordedAnswer])
 
 
 def live_fetch(url: str) -> bytes:
