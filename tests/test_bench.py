@@ -71,7 +71,7 @@ def cpu_rows():
     bench.QUADRATIC_MAX_SEQLEN = 32
     try:
         shapes = bench.shapes(tokens=128, seqlens=(32, 64), head_dims=(256,), dtypes=("float32",))
-        return bench.run_bench(flash_attn_double, shapes, "cpu", wall_timer)
+        return bench.run_bench({"flash-attn-2": flash_attn_double}, shapes, "cpu", wall_timer)
     finally:
         bench.QUADRATIC_MAX_SEQLEN = limit
 
@@ -79,7 +79,7 @@ def cpu_rows():
 def test_every_implementation_mode_and_mask_gets_a_row(cpu_rows):
     assert len(cpu_rows) == 2 * len(bench.MODES) * 2 * len(bench.IMPLEMENTATIONS)
     ok = [r for r in cpu_rows if r.status == "ok"]
-    assert {r.implementation for r in ok} >= {"flash-attn", "sdpa-math", "eager"}
+    assert {r.implementation for r in ok} >= {"flash-attn-2", "sdpa-math", "eager"}
     for row in ok:
         shape = bench.Shape(row.dtype, row.head_dim, row.seqlen, row.batch, row.nheads)
         expected = bench.attention_flops(shape, row.causal, row.mode) / (row.ms * 1e-3) / 1e12
@@ -99,17 +99,17 @@ def test_a_crashing_implementation_is_an_error_row_not_an_abort():
     def broken(q, k, v, causal=False):
         raise ValueError("kernel exploded")
 
-    rows = bench.run_bench(types.SimpleNamespace(flash_attn_func=broken),
+    rows = bench.run_bench({"flash-attn-2": types.SimpleNamespace(flash_attn_func=broken)},
                            bench.shapes(tokens=64, seqlens=(32,), head_dims=(256,), dtypes=("float32",)), "cpu",
-                           wall_timer, implementations=("flash-attn", "eager"))
-    assert {(r.implementation, r.status) for r in rows} == {("flash-attn", "error"), ("eager", "ok")}
+                           wall_timer, implementations=("flash-attn-2", "eager"))
+    assert {(r.implementation, r.status) for r in rows} == {("flash-attn-2", "error"), ("eager", "ok")}
     assert all("kernel exploded" in r.reason for r in rows if r.status == "error")
 
 
 def test_gpu_peaks_and_targets_come_from_the_knowledge_file():
     h200, targets = bench.gpu_facts("NVIDIA H200")
     assert h200["bf16_dense_tflops"] == 989.4 and "datasheet" in h200["source"]
-    assert [(t["implementation"], t["seqlen"], t["min_tflops"]) for t in targets] == [("flash-attn", 4096, 370)]
+    assert [(t["implementation"], t["seqlen"], t["min_tflops"]) for t in targets] == [("flash-attn-2", 4096, 370)]
     nvl, nvl_targets = bench.gpu_facts("NVIDIA H200 NVL")
     assert nvl["bf16_dense_tflops"] == 835.5 and nvl_targets == []
     assert bench.gpu_facts("NVIDIA H100 80GB HBM3")[0]["bf16_dense_tflops"] == 989.4
@@ -127,7 +127,7 @@ def _raw_report(rows, tmp_path: Path, gpu: str) -> Path:
 def test_finish_adds_peak_fraction_checks_the_target_and_plots(cpu_rows, tmp_path, measured, code):
     from rich.console import Console
 
-    target_row = bench.Measurement("flash-attn", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, measured)
+    target_row = bench.Measurement("flash-attn-2", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, measured)
     report_dir = _raw_report(cpu_rows + [target_row], tmp_path, "NVIDIA H200")
     console = Console(record=True, width=250)
     assert bench.finish(report_dir, console, {}) == code
@@ -155,18 +155,18 @@ def test_finish_on_an_unknown_gpu_reports_no_fraction(cpu_rows, tmp_path):
 
 # The H200 bench of gpu-machine-fa3 (FA3, FA4 and SDPA; no flash-attn 2.x row measured), as measure wrote it.
 RECORDED_FA3_BENCH = ROOT / "docs/results/2026-12-02-h200-fa3/bench/bench.json"
-FA2_TARGET = "flash-attn fwd bfloat16 d128 seqlen 4096 non-causal"
+FA2_TARGET = "flash-attn-2 fwd bfloat16 d128 seqlen 4096 non-causal"
 
 
 def test_a_line_that_leaves_fa2_out_says_so_from_its_spec():
     from toolkit.spec.envspec import load_spec
 
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine-fa3.yaml")) == {
-        "flash-attn": "line gpu-machine-fa3 builds no flash-attn 2.x (flash_attn_3.with_flash_attn_2: false)"}
+        "flash-attn-2": "line gpu-machine-fa3 builds no flash-attn 2.x (flash_attn_3.with_flash_attn_2: false)"}
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine.yaml")) == {}
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-replica.yaml")) == {}  # FA4 beside FA2
     assert bench.implementations_not_built(load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml")) == {
-        "flash-attn": "line gpu-machine-fa4 builds no flash-attn 2.x (flash_attn_4.with_flash_attn_2: false)"}
+        "flash-attn-2": "line gpu-machine-fa4 builds no flash-attn 2.x (flash_attn_4.with_flash_attn_2: false)"}
 
 
 def _bench_recorded_h200(line: str, monkeypatch, tmp_path) -> int:
@@ -221,7 +221,7 @@ def test_bench_command_end_to_end_with_the_double(monkeypatch, tmp_path, capsys)
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["command"] == "toolkit bench gpu-machine --tokens 16 --seqlens 16 --head-dims 256"
     assert len(data["measurements"]) == len(bench.DTYPES) * len(bench.MODES) * 2 * len(bench.IMPLEMENTATIONS)
-    assert {r["status"] for r in data["measurements"] if r["implementation"] == "flash-attn"} == {"ok"}
+    assert {r["status"] for r in data["measurements"] if r["implementation"] == "flash-attn-2"} == {"ok"}
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "attention TFLOP/s" in capsys.readouterr().out
 
@@ -247,7 +247,8 @@ def test_bench_rejects_a_malformed_grid_option(capsys):
 def test_cuda_timer_measures_flash_attn_on_a_gpu():
     flash_attn = pytest.importorskip("flash_attn")
     shapes = bench.shapes(tokens=8192, seqlens=(2048,), head_dims=(128,), dtypes=("bfloat16",))
-    rows = bench.run_bench(flash_attn, shapes, "cuda", bench.cuda_timer, implementations=("flash-attn",))
+    rows = bench.run_bench({"flash-attn-2": flash_attn}, shapes, "cuda", bench.cuda_timer,
+                           implementations=("flash-attn-2",))
     assert all(r.status == "ok" and r.tflops > 10 for r in rows)
 
 
@@ -261,11 +262,11 @@ fa4_double = types.SimpleNamespace(flash_attn_func=_double_fa4_func)
 
 def test_fa4_is_benchmarked_beside_fa2_and_a_missing_one_is_a_skipped_row():
     grid = bench.shapes(tokens=64, seqlens=(32,), head_dims=(64,), dtypes=("float32",))
-    rows = bench.run_bench(flash_attn_double, grid, "cpu", wall_timer, implementations=("flash-attn", "fa4"),
-                           fa4=fa4_double)
-    assert {(r.implementation, r.status) for r in rows} == {("flash-attn", "ok"), ("fa4", "ok")}
-    rows = bench.run_bench(None, grid, "cpu", wall_timer, implementations=("flash-attn", "fa4", "eager"))
-    assert {(r.implementation, r.status) for r in rows} == {("flash-attn", "skipped"), ("fa4", "skipped"),
+    rows = bench.run_bench({"flash-attn-2": flash_attn_double, "flash-attn-4": fa4_double}, grid, "cpu", wall_timer,
+                           implementations=("flash-attn-2", "flash-attn-4"))
+    assert {(r.implementation, r.status) for r in rows} == {("flash-attn-2", "ok"), ("flash-attn-4", "ok")}
+    rows = bench.run_bench({}, grid, "cpu", wall_timer, implementations=("flash-attn-2", "flash-attn-4", "eager"))
+    assert {(r.implementation, r.status) for r in rows} == {("flash-attn-2", "skipped"), ("flash-attn-4", "skipped"),
                                                             ("eager", "ok")}
     assert all("is not installed in this environment" in r.reason for r in rows if r.status == "skipped")
 
@@ -279,7 +280,8 @@ def test_fa4s_namespace_package_is_not_taken_for_fa2(monkeypatch):
     monkeypatch.setattr(machine, "import_flash_attn", lambda: (namespace, ""))
     monkeypatch.setattr(verify_fa4, "import_fa4", lambda: (fa4_double, ""))
     monkeypatch.setattr(verify_fa3, "import_fa3", lambda: (None, "ModuleNotFoundError: no flash_attn_interface"))
-    fa2, fa4, fa3, errors = bench.import_packages()
+    modules, errors = bench.import_packages()
+    fa2, fa4, fa3 = modules["flash-attn-2"], modules["flash-attn-4"], modules["flash-attn-3"]
     assert fa2 is None and fa4 is fa4_double and fa3 is None
     assert errors == ["flash_attn: flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)",
                       "flash_attn_interface: ModuleNotFoundError: no flash_attn_interface"]
@@ -303,10 +305,10 @@ def test_bench_json_grows_while_the_grid_runs(monkeypatch, tmp_path):
     total = len(bench.DTYPES) * len(bench.MODES) * 2 * len(bench.IMPLEMENTATIONS)
     assert [len(w["measurements"]) for w in writes] == [*range(5, total + 1, 5), total][:len(writes)]
     assert all("partial" in w for w in writes[:-1]) and "partial" not in writes[-1]
-    assert {r["status"] for r in writes[-1]["measurements"] if r["implementation"] == "fa4"} == {"ok"}
+    assert {r["status"] for r in writes[-1]["measurements"] if r["implementation"] == "flash-attn-4"} == {"ok"}
 
 
-MET = {"implementation": "flash-attn", "mode": "fwd", "dtype": "bfloat16", "head_dim": 128, "causal": False,
+MET = {"implementation": "flash-attn-2", "mode": "fwd", "dtype": "bfloat16", "head_dim": 128, "causal": False,
        "seqlen": 4096, "min_tflops": 370}
 MISSED = {"implementation": "sdpa-cudnn", "mode": "fwd", "dtype": "bfloat16", "head_dim": 128, "causal": True,
           "seqlen": 4096, "min_tflops": 500}
@@ -321,16 +323,16 @@ def test_a_missed_target_beside_a_met_one_fails_the_bench_and_each_is_reported(t
     gpus["targets"] = [{"gpu": "H200", **target, "source": "targets"} for target in order]
     gpus_file = tmp_path / "gpus.yaml"
     gpus_file.write_text(yaml.safe_dump(gpus))
-    rows = [bench.Measurement("flash-attn", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, 385.0),
+    rows = [bench.Measurement("flash-attn-2", "fwd", False, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, 385.0),
             bench.Measurement("sdpa-cudnn", "fwd", True, "bfloat16", 128, 4096, 4, 16, "ok", 1.0, 352.0)]
     report_dir = _raw_report(rows, tmp_path, "NVIDIA H200")
     console = Console(record=True, width=250)
     assert bench.finish(report_dir, console, {}, gpus_file) == 1
     targets = json.loads((report_dir / "bench.json").read_text())["targets"]
     assert [(t["implementation"], t["measured_tflops"], t["met"], t["not_applicable"]) for t in targets] == [
-        ("flash-attn" if t is MET else "sdpa-cudnn", 385.0 if t is MET else 352.0, t is MET, None) for t in order]
+        ("flash-attn-2" if t is MET else "sdpa-cudnn", 385.0 if t is MET else 352.0, t is MET, None) for t in order]
     lines = [line for line in console.export_text().splitlines() if line.startswith("target ")]
-    assert lines == [{id(MET): "target met: flash-attn fwd bfloat16 d128 seqlen 4096 non-causal: 385.0 TFLOP/s "
+    assert lines == [{id(MET): "target met: flash-attn-2 fwd bfloat16 d128 seqlen 4096 non-causal: 385.0 TFLOP/s "
                                 "(needs >= 370)",
                       id(MISSED): "target MISSED: sdpa-cudnn fwd bfloat16 d128 seqlen 4096 causal: 352.0 TFLOP/s "
                                    "(needs >= 500)"}[id(t)] for t in order]

@@ -753,7 +753,7 @@ def test_the_line_s_recommended_attention_is_a_row(workdir, capsys):
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
     attention = row(report, "attention")
     assert attention["status"] == "ok", attention
-    assert "fa4 (attn_implementation=flash_attention_4)" in attention["value"]
+    assert "flash-attn-4 (attn_implementation=flash_attention_4)" in attention["value"]
     assert "measured on NVIDIA H200 2026-12-01" in attention["value"]
     rec.write_text(json.dumps({**data, "gpu": "NVIDIA A100-SXM4-80GB"}))
     _, report = replay(capsys, RECORDED / "healthy-h200.json", "gpu-machine")
@@ -804,7 +804,7 @@ def test_verl_s_default_unverified_for_the_line_gets_the_recommended_override(wo
     _recommendation(workdir, H200_RECOMMENDATION)
     _, report = replay(capsys, _with_verl(workdir, "healthy-h200.json", **{"flash-attn-4": "4.0.0b36"}), "gpu-machine")
     verl = row(report, "verl")
-    assert verl["status"] == "warn" and "flash_attention_2 loads here but flash-attn was not verified on NVIDIA H200" \
+    assert verl["status"] == "warn" and "flash_attention_2 loads here but flash-attn-2 was not verified on NVIDIA H200" \
         in verl["value"], verl
     assert verl["fix"].endswith(f"set {VERL_KEYS[0]}=flash_attention_4 and {VERL_KEYS[1]}=flash_attention_4")
     assert "toolkit verify gpu-machine && toolkit bench gpu-machine && toolkit recommend gpu-machine" in verl["fix"]

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from toolkit.attention import recommend  # noqa: E402
+from toolkit.attention import formats, recommend  # noqa: E402
 from toolkit.cli import main  # noqa: E402
 from toolkit.knowledge import fa3_pins  # noqa: E402
 from toolkit.verify import bench, fa3  # noqa: E402
@@ -204,7 +204,7 @@ def test_verify_flash_attn_3_has_no_parity_level(capsys):
 def test_bench_has_an_fa3_column_and_fp8_shapes_only_for_fa3_forward():
     """No FA3 here: its rows are skipped with the reason; an FP8 shape is FA3's forward alone (both masks)."""
     grid = bench.shapes(tokens=64, seqlens=(32,), head_dims=(64,), dtypes=("float32", FP8))
-    rows = bench.run_bench(None, grid, "cpu", lambda fn: 1.0, implementations=("flash-attn-3", "eager"))
+    rows = bench.run_bench({}, grid, "cpu", lambda fn: 1.0, implementations=("flash-attn-3", "eager"))
     fp32 = [(r.implementation, r.mode, r.causal, r.status) for r in rows if r.dtype == "float32"]
     assert sorted(fp32) == sorted((i, m, c, "skipped" if i == "flash-attn-3" else "ok")
                                   for i in ("flash-attn-3", "eager") for m in bench.MODES for c in (False, True))
@@ -224,7 +224,7 @@ def with_fa3_rows(data: dict) -> dict:
     (TFLOP/s x 1.5, an invented figure so FA3 is fastest somewhere), and FP8 rows at 2x that; only the shape of
     the report (columns, versions, FP8 rows) is under test."""
     data = copy.deepcopy(data)
-    fa2 = [m for m in data["measurements"] if m["implementation"] == "flash-attn"]
+    fa2 = [m for m in data["measurements"] if m["implementation"] == "flash-attn-2"]
     fa3_rows = [{**m, "implementation": "flash-attn-3", "tflops": m["tflops"] and m["tflops"] * 1.5} for m in fa2]
     fp8_rows = [{**m, "dtype": FP8, "tflops": m["tflops"] and m["tflops"] * 2} for m in fa3_rows
                 if m["dtype"] == "bfloat16" and m["mode"] == "fwd"]
@@ -238,7 +238,7 @@ def with_fa3_rows(data: dict) -> dict:
 def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
     from rich.console import Console
 
-    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    data = with_fa3_rows(formats.read_bench(RECORDED_BENCH))
     (tmp_path / "bench.json").write_text(json.dumps(data))
     console = Console(record=True, width=400)
     bench.finish(tmp_path, console, {})
@@ -253,7 +253,7 @@ def test_finish_shows_fa3_and_fp8_rows_beside_the_others(tmp_path):
 
 
 def test_recommend_takes_fa3_rows_but_makes_no_fp8_rule(tmp_path):
-    data = with_fa3_rows(json.loads(RECORDED_BENCH.read_text()))
+    data = with_fa3_rows(formats.read_bench(RECORDED_BENCH))
     checked = recommend.check_input(recommend.BenchReport, data, tmp_path / "bench.json", "bench", "fix",
                                     recommend.attention_backends.names())
     fa3_shapes = {(m["dtype"], m["head_dim"], m["causal"]) for m in data["measurements"]

@@ -91,14 +91,14 @@ def test_recommend_says_which_shapes_the_verification_did_not_cover(tmp_path, ca
         "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
         "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
     assert main(["recommend", "--bench", str(tmp_path / "bench.json"), "--verified",
-                 f"fa4={tmp_path / 'verify.json'}", "--out", str(tmp_path / "r.json")]) == 0
+                 f"flash-attn-4={tmp_path / 'verify.json'}", "--out", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out.splitlines()
     out = out[:next(i for i, line in enumerate(out) if line.startswith("verl "))]  # verl's lines come last
     assert out[-2] == f"recommended vs best measured, worst shape: {477 / 537:.3f} (needs >= 0.98); {tmp_path}/r.json"
     assert out[-1] == (f"below 0.98: bfloat16 d64 fwd seqlen 4096 ({477 / 537:.3f}), bfloat16 d128 causal fwd "
-                       f"seqlen 4096 ({571 / 630:.3f}): fa4 measured fastest, but its verification (fa4-smoke) did "
-                       f"not cover these shapes (verify fa4 with `--level full` and pass that report with --verified "
-                       f"fa4=VERIFY_JSON)")
+                       f"seqlen 4096 ({571 / 630:.3f}): flash-attn-4 measured fastest, but its verification (fa4-smoke) did "
+                       f"not cover these shapes (verify flash-attn-4 with `--level full` and pass that report with "
+                       f"--verified flash-attn-4=VERIFY_JSON)")
 
 
 def test_a_local_matrix_build_sizes_from_this_machine(tmp_path, monkeypatch):
@@ -194,10 +194,10 @@ def test_recommend_LINE_reads_the_lines_reports(tmp_path, monkeypatch, capsys):
         "gpu": GPU, "level": "fa4-smoke", "date": "2026-12-01", "cases": [_case("passed", 128, False)],
         "summary": {"passed": 1, "failed": 0, "error": 0, "unsupported": 0, "setup_error": ""}}))
     assert main(["recommend", "cu126", "--bench", str(reports / "bench.json"), "--verified",
-                 f"fa4={reports / 'fa4' / 'verify.json'}", "--out", str(tmp_path / "spelled-out.json")]) == 0
+                 f"flash-attn-4={reports / 'fa4' / 'verify.json'}", "--out", str(tmp_path / "spelled-out.json")]) == 0
     capsys.readouterr()
     assert main(["recommend", "cu126"]) == 0
-    assert "fa4" in json.loads((tmp_path / "spelled-out.json").read_text())["verified"]
+    assert "flash-attn-4" in json.loads((tmp_path / "spelled-out.json").read_text())["verified"]
     assert (reports / "recommendation.json").read_text() == (tmp_path / "spelled-out.json").read_text()
 
 

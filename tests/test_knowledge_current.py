@@ -161,7 +161,7 @@ def test_cli_on_recorded_answers(capsys):
 def test_record_then_replay_gives_the_same_findings(tmp_path):
     report = recorded_report()
     upstream.record(tmp_path, report.answers)
-    index = json.loads((tmp_path / "index.json").read_text())
+    index = json.loads((tmp_path / "index.json").read_text())["answers"]
     assert set(index) == set(report.answers) and all(v["recorded"] for v in index.values())
     assert upstream.check_updates(upstream.recorded_fetch(tmp_path)).findings == report.findings
 

@@ -75,7 +75,7 @@ def test_every_knowledge_file_is_read_by_a_stage_through_the_loader(monkeypatch)
     assert upstream.watch_list()
     assert fa4_pins.knowledge()["releases"]
     assert load_object_costs().releases
-    assert attention_backends.backends()["fa4"].attn_implementation == "flash_attention_4"
+    assert attention_backends.backends()["flash-attn-4"].attn_implementation == "flash_attention_4"
     assert attention_backends.verl().default_attn_implementation == "flash_attention_2"
     assert fa3_pins.profile("hopper-training").switches
     assert lock.virtual_packages(load_spec(ROOT / "envs" / "cu126.yaml"))["linux-64"]["__cuda"] == "12.6"

@@ -576,7 +576,7 @@ def test_help_names_the_recommended_attention_and_a_hostile_file_is_refused(proj
     text = (project.modules / "lmod" / f"{CU126}.lua").read_text()
     assert f"Attention:    fastest verified on NVIDIA H200 2026-12-01 ({rec}):" in text
     assert "bfloat16 d128 fwd: seqlen 0-2047: sdpa-cudnn (attn_implementation=sdpa + " \
-           "sdpa_kernel(SDPBackend.CUDNN_ATTENTION)); seqlen 2048+: fa4 (attn_implementation=flash_attention_4)" in text
+           "sdpa_kernel(SDPBackend.CUDNN_ATTENTION)); seqlen 2048+: flash-attn-4 (attn_implementation=flash_attention_4)" in text
     shutil.rmtree(project.modules)
     data = json.loads(rec.read_text())
     data["gpu"] = 'H200"); os.execute("id") --'

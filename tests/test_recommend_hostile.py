@@ -114,7 +114,7 @@ def _every(rows: list[dict], field: str, value: object) -> None:
         row[field] = value
 
 
-def _recommend(tmp_path: Path, capsys, bench: dict, verify: dict, backend: str = "fa4") -> tuple[int, str, Path]:
+def _recommend(tmp_path: Path, capsys, bench: dict, verify: dict, backend: str = "flash-attn-4") -> tuple[int, str, Path]:
     """Runs the verb on the two reports as files; (exit code, stderr, the output path)."""
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     (tmp_path / "verify.json").write_text(json.dumps(verify))
@@ -171,7 +171,7 @@ def test_a_malformed_input_is_one_line_naming_file_and_field_and_nothing_is_writ
 
 def test_a_verify_report_for_a_backend_the_knowledge_does_not_name_is_refused(tmp_path, capsys):
     code, err, out = _recommend(tmp_path, capsys, _bench(), _verify(), backend="fa5")
-    assert code == 1 and err.count("\n") == 1 and "--verified 'fa5'=PATH" in err and "fa4" in err and not out.exists()
+    assert code == 1 and err.count("\n") == 1 and "--verified 'fa5'=PATH" in err and "flash-attn-4" in err and not out.exists()
 
 
 def test_a_row_that_prints_badly_leaves_no_file(tmp_path, capsys, monkeypatch):

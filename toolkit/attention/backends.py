@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 from toolkit.knowledge import files as knowledge_files
 
@@ -23,6 +23,7 @@ class AttentionBackend:
     sdpa_backend: str | None = None  # the SDPA kernel inside "sdpa" (SDPBackend.X)
     distribution: str | None = None  # the package transformers needs for the name
     bench_field: str | None = None  # bench.json's entry holding the package's version
+    formerly: tuple[str, ...] = ()  # what it was called before issue 31 (schema 1 files, old command lines)
 
     def to_json(self) -> dict[Literal["name", "sdpa_backend"], str]:
         """What a recommendation rule stores: transformers' name and, inside sdpa, the kernel."""
@@ -56,11 +57,12 @@ class Verl:
         return [f"{model}.{self.override_key}" for model in self.models]
 
 
-def _backend(name: str, entry: dict) -> AttentionBackend:
+def _backend(name: str, entry: dict[str, Any]) -> AttentionBackend:
     if entry["verified_by"] not in ("report", "torch"):
         raise ValueError(f"backends.{name}.verified_by: {entry['verified_by']!r} is not report or torch")
     return AttentionBackend(name, str(entry["attn_implementation"]), entry["verified_by"], entry.get("sdpa_backend"),
-                            entry.get("distribution"), entry.get("bench_field"))
+                            entry.get("distribution"), entry.get("bench_field"),
+                            tuple(str(old) for old in entry.get("formerly", ())))
 
 
 @cache
@@ -76,12 +78,23 @@ def verl() -> Verl:
         data["verl"]["override_key"], data["verl"]["trainer_config"], _pinned(data["verl"]["wheel"])))
 
 
-def _pinned(entry: dict) -> PinnedFile:
+def _pinned(entry: dict[str, Any]) -> PinnedFile:
     return PinnedFile(str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"]))
 
 
 def names() -> tuple[str, ...]:
     return tuple(backends())
+
+
+def renamed() -> dict[str, str]:
+    """Each earlier name -> the name now (`flash-attn` -> `flash-attn-2`, `fa4` -> `flash-attn-4`): what an old
+    file or an old command line says is read as the new name."""
+    return {old: name for name, b in backends().items() for old in b.formerly}
+
+
+def current(name: str) -> str:
+    """The name now of an implementation named either way (a name not renamed is returned as it is)."""
+    return renamed().get(name, name)
 
 
 def torch_backends() -> tuple[str, ...]:

@@ -1,8 +1,8 @@
 """`toolkit recommend LINE`: which verified attention backend is fastest, per GPU and shape, from one bench grid.
 
-Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (FA2's
-`toolkit verify`, FA4's `python -m toolkit.verify.fa4`, any backend knowledge/attention_backends.yaml
-marks `verified_by: report`). A packaged backend counts only if its report passed on the same GPU, and only
+Input: a `toolkit bench` bench.json and the verification reports of the packaged backends (`toolkit verify
+LINE --impl NAME`, any backend knowledge/attention_backends.yaml marks `verified_by: report`), each read at
+today's schema and names (`formats`). A packaged backend counts only if its report passed on the same GPU, and only
 for the shapes its passed cases cover; torch's own SDPA backends and eager count as verified (torch is the
 yardstick the verification criterion itself measures against). For each (dtype, head dim, causal, fwd or
 fwd+bwd) the measured seqlens become bands [s_i, s_i+1), and each band names the fastest verified backend
@@ -14,18 +14,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Literal
 
 import pydantic
 
 from toolkit.attention import backends as attention_backends
+from toolkit.attention import formats
+from toolkit.attention.formats import (  # noqa: F401  (BenchReport, check_input: recommend's readers, as before)
+    DTYPES,
+    MODES,
+    SCHEMA,
+    Backend,
+    BenchReport,
+    Count,
+    Day,
+    Dtype,
+    Flag,
+    Mode,
+    Name,
+    Positive,
+    Text,
+    Tflops,
+    check_input,
+)
 from toolkit.attention.verl import VerlLines, VerlShape, lines_for
 from toolkit.base.arguments import add_line
 from toolkit.base.atomic import write_atomic
-from toolkit.base.entry import add_renamed_option
+from toolkit.base.entry import add_renamed_option, rename_notice
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
@@ -33,56 +50,6 @@ from toolkit.base.workspace import Workspace
 
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
 VERL_SHAPE = VerlShape()  # bf16 d128 causal fwd+bwd seqlen 4096, unless `--head-dim` / `--seqlen` say otherwise
-NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
-Dtype = Literal["bfloat16", "float16"]  # what a recommendation covers: transformers' attn_implementation runs these
-# `toolkit bench` also measures FlashAttention-3's FP8 forward; no attn_implementation asks for FP8, so those rows are
-# read (checked) but never become a rule or a ratio
-BenchDtype = Literal["bfloat16", "float16", "float8_e4m3fn"]
-Mode = Literal["fwd", "fwd+bwd"]
-DTYPES, MODES = get_args(Dtype), get_args(Mode)
-
-
-def _plain_name(value: str) -> str:
-    """Names reach doctor's rows and the modulefile help: letters, digits and a few signs, nothing a Lua or
-    Tcl string or a shell line could take as syntax."""
-    if not NAME.fullmatch(value):
-        raise ValueError(f"{shown(value)} is not a name")
-    return value
-
-
-def _known_backend(value: str, info: pydantic.ValidationInfo) -> str:
-    """A backend the knowledge's attn_implementation table names (the table comes in the context)."""
-    known = (info.context or {}).get("backends", ())
-    if value not in known:
-        raise ValueError(f"{shown(value)} is not a backend (known backends: {', '.join(known)})")
-    return value
-
-
-def _day(value: str | None) -> str:
-    """A date as doctor shows it: the day of an ISO timestamp, or nothing."""
-    day = (value or "")[:10]
-    if not re.fullmatch(r"(\d{4}-\d\d-\d\d)?", day):
-        raise ValueError(f"{shown(value)} is not an ISO date")
-    return day
-
-
-def _stamp(value: str | None) -> str | None:
-    """A bench's ISO timestamp, kept whole: the recommendation copies it, and its reader takes the day."""
-    _day(value)
-    return value
-
-
-Name = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_plain_name)]
-Backend = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_known_backend)]
-Count = Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
-Positive = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
-Tflops = Annotated[float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)]  # strict: an int, no str
-Flag = Annotated[bool, pydantic.Strict()]
-Day = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_day)]
-Stamp = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_stamp)]
-Text = Annotated[str, pydantic.Strict()]
-
-
 # transformers' attn_implementation for a backend, and the SDPA backend inside `sdpa`
 AttnImplementation = dict[Literal["name", "sdpa_backend"], Name]
 
@@ -120,74 +87,6 @@ class Verified:
 
     def to_json(self) -> dict:
         return {"why": self.why, "shapes": None if self.shapes is None else [list(s) for s in sorted(self.shapes)]}
-
-
-@dataclass(frozen=True)
-class BenchRow:
-    """A `toolkit bench` row as recommend reads it (bench.Measurement; its other fields are not read here)."""
-
-    implementation: Backend
-    mode: Mode
-    causal: Flag
-    dtype: BenchDtype
-    head_dim: Positive
-    seqlen: Positive
-    status: Literal["ok", "skipped", "error"]
-    tflops: Tflops | None = None
-
-
-@dataclass(frozen=True)
-class Versions:
-    version: Text | None = None
-
-
-@dataclass(frozen=True)
-class BenchReport:
-    """The bench.json entries that reach the recommendation: a GPU name and a date its reader takes, versions
-    as text, finite TFLOP/s, and only backends the knowledge names (so nothing written is NaN or refused)."""
-
-    gpu: Name
-    measurements: list[BenchRow]
-    date: Stamp = None
-    gpu_capability: Text | None = None
-    command: Text | None = None
-    torch: Text | None = None
-    flash_attn: Versions = field(default_factory=Versions)
-    flash_attn_3: Versions = field(default_factory=Versions)
-    flash_attn_4: Versions = field(default_factory=Versions)
-
-
-@dataclass(frozen=True)
-class CaseShape:
-    """The part of a verify case's params that says which shape it proved (verify.cases.Case)."""
-
-    dtype: Text
-    head_dim: Positive
-    causal: Flag
-
-
-@dataclass(frozen=True)
-class VerifyCase:
-    status: Text
-    params: CaseShape
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """What `verified_backends` reads of a `toolkit verify` / `python -m toolkit.verify.fa4` report."""
-
-    summary: dict[str, Any] = field(default_factory=dict)
-    cases: list[VerifyCase] | None = None
-    gpu: Text | None = None
-
-
-def check_input(model: type, data: object, path: Path, what: str, fix: str, backends: tuple[str, ...]) -> dict:
-    """`data` unchanged once it has `model`'s shape; else its first bad field, as one ToolkitError line."""
-    try:
-        pydantic.TypeAdapter(model).validate_python(data, context={"backends": backends})
-    except pydantic.ValidationError as exc:
-        raise ToolkitError(f"{path}: not a {what}: {first_problem(exc)} ({fix})") from None
-    return data  # type: ignore[return-value]  # validated: a dict of that shape
 
 
 def _shape(case: dict) -> tuple[str, int, bool]:
@@ -331,6 +230,7 @@ class Recommendation:
     path: Path
     gpu: Name
     rules: tuple[Rule, ...]
+    schema: Literal[2] = SCHEMA
     date: Day = None
     verified: dict[Backend, VerifiedEntry] = field(default_factory=dict)
 
@@ -345,7 +245,9 @@ def check_recommendation(data: object, path: Path) -> Recommendation:
     if not isinstance(data, dict):
         raise ToolkitError(f"{path}: {NOT_WRITTEN}: a JSON {type(data).__name__}, not an object ({RERUN})")
     try:
-        return _RECOMMENDATION.validate_python({**data, "path": Path(path)}, context={"backends": backends})
+        current = formats.current(data, Path(path), formats.RECOMMENDATION)
+        assert isinstance(current, dict)  # an object stays one
+        return _RECOMMENDATION.validate_python({**current, "path": Path(path)}, context={"backends": backends})
     except pydantic.ValidationError as exc:
         raise ToolkitError(f"{path}: {NOT_WRITTEN}: {first_problem(exc)} ({RERUN})") from None
 
@@ -403,21 +305,22 @@ def for_parity(path: Path, head_dim: int, seqlen: int, causal: bool = True) -> d
 
 def check_targets(bench: dict, targets: list[dict]) -> list[dict]:
     """The knowledge's ratio targets: FA4 over each named backend on one shape (FA2's committed number
-    where this run has no flash-attn row, said so in `fa2_source`)."""
+    where this run has no flash-attn-2 row, said so in `versus_source`). FA4's own hook: its targets are
+    ratios (knowledge/flash_attn_4.yaml), the other implementations' are floors (gpus.yaml, the bench)."""
     shapes = _by_shape(bench)
     results = []
     for target in targets:
         if not bench.get("gpu") or target["gpu"] not in bench["gpu"]:
             continue
         rows = shapes.get((target["dtype"], target["head_dim"], target["causal"], target["mode"], target["seqlen"]), {})
-        fa4 = rows.get("fa4")
+        fa4 = rows.get("flash-attn-4")
         for other, minimum in target["min_vs"].items():
             base, source = rows.get(other), "this run"
-            if base is None and other == "flash-attn" and target.get("fa2_tflops"):
+            if base is None and other == "flash-attn-2" and target.get("fa2_tflops"):
                 base, source = float(target["fa2_tflops"]), "committed FA2 measurement (not this run)"
             ratio = fa4 / base if fa4 and base else None
             results.append({**{k: target[k] for k in ("mode", "dtype", "head_dim", "seqlen", "causal")},
-                            "versus": other, "fa4_tflops": fa4, "versus_tflops": base, "versus_source": source,
+                            "versus": other, "flash_attn_4_tflops": fa4, "versus_tflops": base, "versus_source": source,
                             "ratio": ratio, "min_ratio": minimum, "met": ratio is not None and ratio >= minimum})
     return results
 
@@ -429,7 +332,8 @@ def build(bench: dict, reports: dict[str, dict], knowledge: dict, shape: VerlSha
     ratios = shape_ratios(bench, rules)
     minimum = knowledge.get("recommended_min_ratio", 0.98)
     worst = min((r["ratio"] for r in ratios if r["ratio"] is not None), default=None)
-    return {"kind": "attention-recommendation", "gpu": bench.get("gpu"), "gpu_capability": bench.get("gpu_capability"),
+    return {"kind": "attention-recommendation", "schema": SCHEMA, "gpu": bench.get("gpu"),
+            "gpu_capability": bench.get("gpu_capability"),
             "date": bench.get("date"), "bench_command": bench.get("command"), "torch": bench.get("torch"),
             "versions": _versions(bench), "verified": {name: v.to_json() for name, v in verified.items()},
             "rules": [asdict(r) for r in rules], "shape_ratios": ratios,
@@ -471,7 +375,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     packaged = ", ".join(f"{name}=..." for name in attention_backends.packaged())
     parser.add_argument("--verified", action="append", default=[], metavar="BACKEND=VERIFY_JSON",
                         help=f"a packaged backend's verification report ({packaged}; default with LINE: each "
-                             f"verify.json under reports/LINE/ where `toolkit verify` writes it: flash-attn's in "
+                             f"verify.json under reports/LINE/ where `toolkit verify` writes it: flash-attn-2's in "
                              f"the folder, another backend's in a folder of its name)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="recommendation JSON to write (default with LINE: "
                                                  "reports/LINE/recommendation.json, where doctor and modules read it)")
@@ -485,26 +389,30 @@ def register(verbs: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=recommend_command)
 
 
-def _read_json(path: Path) -> object:
-    return read_json(Path(path), "JSON report", "pass the bench.json or verify.json a toolkit run wrote")
+def _verified_backend(name: str) -> str:
+    """--verified's BACKEND, an earlier name (`fa4`, `flash-attn`) answered with today's in one notice line."""
+    now = attention_backends.current(name)
+    if now != name:
+        rename_notice("toolkit recommend", f"--verified {name}=", f"--verified {now}=")
+    return now
 
 
 def _read_reports(args: argparse.Namespace) -> tuple[dict, dict[str, dict]]:
-    """The bench report and the --verified reports, each checked (`check_input`) before anything is built."""
-    backends, packaged = attention_backends.names(), attention_backends.packaged()
+    """The bench report and the --verified reports, each read at today's schema and checked (`formats`)
+    before anything is built."""
+    packaged = attention_backends.packaged()
     reports = {}
     for item in args.verified:
-        backend, sep, path = item.partition("=")
+        given, sep, path = item.partition("=")
         if not sep:
-            raise ToolkitError(f"--verified {item!r}: expected BACKEND=PATH, e.g. fa4=reports/fa4/verify.json")
+            raise ToolkitError(f"--verified {item!r}: expected BACKEND=PATH, e.g. "
+                               f"flash-attn-4=reports/flash-attn-4/verify.json")
+        backend = _verified_backend(given)
         if backend not in packaged:
             raise ToolkitError(f"--verified {shown(backend)}=PATH: not a packaged backend "
                                f"(name one of: {', '.join(packaged)})")
-        reports[backend] = check_input(VerifyReport, _read_json(Path(path)), Path(path), "verify report",
-                                       "run the verification again", backends)
-    bench = check_input(BenchReport, _read_json(args.bench), args.bench, "`toolkit bench` report",
-                        "run toolkit bench again", backends)
-    return bench, reports
+        reports[backend] = formats.read_verify(Path(path))
+    return formats.read_bench(args.bench), reports
 
 
 def _summary_lines(data: dict, out: Path) -> list[str]:
@@ -517,7 +425,7 @@ def _summary_lines(data: dict, out: Path) -> list[str]:
                      f"seqlen {rule['seqlen_min']}-{upper}: {rule['backend']} ({rule['tflops']:.0f} TFLOP/s)")
     for target in data["targets"]:
         ratio = "-" if target["ratio"] is None else f"{target['ratio']:.2f}"
-        lines.append(f"target {'met' if target['met'] else 'MISSED'}: fa4 / {target['versus']} {target['mode']} "
+        lines.append(f"target {'met' if target['met'] else 'MISSED'}: flash-attn-4 / {target['versus']} {target['mode']} "
                      f"{target['dtype']} d{target['head_dim']} seqlen {target['seqlen']}: {ratio} (needs >= "
                      f"{target['min_ratio']}; {target['versus_source']})")
     worst = data["worst_ratio"]
@@ -551,11 +459,13 @@ def default_reports(args: argparse.Namespace, workspace: Workspace) -> None:
         if not args.bench.is_file():
             raise ToolkitError(f"{display_path(args.bench)}: no bench report for {args.line} (run `toolkit bench "
                                f"{args.line}` first, or pass --bench FILE)")
-    given = {item.partition("=")[0] for item in args.verified}
-    for backend in attention_backends.packaged():
-        report = workspace.backend_report_dir(args.line, backend) / "verify.json"
-        if backend not in given and report.is_file():
-            args.verified.append(f"{backend}={report}")
+    given = {attention_backends.current(item.partition("=")[0]) for item in args.verified}
+    for name, backend in attention_backends.backends().items():
+        folders = [workspace.backend_report_dir(args.line, name)]  # and where a report of schema 1 went
+        folders += [workspace.report_dir(args.line) / old for old in backend.formerly]
+        report = next((f / "verify.json" for f in folders if (f / "verify.json").is_file()), None)
+        if backend.verified_by == "report" and name not in given and report is not None:
+            args.verified.append(f"{name}={report}")
 
 
 def recommend_command(args: argparse.Namespace) -> int:

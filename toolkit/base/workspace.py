@@ -79,11 +79,11 @@ class Workspace:
     def report_dir(self, line: str) -> Path:
         return self.reports / checked_line(line)
 
-    def backend_report_dir(self, line: str, backend: str) -> Path:
-        """Where a packaged backend's verification of the line goes by default (`toolkit verify` writes
-        flash-attn's in the line's folder, each other backend's in a folder of its name), and where
-        `toolkit recommend LINE` looks for it."""
-        return self.report_dir(line) if backend == "flash-attn" else self.report_dir(line) / backend
+    def backend_report_dir(self, line: str, implementation: str) -> Path:
+        """Where an implementation's verification of the line goes by default (`toolkit verify` writes
+        flash-attn-2's in the line's folder, as it always has, each other one's in a folder of its name, e.g.
+        reports/LINE/flash-attn-4/), and where `toolkit recommend LINE` looks for it."""
+        return self.report_dir(line) if implementation == "flash-attn-2" else self.report_dir(line) / implementation
 
     def recommendation_file(self, line: str) -> Path:
         """`toolkit recommend LINE`'s output, which doctor and the modulefile help read back."""

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final, Literal
 
 import pydantic
 from packaging.version import Version
@@ -108,8 +108,36 @@ class RecordedAnswer:
     trimmed: str = ""
 
 
+RECORD_SCHEMA: Final = 2  # 1 (no `schema`): the index was the URL -> RecordedAnswer map alone
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording's index.json: its schema and, per URL, the file that holds the answer."""
+
+    answers: dict[str, RecordedAnswer]
+    schema: Literal[2] = RECORD_SCHEMA
+
+
+def recording(data: object, path: Path, fix: str) -> Recording:
+    """index.json at schema 2 (a schema-1 index, the URL map alone, is read as its `answers`); another schema
+    or shape is one ToolkitError line."""
+    if isinstance(data, dict) and "schema" in data and (data["schema"] != RECORD_SCHEMA
+                                                        or type(data["schema"]) is not int):
+        raise ToolkitError(f"{display_path(path)}: an index of recorded answers of schema {shown(data['schema'])}, "
+                           f"which this toolkit does not read (it reads schemas 1 and {RECORD_SCHEMA}; {fix})")
+    try:
+        if isinstance(data, dict) and "schema" in data:
+            return _RECORDING.validate_python(data)
+        return Recording(_ANSWERS.validate_python(data))  # schema 1 (or no object at all: refused as one)
+    except pydantic.ValidationError as exc:
+        raise ToolkitError(f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
+                           f"{fix})") from None
+
+
 _PYPI_ANSWER = pydantic.TypeAdapter(PypiAnswer)
-_RECORD_INDEX = pydantic.TypeAdapter(dict[str, RecordedAnswer])
+_RECORDING = pydantic.TypeAdapter(Recording)
+_ANSWERS = pydantic.TypeAdapter(dict[str, RecordedAnswer])
 
 
 def live_fetch(url: str) -> bytes:
@@ -126,12 +154,7 @@ def recorded_fetch(folder: Path) -> Fetch:
     """Answers recorded by --record: folder/index.json maps each URL to a file in the folder."""
     fix = "record them again with `toolkit knowledge check-updates --record NEW_DIR`"
     path = folder / RECORD_INDEX
-    data = read_json(path, "index of recorded answers", fix)
-    try:
-        index = _RECORD_INDEX.validate_python(data)
-    except pydantic.ValidationError as exc:
-        raise ToolkitError(f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
-                           f"{fix})") from None
+    index = recording(read_json(path, "index of recorded answers", fix), path, fix).answers
 
     def fetch(url: str) -> bytes:
         if url not in index:
@@ -339,10 +362,10 @@ def record(folder: Path, answers: dict[str, bytes]) -> None:
     for url, answer in answers.items():
         name = re.sub(r"[^A-Za-z0-9.]+", "_", url.split("://", 1)[1]).strip("_")
         write_atomic(folder / name, trimmed(url, answer))
-        index[url] = {"file": name, "recorded": now,
-                      "trimmed": "per release: one file's filename, upload_time, yanked" if url.endswith("/json")
-                      else "as served"}
-    write_atomic(folder / RECORD_INDEX, json.dumps(index, indent=1, sort_keys=True).encode() + b"\n")
+        index[url] = RecordedAnswer(name, now, "per release: one file's filename, upload_time, yanked"
+                                    if url.endswith("/json") else "as served")
+    text = json.dumps(asdict(Recording(index)), indent=1, sort_keys=True)
+    write_atomic(folder / RECORD_INDEX, text.encode() + b"\n")
 
 
 # ---------------------------------------------------------------- CLI

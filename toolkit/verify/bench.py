@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.attention import formats
 from toolkit.base.atomic import write_atomic
 from toolkit.base.entry import program
 from toolkit.base.errors import ToolkitError
@@ -38,15 +39,9 @@ from toolkit.verify import machine
 if TYPE_CHECKING:
     from toolkit.spec.envspec import EnvSpec
 
-IMPLEMENTATIONS = ("flash-attn", "flash-attn-3", "fa4", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
                  "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
-# Implementations that come from an installed package rather than torch: the module each one calls.
-PACKAGED = {"flash-attn": "flash_attn (flash-attn 2.x)", "flash-attn-3": "flash_attn_interface (flash-attn-3)",
-            "fa4": "flash_attn.cute (flash-attn-4)"}
-# FP8 (e4m3) forward: only FlashAttention-3 takes it (torch's SDPA and FA2 do not); rows only where its build has it
-FP8 = "float8_e4m3fn"
-FP8_IMPLEMENTATIONS = ("flash-attn-3",)
+FP8 = "float8_e4m3fn"  # FP8 (e4m3) forward: rows only for a packaged column that takes it, where its build has it
 # torch's words when the requested SDPA backend cannot take the inputs (CUDA, CPU)
 NO_KERNEL_MARKERS = ("No available kernel", "No viable backend")
 QUADRATIC = ("sdpa-math", "eager")
@@ -100,7 +95,85 @@ def shapes(tokens: int = TOKENS, seqlens=SEQLENS, head_dims=HEAD_DIMS, dtypes=DT
             for s in seqlens]
 
 
-# ---------------------------------------------------------------- implementations
+# ---------------------------------------------------------------- the columns: the packaged implementations
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """An implementation that comes from an installed package rather than torch, as a bench column: how the
+    line's python imports it, what bench.json's header says of it, and how a timed call calls it. A new
+    implementation is one entry of PACKAGED (and its row in knowledge/attention_backends.yaml)."""
+
+    name: str  # knowledge/attention_backends.yaml's name, the column's
+    module: str  # what a skipped row names when it is not installed
+    load: Callable[[], tuple[Any, str]]  # (the module, or None and why it does not import)
+    call: Callable[[Any, bool], Callable[..., Any]]  # (module, causal) -> fn(q, k, v, **fp8 descale) -> out
+    version: Callable[[Any], str | None]  # the installed distribution's version (the module in hand)
+    build_flags: Callable[[], dict | None] | None = None  # the build's own switches, where it records them
+    fp8: bool = False  # takes e4m3 inputs (FP8 rows, where build_flags do not leave FP8 out)
+    extension: str | None = None  # its compiled extension module, whose file the header names
+
+
+def _first(out: Any) -> Any:
+    """The output alone, where an implementation returns (out, lse)."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _load_fa2() -> tuple[Any, str]:
+    """flash-attn 2.x. With only FA4 installed `import flash_attn` gives FA4's namespace package, not FA2."""
+    module, error = machine.import_flash_attn()
+    if module is not None and not hasattr(module, "flash_attn_func"):
+        return None, "flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"
+    return module, error
+
+
+def _load_fa3() -> tuple[Any, str]:
+    from toolkit.verify.fa3 import import_fa3
+
+    return import_fa3()
+
+
+def _fa3_version(module: Any) -> str | None:
+    from toolkit.verify.fa3 import fa3_version
+
+    return fa3_version()
+
+
+def _fa3_flags() -> dict | None:
+    from toolkit.verify.fa3 import build_flags
+
+    return build_flags()
+
+
+def _load_fa4() -> tuple[Any, str]:
+    from toolkit.verify.fa4 import import_fa4
+
+    return import_fa4()
+
+
+def _fa4_version(module: Any) -> str | None:
+    from toolkit.verify.fa4 import fa4_version
+
+    return fa4_version()
+
+
+def _called(module: Any, causal: bool) -> Callable[..., Any]:
+    """flash_attn_func(q, k, v, causal=...), the interface every FlashAttention shares; FA3 at an older commit
+    and FA4 (flash_attn.cute) return (out, lse), FA3 at the pin out alone."""
+    return lambda q, k, v, **descale: _first(module.flash_attn_func(q, k, v, causal=causal, **descale))
+
+
+PACKAGED: dict[str, Packaged] = {column.name: column for column in (
+    Packaged("flash-attn-2", "flash_attn (flash-attn 2.x)", _load_fa2, _called,
+             lambda module: getattr(module, "__version__", None), extension="flash_attn_2_cuda"),
+    Packaged("flash-attn-3", "flash_attn_interface (flash-attn-3)", _load_fa3, _called, _fa3_version, _fa3_flags,
+             fp8=True),
+    Packaged("flash-attn-4", "flash_attn.cute (flash-attn-4)", _load_fa4, _called, _fa4_version),
+)}
+PEAK_SHARE = "flash-attn-2"  # the column the table shows as a share of the card's peak, as it always has
+TORCH_OWN = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")  # torch's, no package
+IMPLEMENTATIONS = (*PACKAGED, *TORCH_OWN)  # the columns, in the table's order
+FP8_IMPLEMENTATIONS = tuple(name for name, column in PACKAGED.items() if column.fp8)
 
 
 def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device
@@ -110,16 +183,8 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if implementation == "flash-attn":
-        return False, lambda q, k, v: modules["flash-attn"].flash_attn_func(q, k, v, causal=causal)
-    if implementation == "flash-attn-3":  # out alone at the pin; (out, lse) where an older commit returns both
-        def fa3(q, k, v, **descale):
-            out = modules["flash-attn-3"].flash_attn_func(q, k, v, causal=causal, **descale)
-            return out[0] if isinstance(out, tuple) else out
-
-        return False, fa3
-    if implementation == "fa4":  # flash_attn.cute returns (out, lse)
-        return False, lambda q, k, v: modules["fa4"].flash_attn_func(q, k, v, causal=causal)[0]
+    if implementation in PACKAGED:
+        return False, PACKAGED[implementation].call(modules[implementation], causal)
     if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
         future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
 
@@ -172,7 +237,7 @@ def _row(implementation: str, shape: Shape, causal: bool, mode: str, status: str
 
 def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> str:
     if implementation in PACKAGED and modules.get(implementation) is None:
-        return f"{PACKAGED[implementation]} is not installed in this environment"
+        return f"{PACKAGED[implementation].module} is not installed in this environment"
     if implementation in QUADRATIC and shape.seqlen > QUADRATIC_MAX_SEQLEN:
         return f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
     return ""
@@ -207,16 +272,15 @@ def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, caus
     return row
 
 
-def run_bench(flash_attn: Any, shape_list: list[Shape], device, timer: Timer,
-              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None,
-              fa4: Any = None, fa3: Any = None) -> list[Measurement]:
+def run_bench(modules: dict[str, Any], shape_list: list[Shape], device, timer: Timer,
+              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None
+              ) -> list[Measurement]:
     """Every implementation x mode x causal on every shape; inputs are made once per shape. An FP8 shape is
-    FA3's forward alone. `flash_attn` / `fa4` / `fa3`: the flash-attn 2.x module, flash_attn.cute and
-    flash_attn_interface, None where not installed."""
+    the FP8 columns' forward alone. `modules`: each packaged implementation's module (PACKAGED's `load`), a
+    missing one skipped."""
     import torch
 
     device = torch.device(device)
-    modules = {"flash-attn": flash_attn, "fa4": fa4, "flash-attn-3": fa3}
     rows = []
     for shape in shape_list:
         fp8 = shape.dtype == FP8
@@ -284,53 +348,58 @@ def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 4
 # ---------------------------------------------------------------- measuring side (line's python)
 
 
-def import_packages() -> tuple[Any, Any, Any, list[str]]:
-    """(flash-attn 2.x module, flash_attn.cute, flash_attn_interface (FA3), each None where missing; why each
-    missing one does not import). With only FA4 installed `import flash_attn` gives FA4's namespace package,
-    which is not FA2."""
-    from toolkit.verify.fa3 import import_fa3
-    from toolkit.verify.fa4 import import_fa4
-
-    flash_attn, fa2_error = machine.import_flash_attn()
-    if flash_attn is not None and not hasattr(flash_attn, "flash_attn_func"):
-        flash_attn, fa2_error = None, "flash_attn is only flash-attn-4's namespace package (no flash-attn 2.x)"
-    fa4, fa4_error = import_fa4()
-    fa3, fa3_error = import_fa3()
-    errors = [f"flash_attn: {fa2_error}"] if flash_attn is None else []
-    errors += [f"flash_attn.cute: {fa4_error}"] if fa4 is None else []
-    return flash_attn, fa4, fa3, errors + ([f"flash_attn_interface: {fa3_error}"] if fa3 is None else [])
+def import_packages() -> tuple[dict[str, Any], list[str]]:
+    """Each packaged implementation's module (None where missing), and why each missing one does not import."""
+    loaded = {name: column.load() for name, column in PACKAGED.items()}
+    errors = [f"{PACKAGED[name].module.split()[0]}: {why}" for name, (module, why) in loaded.items() if module is None]
+    return {name: module for name, (module, _) in loaded.items()}, errors
 
 
-def fp8_shapes(fa3: Any, tokens: int, seqlens, head_dims) -> tuple[list[Shape], str]:
-    """FA3's FP8 shapes where its build has FP8 (flash_attn_config's switches), and what the header says."""
-    from toolkit.verify.fa3 import build_flags
-
-    if fa3 is None:
-        return [], "no FlashAttention-3 here"
-    if (build_flags() or {}).get("FLASHATTENTION_DISABLE_FP8"):
-        return [], "this FlashAttention-3 build leaves FP8 out (flash_attn_config: FLASHATTENTION_DISABLE_FP8)"
+def fp8_shapes(modules: dict[str, Any], tokens: int, seqlens, head_dims) -> tuple[list[Shape], str]:
+    """FP8 shapes where an FP8 column is installed and its build has FP8 (its own switches), and what the
+    header says."""
+    fp8 = [PACKAGED[name] for name in FP8_IMPLEMENTATIONS if modules.get(name) is not None]
+    if not fp8:
+        return [], f"no {' or '.join(FP8_IMPLEMENTATIONS)} here"
+    left_out = [c.name for c in fp8 if ((c.build_flags() if c.build_flags else None) or {}).get(
+        "FLASHATTENTION_DISABLE_FP8")]
+    if len(left_out) == len(fp8):
+        return [], f"this {' and '.join(left_out)} build leaves FP8 out (its build flags: FLASHATTENTION_DISABLE_FP8)"
     return shapes(tokens, seqlens, head_dims, (FP8,)), "e4m3 inputs, descale factors of 1, bf16 output, fwd"
+
+
+def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]:
+    """bench.json's entry per packaged implementation (attention_backends.yaml's bench_field: flash_attn_2, ...):
+    its version and path, its extension's file and its build's switches where it has them."""
+    header = {}
+    for name, column in PACKAGED.items():
+        module = modules.get(name)
+        entry: dict[str, Any] = {"version": column.version(module), "path": getattr(module, "__file__", None)}
+        if column.extension:
+            entry["extension"] = getattr(sys.modules.get(column.extension), "__file__", None)
+        if column.build_flags:
+            entry["build_flags"] = column.build_flags()
+        if column.fp8:
+            entry["fp8"] = fp8_note
+        header[name.replace("-", "_")] = entry
+    return header
 
 
 def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, head_dims) -> int:
     machine.require_cuda("the benchmark")
-    flash_attn, fa4, fa3, import_errors = import_packages()
-    if flash_attn is None and fa4 is None and fa3 is None:
-        raise ToolkitError(f"none of flash-attn, flash-attn-3 and flash-attn-4 imports under {sys.executable}: "
+    modules, import_errors = import_packages()
+    if all(module is None for module in modules.values()):
+        raise ToolkitError(f"none of {', '.join(PACKAGED)} imports under {sys.executable}: "
                            f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
                            f"`toolkit verify {line}` for details)")
-    fp8_list, fp8_note = fp8_shapes(fa3, tokens, seqlens, head_dims)
+    fp8_list, fp8_note = fp8_shapes(modules, tokens, seqlens, head_dims)
     shape_list = shapes(tokens, seqlens, head_dims) + fp8_list
     total = (len(shape_list) - len(fp8_list)) * len(MODES) * 2 * len(IMPLEMENTATIONS) + len(fp8_list) * 2 * len(
         FP8_IMPLEMENTATIONS)
     started = time.perf_counter()
-    from toolkit.verify.fa3 import build_flags, fa3_version
-    from toolkit.verify.fa4 import fa4_version
-
-    header = {"kind": "bench", "line": line, **machine.environment_info(flash_attn, command),
-              "flash_attn_4": {"version": fa4_version(), "path": getattr(fa4, "__file__", None)},
-              "flash_attn_3": {"version": fa3_version(), "path": getattr(fa3, "__file__", None),
-                               "build_flags": build_flags(), "fp8": fp8_note},
+    environment = machine.environment_info(None, command)
+    del environment["flash_attn"]  # the report of one implementation names it here; the bench's, each in its entry
+    header = {"kind": "bench", "schema": formats.SCHEMA, "line": line, **environment, **_header(modules, fp8_note),
               "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
               "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
     rows: list[Measurement] = []
@@ -349,7 +418,7 @@ def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, hea
                 f"{row.reason}" if row.status == "error" else "")
 
     with machine.progress(total, f"bench {line}") as advance:
-        run_bench(flash_attn, shape_list, DEVICE, cuda_timer, fa4=fa4, fa3=fa3, on_row=on_row)
+        run_bench(modules, shape_list, DEVICE, cuda_timer, on_row=on_row)
     write(partial=False)
     return 0
 
@@ -374,7 +443,7 @@ def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict
 def implementations_not_built(spec: EnvSpec) -> dict[str, str]:
     """Implementations the line's spec does not build, each with why: a target on one does not apply to it."""
     setting = spec.flash_attn_2_left_out()
-    return {"flash-attn": f"line {spec.line} builds no flash-attn 2.x ({setting})"} if setting else {}
+    return {"flash-attn-2": f"line {spec.line} builds no flash-attn 2.x ({setting})"} if setting else {}
 
 
 def evaluate_targets(data: dict, targets: list[dict], not_built: dict[str, str]) -> list[dict]:
@@ -405,7 +474,9 @@ def finish(report_dir: Path, console, not_built: dict[str, str], gpus_file: Path
     """Add peak fractions and targets (of `gpus_file`) to bench.json, plot bench.png, print the table; 1 if any
     target is missed (one on an implementation in `not_built`, which the line does not build, does not apply)."""
     path = report_dir / "bench.json"
-    data = read_json(path, "bench report", "run the bench again")
+    data = formats.current(read_json(path, "bench report", "run the bench again"), path, formats.BENCH)
+    if not isinstance(data, dict):
+        raise ToolkitError(f"{path}: not a bench report: a JSON {type(data).__name__} (run the bench again)")
     gpu, targets = gpu_facts(data.get("gpu"), gpus_file)
     peak = gpu["bf16_dense_tflops"] if gpu else None
     data["peak"] = gpu or {"match": None, "bf16_dense_tflops": None,
@@ -427,12 +498,10 @@ def print_table(data: dict, console) -> None:
     from rich.table import Table
 
     peak = data["peak"]["bf16_dense_tflops"]
-    fields = (("flash-attn-3", "flash_attn_3"), ("flash-attn-4", "flash_attn_4"))
-    packages = "".join(f"{name} {version}, " for name, field in fields
-                       if (version := (data.get(field) or {}).get("version")))
-    table = Table(title=f"attention TFLOP/s on {data['gpu']} (flash-attn {data['flash_attn']['version']}, "
-                        f"{packages}torch {data['torch']})")
-    for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, "flash-attn % peak"):
+    packages = "".join(f"{name} {version}, " for name in PACKAGED
+                       if (version := (data.get(name.replace("-", "_")) or {}).get("version")))
+    table = Table(title=f"attention TFLOP/s on {data['gpu']} ({packages}torch {data['torch']})")
+    for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, f"{PEAK_SHARE} % peak"):
         table.add_column(column, justify="right")
     grouped: dict[tuple, dict[str, dict]] = {}
     for row in data["measurements"]:
@@ -440,7 +509,7 @@ def print_table(data: dict, console) -> None:
         grouped.setdefault(key, {})[row["implementation"]] = row
     for (dtype, head_dim, mode, causal, seqlen), rows in grouped.items():
         cells = [_cell(rows.get(name)) for name in IMPLEMENTATIONS]
-        fa = rows.get("flash-attn")
+        fa = rows.get(PEAK_SHARE)
         share = f"{100 * fa['tflops'] / peak:.0f}%" if peak and fa and fa["tflops"] else "-"
         table.add_row(dtype, str(head_dim), mode, "yes" if causal else "no", str(seqlen), *cells, share)
     console.print(table)
@@ -505,15 +574,19 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def _add_grid_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=TOKENS, help=f"batch x seqlen per shape (default {TOKENS})")
-    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, help="comma-separated (default 512..16384)")
-    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, help="comma-separated (default 64,128,256)")
+    parser.add_argument("--tokens", type=int, default=TOKENS, metavar="N",
+                        help=f"batch x seqlen per shape (default {TOKENS})")
+    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, metavar="S,S,...",
+                        help="sequence lengths, comma-separated (default 512..16384)")
+    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, metavar="D,D,...",
+                        help="head dims, comma-separated (default 64,128,256)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="TFLOP/s of flash-attn vs torch SDPA backends and eager, on a GPU",
-        description="Time flash-attn against torch SDPA (flash, cuDNN, efficient, math) and eager attention: "
+        "bench", help="TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
+        description=f"Time each installed FlashAttention ({', '.join(PACKAGED)}) against torch SDPA (flash, cuDNN, "
+                    "efficient, math) and eager attention: "
                     "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
                     "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed (a target "
                     "on an implementation the line does not build does not apply).")
@@ -541,10 +614,13 @@ def bench_command(args: argparse.Namespace) -> int:
 @program
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.verify.bench LINE`: the measuring half alone, as re-executed under the line's python."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench")
-    parser.add_argument("line", metavar="LINE")
-    parser.add_argument("--report-dir", type=Path, required=True)
-    parser.add_argument("--command", default="python -m toolkit.verify.bench")
+    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench",
+                                     description="The measuring half of `toolkit bench`, under the line's python: "
+                                                 "writes DIR/bench.json (the toolkit's python finishes it).")
+    parser.add_argument("line", metavar="LINE", help="the line being measured (named in the report)")
+    parser.add_argument("--report-dir", type=Path, required=True, metavar="DIR", help="where bench.json goes")
+    parser.add_argument("--command", default="python -m toolkit.verify.bench", metavar="TEXT",
+                        help="the command line the report names")
     _add_grid_options(parser)
     args = parser.parse_args(argv)
     return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)

@@ -13,7 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolkit.attention import formats
 from toolkit.base.atomic import write_atomic
+from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 
 if TYPE_CHECKING:  # no torch needed to render a report
@@ -32,7 +34,7 @@ def build_report(line: str, level: str, environment: dict, results: list[CaseRes
     summary: dict[str, object] = {status: sum(1 for row in everything if row["status"] == status)
                                   for status in STATUSES}
     summary.update(total=len(everything), duration_s=round(duration_s, 2), setup_error=setup_error)
-    return {"kind": "verify", "line": line, "level": level, **environment, "summary": summary,
+    return {"kind": "verify", "schema": formats.SCHEMA, "line": line, "level": level, **environment, "summary": summary,
             "cases": cases, "parity": parity_rows}
 
 
@@ -153,7 +155,11 @@ def _number(value: float | None) -> str:
 
 
 def show(report_path: Path, console) -> None:
-    report = read_json(Path(report_path), "verify report", "pass the verify.json a `toolkit verify` run wrote")
+    path = Path(report_path)
+    report = formats.current(read_json(path, "verify report", "pass the verify.json a `toolkit verify` run wrote"),
+                             path, formats.VERIFY)
+    if not isinstance(report, dict):
+        raise ToolkitError(f"{path}: not a verify report: a JSON {type(report).__name__} (run the verification again)")
     print_tables(report, console)
     console.print(summary_line(report, Path(report_path).parent))
     line = recommended_line(report)
