@@ -66,7 +66,7 @@ def verify_command(args: argparse.Namespace) -> int:
     suite = checked_suite(args.impl, args.level)
     spec = machine.checked_line_spec(args)
     profile = suite.build_profile(spec)
-    args.report_dir = args.report_dir or Workspace.from_args(args).backend_report_dir(spec.line, suite.REPORT_FOLDER)
+    args.report_dir = args.report_dir or Workspace.from_args(args).backend_report_dir(spec.line, args.impl)
     command = " ".join(["toolkit verify", args.line, *reproduce(args.impl, args.level, args.arch)])
     child = ["--impl", args.impl, "--level", args.level, *(["--profile", profile] if profile else []),
              *(["--arch", str(args.arch)] if args.arch else []), "--command", command]

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from toolkit.verify.runner import CaseResult
 
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
-REPORT_FOLDER = "flash-attn"  # Workspace.backend_report_dir: the line's own folder
 LEVEL_PREFIX = ""
 WITH_PARITY: tuple[str, ...] = ("full", "parity")
 

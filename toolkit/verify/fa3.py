@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 DEVICE = "cuda"
 PACKAGE = "flash-attn-3 (flash_attn_interface)"
-REPORT_FOLDER = "flash-attn-3"  # Workspace.backend_report_dir: reports/LINE/flash-attn-3/
 LEVEL_PREFIX = "fa3-"
 WITH_PARITY: tuple[str, ...] = ()
 

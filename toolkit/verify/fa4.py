@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from toolkit.verify.runner import CaseResult
 
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash_attn.cute
-REPORT_FOLDER = "fa4"  # Workspace.backend_report_dir: reports/LINE/fa4/, where `toolkit recommend` looks
 LEVEL_PREFIX = "fa4-"
 WITH_PARITY: tuple[str, ...] = ("parity",)  # a report of its own: the kernels' levels carry none
 

@@ -54,11 +54,6 @@ class Suite(Protocol):
     """What `toolkit verify LINE --impl NAME` needs of an implementation's suite (fa2.py, fa3.py, fa4.py)."""
 
     @property
-    def REPORT_FOLDER(self) -> str:
-        """Its name in knowledge/attention_backends.yaml: Workspace.backend_report_dir turns it into the report
-        folder, where `toolkit recommend` looks for it."""
-
-    @property
     def LEVEL_PREFIX(self) -> str:
         """What the report's level starts with ("fa4-" in "fa4-smoke"), so a report says which suite wrote it."""
 
