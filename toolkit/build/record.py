@@ -18,11 +18,11 @@ import pydantic
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.workspace import BUILD_RECORD_SUFFIX, KERNEL_CACHE_RECORD_SUFFIX
 from toolkit.env.lockfile import LockedSdist
-from toolkit.fa4.jit import RECORD_SUFFIX as CACHE_RECORD_SUFFIX
 
 RECORD_SCHEMA = 1
-RECORD_SUFFIX = ".build.json"
+RECORD_SUFFIX = BUILD_RECORD_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class BuildRecord:
     def from_json(cls, data: object, where: str) -> BuildRecord:
         if isinstance(data, dict) and data.get("kind") == "fa4-kernel-cache":  # named so by `fa4 warm` before
             raise ToolkitError(f"{where}: a kernel cache's record (`toolkit fa4 warm`), not a build record (rename "
-                               f"it to {where.removesuffix(RECORD_SUFFIX)}{CACHE_RECORD_SUFFIX})")
+                               f"it to {where.removesuffix(RECORD_SUFFIX)}{KERNEL_CACHE_RECORD_SUFFIX})")
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             raise ToolkitError(f"{where}: not a build record of schema {RECORD_SCHEMA} "
                                f"(delete it and rebuild with --force)")

@@ -1,6 +1,6 @@
-"""What one `toolkit build` compiles: FlashAttention-2 from the line's locked sdist (builder.Fa2Source) or
-FlashAttention-3 from its pinned archives (fa3.Fa3Source), behind one interface, so both go through the same
-sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build).
+"""What one `toolkit build` compiles, behind one interface (WheelSource), so every implementation's wheel goes
+through the same sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build). Each
+implementation is one module beside this one (fa2.py, fa3.py), named in builder.WHEEL_SOURCES.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
-from toolkit.env.lockfile import LockedPackage, LockedSdist
+from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge.object_costs import CostKey
 
 
@@ -34,8 +34,8 @@ class SourceTree:
     environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
     imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
     patches: list[dict[str, Any]] = field(default_factory=list)
-    record_section: dict[str, Any] = field(default_factory=dict)  # BuildRecord.flash_attn_3
-    fa4_pin: LockedPackage | None = None  # the lock's FA4 wheel, restored after FA2's install
+    record_section: dict[str, Any] = field(default_factory=dict)  # the record's section of this implementation
+    after_install: Callable[[str, Path], None] | None = None  # (python, log): a step after the wheel's install
     check_wheel: Callable[[Path], None] | None = None  # a refusal of the built wheel beyond the shared checks
 
 
