@@ -15,7 +15,8 @@ from cuda_toolchain import tool_on_path
 
 from toolkit.cli import main
 from toolkit.knowledge.facts import load_knowledge
-from toolkit.spec import fa3_rules, fa4_rules
+from toolkit.spec import fa3 as fa3_rules
+from toolkit.spec import fa4 as fa4_rules
 from toolkit.spec.envspec import load_spec, merge
 from toolkit.spec.rules import RULES, violations
 

@@ -354,7 +354,7 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer
 
     from toolkit.env import fa4_lock
     from toolkit.knowledge import fa4_pins
-    from toolkit.spec import fa4_rules
+    from toolkit.spec import fa4 as fa4_rules
 
     assert spec.flash_attn_4 is not None
     rel = fa4_pins.release(spec.flash_attn_4.version)

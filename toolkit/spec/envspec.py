@@ -768,7 +768,7 @@ def _fa4_request(section: dict | None) -> Fa4Request | None:
 
 
 def _fa3_request(section: dict | None) -> Fa3Request | None:
-    """None unless both commit and profile are set (fa3_rules names what a partial section lacks)."""
+    """None unless both commit and profile are set (spec/fa3.py names what a partial section lacks)."""
     if not section or section.get("commit") is None or section.get("profile") is None:
         return None
     return Fa3Request(section["commit"], section["profile"], bool(section.get("with_flash_attn_2", True)))
