@@ -288,7 +288,7 @@ RULE_FAILURES = [
      "silently skips sm_86 (drop it: sm_80 code runs on sm_86/sm_89)"),
     ("flash-attn-released", {"flash_attn": "2.9.9"}, "cu126",
      "envs/cu126.yaml:9: flash_attn.version: flash-attn 2.9.9 is not a released version (newest known: 2.8.3.post2; "
-     "see toolkit/knowledge/flash_attn.yaml)"),
+     "see toolkit/knowledge/flash_attn_2.yaml)"),
     ("flash-attn-cuda-floor", {"cuda": '"11.8"', "torch_version": "2.7.1", "index": "cu118", "gcc": "11"}, "cu118",
      "envs/cu118.yaml:9: flash_attn.version: flash-attn 2.8.3.post2 needs CUDA >= 12.0 (use flash-attn <= 2.7.3 for "
      "CUDA 11.8)"),
@@ -304,7 +304,7 @@ def write_line(envs: Path, name: str, values: dict) -> None:
     (envs / f"{name}.yaml").write_text(
         f"extends: base\ncuda: {v['cuda']}\npython: {v['python']}\ngcc: {v['gcc']}\ntorch:\n"
         f"  version: \"{v['torch_version']}\"\n  index: https://download.pytorch.org/whl/{v['index']}\n"
-        f"archs: {v['archs']}\nflash_attn: {{version: \"{v['flash_attn']}\"}}\n"
+        f"archs: {v['archs']}\nflash_attn_2: {{version: \"{v['flash_attn']}\"}}\n"
         + (f"channels: {v['channels']}\n" if "channels" in v else ""))
 
 

@@ -44,7 +44,7 @@ def spec_for(tmp_path: Path, torch: str, flash_attn: str = "2.8.3.post2", cuda: 
     (envs / "base.yaml").write_text((ROOT / "envs/base.yaml").read_text())
     (envs / f"{tag}.yaml").write_text(
         f'extends: base\ncuda: "{cuda}"\npython: "3.12"\ngcc: {gcc}\ntorch:\n  version: "{torch}"\n'
-        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn: {{version: \"{flash_attn}\"}}\n")
+        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn_2: {{version: \"{flash_attn}\"}}\n")
     return load_spec(envs / f"{tag}.yaml")
 
 

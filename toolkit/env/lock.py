@@ -407,7 +407,7 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
         if sdist_version == Version(version) and not entry.get("yanked") and entry["hashes"].get("sha256"):
             return LockedSdist(url=urllib.parse.urljoin(url, entry["url"]), filename=entry["filename"],
                                sha256=entry["hashes"]["sha256"])
-    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn.version)")
+    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn_2.version)")
 
 
 # ---------------------------------------------------------------- writing the lock

@@ -1,5 +1,5 @@
-"""Compatibility rules for a line's flash-attn 2.x (`flash_attn.version`, its archs and patches), read from
-knowledge/flash_attn.yaml and patches.yaml.
+"""Compatibility rules for a line's flash-attn 2.x (`flash_attn_2.version`, its archs and patches), read from
+knowledge/flash_attn_2.yaml and patches.yaml.
 
 Each check takes (spec, kb) like the rules in toolkit/spec/rules.py (whose CHECKS registry names this module)
 and returns the problem and its fix as one sentence, or None.
@@ -39,7 +39,7 @@ def flash_attn_released(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_version in kb.fa_released:
         return None
     return (f"flash-attn {spec.flash_attn_version} is not a released version "
-            f"(newest known: {kb.fa_released[-1]}; see toolkit/knowledge/flash_attn.yaml)")
+            f"(newest known: {kb.fa_released[-1]}; see toolkit/knowledge/flash_attn_2.yaml)")
 
 
 def flash_attn_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -77,8 +77,8 @@ def flash_attn_patch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
 CHECKS: tuple[Check, ...] = (
     ("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
     ("archs-built-by-flash-attn", "archs", archs_built_by_flash_attn),
-    ("flash-attn-released", "flash_attn.version", flash_attn_released),
-    ("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
-    ("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
-    ("flash-attn-patch-known", "flash_attn.version", flash_attn_patch_known),
+    ("flash-attn-released", "flash_attn_2.version", flash_attn_released),
+    ("flash-attn-cuda-floor", "flash_attn_2.version", flash_attn_cuda),
+    ("flash-attn-torch-floor", "flash_attn_2.version", flash_attn_torch),
+    ("flash-attn-patch-known", "flash_attn_2.version", flash_attn_patch_known),
 )
