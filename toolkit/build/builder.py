@@ -216,8 +216,8 @@ def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallel
 
 
 def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tuple[str, ...]) -> dict:
-    """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: the lock's sha256,
-    FA3's commit and archives), known without reading the lock (so a cache hit stays fast): the environment
+    """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: a lock's sha256, a
+    commit and its archives), known without reading the lock (so a cache hit stays fast): the environment
     follows from these, and jobs/threads change only the speed, so neither is part of the key; nor are file
     paths (the same inputs from another working directory are the same build)."""
     torch = fp.torch
@@ -537,7 +537,7 @@ def step_record(run: BuildRun) -> BuildResult | None:
         files=tree.files,
         sdist=tree.pin,
         patches=tree.patches,  # patches hook: file, sha256, applied
-        flash_attn_3=tree.record_section,
+        flash_attn_3=tree.record_section,  # the record's one implementation section (formats: build/record.py)
         environment=run.env,
         neutralised_environment=neutralised(dict(os.environ), run.env),
         parallelism={"jobs": par.jobs, "nvcc_threads": par.nvcc_threads, "cpus": par.cpus,

@@ -24,12 +24,12 @@ from toolkit.knowledge.object_costs import CostKey
 class SourceTree:
     """A source unpacked in the build folder: where pip builds it and what its wheel must hold."""
 
-    project_dir: Path  # where `pip wheel` runs (the sdist's root; FA3's hopper/)
+    project_dir: Path  # where `pip wheel` runs (the source's root, or the folder of its setup.py)
     epoch: int  # SOURCE_DATE_EPOCH: the newest file time
     pin: LockedSdist  # the archive the record names and an earlier build's times are matched by
     wheel_archs: tuple[str, ...]  # archs the wheel's .so files must hold
     files: dict[str, str]  # the files it came from, as display paths, for the record
-    source_root: Path  # the unpacked source's top (the sdist's; FA3's flash-attention/): object costs' paths start here
+    source_root: Path  # the unpacked source's top: object costs' paths start here
     costs_key: CostKey  # what the knowledge's object costs of this source are looked up by (a first build's order)
     environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
     imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
