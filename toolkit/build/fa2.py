@@ -15,7 +15,7 @@ from toolkit.base.workspace import Workspace
 from toolkit.build import fa4_hooks
 from toolkit.build.source import SourceTree, extract_sdist, settle_times
 from toolkit.env.download import fetch_verified
-from toolkit.env.lock import LockedEnv, LockedSdist, read_lock, stale_reason
+from toolkit.env.lockfile import LockedEnv, LockedSdist, read_lock, stale_reason
 from toolkit.knowledge.facts import arch_number
 from toolkit.knowledge.object_costs import CostKey
 from toolkit.spec import patches

@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -344,7 +345,8 @@ def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT,
             CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]))
 
 
-def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer:
+def with_flash_attn_4(spec: EnvSpec, layer: PipLayer,
+                      files_of: Callable[[str], list[dict]] | None = None) -> PipLayer:
     """The layer plus FlashAttention-4's exact wheels (knowledge/flash_attn_4.yaml, the line's CUDA-major flavor of
     nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
     requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
