@@ -35,12 +35,11 @@ from toolkit.base.workspace import Workspace
 from toolkit.build.builder import (
     BuildOptions,
     build,
-    fetch_sdist,
     resolve_archs,
-    setup_py_archs,
     size_parallelism,
     torch_arch_list,
 )
+from toolkit.build.fa2 import fetch_sdist, setup_py_archs
 from toolkit.build.ninja_shim import ManifestPlan, install_ninja_shim, prepared_manifest
 from toolkit.build.record import BuildRecord, ObjectTime
 from toolkit.build.timing import efficiency

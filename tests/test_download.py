@@ -17,7 +17,7 @@ from conda_channel import channel_dir, serve_directory  # noqa: F401
 from test_hostile_archives import HOSTILE, dot_conda
 
 from toolkit.base.errors import ToolkitError
-from toolkit.build.builder import fetch_sdist
+from toolkit.build.fa2 import fetch_sdist
 from toolkit.env import download
 from toolkit.env.archives import check_conda_archive
 from toolkit.env.download import cache_entry, fetch_verified

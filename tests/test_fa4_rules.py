@@ -50,7 +50,7 @@ def test_beside_fa2_is_allowed_for_a_read_fa2_and_refused_for_another(tmp_path):
     path = line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn_4:\n  version: "4.0.0b36"\n')
     assert load_spec(path).flash_attn_4.with_flash_attn_2
     assert "flash_attn_4.with_flash_attn_2" not in messages(path)
-    other = line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn:\n  version: "2.8.3"\n'
+    other = line(tmp_path, 'extends: cu130\narchs: ["90"]\nflash_attn_2:\n  version: "2.8.3"\n'
                            'flash_attn_4:\n  version: "4.0.0b36"\n')
     found = messages(other)
     assert "flash_attn_4.with_flash_attn_2" in found, found

@@ -15,7 +15,8 @@ from cuda_toolchain import tool_on_path
 
 from toolkit.cli import main
 from toolkit.knowledge.facts import load_knowledge
-from toolkit.spec import fa3_rules, fa4_rules
+from toolkit.spec import fa3 as fa3_rules
+from toolkit.spec import fa4 as fa4_rules
 from toolkit.spec.envspec import load_spec, merge
 from toolkit.spec.rules import RULES, violations
 
@@ -150,7 +151,7 @@ BAD_INPUTS = [
      "envs/cu126.yaml:3: malformed YAML: tab character in indentation (indent with spaces)"),
     ("unknown-key", CU126 + "cuda_version: '12.6'\n",
      "envs/cu126.yaml:8: cuda_version: unknown field (known fields: extends, description, cuda, python, "
-     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, archs, "
+     "gcc, platforms, channels, conda_packages, pip_packages, torch, flash_attn_2, flash_attn_4, flash_attn_3, archs, "
      "build, toolchain)"),
     ("unknown-nested-key", CU126 + "build:\n  max_jobs: 4\n",
      "envs/cu126.yaml:9: build.max_jobs: unknown field (known fields of build: jobs, nvcc_threads, "
@@ -237,7 +238,7 @@ def test_broken_base_reported_once_for_all_lines(envs, capsys):
     code, out, _ = check(capsys)
     assert code == 1
     assert out == ["envs/base.yaml:18: bogus: unknown field (known fields: extends, description, cuda, python, gcc, "
-                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn, flash_attn_4, flash_attn_3, "
+                   "platforms, channels, conda_packages, pip_packages, torch, flash_attn_2, flash_attn_4, flash_attn_3, "
                    "archs, build, toolchain)"]
 
 
@@ -273,7 +274,7 @@ RULE_FAILURES = [
      "toolkit/knowledge/conda_forge_nvcc.yaml)"),
     ("flash-attn-patch-known", {"cuda": '"13.0"', "torch_version": "2.14.1", "index": "cu130", "gcc": "14",
                                 "flash_attn": "2.8.2"}, "cu130",
-     "envs/cu130.yaml:9: flash_attn.version: flash-attn 2.8.2 with torch 2.14.1 cannot build: torch >= 2.13 headers "
+     "envs/cu130.yaml:9: flash_attn_2.version: flash-attn 2.8.2 with torch 2.14.1 cannot build: torch >= 2.13 headers "
      "need C++20 and this setup.py passes -std=c++17; no patch in toolkit/knowledge/patches.yaml covers 2.8.2 (use "
      "flash-attn 2.8.3.post2, which a patch fixes, a torch that is not >=2.13, or add a patch for it)"),
     ("gcc-accepted-by-nvcc", {"gcc": "14"}, "cu126",
@@ -286,14 +287,14 @@ RULE_FAILURES = [
      "envs/cu126.yaml:8: archs: flash-attn 2.8.3.post2's setup.py compiles only sm_80, sm_90, sm_100, sm_120 and "
      "silently skips sm_86 (drop it: sm_80 code runs on sm_86/sm_89)"),
     ("flash-attn-released", {"flash_attn": "2.9.9"}, "cu126",
-     "envs/cu126.yaml:9: flash_attn.version: flash-attn 2.9.9 is not a released version (newest known: 2.8.3.post2; "
-     "see toolkit/knowledge/flash_attn.yaml)"),
+     "envs/cu126.yaml:9: flash_attn_2.version: flash-attn 2.9.9 is not a released version (newest known: 2.8.3.post2; "
+     "see toolkit/knowledge/flash_attn_2.yaml)"),
     ("flash-attn-cuda-floor", {"cuda": '"11.8"', "torch_version": "2.7.1", "index": "cu118", "gcc": "11"}, "cu118",
-     "envs/cu118.yaml:9: flash_attn.version: flash-attn 2.8.3.post2 needs CUDA >= 12.0 (use flash-attn <= 2.7.3 for "
+     "envs/cu118.yaml:9: flash_attn_2.version: flash-attn 2.8.3.post2 needs CUDA >= 12.0 (use flash-attn <= 2.7.3 for "
      "CUDA 11.8)"),
     ("flash-attn-torch-floor", {"cuda": '"12.1"', "torch_version": "2.1.2", "index": "cu121", "gcc": "12",
                                 "python": '"3.11"'}, "cu121",
-     "envs/cu121.yaml:9: flash_attn.version: flash-attn 2.8.3.post2 needs torch >= 2.2 (raise torch.version)"),
+     "envs/cu121.yaml:9: flash_attn_2.version: flash-attn 2.8.3.post2 needs torch >= 2.2 (raise torch.version)"),
 ]
 
 
@@ -303,7 +304,7 @@ def write_line(envs: Path, name: str, values: dict) -> None:
     (envs / f"{name}.yaml").write_text(
         f"extends: base\ncuda: {v['cuda']}\npython: {v['python']}\ngcc: {v['gcc']}\ntorch:\n"
         f"  version: \"{v['torch_version']}\"\n  index: https://download.pytorch.org/whl/{v['index']}\n"
-        f"archs: {v['archs']}\nflash_attn: {{version: \"{v['flash_attn']}\"}}\n"
+        f"archs: {v['archs']}\nflash_attn_2: {{version: \"{v['flash_attn']}\"}}\n"
         + (f"channels: {v['channels']}\n" if "channels" in v else ""))
 
 
@@ -344,7 +345,7 @@ def test_all_violations_reported_not_just_the_first(envs, capsys):
     write_line(envs, "cu126", {"gcc": "14", "archs": '["75", "100"]', "flash_attn": "2.9.9"})
     code, out, _ = check(capsys, "cu126")
     assert code == 1 and len(out) == 4
-    assert [line.split(": ")[1] for line in out] == ["gcc", "archs", "archs", "flash_attn.version"]
+    assert [line.split(": ")[1] for line in out] == ["gcc", "archs", "archs", "flash_attn_2.version"]
 
 
 def test_value_from_base_points_at_base(envs, capsys):

@@ -15,7 +15,7 @@ import zstandard
 from conda_channel import build_channel, toolchain_packages
 
 from toolkit.base.errors import ToolkitError
-from toolkit.build.builder import extract_sdist
+from toolkit.build.source import extract_sdist
 from toolkit.env.archives import check_conda_archive
 
 

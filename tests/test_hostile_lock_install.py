@@ -331,7 +331,7 @@ def test_sdist_values_that_become_paths_are_checked_before_anything_is_touched(f
 
 
 def test_fetch_sdist_never_leaves_its_cache_for_a_hostile_pin(tmp_path):
-    from toolkit.build.builder import fetch_sdist
+    from toolkit.build.fa2 import fetch_sdist
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -20,7 +20,7 @@ def line(envs: Path, cuda: str, gcc: int, torch: str, python: str = "3.12", flas
     tag = "cu" + cuda.replace(".", "")
     (envs / f"{tag}.yaml").write_text(
         f'extends: base\ncuda: "{cuda}"\npython: "{python}"\ngcc: {gcc}\ntorch:\n  version: "{torch}"\n'
-        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn: {{version: \"{flash_attn}\"}}\n{extra}")
+        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn_2: {{version: \"{flash_attn}\"}}\n{extra}")
     return tag
 
 
@@ -106,7 +106,7 @@ def test_a_line_needing_cxx20_without_a_known_patch_is_refused(envs, capsys):
     tag = line(envs, "13.0", 14, "2.14.1", flash_attn="2.8.2")
     code, out = check(capsys, tag)
     assert code == 1
-    assert out == ["envs/cu130.yaml:8: flash_attn.version: flash-attn 2.8.2 with torch 2.14.1 cannot build: torch >= "
+    assert out == ["envs/cu130.yaml:8: flash_attn_2.version: flash-attn 2.8.2 with torch 2.14.1 cannot build: torch >= "
                    "2.13 headers need C++20 and this setup.py passes -std=c++17; no patch in "
                    "toolkit/knowledge/patches.yaml covers 2.8.2 (use flash-attn 2.8.3.post2, which a patch fixes, a "
                    "torch that is not >=2.13, or add a patch for it)"]

@@ -44,7 +44,7 @@ def spec_for(tmp_path: Path, torch: str, flash_attn: str = "2.8.3.post2", cuda: 
     (envs / "base.yaml").write_text((ROOT / "envs/base.yaml").read_text())
     (envs / f"{tag}.yaml").write_text(
         f'extends: base\ncuda: "{cuda}"\npython: "3.12"\ngcc: {gcc}\ntorch:\n  version: "{torch}"\n'
-        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn: {{version: \"{flash_attn}\"}}\n")
+        f"  index: https://download.pytorch.org/whl/{tag}\nflash_attn_2: {{version: \"{flash_attn}\"}}\n")
     return load_spec(envs / f"{tag}.yaml")
 
 
@@ -184,7 +184,7 @@ def test_missing_patch_binary_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.network
 def test_patch_applies_to_the_whole_pinned_sdist(tmp_path, pinned_sdist):
     """Unpacked the way the build unpacks it."""
-    from toolkit.build.builder import extract_sdist
+    from toolkit.build.source import extract_sdist
 
     src, _ = extract_sdist(pinned_sdist, tmp_path / "build")
     assert (src / "setup.py").read_bytes() == REAL_SETUP.read_bytes()
@@ -224,7 +224,7 @@ def setup_py_flags(src: Path, torch_version: str, cuda_home: str) -> dict[str, l
 def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
     torch = pytest.importorskip("torch")
     nvcc = tool_on_path("nvcc")
-    from toolkit.build.builder import extract_sdist
+    from toolkit.build.source import extract_sdist
 
     cuda_home = str(Path(nvcc).resolve().parent.parent)
     src, _ = extract_sdist(pinned_sdist, tmp_path / "build")

@@ -465,7 +465,8 @@ def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activat
 
 
 def _flash_attn_source(tmp: Path) -> Path:
-    from toolkit.build.builder import extract_sdist, fetch_sdist
+    from toolkit.build.fa2 import fetch_sdist
+    from toolkit.build.source import extract_sdist
 
     sdist = fetch_sdist(FA_SDIST, Path(os.environ.get("FA_SDIST_CACHE", ROOT / ".cache")))
     return extract_sdist(sdist, tmp)[0]

@@ -16,6 +16,9 @@ from pathlib import Path
 from toolkit.base.errors import ToolkitError
 
 LOCK_SUFFIX = ".conda-lock.yml"  # locks/<line>.conda-lock.yml
+# Records that may lie side by side in wheelhouse/<line>/: a built wheel's and a warmed kernel cache's.
+BUILD_RECORD_SUFFIX = ".build.json"  # <wheel>.build.json (toolkit/build/record.py)
+KERNEL_CACHE_RECORD_SUFFIX = ".kernel-cache.json"  # <name>.kernel-cache.json (toolkit/fa4/jit.py)
 PROJECT_CACHE = Path(".cache")  # the project's own cache folder, in the working directory
 
 # A line's name becomes a file name in four folders: a plain name, never a path.

@@ -15,7 +15,9 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from toolkit.base.arguments import add_arch, add_line, add_prefix
 from toolkit.base.atomic import clean_stale, run_temporaries
 from toolkit.base.children import kill_group, popen_tied
 from toolkit.base.digest import sha256_file
@@ -32,10 +33,10 @@ from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
-from toolkit.build.build_dirs import SCHEDULE, keyed_build_folder, prune
+from toolkit.build import fa2, fa3, fa4_hooks
+from toolkit.build.build_dirs import SCHEDULE, BuildFolder, keyed_build_folder, prune
 from toolkit.build.diagnose import explain_file
 from toolkit.build.estimate import NINJA_STATUS, CompileProgress, ManifestObjects, Sizing, estimate_line, filled
-from toolkit.build.fa3 import Fa3Source
 from toolkit.build.ninja_shim import (
     BUILD_DIR_ALIAS,
     MANIFEST_OBJECTS,
@@ -44,7 +45,7 @@ from toolkit.build.ninja_shim import (
     manifest_outcome,
 )
 from toolkit.build.record import BuildInputs, BuildOutputs, BuildRecord, ObjectTime, Parallelism, Schedule
-from toolkit.build.source import SourceTree, WheelSource, extract_sdist, settle_times
+from toolkit.build.source import SourceTree, WheelSource
 from toolkit.build.timing import ScheduleOrder, children_cpu_s, describe, efficiency, ninja_objects, schedule_order
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import (
@@ -59,17 +60,14 @@ from toolkit.build.wheelhouse import (
 )
 from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.cache.substitute import fetch_substitute
-from toolkit.env.download import fetch_verified
 from toolkit.env.lock import missing_lock
-from toolkit.env.lockfile import LockedEnv, LockedSdist, read_lock, stale_reason
-from toolkit.knowledge.facts import arch_number, minor_of
-from toolkit.knowledge.object_costs import CostKey
+from toolkit.knowledge.facts import minor_of
 from toolkit.machine import line_env
 from toolkit.machine.fingerprint import Fingerprint
 from toolkit.machine.line_env import LineEnvironment
 from toolkit.machine.preflight import preflight_input, run_preflight
-from toolkit.spec import patches
 from toolkit.spec.envspec import EnvSpec, resolve_spec_arg
+from toolkit.spec.patches import AppliedPatch
 from toolkit.spec.rules import checked_spec
 
 # Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
@@ -114,12 +112,6 @@ class BuildResult:
 
 
 # ---------------------------------------------------------------- inputs
-
-
-def fetch_sdist(sdist: LockedSdist, cache: Path) -> Path:
-    """The locked sdist from .cache/sdist/<sha256>/<filename>, downloading it only when absent
-    (toolkit/env/download.py: the hash-verified cache that conda archives use too)."""
-    return fetch_verified(sdist, Path(cache) / "sdist", f"flash-attn sdist {sdist.filename}")
 
 
 def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple[str, ...]:
@@ -215,8 +207,8 @@ def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallel
 
 
 def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tuple[str, ...]) -> dict:
-    """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: the lock's sha256,
-    FA3's commit and archives), known without reading the lock (so a cache hit stays fast): the environment
+    """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: a lock's sha256, a
+    commit and its archives), known without reading the lock (so a cache hit stays fast): the environment
     follows from these, and jobs/threads change only the speed, so neither is part of the key; nor are file
     paths (the same inputs from another working directory are the same build)."""
     torch = fp.torch
@@ -233,32 +225,6 @@ def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tup
         "archs": list(archs),
         "local_version": local_version(spec),
     }
-
-
-def read_current_lock(spec: EnvSpec, lock_file: Path) -> LockedEnv:
-    """The verified lock, refused when it no longer matches the spec."""
-    try:
-        locked = read_lock(lock_file)
-    except ImportError as exc:  # the lock reader validates with conda-lock's own models
-        raise ToolkitError(f"{display_path(lock_file)}: reading it needs the Python package {exc.name} "
-                           f"(pip install conda-lock into the toolkit's environment)") from None
-    stale = stale_reason(spec, locked)
-    if stale:
-        raise ToolkitError(f"{display_path(lock_file)}: {stale}")
-    return locked
-
-
-def setup_py_archs(src_dir: Path) -> set[str] | None:
-    """The archs a flash-attn setup.py knows (`if "90" in cuda_archs()`); None when it takes any.
-
-    flash-attn 2.8.3 emits -gencode only for 80, 90, 100 and 120 and skips other requested archs
-    without a word, so asking for 86 would cost a full build before the arch check noticed."""
-    try:
-        text = (src_dir / "setup.py").read_text(errors="replace")
-    except OSError:
-        return None
-    known = set(re.findall(r"""["'](\d+[af]?)["']\s+in\s+cuda_archs\(\)""", text))
-    return known or None
 
 
 # ---------------------------------------------------------------- running pip with progress
@@ -314,63 +280,20 @@ def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, c
             raise
 
 
-# ---------------------------------------------------------------- the build
+# ---------------------------------------------------------------- the wheel sources
 
-
-@dataclass
-class Fa2Source:
-    """flash-attn 2.x from the line's locked sdist, with the patches the line needs (toolkit/spec/patches.py)."""
-
-    spec: EnvSpec
-    lock_file: Path
-    locked: LockedEnv | None = None
-    sdist: Path | None = None
-    label: str = "flash-attn"
-
-    def line_dir(self, workspace: Workspace) -> Path:
-        return workspace.wheel_dir(self.spec.line)
-
-    def key_inputs(self) -> dict[str, Any]:
-        """The lock's sha256 pins the sdist; each patch the build applies is part of the key too."""
-        if not self.lock_file.exists():
-            raise ToolkitError(f"{display_path(self.lock_file)}: no lock file (run `toolkit lock {self.spec.line}` "
-                               f"first)")
-        return {"lock_sha256": sha256_file(self.lock_file), **patches.key_inputs(self.spec)}
-
-    def threads_per_object(self, archs: tuple[str, ...]) -> int:
-        return len(archs)  # flash-attn 2.x compiles every object for every arch
-
-    def fetch(self, cache: Path) -> None:
-        self.locked = read_current_lock(self.spec, self.lock_file)
-        self.sdist = fetch_sdist(self.locked.sdist, cache)
-        self.label = self.locked.sdist.filename
-
-    def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree:
-        assert self.locked is not None and self.sdist is not None  # fetch() came first
-        src_dir, epoch = extract_sdist(self.sdist, build_dir)
-        applied = patches.apply(src_dir, self.spec, self.locked.sdist.sha256)  # patches hook (patches.yaml)
-        settle_times(src_dir, epoch)  # a resumed build's kept objects stay newer than every patched file
-        known = setup_py_archs(src_dir)
-        if known is not None and not set(archs) <= known:
-            skipped = ", sm_".join(a for a in archs if a not in known)
-            raise ToolkitError(f"{display_path(self.sdist)}: its setup.py compiles only "
-                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
-                               f"silently (drop them from archs / --arch)")
-        fa4_pin = next((p for p in self.locked.packages if p.manager == "pip" and p.name == "flash-attn-4"), None)
-        return SourceTree(src_dir, epoch, self.locked.sdist, archs,
-                          {"spec": display_path(self.spec.path), "lock": display_path(self.lock_file)},
-                          source_root=src_dir, costs_key=CostKey("fa2", self.locked.sdist.sha256),
-                          patches=[asdict(p) for p in applied], fa4_pin=fa4_pin)
+# The implementations `toolkit build` compiles, by name, in the order a line builds them: each module's
+# wanted(spec, workspace) is its WheelSource where the line asks for it, else None.
+WHEEL_SOURCES: dict[str, Callable[[EnvSpec, Workspace], WheelSource | None]] = {
+    "flash-attn-2": fa2.wanted,
+    "flash-attn-3": fa3.wanted,
+}
+DEFAULT_SOURCE = fa2.Fa2Source.of  # what build() compiles when handed no source
 
 
 def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
-    """What `toolkit build LINE` makes: FA2 unless the line builds FA3 instead of it, and FA3 where it asks."""
-    wanted: list[WheelSource] = []
-    if spec.flash_attn_2_left_out() is None:
-        wanted.append(Fa2Source(spec, workspace.lock_file(spec.line)))
-    if spec.flash_attn_3 is not None:
-        wanted.append(Fa3Source.of(spec))
-    return wanted
+    """What `toolkit build LINE` makes: each implementation of WHEEL_SOURCES the line asks for."""
+    return [source for wanted in WHEEL_SOURCES.values() if (source := wanted(spec, workspace)) is not None]
 
 
 def first_estimate(spec: EnvSpec, source: WheelSource, archs: tuple[str, ...], par: Parallelism,
@@ -396,126 +319,268 @@ def first_estimate(spec: EnvSpec, source: WheelSource, archs: tuple[str, ...], p
     return CompileProgress(shim_dir, len(known) if known else None, 0, here, known)
 
 
-def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None) -> BuildResult:
-    """Build (or find in the cache) one wheel of a line (FA2 by default); see the module docstring for the steps."""
-    workspace = options.workspace
-    source = source or Fa2Source(spec, workspace.lock_file(spec.line))
-    cache = options.cache or workspace.cache
-    line_dir = source.line_dir(workspace)
-    found = line_env.resolve(spec, options.prefix, workspace=workspace)
+# ---------------------------------------------------------------- the build, as a table of named steps
+
+
+@dataclass
+class BuildRun:
+    """One build's state: each step of BUILD_STEPS reads what the steps before it set."""
+
+    spec: EnvSpec
+    options: BuildOptions
+    console: Console
+    source: WheelSource
+    folders: ExitStack  # the keyed build folder, held until the build ends
+    workspace: Workspace = field(init=False)
+    cache: Path = field(init=False)
+    line_dir: Path = field(init=False)
+    tc: LineEnvironment = field(init=False)
+    build_parent: Path = field(init=False)
+    fp: Fingerprint = field(init=False)
+    archs: tuple[str, ...] = field(init=False)
+    inputs: dict[str, Any] = field(init=False)
+    key: str = field(init=False)
+    mem_gb: float = field(init=False)
+    folder: BuildFolder = field(init=False)
+    par: Parallelism = field(init=False)
+    started: datetime = field(init=False)
+    log_path: Path = field(init=False)
+    tree: SourceTree = field(init=False)
+    env: dict[str, str] = field(init=False)
+    order: ScheduleOrder = field(init=False)
+    shim_dir: Path = field(init=False)
+    interrupted: ManifestObjects | None = field(init=False)
+    before: dict[str, dict[str, Any]] = field(init=False)
+    built: Path = field(init=False)
+    wall: float = field(init=False)
+    cpu_s: float = field(init=False)
+    version: str = field(init=False)
+    modules: list[str] = field(init=False)
+    so_archs: dict[str, list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workspace = self.options.workspace
+        self.cache = self.options.cache or self.workspace.cache
+        self.line_dir = self.source.line_dir(self.workspace)
+
+    @property
+    def build_dir(self) -> Path:
+        return self.folder.path
+
+
+def step_toolchain(run: BuildRun) -> BuildResult | None:
+    """The line's toolchain, the machine's fingerprint and the archs to compile."""
+    spec, workspace = run.spec, run.workspace
+    found = line_env.resolve(spec, run.options.prefix, workspace=workspace)
     if found.missing and not workspace.lock_file(spec.line).exists():  # the cause, not `run toolkit install` first
         raise ToolkitError(missing_lock(spec, workspace))
-    tc = found.require_installed(spec.line)
-    build_parent = cache / "build"
-    build_parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(build_parent)  # what killed builds left
-    fp = tc.fingerprint(work_dir=build_parent)
-    archs = resolve_archs(spec, options.arch, fp)
-    inputs = {**keyed_inputs(spec, tc, fp, archs), **source.key_inputs()}
-    key = inputs_key(inputs)
-    if not options.force:
-        hit = find_cached(line_dir, key)
-        if hit:
-            return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
-        for site in options.caches:
-            hit = substitute(site, key, line_dir, cache, console)
-            if hit:
-                write_index(workspace.wheelhouse)
-                return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True,
-                                   substituted_from=hit.record.substituted_from)
+    run.tc = found.require_installed(spec.line)
+    run.build_parent = run.cache / "build"
+    run.build_parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(run.build_parent)  # what killed builds left
+    run.fp = run.tc.fingerprint(work_dir=run.build_parent)
+    run.archs = resolve_archs(spec, run.options.arch, run.fp)
+    return None
 
-    prune(build_parent, in_use=key)  # build folders unused for long, or beyond the disk budget
-    mem_gb = options.mem_gb or fp.mem_available_gb
-    compile_env = process_environment(dict(os.environ), {**tc.include_environment(), "PATH": tc.path_env,
+
+def step_inputs(run: BuildRun) -> BuildResult | None:
+    """The cache key: the build's inputs and the source's own (WheelSource.key_inputs)."""
+    run.inputs = {**keyed_inputs(run.spec, run.tc, run.fp, run.archs), **run.source.key_inputs()}
+    run.key = inputs_key(run.inputs)
+    return None
+
+
+def step_cache(run: BuildRun) -> BuildResult | None:
+    """The wheel of these inputs from the wheelhouse, then from each binary cache; ends the build when found."""
+    if run.options.force:
+        return None
+    hit = find_cached(run.line_dir, run.key)
+    if hit:
+        return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True)
+    for site in run.options.caches:
+        hit = substitute(site, run.key, run.line_dir, run.cache, run.console)
+        if hit:
+            write_index(run.workspace.wheelhouse)
+            return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True,
+                               substituted_from=hit.record.substituted_from)
+    return None
+
+
+def step_preflight(run: BuildRun) -> BuildResult | None:
+    """Old build folders pruned, then the toolchain checked before anything is fetched or compiled."""
+    options = run.options
+    prune(run.build_parent, in_use=run.key)  # build folders unused for long, or beyond the disk budget
+    run.mem_gb = options.mem_gb or run.fp.mem_available_gb
+    compile_env = process_environment(dict(os.environ), {**run.tc.include_environment(), "PATH": run.tc.path_env,
                                                          "LC_ALL": "C"})
-    run_preflight(preflight_input(spec, fp, archs, mem_gb, build_parent, compile_env,
+    run_preflight(preflight_input(run.spec, run.fp, run.archs, run.mem_gb, run.build_parent, compile_env,
                                   archs_given=None if options.arch is None else f"--arch {options.arch}",
                                   mem_given=None if options.mem_gb is None else f"--mem-gb {options.mem_gb:g}"))
-    source.fetch(cache)
-    with keyed_build_folder(build_parent, key, fresh=options.force, keep=options.keep_build_dir) as folder:
-        resumed_threads = folder.previous.nvcc_threads if folder.previous else None  # its compile commands'
-        par = size_parallelism(fp.cpus, mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
-                               source.threads_per_object(archs), options.jobs or spec.build.jobs,
-                               options.nvcc_threads or spec.build.nvcc_threads or resumed_threads)
-        if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > mem_gb:
-            console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than {mem_gb:.0f} GB "
-                          f"(about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM killer may stop the build")
-        (line_dir / "logs").mkdir(parents=True, exist_ok=True)
-        started = datetime.now(timezone.utc)
-        log_path = line_dir / "logs" / f"build-{started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
-        build_dir = folder.path
-        tree = folder.unpacked(source, archs, par.nvcc_threads)
-        env = {**build_environment(tc, archs, par, inputs["local_version"], tree.epoch, build_dir), **tree.environment}
-        order = schedule_order(options.order_from, line_dir, tree.pin, archs, tree.costs_key)
-        shim_dir = build_dir / SCHEDULE
-        interrupted = ManifestObjects.read(shim_dir)  # the object list of the build that stopped here
-        (shim_dir / MANIFEST_OBJECTS).unlink(missing_ok=True)  # this build's shim writes its own
-        plan = ManifestPlan(str(build_dir), order.object_seconds, str(tree.source_root), order.source_seconds,
-                            "previous build's times" if order.kind == "record" else "the knowledge's object costs")
-        if not install_ninja_shim(shim_dir, plan, env["PATH"]):
-            raise ToolkitError(f"{tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
-                               "(install ninja into the environment)")
-        out_dir = build_dir / "dist"
-        cmd = [str(tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-               "--wheel-dir", str(out_dir), str(tree.project_dir)]
-        console.print(f"building {source.label} for {spec.line}: archs {', '.join(archs)}; {par.basis}")
-        console.print(f"log: {display_path(log_path)}")
-        console.print(f"schedule: {order.summary()}")
-        tracker = first_estimate(spec, source, archs, par, order, interrupted, shim_dir, console)
-        before = {o["name"]: o for o in ninja_objects(tree.project_dir)}
-        t0, cpu0 = time.monotonic(), children_cpu_s()
-        run_env = {**env, "PATH": f"{shim_dir}{os.pathsep}{env['PATH']}"}
-        try:
-            rc = run_logged(cmd, run_env, build_dir, log_path, console, tracker)
-        except KeyboardInterrupt:
-            done = ManifestObjects.read(shim_dir)
-            console.print(f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
-                          f"{display_path(build_dir)}; `toolkit build {spec.line}` continues from them")
-            raise
-        wall, cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
-        if rc != 0:
-            raise ToolkitError(f"{display_path(log_path)}: build failed (pip exit {rc}): "
-                               f"{explain_file(log_path, (tc.cuda_home,) if tc.cuda_home else ())}")
-        built = next(out_dir.glob("*.whl"), None)
-        if built is None:
-            raise ToolkitError(f"{display_path(log_path)}: pip reported success but wrote no wheel (see the log)")
-        version, modules, so_archs = verify_wheel(built, tree.wheel_archs, inputs["local_version"],
-                                                  build_dir / "verify", log_path)
-        if tree.check_wheel:
-            tree.check_wheel(built)
-        if options.install:
-            install_and_import(tc, built, [*modules, *tree.imports], options.install_target, log_path, tree.fa4_pin)
-        objects = ninja_objects(tree.project_dir)
-        compiled = [o for o in objects if before.get(o["name"]) != o]  # by this run: efficiency is its own
-        record = BuildRecord(
-            inputs_key=key,
-            inputs=BuildInputs.from_json(inputs),
-            files=tree.files,
-            sdist=tree.pin,
-            patches=[patches.AppliedPatch(**patch) for patch in tree.patches],  # patches hook: file, sha256, applied
-            flash_attn_3=tree.record_section,
-            environment=env,
-            neutralised_environment=neutralised(dict(os.environ), env),
-            parallelism=replace(par, mem_gb=round(par.mem_gb, 1)),
-            schedule=Schedule.model_validate({**order.record_fields(), **manifest_outcome(shim_dir)}),
-            outputs=BuildOutputs(
-                wheel=built.name, version=version, wheel_sha256=sha256_file(built),
-                wheel_size=built.stat().st_size, modules=modules, archs_compiled=so_archs,
-                imported=options.install, wall_s=round(wall, 1),
-                efficiency=efficiency(compiled, par.jobs, wall, cpu_s, par.cpus),
-                objects=[ObjectTime(**o) for o in objects]),
-            resumed=({"objects_kept": len(objects) - len(compiled), "objects_compiled": len(compiled),
-                      "folder": display_path(build_dir)} if len(compiled) < len(objects) else {}),
-            fingerprint=fp.to_dict(),
-            log=display_path(log_path),
-            started=started.isoformat(timespec="seconds"),
-            finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        )
-        wheel = place(built, line_dir, record)
-        write_index(workspace.wheelhouse)
-        if options.keep_build_dir:
-            console.print(f"build directory kept: {display_path(build_dir)}")
-        return BuildResult(wheel, record_path_for(wheel), record, cached=False)
+    return None
+
+
+def step_fetch(run: BuildRun) -> BuildResult | None:
+    """Every pinned file of the source in the cache, checked."""
+    run.source.fetch(run.cache)
+    return None
+
+
+def step_folder(run: BuildRun) -> BuildResult | None:
+    """The build folder of these inputs (an interrupted build's, to continue), held until the build ends."""
+    run.folder = run.folders.enter_context(keyed_build_folder(run.build_parent, run.key, fresh=run.options.force,
+                                                              keep=run.options.keep_build_dir))
+    return None
+
+
+def step_size(run: BuildRun) -> BuildResult | None:
+    """Jobs x nvcc threads from cores and memory (an interrupted build's threads, which its commands carry)."""
+    spec, options, folder = run.spec, run.options, run.folder
+    resumed_threads = folder.previous.nvcc_threads if folder.previous else None  # its compile commands'
+    par = size_parallelism(run.fp.cpus, run.mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
+                           run.source.threads_per_object(run.archs), options.jobs or spec.build.jobs,
+                           options.nvcc_threads or spec.build.nvcc_threads or resumed_threads)
+    if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > run.mem_gb:
+        run.console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than "
+                          f"{run.mem_gb:.0f} GB (about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM "
+                          f"killer may stop the build")
+    run.par = par
+    return None
+
+
+def step_unpack(run: BuildRun) -> BuildResult | None:
+    """The source unpacked into the build folder and the environment the compile runs with."""
+    (run.line_dir / "logs").mkdir(parents=True, exist_ok=True)
+    run.started = datetime.now(timezone.utc)
+    run.log_path = run.line_dir / "logs" / f"build-{run.started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+    run.tree = run.folder.unpacked(run.source, run.archs, run.par.nvcc_threads)
+    run.env = {**build_environment(run.tc, run.archs, run.par, run.inputs["local_version"], run.tree.epoch,
+                                   run.build_dir), **run.tree.environment}
+    return None
+
+
+def step_schedule(run: BuildRun) -> BuildResult | None:
+    """The object order (the previous build's times or the knowledge's costs), in the ninja shim."""
+    run.order = schedule_order(run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key)
+    run.shim_dir = run.build_dir / SCHEDULE
+    run.interrupted = ManifestObjects.read(run.shim_dir)  # the object list of the build that stopped here
+    (run.shim_dir / MANIFEST_OBJECTS).unlink(missing_ok=True)  # this build's shim writes its own
+    plan = ManifestPlan(str(run.build_dir), run.order.object_seconds, str(run.tree.source_root),
+                        run.order.source_seconds,
+                        "previous build's times" if run.order.kind == "record" else "the knowledge's object costs")
+    if not install_ninja_shim(run.shim_dir, plan, run.env["PATH"]):
+        raise ToolkitError(f"{run.tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
+                           "(install ninja into the environment)")
+    return None
+
+
+def step_compile(run: BuildRun) -> BuildResult | None:
+    """`pip wheel --no-build-isolation` with a live bar; Ctrl-C keeps the finished objects for the next build."""
+    spec, console, par = run.spec, run.console, run.par
+    out_dir = run.build_dir / "dist"
+    cmd = [str(run.tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
+           "--wheel-dir", str(out_dir), str(run.tree.project_dir)]
+    console.print(f"building {run.source.label} for {spec.line}: archs {', '.join(run.archs)}; {par.basis}")
+    console.print(f"log: {display_path(run.log_path)}")
+    console.print(f"schedule: {run.order.summary()}")
+    tracker = first_estimate(spec, run.source, run.archs, par, run.order, run.interrupted, run.shim_dir, console)
+    run.before = {o["name"]: o for o in ninja_objects(run.tree.project_dir)}
+    t0, cpu0 = time.monotonic(), children_cpu_s()
+    run_env = {**run.env, "PATH": f"{run.shim_dir}{os.pathsep}{run.env['PATH']}"}
+    try:
+        rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+    except KeyboardInterrupt:
+        done = ManifestObjects.read(run.shim_dir)
+        console.print(f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
+                      f"{display_path(run.build_dir)}; `toolkit build {spec.line}` continues from them")
+        raise
+    run.wall, run.cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
+    if rc != 0:
+        raise ToolkitError(f"{display_path(run.log_path)}: build failed (pip exit {rc}): "
+                           f"{explain_file(run.log_path, (run.tc.cuda_home,) if run.tc.cuda_home else ())}")
+    built = next(out_dir.glob("*.whl"), None)
+    if built is None:
+        raise ToolkitError(f"{display_path(run.log_path)}: pip reported success but wrote no wheel (see the log)")
+    run.built = built
+    return None
+
+
+def step_check(run: BuildRun) -> BuildResult | None:
+    """The wheel's local tag and archs, the source's own check, then its install and import."""
+    tree = run.tree
+    run.version, run.modules, run.so_archs = verify_wheel(run.built, tree.wheel_archs, run.inputs["local_version"],
+                                                          run.build_dir / "verify", run.log_path)
+    if tree.check_wheel:
+        tree.check_wheel(run.built)
+    if run.options.install:
+        install_and_import(run.tc, run.built, [*run.modules, *tree.imports], run.options.install_target,
+                           run.log_path, tree.after_install)
+    return None
+
+
+def step_record(run: BuildRun) -> BuildResult | None:
+    """The build record, the wheel and the record placed in the wheelhouse, the index rewritten."""
+    par, tree, built = run.par, run.tree, run.built
+    objects = ninja_objects(tree.project_dir)
+    compiled = [o for o in objects if run.before.get(o["name"]) != o]  # by this run: efficiency is its own
+    record = BuildRecord(
+        inputs_key=run.key,
+        inputs=BuildInputs.from_json(run.inputs),
+        files=tree.files,
+        sdist=tree.pin,
+        patches=[AppliedPatch(**patch) for patch in tree.patches],  # patches hook: file, sha256, applied
+        flash_attn_3=tree.record_section,  # the record's one implementation section (formats: build/record.py)
+        environment=run.env,
+        neutralised_environment=neutralised(dict(os.environ), run.env),
+        parallelism=replace(par, mem_gb=round(par.mem_gb, 1)),
+        schedule=Schedule.model_validate({**run.order.record_fields(), **manifest_outcome(run.shim_dir)}),
+        outputs=BuildOutputs(
+            wheel=built.name, version=run.version, wheel_sha256=sha256_file(built),
+            wheel_size=built.stat().st_size, modules=run.modules, archs_compiled=run.so_archs,
+            imported=run.options.install, wall_s=round(run.wall, 1),
+            efficiency=efficiency(compiled, par.jobs, run.wall, run.cpu_s, par.cpus),
+            objects=[ObjectTime(**o) for o in objects]),
+        resumed=({"objects_kept": len(objects) - len(compiled), "objects_compiled": len(compiled),
+                  "folder": display_path(run.build_dir)} if len(compiled) < len(objects) else {}),
+        fingerprint=run.fp.to_dict(),
+        log=display_path(run.log_path),
+        started=run.started.isoformat(timespec="seconds"),
+        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    wheel = place(built, run.line_dir, record)
+    write_index(run.workspace.wheelhouse)
+    if run.options.keep_build_dir:
+        run.console.print(f"build directory kept: {display_path(run.build_dir)}")
+    return BuildResult(wheel, record_path_for(wheel), record, cached=False)
+
+
+# The build, step by step: each step either hands the next what it found (in BuildRun) or ends the build with
+# its result (a cached wheel; the placed one). A step's name is how messages, timings and docs refer to it.
+BUILD_STEPS: tuple[tuple[str, Callable[[BuildRun], BuildResult | None]], ...] = (
+    ("toolchain", step_toolchain),
+    ("inputs", step_inputs),
+    ("cache", step_cache),
+    ("preflight", step_preflight),
+    ("fetch", step_fetch),
+    ("folder", step_folder),
+    ("size", step_size),
+    ("unpack", step_unpack),
+    ("schedule", step_schedule),
+    ("compile", step_compile),
+    ("check", step_check),
+    ("record", step_record),
+)
+
+
+def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None) -> BuildResult:
+    """Build (or find in the cache) one wheel of a line (DEFAULT_SOURCE when none is given): BUILD_STEPS in order."""
+    with ExitStack() as folders:
+        run = BuildRun(spec, options, console, source or DEFAULT_SOURCE(spec, options.workspace), folders)
+        for _name, step in BUILD_STEPS:
+            result = step(run)
+            if result is not None:
+                return result
+    raise AssertionError("the last build step returns the result")  # step_record always does
+
 
 
 def substitute(site: CacheSite, key: str, line_dir: Path, cache: Path, console: Console) -> CachedBuild | None:
@@ -544,10 +609,8 @@ def build_command(args: argparse.Namespace) -> int:
                            install_target=args.install_target, order_from=args.order_from,
                            caches=tuple(configured_caches(args.cache)))
     sources = sources_of(spec, workspace)
-    if not sources:  # FA4 instead of FA2: nothing to compile, FA4 is pinned wheels
-        raise ToolkitError(f"{spec.where('flash_attn_4.with_flash_attn_2')}: line {spec.line} builds no wheel "
-                           f"({spec.flash_attn_2_left_out()}: FlashAttention-4 instead of flash-attn 2.x); install "
-                           f"FA4 with `toolkit fa4 install --lock {display_path(workspace.fa4_lock_file(spec.line))}`")
+    if not sources:
+        raise ToolkitError(fa4_hooks.nothing_to_build(spec, workspace))
     for source in sources:
         t0 = time.monotonic()
         with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
@@ -605,14 +668,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
                     "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
                     "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
-    add_line(parser)
+    parser.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
     add_workspace_options(parser)
-    add_prefix(parser, "installed environment of a locked line (default: .envs/LINE)")
-    add_arch(parser, "archs to compile: `native` (the GPUs present) or a list like 80,90 (default: the spec's archs)")
-    parser.add_argument("--jobs", type=_positive_int, metavar="N", help="parallel compile jobs (MAX_JOBS; default: sized)")
-    parser.add_argument("--nvcc-threads", type=_positive_int, metavar="N",
-                        help="threads per nvcc (NVCC_THREADS; default: sized)")
-    parser.add_argument("--mem-gb", type=_positive_float, metavar="GB",
+    parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
+    parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
+                                       "(default: the spec's archs)")
+    parser.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)")
+    parser.add_argument("--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)")
+    parser.add_argument("--mem-gb", type=_positive_float,
                         help="memory to size jobs against (default: MemAvailable; machines that grow memory "
                              "on demand show less than they have)")
     parser.add_argument("--force", action="store_true",
@@ -622,7 +685,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="keep the unpacked sdist and objects in .cache/build/KEY/ after a successful build "
                              "(an interrupted one keeps them anyway, and the next build continues from them)")
     parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
-    parser.add_argument("--install-target", type=Path, metavar="DIR", help="install into this directory (pip --target) instead")
+    parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
     parser.add_argument("--order-from", type=Path, metavar="RECORD",
                         help="start objects longest first by the times in this build record of the same sdist "
                              "(default: the newest record in wheelhouse/LINE/; without one, the object costs "
@@ -637,6 +700,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser("build-report", help="the newest build record's wall time and parallel efficiency",
                                    description="Print the figures of the newest build record in wheelhouse/LINE/: "
                                                "wall time, jobs x nvcc threads and why, parallel efficiency.")
-    add_line(report)
+    report.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
     add_workspace_options(report)
     report.set_defaults(func=build_report_command)

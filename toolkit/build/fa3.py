@@ -132,7 +132,7 @@ class Fa3Source:
 
     @classmethod
     def of(cls, spec: EnvSpec) -> Fa3Source:
-        assert spec.flash_attn_3 is not None  # builder.sources_of asks only such a line
+        assert spec.flash_attn_3 is not None  # wanted() asks only such a line
         found = fa3_pins.commit(spec.flash_attn_3.commit)
         chosen = fa3_pins.profile(spec.flash_attn_3.profile)
         return cls(spec, found, chosen, label=f"FlashAttention-3 {found.version} at {found.commit[:12]} "
@@ -173,3 +173,8 @@ class Fa3Source:
             environment={**OFFLINE, **self.profile.environment(), "GIT_CEILING_DIRECTORIES": str(build_dir.parent)},
             imports=fa3_pins.installs()[1], record_section=section,
             check_wheel=lambda wheel: check_beside(wheel, theirs))
+
+
+def wanted(spec: EnvSpec, workspace: Workspace) -> Fa3Source | None:
+    """FA3 where the line asks for it (a `flash_attn_3:` section with commit and profile)."""
+    return Fa3Source.of(spec) if spec.flash_attn_3 is not None else None

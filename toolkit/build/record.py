@@ -25,12 +25,12 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.versioned import Format
+from toolkit.base.workspace import BUILD_RECORD_SUFFIX, KERNEL_CACHE_RECORD_SUFFIX
 from toolkit.env.lockfile import LockedSdist
-from toolkit.fa4.jit import RECORD_SUFFIX as CACHE_RECORD_SUFFIX
 from toolkit.spec.patches import AppliedPatch, PatchRecord
 
 RECORD_SCHEMA = 1
-RECORD_SUFFIX = ".build.json"
+RECORD_SUFFIX = BUILD_RECORD_SUFFIX
 REBUILD = "delete it and rebuild with --force: `toolkit build LINE --force`"
 EXACT = pydantic.ConfigDict(extra="forbid")  # the inputs are hashed: a key the model would drop is refused
 
@@ -196,7 +196,7 @@ class BuildRecord:
     def from_json(cls, data: object, where: str) -> BuildRecord:
         if isinstance(data, dict) and data.get("kind") == "fa4-kernel-cache":  # named so by `fa4 warm` before
             raise ToolkitError(f"{where}: a kernel cache's record (`toolkit fa4 warm`), not a build record (rename "
-                               f"it to {where.removesuffix(RECORD_SUFFIX)}{CACHE_RECORD_SUFFIX})")
+                               f"it to {where.removesuffix(RECORD_SUFFIX)}{KERNEL_CACHE_RECORD_SUFFIX})")
         try:
             current = FORMAT.current(data)
         except ValueError as exc:

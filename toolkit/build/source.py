@@ -1,6 +1,6 @@
-"""What one `toolkit build` compiles: FlashAttention-2 from the line's locked sdist (builder.Fa2Source) or
-FlashAttention-3 from its pinned archives (fa3.Fa3Source), behind one interface, so both go through the same
-sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build).
+"""What one `toolkit build` compiles, behind one interface (WheelSource), so every implementation's wheel goes
+through the same sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build). Each
+implementation is one module beside this one (fa2.py, fa3.py), named in builder.WHEEL_SOURCES.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
-from toolkit.env.lockfile import LockedPackage, LockedSdist
+from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge.object_costs import CostKey
 
 
@@ -24,18 +24,18 @@ from toolkit.knowledge.object_costs import CostKey
 class SourceTree:
     """A source unpacked in the build folder: where pip builds it and what its wheel must hold."""
 
-    project_dir: Path  # where `pip wheel` runs (the sdist's root; FA3's hopper/)
+    project_dir: Path  # where `pip wheel` runs (the source's root, or the folder of its setup.py)
     epoch: int  # SOURCE_DATE_EPOCH: the newest file time
     pin: LockedSdist  # the archive the record names and an earlier build's times are matched by
     wheel_archs: tuple[str, ...]  # archs the wheel's .so files must hold
     files: dict[str, str]  # the files it came from, as display paths, for the record
-    source_root: Path  # the unpacked source's top (the sdist's; FA3's flash-attention/): object costs' paths start here
+    source_root: Path  # the unpacked source's top: object costs' paths start here
     costs_key: CostKey  # what the knowledge's object costs of this source are looked up by (a first build's order)
     environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
     imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
     patches: list[dict[str, Any]] = field(default_factory=list)
-    record_section: dict[str, Any] = field(default_factory=dict)  # BuildRecord.flash_attn_3
-    fa4_pin: LockedPackage | None = None  # the lock's FA4 wheel, restored after FA2's install
+    record_section: dict[str, Any] = field(default_factory=dict)  # the record's section of this implementation
+    after_install: Callable[[str, Path], None] | None = None  # (python, log): a step after the wheel's install
     check_wheel: Callable[[Path], None] | None = None  # a refusal of the built wheel beyond the shared checks
 
 

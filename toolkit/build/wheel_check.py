@@ -8,14 +8,14 @@ import os
 import re
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
+from toolkit.build import fa4_hooks
 from toolkit.build.diagnose import explain
-from toolkit.env.install_record import Fa4Record
-from toolkit.env.lockfile import LockedPackage
 from toolkit.knowledge.archs import compiled_archs, missing_archs
 from toolkit.machine.line_env import LineEnvironment
 
@@ -55,13 +55,12 @@ def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
 
 
 def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
-                       log_path: Path, fa4_pin: LockedPackage | None = None) -> None:
+                       log_path: Path, after_install: Callable[[str, Path], None] | None = None) -> None:
     """Install the wheel into the environment (or --install-target) and import its extension modules.
-    `fa4_pin`: the lock's flash-attn-4 wheel, which an environment holding FA4 gets back after FA2's files."""
-    if target and (target / Fa4Record.FILE).is_file():
-        raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
-                           f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
-                           f"`toolkit fa4 install --target` that folder)")
+    `after_install(python, log_path)`: the source's step between the install and the import in the environment
+    (FA2's: FA4's files back, fa4_hooks); a --target folder is handed over by `toolkit fa4 install` instead."""
+    if target:
+        fa4_hooks.refuse_target_holding_fa4(target)
     cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
     if target:
         cmd += ["--target", str(target), "--upgrade"]
@@ -83,8 +82,6 @@ def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], tar
                                    f"(full output in {display_path(log_path)})")
 
         run("install", cmd)
-        if fa4_pin and fa4_pin.url and not target:  # a --target folder is handed over by `toolkit fa4 install`
-            from toolkit.fa4.install import restore_after_flash_attn_2
-
-            restore_after_flash_attn_2(str(tc.python), fa4_pin.url, fa4_pin.sha256, log_path)
+        if after_install and not target:
+            after_install(str(tc.python), log_path)
         run("import", [str(tc.python), "-c", code, *modules])

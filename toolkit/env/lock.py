@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -345,7 +346,8 @@ def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT,
             CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]))
 
 
-def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer:
+def with_flash_attn_4(spec: EnvSpec, layer: PipLayer,
+                      files_of: Callable[[str], list[dict]] | None = None) -> PipLayer:
     """The layer plus FlashAttention-4's exact wheels (knowledge/flash_attn_4.yaml, the line's CUDA-major flavor of
     nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
     requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
@@ -355,7 +357,7 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer, files_of=None) -> PipLayer
 
     from toolkit.env import fa4_lock
     from toolkit.knowledge import fa4_pins
-    from toolkit.spec import fa4_rules
+    from toolkit.spec import fa4 as fa4_rules
 
     assert spec.flash_attn_4 is not None
     rel = fa4_pins.release(spec.flash_attn_4.version)
@@ -408,7 +410,7 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
         if sdist_version == Version(version) and not entry.get("yanked") and entry["hashes"].get("sha256"):
             return LockedSdist(url=urllib.parse.urljoin(url, entry["url"]), filename=entry["filename"],
                                sha256=entry["hashes"]["sha256"])
-    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn.version)")
+    raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn_2.version)")
 
 
 # ---------------------------------------------------------------- writing the lock

@@ -43,6 +43,7 @@ from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument, printable
 from toolkit.base.versioned import Format
+from toolkit.base.workspace import KERNEL_CACHE_RECORD_SUFFIX
 
 CACHE_ENV = {"FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED": "1"}
 CACHE_DIR_ENV = "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR"
@@ -59,7 +60,7 @@ CALL_SEQLEN = 2048
 # In a cache-install's --dest: the files it wrote there (the rest is FA4's, or the user's, and stays).
 INSTALLED = ".fa-envkit-cache-install.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
-RECORD_SUFFIX = ".kernel-cache.json"  # never a build record's (.build.json): both may share wheelhouse/<line>/
+RECORD_SUFFIX = KERNEL_CACHE_RECORD_SUFFIX  # never a build record's: both may share wheelhouse/<line>/
 
 
 @dataclass(frozen=True)

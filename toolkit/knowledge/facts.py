@@ -141,7 +141,7 @@ class Knowledge:
 
 @cache
 def load_knowledge() -> Knowledge:
-    requirements, released, min_arch = knowledge_files.typed("flash_attn.yaml", _flash_attn)
+    requirements, released, min_arch = knowledge_files.typed("flash_attn_2.yaml", _flash_attn)
     return Knowledge(
         cuda_lines=knowledge_files.typed("cuda_lines.yaml", _cuda_lines),
         torch_releases=knowledge_files.typed("torch_releases.yaml", _torch_releases),

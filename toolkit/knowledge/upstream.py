@@ -247,7 +247,7 @@ def torch_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Fi
 
 def flash_attn_released(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
     missing = [r for r in releases if r.version not in kb.fa_released]
-    return [Finding("flash-attn", (r.version,), f"released {r.uploaded}, not in toolkit/knowledge/flash_attn.yaml "
+    return [Finding("flash-attn", (r.version,), f"released {r.uploaded}, not in toolkit/knowledge/flash_attn_2.yaml "
                     f"`released` (add it, and a requirements range / patches.yaml entry if it needs one)")
             for r in missing]
 

@@ -32,6 +32,7 @@ from packaging.version import Version
 
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_json
+from toolkit.base.entry import rename_notice
 from toolkit.base.errors import ToolkitError, shown
 from toolkit.base.paths import display_path, printable
 from toolkit.base.workspace import DEFAULT, Workspace, checked_line
@@ -240,7 +241,8 @@ SCHEMA: Struct = {
     "pip_packages": MapOf(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,98}[A-Za-z0-9])?",
                           "a PEP 508 name: letters, digits and _.- inside", PACKAGE_SPEC, PIP_SPEC),
     "torch": {"version": VERSION, "index": INDEX_URL},
-    "flash_attn": {"version": VERSION},
+    # flash-attn 2.x from its sdist (written `flash_attn:` before issue 31: RENAMED_SECTIONS)
+    "flash_attn_2": {"version": VERSION},
     # FlashAttention-4: pinned wheels from knowledge/flash_attn_4.yaml, beside FA2 or instead of it
     "flash_attn_4": {"version": VERSION, "with_flash_attn_2": BOOL},
     # FlashAttention-3 (Hopper): hopper/ of a pinned commit, built with a profile of its DISABLE switches
@@ -261,7 +263,10 @@ SCHEMA: Struct = {
     },
 }
 REQUIRED = ("cuda", "python", "gcc", "platforms", "channels", "torch.version", "torch.index",
-            "flash_attn.version", "archs", "toolchain.kind")
+            "flash_attn_2.version", "archs", "toolchain.kind")
+# Sections renamed since (old -> new): an old name still reads, after one notice naming the file. The input hash
+# is taken under the old names, so that a lock or a published build of an unchanged spec stays current.
+RENAMED_SECTIONS = {"flash_attn": "flash_attn_2"}
 # A pypi toolchain has no conda layer: it may set channels to null (its wheels come from torch.index).
 PYPI_REQUIRED = tuple(name for name in REQUIRED if name != "channels")
 EXTERNAL_REQUIRED = ("toolchain.cuda_home", "toolchain.python_executable", "toolchain.nvcc",
@@ -362,7 +367,8 @@ class EnvSpec:
         """sha256 of the merged spec, what every later stage keys its caches on, without the build sizing
         (`build:` jobs, threads, memory figures change how fast a wheel is built, never what is locked or
         built, so tuning them must not make a lock stale or miss the wheel cache)."""
-        return sha256_json({key: value for key, value in self.merged.items() if key != "build"})
+        hashed_as = {new: old for old, new in RENAMED_SECTIONS.items()}
+        return sha256_json({hashed_as.get(key, key): value for key, value in self.merged.items() if key != "build"})
 
 
 # ---------------------------------------------------------------- YAML with line numbers
@@ -516,6 +522,28 @@ def _key(where: str, node: yaml.Node, prefix: tuple) -> str:
 # ---------------------------------------------------------------- validation of one file
 
 
+_NOTICED: set[str] = set()  # files whose rename notice this process printed (a base is read with every line)
+
+
+def renamed_sections(path: Path, data: Any, lines: dict[tuple, int]) -> tuple[Any, dict[tuple, int]]:
+    """One file's sections under their current names (RENAMED_SECTIONS), with one notice per file that used an
+    old name; a file with both names is refused."""
+    if not isinstance(data, dict):
+        return data, lines  # validate_layer names what it is
+    for old, new in RENAMED_SECTIONS.items():
+        if old not in data:
+            continue
+        where = f"{display_path(path)}:{lines.get((old,), 1)}"
+        if new in data:
+            raise ToolkitError(f"{where}: {old}: the old name of {new}, which the file sets too (keep {new}: only)")
+        if where not in _NOTICED:
+            _NOTICED.add(where)
+            rename_notice(where, f"{old}:", f"{new}:")
+        data = {(new if key == old else key): value for key, value in data.items()}
+        lines = {((new, *key[1:]) if key[:1] == (old,) else key): line for key, line in lines.items()}
+    return data, lines
+
+
 def validate_layer(path: Path, data: dict, lines: dict[tuple, int]) -> None:
     """Unknown fields and wrong types in one file, before merging."""
     _validate(path, data, SCHEMA, (), lines)
@@ -622,6 +650,7 @@ def resolve_chain(path: Path) -> tuple[dict, dict[str, Location], tuple[Path, ..
                                f"{display_path(current)}; inherit from fewer levels)")
         seen.add(os.path.realpath(current))
         data, lines = read_yaml(current)
+        data, lines = renamed_sections(current, data, lines)
         validate_layer(current, data, lines)
         chain.append(current)
         layers.append((data, _locations_of(current, data, lines)))
@@ -735,7 +764,7 @@ def load_spec(path: Path) -> EnvSpec:
         pip_packages=_packages(merged, "pip_packages", fields, locations, path),
         torch_version=merged["torch"]["version"],
         torch_index=merged["torch"]["index"],
-        flash_attn_version=merged["flash_attn"]["version"],
+        flash_attn_version=merged["flash_attn_2"]["version"],
         archs=tuple(str(a) for a in merged["archs"]),
         build=BuildKnobs(
             jobs=None if str(build.get("jobs", "auto")) == "auto" else int(build["jobs"]),
@@ -768,7 +797,7 @@ def _fa4_request(section: dict | None) -> Fa4Request | None:
 
 
 def _fa3_request(section: dict | None) -> Fa3Request | None:
-    """None unless both commit and profile are set (fa3_rules names what a partial section lacks)."""
+    """None unless both commit and profile are set (spec/fa3.py names what a partial section lacks)."""
     if not section or section.get("commit") is None or section.get("profile") is None:
         return None
     return Fa3Request(section["commit"], section["profile"], bool(section.get("with_flash_attn_2", True)))

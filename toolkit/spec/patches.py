@@ -140,7 +140,7 @@ def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[AppliedPatch]
     selected = spec_plan(spec)
     if selected.unmet:
         need = selected.unmet[0]
-        raise ToolkitError(f"{display_path(spec.path)}: flash_attn.version: flash-attn {spec.flash_attn_version} with "
+        raise ToolkitError(f"{display_path(spec.path)}: flash_attn_2.version: flash-attn {spec.flash_attn_version} with "
                            f"torch {spec.torch_version} cannot build: {need.why} (no patch known; run "
                            f"`toolkit check {spec.line}`)")
     applied = []

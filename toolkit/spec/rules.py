@@ -18,9 +18,10 @@ from toolkit.base.arguments import add_lines
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace, add_workspace_options
-from toolkit.knowledge.facts import Knowledge, arch_number, load_knowledge, minor_of
+from toolkit.knowledge.facts import Knowledge, load_knowledge, minor_of
 from toolkit.knowledge.nvcc_gcc import gcc_cap, lines_accepting
-from toolkit.spec import fa3_rules, fa4_rules, patches
+from toolkit.spec import fa2, fa3, fa4, patches
+from toolkit.spec.check import Check
 from toolkit.spec.envspec import EnvSpec, Location, load_spec, resolve_spec_arg, spec_paths
 
 
@@ -186,64 +187,6 @@ def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
             f"({'; '.join(advice)}; {spec.cuda} targets sm_{line.archs[0]}-sm_{line.archs[-1]})")
 
 
-def archs_supported_by_flash_attn(spec: EnvSpec, kb: Knowledge) -> str | None:
-    low = [arch for arch in spec.archs if arch_number(arch) < kb.fa_min_arch]
-    if not low:
-        return None
-    return (f"{', '.join('sm_' + a for a in low)} below sm_{kb.fa_min_arch}: FlashAttention-2 needs Ampere or newer "
-            f"(drop {'them' if len(low) > 1 else 'it'})")
-
-
-def archs_built_by_flash_attn(spec: EnvSpec, kb: Knowledge) -> str | None:
-    req = kb.fa_requirement(spec.flash_attn_version)
-    if not req or req.archs is None:
-        return None
-    skipped = [arch for arch in spec.archs if arch not in req.archs]
-    if not skipped:
-        return None
-    return (f"flash-attn {spec.flash_attn_version}'s setup.py compiles only sm_{', sm_'.join(req.archs)} and silently "
-            f"skips {', '.join('sm_' + a for a in skipped)} (drop {'them' if len(skipped) > 1 else 'it'}: sm_80 code "
-            f"runs on sm_86/sm_89)")
-
-
-def flash_attn_released(spec: EnvSpec, kb: Knowledge) -> str | None:
-    if spec.flash_attn_version in kb.fa_released:
-        return None
-    return (f"flash-attn {spec.flash_attn_version} is not a released version "
-            f"(newest known: {kb.fa_released[-1]}; see toolkit/knowledge/flash_attn.yaml)")
-
-
-def flash_attn_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
-    req = kb.fa_requirement(spec.flash_attn_version)
-    if not req or spec.cuda not in kb.cuda_lines or Version(spec.cuda) >= Version(req.min_cuda):
-        return None
-    fitting = [v for v in kb.fa_released
-               if (r := kb.fa_requirement(v)) and Version(r.min_cuda) <= Version(spec.cuda)]
-    advice = f"use flash-attn <= {fitting[-1]}" if fitting else "no flash-attn release supports it"
-    return f"flash-attn {spec.flash_attn_version} needs CUDA >= {req.min_cuda} ({advice} for CUDA {spec.cuda})"
-
-
-def flash_attn_torch(spec: EnvSpec, kb: Knowledge) -> str | None:
-    req = kb.fa_requirement(spec.flash_attn_version)
-    if not req or Version(spec.torch_version).release >= Version(req.min_torch).release:
-        return None
-    return f"flash-attn {spec.flash_attn_version} needs torch >= {req.min_torch} (raise torch.version)"
-
-
-def flash_attn_patch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
-    """A build that needs a fix no patch provides would fail deep in the compile: refuse it here."""
-    unmet = patches.spec_plan(spec).unmet
-    if not unmet:
-        return None
-    need = unmet[0]
-    covered = [v for v in kb.fa_released if not patches.plan("flash-attn", v, spec.torch_version).unmet
-               and Version(v) >= Version(spec.flash_attn_version)]
-    advice = f"use flash-attn {covered[-1]}, which a patch fixes" if covered else "no patched release"
-    return (f"flash-attn {spec.flash_attn_version} with torch {spec.torch_version} cannot build: {need.why}; "
-            f"no patch in toolkit/knowledge/patches.yaml covers {spec.flash_attn_version} "
-            f"({advice}, a torch that is not {need.when.torch}, or add a patch for it)")
-
-
 def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
     """An external toolchain must provide exactly what the spec builds for."""
 
@@ -325,6 +268,14 @@ def pypi_has_no_conda_layer(spec: EnvSpec, kb: Knowledge) -> str | None:
             "(set conda_packages: null and channels: null)")
 
 
+# The rules of each implementation's spec section, by implementation name: one module each (spec/fa2.py, ...),
+# whose CHECKS are (name, field, check) in the order `toolkit check` reports them.
+CHECKS: dict[str, tuple[Check, ...]] = {
+    "flash-attn-2": fa2.CHECKS,
+    "flash-attn-4": fa4.CHECKS,
+    "flash-attn-3": fa3.CHECKS,
+}
+
 RULES: tuple[Rule, ...] = (
     Rule("cuda-line-known", "cuda", cuda_line_known),
     Rule("line-name-matches-cuda", "cuda", line_name_matches_cuda),
@@ -337,12 +288,6 @@ RULES: tuple[Rule, ...] = (
     Rule("gcc-accepted-by-nvcc", "gcc", gcc_within_nvcc),
     Rule("gcc-allowed-by-conda-nvcc", "gcc", gcc_allowed_by_conda_nvcc),
     Rule("archs-targetable-by-nvcc", "archs", archs_targetable),
-    Rule("archs-supported-by-flash-attn", "archs", archs_supported_by_flash_attn),
-    Rule("archs-built-by-flash-attn", "archs", archs_built_by_flash_attn),
-    Rule("flash-attn-released", "flash_attn.version", flash_attn_released),
-    Rule("flash-attn-cuda-floor", "flash_attn.version", flash_attn_cuda),
-    Rule("flash-attn-torch-floor", "flash_attn.version", flash_attn_torch),
-    Rule("flash-attn-patch-known", "flash_attn.version", flash_attn_patch_known),
     Rule("locked-toolchain-has-no-external-fields", "toolchain", locked_has_no_external_fields),
     Rule("external-nvcc-is-line", "toolchain.nvcc", _external_equal("cuda", "nvcc")),
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
@@ -353,10 +298,8 @@ RULES: tuple[Rule, ...] = (
     Rule("pypi-torch-pairs-with-cuda", "torch.version", pypi_torch_pairs_with_cuda),
     Rule("pypi-platforms-checked", "platforms", pypi_platforms_known),
     Rule("pypi-has-no-conda-layer", "conda_packages", pypi_has_no_conda_layer),
-    # FlashAttention-4: toolkit/spec/fa4_rules.py, facts in knowledge/flash_attn_4.yaml
-    *(Rule(name, field, check) for name, field, check in fa4_rules.CHECKS),
-    # FlashAttention-3: toolkit/spec/fa3_rules.py, facts in knowledge/flash_attn_3.yaml
-    *(Rule(name, field, check) for name, field, check in fa3_rules.CHECKS),
+    # each implementation's own rules (CHECKS), facts in its knowledge/flash_attn_<n>.yaml
+    *(Rule(name, field, check) for checks in CHECKS.values() for name, field, check in checks),
 )
 
 

@@ -1,6 +1,6 @@
 """Compatibility rules for a line's `flash_attn_4:` section, read from knowledge/flash_attn_4.yaml.
 
-Each check takes (spec, kb) like the rules in toolkit/spec/rules.py (which lists them in RULES) and returns
+Each check takes (spec, kb) like the rules in toolkit/spec/rules.py (whose CHECKS registry names this module) and returns
 the problem and its fix as one sentence, or None; all of them run before anything is installed.
 """
 
@@ -10,6 +10,8 @@ from packaging.specifiers import SpecifierSet
 
 from toolkit.base.errors import ToolkitError
 from toolkit.knowledge import fa4_pins
+from toolkit.knowledge.facts import Knowledge
+from toolkit.spec.check import Check
 from toolkit.spec.envspec import EnvSpec
 
 
@@ -22,13 +24,13 @@ def _release(spec: EnvSpec) -> fa4_pins.Release | None:
         return None
 
 
-def section_complete(spec: EnvSpec, kb) -> str | None:
+def section_complete(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.merged.get("flash_attn_4") and spec.flash_attn_4 is None:
         return "flash_attn_4 needs a version (e.g. version: \"4.0.0b36\")"
     return None
 
 
-def release_known(spec: EnvSpec, kb) -> str | None:
+def release_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_4 is None or _release(spec) is not None:
         return None
     known = ", ".join(fa4_pins.knowledge()["releases"])
@@ -36,7 +38,7 @@ def release_known(spec: EnvSpec, kb) -> str | None:
             f"(known: {known}; a weekly beta is pinned only once its wheels are read)")
 
 
-def archs_supported(spec: EnvSpec, kb) -> str | None:
+def archs_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
     """FA4 on sm_80 runs the forward only (its backward asserts sm_90+): refused for a training line."""
     rel = _release(spec)
     if rel is None:
@@ -48,7 +50,7 @@ def archs_supported(spec: EnvSpec, kb) -> str | None:
             f"min_arch), the line builds for sm_{', sm_'.join(low)} (drop those archs or the flash_attn_4 section)")
 
 
-def cuda_flavor(spec: EnvSpec, kb) -> str | None:
+def cuda_flavor(spec: EnvSpec, kb: Knowledge) -> str | None:
     """nvidia-cutlass-dsl's libs-cuN flavor: one upstream publishes for the line's CUDA major, and pinned."""
     rel = _release(spec)
     major = spec.cuda.split(".")[0]
@@ -63,7 +65,7 @@ def cuda_flavor(spec: EnvSpec, kb) -> str | None:
     return None
 
 
-def platforms_pinned(spec: EnvSpec, kb) -> str | None:
+def platforms_pinned(spec: EnvSpec, kb: Knowledge | None) -> str | None:
     """The lock pins FA4's compiled wheels per conda platform; a platform without pins cannot be locked."""
     rel = _release(spec)
     unpinned = [p for p in spec.platforms if p not in rel.platforms] if rel else []
@@ -73,7 +75,7 @@ def platforms_pinned(spec: EnvSpec, kb) -> str | None:
             f"{', '.join(unpinned)} (drop those platforms, or pin that platform's wheels in flash_attn_4.yaml)")
 
 
-def python_pinned(spec: EnvSpec, kb) -> str | None:
+def python_pinned(spec: EnvSpec, kb: Knowledge) -> str | None:
     """The release's Requires-Python, and the interpreter tag its compiled wheels were pinned for."""
     rel = _release(spec)
     if rel is None:
@@ -87,7 +89,7 @@ def python_pinned(spec: EnvSpec, kb) -> str | None:
     return None
 
 
-def beside_flash_attn_2_known(spec: EnvSpec, kb) -> str | None:
+def beside_flash_attn_2_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     """FA4 beside flash-attn 2.x: both write flash_attn/cute. The toolkit resolves it in one folder (FA2's
     copy gives way, toolkit/fa4/install.py hand_over_cute) only for FA2 versions whose package the knowledge has
     read (beside_flash_attn_2); any other is refused before anything is installed."""
@@ -102,7 +104,7 @@ def beside_flash_attn_2_known(spec: EnvSpec, kb) -> str | None:
 
 
 # (name, field, check), in the order `toolkit check` reports them
-CHECKS = (
+CHECKS: tuple[Check, ...] = (
     ("fa4-section-complete", "flash_attn_4", section_complete),
     ("fa4-release-known", "flash_attn_4.version", release_known),
     ("fa4-archs-supported", "archs", archs_supported),

@@ -1,6 +1,6 @@
 """Compatibility rules for a line's `flash_attn_3:` section, read from knowledge/flash_attn_3.yaml.
 
-Each check takes (spec, kb) like the rules in toolkit/spec/rules.py (which lists them in RULES) and returns the
+Each check takes (spec, kb) like the rules in toolkit/spec/rules.py (whose CHECKS registry names this module) and returns the
 problem and its fix as one sentence, or None; all of them run before anything is fetched or compiled.
 """
 
@@ -11,6 +11,8 @@ from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
 from toolkit.knowledge import fa3_pins
+from toolkit.knowledge.facts import Knowledge
+from toolkit.spec.check import Check
 from toolkit.spec.envspec import EnvSpec
 
 KNOWLEDGE = "toolkit/knowledge/flash_attn_3.yaml"
@@ -34,7 +36,7 @@ def _profile(spec: EnvSpec) -> fa3_pins.Profile | None:
         return None
 
 
-def section_complete(spec: EnvSpec, kb) -> str | None:
+def section_complete(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.merged.get("flash_attn_3") and spec.flash_attn_3 is None:
         return (f"flash_attn_3 needs both commit and profile (e.g. commit: {next(iter(_known('commits')))}, "
                 f"profile: hopper-training)")
@@ -45,21 +47,21 @@ def _known(section: str) -> list[str]:
     return list(fa3_pins.knowledge()[section])
 
 
-def commit_known(spec: EnvSpec, kb) -> str | None:
+def commit_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_3 is None or _commit(spec) is not None:
         return None
     return (f"FlashAttention-3 commit {spec.flash_attn_3.commit} is not pinned in {KNOWLEDGE} (use one of "
             f"{', '.join(_known('commits'))}, or pin that commit's archives there first)")
 
 
-def profile_known(spec: EnvSpec, kb) -> str | None:
+def profile_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_3 is None or _profile(spec) is not None:
         return None
     return (f"no FlashAttention-3 profile {spec.flash_attn_3.profile!r} in {KNOWLEDGE} "
             f"(use one of {', '.join(_known('profiles'))})")
 
 
-def archs_have_sm90(spec: EnvSpec, kb) -> str | None:
+def archs_have_sm90(spec: EnvSpec, kb: Knowledge) -> str | None:
     """hopper/setup.py compiles sm_90a (wgmma, TMA) whatever it is asked: a line without 90 has no GPU for it."""
     found = _commit(spec)
     if found is None or {found.required_arch, found.required_arch + "a"} & set(spec.archs):
@@ -68,7 +70,7 @@ def archs_have_sm90(spec: EnvSpec, kb) -> str | None:
             f"sm_{', sm_'.join(spec.archs)} (add \"{found.required_arch}\" to archs or drop flash_attn_3)")
 
 
-def archs_cover_profile(spec: EnvSpec, kb) -> str | None:
+def archs_cover_profile(spec: EnvSpec, kb: Knowledge) -> str | None:
     """A profile that keeps the sm_80 kernels compiles them for nothing on a line without arch 80."""
     chosen = _profile(spec)
     if chosen is None or not chosen.sm80 or "80" in spec.archs:
@@ -77,7 +79,7 @@ def archs_cover_profile(spec: EnvSpec, kb) -> str | None:
             f"to archs, or pick a profile with FLASH_ATTENTION_DISABLE_SM80 such as hopper-full)")
 
 
-def cuda_supported(spec: EnvSpec, kb) -> str | None:
+def cuda_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
     """Offline, setup.py builds with the line's own nvcc only for CUDA 12.8 and 13.0+ (else it downloads one)."""
     found = _commit(spec)
     if found is None or any(SpecifierSet(s).contains(spec.cuda) for s in found.cuda):
@@ -87,7 +89,7 @@ def cuda_supported(spec: EnvSpec, kb) -> str | None:
             f"the line is CUDA {spec.cuda} (use a CUDA 12.8 or 13.x line)")
 
 
-def torch_in_range(spec: EnvSpec, kb) -> str | None:
+def torch_in_range(spec: EnvSpec, kb: Knowledge) -> str | None:
     found = _commit(spec)
     if found is None or SpecifierSet(found.torch).contains(Version(spec.torch_version).public):
         return None
@@ -96,14 +98,14 @@ def torch_in_range(spec: EnvSpec, kb) -> str | None:
             f"{KNOWLEDGE} after a build against it)")
 
 
-def python_supported(spec: EnvSpec, kb) -> str | None:
+def python_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
     found = _commit(spec)
     if found is None or SpecifierSet(found.python).contains(spec.python):
         return None
     return f"FlashAttention-3 at {found.commit[:12]} needs Python {found.python}, the line has {spec.python}"
 
 
-def beside_flash_attn_2(spec: EnvSpec, kb) -> str | None:
+def beside_flash_attn_2(spec: EnvSpec, kb: Knowledge) -> str | None:
     """FA3 beside FA2 in one environment: only where the knowledge has read FA2's top-level names."""
     if spec.flash_attn_3 is None or not spec.flash_attn_3.with_flash_attn_2:
         return None
@@ -117,7 +119,7 @@ def beside_flash_attn_2(spec: EnvSpec, kb) -> str | None:
 
 
 # (name, field, check), in the order `toolkit check` reports them
-CHECKS = (
+CHECKS: tuple[Check, ...] = (
     ("fa3-section-complete", "flash_attn_3", section_complete),
     ("fa3-commit-known", "flash_attn_3.commit", commit_known),
     ("fa3-profile-known", "flash_attn_3.profile", profile_known),
