@@ -85,3 +85,73 @@ def test_the_checks_catch_what_they_claim(monkeypatch, broken):
     check = test_wings_import_only_lower_floors if broken == "upward" else test_no_module_imports_itself_back
     with pytest.raises(AssertionError):
         check()
+
+
+# ---------------------------------------------------------------- each wing's face
+
+
+def assigned(node: ast.stmt) -> list[str]:
+    """The names a top-level assignment binds (`X = ...`, `X: T = ...`)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
+def public(wing_name: str) -> set[str]:
+    """The wing's PUBLIC list, read from its __init__.py without importing it."""
+    tree = ast.parse((TOOLKIT / wing_name / "__init__.py").read_text())
+    found = [node.value for node in tree.body if "PUBLIC" in assigned(node)]
+    assert len(found) == 1, f"toolkit/{wing_name}/__init__.py declares no PUBLIC tuple"
+    return set(ast.literal_eval(found[0]))
+
+
+def cross_wing_imports() -> set[tuple[str, str, str]]:
+    """(importing module, wing, entry) for every import of a wing from another wing or from the entry: the entry
+    is `module` or `module.name` inside the wing; the entry's STAGE_MODULES are reached for their register()."""
+    from toolkit.cli import STAGE_MODULES
+
+    modules = {module_name(path): path for path in TOOLKIT.rglob("*.py")}
+    found = {("toolkit.cli", wing(stage), stage.split(".", 2)[2] + ".register") for stage in STAGE_MODULES}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "toolkit":
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names if alias.name.split(".")[0] == "toolkit"]
+            else:
+                continue
+            for target in targets:
+                if wing(target) not in ("top", wing(name)):
+                    found.add((name, wing(target), target.split(".", 2)[2]))
+    return found
+
+
+def test_an_import_across_wings_names_a_public_entry():
+    private = sorted(f"{importer} -> toolkit.{target_wing}.{entry}" for importer, target_wing, entry in cross_wing_imports()
+                     if entry not in public(target_wing))
+    assert private == []
+
+
+def test_every_public_entry_exists_and_is_used_across_wings():
+    """A face lists only what is there and what another wing (or the entry) uses: it cannot go stale."""
+    used = {(target_wing, entry) for _, target_wing, entry in cross_wing_imports()}
+    problems = []
+    for wing_name in FLOORS:
+        for entry in sorted(public(wing_name)):
+            module, _, name = entry.partition(".")
+            path = TOOLKIT / wing_name / f"{module}.py"
+            body = ast.parse(path.read_text()).body if path.is_file() else []
+            defined = {n for node in body for n in assigned(node)} | {
+                node.name for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            if not path.is_file() or (name and name not in defined):
+                problems.append(f"{wing_name}: {entry} does not exist")
+            elif (wing_name, entry) not in used:
+                problems.append(f"{wing_name}: {entry} is used by no other wing")
+    assert problems == []
+
+
+def test_the_face_check_catches_a_private_import(monkeypatch):
+    """With base's face missing ToolkitError, every wing's import of it is named."""
+    real = public
+    monkeypatch.setitem(globals(), "public", lambda w: real(w) - {"errors.ToolkitError"})
+    with pytest.raises(AssertionError, match="errors.ToolkitError"):
+        test_an_import_across_wings_names_a_public_entry()

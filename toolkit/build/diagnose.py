@@ -28,7 +28,8 @@ from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.knowledge import files as knowledge_files
-from toolkit.knowledge.facts import KNOWLEDGE_DIR, arch_number, load_knowledge
+from toolkit.knowledge.facts import arch_number, load_knowledge
+from toolkit.knowledge.files import KNOWLEDGE_DIR
 
 CATALOG = KNOWLEDGE_DIR / "build_failures.yaml"
 TAIL_BYTES = 8 * 2**20  # a longer log is explained from its end, where a failed build stops

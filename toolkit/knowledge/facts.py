@@ -12,7 +12,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from toolkit.knowledge import files as knowledge_files
-from toolkit.knowledge.files import KNOWLEDGE_DIR as KNOWLEDGE_DIR  # where the stages' data files lie
 
 
 @dataclass(frozen=True)

@@ -12,3 +12,10 @@ import warnings
 # have it: attention never converts to numpy); the warning came before verify's own answer and read as the
 # cause. Every measuring entry (python -m toolkit.verify, python -m toolkit.verify.bench) imports this package first.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+
+# The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
+# holds every import across wings to this list and every entry to a use).
+PUBLIC = (
+    "bench.register",
+    "command.register",
+)
