@@ -270,7 +270,7 @@ def test_the_ninja_shim_seeds_the_rules_fa3_writes():
 
 def test_fa3_wheels_have_a_folder_no_line_can_have():
     workspace = Workspace()
-    assert workspace.fa3_wheel_dir("gpu-machine") == Path("wheelhouse/gpu-machine+fa3")
+    assert workspace.wheel_dir("gpu-machine", "flash-attn-3") == Path("wheelhouse/gpu-machine+fa3")
     with pytest.raises(ToolkitError):
         workspace.wheel_dir("gpu-machine+fa3")
 

@@ -63,4 +63,6 @@ PUBLIC = (
     "workspace.Workspace",
     "workspace.add_workspace_options",
     "workspace.checked_line",
+    "workspace.folder_line",
+    "workspace.wheel_folders",
 )

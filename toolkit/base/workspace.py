@@ -34,6 +34,25 @@ def checked_line(line: str, where: str | None = None) -> str:
     return line
 
 
+# Where each implementation's wheels of a line lie: FA2's in the line's own folder, each other one's beside it in
+# `<line><suffix>` (`+` is in no line name, so no line's own folder is ever one of these, and FA2's readers, which
+# take every record in the line's folder as FA2's, never see another's). A published cache keeps the same folders.
+WHEEL_FOLDER_SUFFIXES = {"flash-attn-2": "", "flash-attn-3": "+fa3"}
+
+
+def wheel_folders(line: str) -> dict[str, str]:
+    """Implementation -> the name of the line's folder of its wheels."""
+    return {implementation: checked_line(line) + suffix for implementation, suffix in WHEEL_FOLDER_SUFFIXES.items()}
+
+
+def folder_line(folder: str) -> tuple[str, str]:
+    """A wheel folder's name -> (line, implementation): what wheel_folders names, read back."""
+    for implementation, suffix in WHEEL_FOLDER_SUFFIXES.items():
+        if suffix and folder.endswith(suffix):
+            return folder.removesuffix(suffix), implementation
+    return folder, "flash-attn-2"
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Where each stage reads and writes, relative to the working directory unless given absolute."""
@@ -71,13 +90,9 @@ class Workspace:
     def prefix(self, line: str) -> Path:
         return self.environments / checked_line(line)
 
-    def wheel_dir(self, line: str) -> Path:
-        return self.wheelhouse / checked_line(line)
-
-    def fa3_wheel_dir(self, line: str) -> Path:
-        """FlashAttention-3's wheels of a line, apart from FA2's (whose readers take every record there as FA2's);
-        `+` is in no line name, so no line's own folder is ever this one."""
-        return self.wheelhouse / f"{checked_line(line)}+fa3"
+    def wheel_dir(self, line: str, implementation: str = "flash-attn-2") -> Path:
+        """The folder of the line's wheels of one implementation (wheel_folders)."""
+        return self.wheelhouse / wheel_folders(line)[implementation]
 
     def report_dir(self, line: str) -> Path:
         return self.reports / checked_line(line)

@@ -139,7 +139,7 @@ class Fa3Source:
                                               f"(profile {chosen.name}, {found.objects.get(chosen.name, '?')} objects)")
 
     def line_dir(self, workspace: Workspace) -> Path:
-        return workspace.fa3_wheel_dir(self.spec.line)
+        return workspace.wheel_dir(self.spec.line, "flash-attn-3")
 
     def key_inputs(self) -> dict[str, Any]:
         return {"flash_attn_3": {"commit": self.commit.commit, "profile": self.profile.name,

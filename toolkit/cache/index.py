@@ -23,6 +23,7 @@ from packaging.version import Version
 from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import parse_json
+from toolkit.base.workspace import wheel_folders
 from toolkit.cache.config import CacheSite
 from toolkit.cache.publish import REPORTS_SUFFIX
 from toolkit.cache.simple import normalize
@@ -30,7 +31,6 @@ from toolkit.cache.table import FILES_DIR, TableEntry, check_signature, entry_pa
 
 MAX_PAGE_BYTES = 16 << 20
 MAX_RECORD_BYTES = 16 << 20
-FA3_SUFFIX = "+fa3"  # the wheelhouse folder of a line's FA3 wheels (Workspace.fa3_wheel_dir)
 VERIFY_REPORT = "verify.json"
 
 
@@ -211,13 +211,14 @@ def vouched(site: CacheSite, link: PageLink, then: str) -> PublishedBuild:
 
 
 def line_links(site: CacheSite, project: str, line: str, then: str) -> list[PageLink]:
-    """The project's links in the line's folders (files/<line>/ and files/<line>+fa3/), not yet vouched for."""
-    folders = {line, line + FA3_SUFFIX}
+    """The project's links in the line's folders (files/<line>/ and the other implementations' beside it:
+    wheel_folders), not yet vouched for."""
+    folders = set(wheel_folders(line).values())
     return [link for link in project_links(site, project, then) if link.folder in folders]
 
 
 def line_builds(site: CacheSite, line: str, then: str) -> list[PublishedBuild]:
-    """The line's published wheels (files/<line>/ and files/<line>+fa3/), the newest version of each project
+    """The line's published wheels (its folders: wheel_folders), the newest version of each project
     with every file of that version, each vouched for."""
     newest: dict[str, list[PageLink]] = {}
     for project in projects(site, then):

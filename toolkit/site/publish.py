@@ -13,21 +13,21 @@ from pathlib import Path
 from toolkit.base.arguments import add_lines
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options
+from toolkit.base.workspace import Workspace, add_workspace_options, folder_line, wheel_folders
 from toolkit.build.record import RECORD_SUFFIX, BuildRecord
 from toolkit.build.wheelhouse import records
 from toolkit.cache.provenance import BuildFacts, Dependency
 from toolkit.cache.publish import Publication, publish
 from toolkit.cache.table import Signer
 
-# what `toolkit verify`, `toolkit bench` and `toolkit recommend` leave in reports/<line>/ (FA3's in flash-attn-3/)
+# what `toolkit verify`, `toolkit bench` and `toolkit recommend` leave in a report folder (Workspace.backend_report_dir)
 REPORT_NAMES = ("verify.json", "verify.xml", "bench.json", "bench.png", "recommendation.json")
-FA3_SUFFIX = "+fa3"  # Workspace.fa3_wheel_dir's folder
 MACHINE_FIELDS = ("machine", "cpus", "mem_available_gb", "gpus", "driver_version")
 
 
 def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
-    """Each named line's wheel folders (FA2's and FA3's) that hold records; every such folder without lines."""
+    """Each named line's wheel folders (one per implementation: wheel_folders) that hold records; every such
+    folder without lines."""
     if not lines:
         found = sorted({path.parent for path in workspace.wheelhouse.glob(f"*/*{RECORD_SUFFIX}")})
         if not found:
@@ -36,7 +36,7 @@ def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
         return found
     chosen = []
     for line in lines:
-        present = [d for d in (workspace.wheel_dir(line), workspace.fa3_wheel_dir(line))
+        present = [d for d in (workspace.wheel_dir(line, implementation) for implementation in wheel_folders(line))
                    if any(d.glob(f"*{RECORD_SUFFIX}"))]
         if not present:
             raise ToolkitError(f"{display_path(workspace.wheel_dir(line))}: no build records of line {line} to "
@@ -46,8 +46,7 @@ def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
 
 
 def reports_of(workspace: Workspace, folder: Path) -> dict[str, Path]:
-    line = folder.name.removesuffix(FA3_SUFFIX)
-    report_dir = workspace.report_dir(line) / ("flash-attn-3" if folder.name.endswith(FA3_SUFFIX) else "")
+    report_dir = workspace.backend_report_dir(*folder_line(folder.name))
     return {name: report_dir / name for name in REPORT_NAMES if (report_dir / name).is_file()}
 
 
