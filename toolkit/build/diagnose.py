@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
+from typing import BinaryIO
 
 from packaging.version import Version
 
@@ -188,7 +189,7 @@ def tail_of_text(text: str) -> LogTail:
     return LogTail(pieces_of(text[skipped:], text.count("\n", 0, skipped) + 1), skipped)
 
 
-def count_newlines(f, size: int) -> int:
+def count_newlines(f: BinaryIO, size: int) -> int:
     count = 0
     while size > 0:
         chunk = f.read(min(CHUNK_BYTES, size))

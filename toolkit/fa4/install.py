@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -105,7 +105,7 @@ def python_path(target: Path) -> list[str]:
 
 
 def plan(rel: Release, cuda_major: str, present: dict[str, str], environment: dict[str, str] | None = None,
-         metadata_of=None) -> list[WheelPin]:
+         metadata_of: Callable[[WheelPin], dict] | None = None) -> list[WheelPin]:
     """The wheels to install: all pins of the CUDA major, less `if_missing` ones the python already has
     at a version every chosen wheel accepts (`metadata_of(pin)` reads a wheel's requirements; without it
     only absence counts)."""

@@ -12,6 +12,7 @@ import shlex
 import textwrap
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from toolkit.base.arguments import add_json, add_lines
 from toolkit.base.entry import add_verb_with_default_step
@@ -133,7 +134,7 @@ def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> No
     group = parser.add_argument_group("matrix run", "options of `toolkit matrix run [LINE...]`")
     d = RunOptions()
 
-    def option(flag: str, help: str, **kwargs) -> None:
+    def option(flag: str, help: str, **kwargs: Any) -> None:
         group.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS if hidden else help, **kwargs)
 
     option("--executor", choices=EXECUTORS, metavar="EXECUTOR", help="slurm: a build job array and per-line verification jobs "

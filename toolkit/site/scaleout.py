@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -36,6 +37,9 @@ from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.build.wheelhouse import records
 from toolkit.knowledge import files as knowledge_files
 from toolkit.spec.envspec import EnvSpec
+
+if TYPE_CHECKING:  # rich's table is imported where the progress is drawn
+    from rich.table import Table
 
 TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_STAGES = TEMPLATES / "matrix-stages.yaml"
@@ -691,7 +695,7 @@ STATE_STYLE = {"queued": "dim", "running": "cyan", "done": "green", "failed": "b
                "not run": "yellow"}
 
 
-def progress_table(plan: MatrixPlan, views: dict[Task, TaskView], title: str):
+def progress_table(plan: MatrixPlan, views: dict[Task, TaskView], title: str) -> Table:
     from rich.table import Table
 
     table = Table(title=title)

@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,10 @@ from toolkit.base.jsonfile import read_json
 from toolkit.knowledge import files as knowledge_files
 from toolkit.verify import machine
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and rich are imported where used, so that the module imports without torch
+    import torch
+    from rich.console import Console
+
     from toolkit.spec.envspec import EnvSpec
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
@@ -90,7 +93,8 @@ def attention_flops(shape: Shape, causal: bool, mode: str) -> float:
     return forward / (2 if causal else 1) * MODE_FLOPS[mode]
 
 
-def shapes(tokens: int = TOKENS, seqlens=SEQLENS, head_dims=HEAD_DIMS, dtypes=DTYPES) -> list[Shape]:
+def shapes(tokens: int = TOKENS, seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS,
+           dtypes: Sequence[str] = DTYPES) -> list[Shape]:
     return [Shape(dtype, d, s, max(1, tokens // s), MODEL_WIDTH // d) for dtype in dtypes for d in head_dims
             for s in seqlens]
 
@@ -176,8 +180,8 @@ IMPLEMENTATIONS = (*PACKAGED, *TORCH_OWN)  # the columns, in the table's order
 FP8_IMPLEMENTATIONS = tuple(name for name, column in PACKAGED.items() if column.fp8)
 
 
-def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device
-                  ) -> tuple[bool, Callable]:
+def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device: torch.device
+                  ) -> tuple[bool, Callable[..., torch.Tensor]]:
     """(wants heads-first layout, fn(q, k, v) -> out) for one implementation."""
     import torch
     import torch.nn.functional as F
@@ -188,7 +192,7 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
     if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
         future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
 
-        def eager(q, k, v):
+        def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)
             if future is not None:
                 scores = scores.masked_fill(future, float("-inf"))
@@ -197,7 +201,7 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
         return True, eager
     backend = getattr(SDPBackend, SDPA_BACKENDS[implementation])
 
-    def sdpa(q, k, v):
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         with sdpa_kernel([backend]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -205,7 +209,7 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
 
 
 def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
-                inputs: dict, device) -> Callable[[], Any]:
+                inputs: dict[str, Any], device: torch.device) -> Callable[[], Any]:
     import torch
 
     heads_first, attend = _attention_fn(implementation, modules, causal, shape.seqlen, device)
@@ -213,10 +217,10 @@ def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, caus
     if "descale" in inputs:  # FP8: FA3's per-(batch, kv head) descale factors, timed as they are used
         plain = attend
 
-        def attend(q, k, v):
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return plain(q, k, v, **inputs["descale"])
     if mode == "fwd":
-        def forward():
+        def forward() -> torch.Tensor:
             with torch.no_grad():
                 return attend(q, k, v)
 
@@ -224,7 +228,7 @@ def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, caus
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     grad_out = torch.randn_like(q)
 
-    def forward_backward():
+    def forward_backward() -> tuple[torch.Tensor, ...]:
         return torch.autograd.grad(attend(*leaves), leaves, grad_out)
 
     return forward_backward
@@ -243,8 +247,8 @@ def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> 
     return ""
 
 
-def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str, inputs: dict,
-                device, timer: Timer) -> Measurement:
+def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
+                inputs: dict[str, Any], device: torch.device, timer: Timer) -> Measurement:
     import torch
 
     row = _row(implementation, shape, causal, mode, "ok")
@@ -272,8 +276,8 @@ def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, caus
     return row
 
 
-def run_bench(modules: dict[str, Any], shape_list: list[Shape], device, timer: Timer,
-              implementations=IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None
+def run_bench(modules: dict[str, Any], shape_list: list[Shape], device: torch.device | str, timer: Timer,
+              implementations: Sequence[str] = IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None
               ) -> list[Measurement]:
     """Every implementation x mode x causal on every shape; inputs are made once per shape. An FP8 shape is
     the FP8 columns' forward alone. `modules`: each packaged implementation's module (PACKAGED's `load`), a
@@ -300,7 +304,7 @@ def run_bench(modules: dict[str, Any], shape_list: list[Shape], device, timer: T
     return rows
 
 
-def _inputs(shape: Shape, device) -> dict:
+def _inputs(shape: Shape, device: torch.device) -> dict:
     """q, k, v in both layouts (random normal, seed 0); for FP8 rounded to e4m3, with descale factors of 1."""
     import torch
 
@@ -321,7 +325,7 @@ def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 4
     """Median milliseconds per call from CUDA events, after a warmup (the approach of triton's do_bench)."""
     import torch
 
-    def event():
+    def event() -> torch.cuda.Event:
         return torch.cuda.Event(enable_timing=True)
 
     fn()
@@ -355,7 +359,8 @@ def import_packages() -> tuple[dict[str, Any], list[str]]:
     return {name: module for name, (module, _) in loaded.items()}, errors
 
 
-def fp8_shapes(modules: dict[str, Any], tokens: int, seqlens, head_dims) -> tuple[list[Shape], str]:
+def fp8_shapes(modules: dict[str, Any], tokens: int, seqlens: Sequence[int], head_dims: Sequence[int]
+               ) -> tuple[list[Shape], str]:
     """FP8 shapes where an FP8 column is installed and its build has FP8 (its own switches), and what the
     header says."""
     fp8 = [PACKAGED[name] for name in FP8_IMPLEMENTATIONS if modules.get(name) is not None]
@@ -385,7 +390,8 @@ def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]
     return header
 
 
-def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens, head_dims) -> int:
+def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens: Sequence[int],
+            head_dims: Sequence[int]) -> int:
     machine.require_cuda("the benchmark")
     modules, import_errors = import_packages()
     if all(module is None for module in modules.values()):
@@ -470,7 +476,7 @@ def _target_line(target: dict) -> str:
             f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s (needs >= {target['min_tflops']})")
 
 
-def finish(report_dir: Path, console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE) -> int:
+def finish(report_dir: Path, console: Console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE) -> int:
     """Add peak fractions and targets (of `gpus_file`) to bench.json, plot bench.png, print the table; 1 if any
     target is missed (one on an implementation in `not_built`, which the line does not build, does not apply)."""
     path = report_dir / "bench.json"
@@ -494,7 +500,7 @@ def finish(report_dir: Path, console, not_built: dict[str, str], gpus_file: Path
     return 0 if all(t["met"] or t["not_applicable"] for t in data["targets"]) else 1
 
 
-def print_table(data: dict, console) -> None:
+def print_table(data: dict, console: Console) -> None:
     from rich.table import Table
 
     peak = data["peak"]["bf16_dense_tflops"]

@@ -11,8 +11,10 @@ import importlib
 import importlib.metadata
 import itertools
 import zlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from types import ModuleType
+from typing import Any
 
 APIS = ("func", "qkvpacked", "kvpacked", "varlen", "kvcache")
 DTYPES = ("float16", "bfloat16")
@@ -84,8 +86,9 @@ class Case:
         return next((message for broken, message in rules if broken), None)
 
 
-def _variants(base: Case, **axes) -> list[Case]:
-    """Every combination of the given field values applied to `base`."""
+def _variants(base: Case, **axes: Iterable[Any]) -> list[Case]:
+    """Every combination of the given field values applied to `base` (Any: each axis is a field of its own type,
+    which `replace` checks by name)."""
     names = list(axes)
     return [replace(base, **dict(zip(names, values))) for values in itertools.product(*axes.values())]
 

@@ -14,8 +14,12 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # transformers is imported inside run_parity, which reports its absence as an error
+    from transformers import LlamaConfig, PreTrainedModel
 
 IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
 FACTOR = 2.0
@@ -54,7 +58,7 @@ class ParityResult:
     traceback: str = ""
 
 
-def tiny_llama_config():
+def tiny_llama_config() -> LlamaConfig:
     from transformers import LlamaConfig
 
     return LlamaConfig(hidden_size=PARITY.hidden_size, intermediate_size=PARITY.intermediate_size,
@@ -74,7 +78,8 @@ def scenarios(device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tenso
     return {"no-padding": (ids.to(device), full.to(device)), "padding": (ids.to(device), padded.to(device))}
 
 
-def _build(config, implementation: str, state: dict | None, device: torch.device, dtype: torch.dtype):
+def _build(config: LlamaConfig, implementation: str, state: dict | None, device: torch.device,
+           dtype: torch.dtype) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
@@ -86,7 +91,7 @@ def _build(config, implementation: str, state: dict | None, device: torch.device
     return model.to(device=device, dtype=dtype).eval()
 
 
-def _logits(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _logits(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask).logits.float()
 
@@ -135,7 +140,8 @@ def _max_error(logits: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
     return float((logits[real] - reference[real]).abs().max())
 
 
-def _compare(name: str, model, ids, mask, reference: torch.Tensor, floor: float) -> ParityResult:
+def _compare(name: str, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
+             floor: float) -> ParityResult:
     start = time.perf_counter()
     try:
         error = _max_error(_logits(model, ids, mask), reference, mask)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 
 if TYPE_CHECKING:  # no torch needed to render a report
+    from rich.console import Console
+
     from toolkit.verify.parity import ParityResult
     from toolkit.verify.runner import CaseResult
 
@@ -53,7 +56,7 @@ def write_reports(report: dict, report_dir: Path) -> tuple[Path, Path]:
 # ---------------------------------------------------------------- JUnit
 
 
-def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classname) -> None:
+def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classname: Callable[[dict], str]) -> None:
     suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(rows)),
                           failures=str(sum(r["status"] == "failed" for r in rows)),
                           errors=str(sum(r["status"] == "error" for r in rows)),
@@ -110,7 +113,7 @@ def summary_line(report: dict, report_dir: Path) -> str:
                    f"on {report['gpu'] or 'no GPU'}; reports in {report_dir}/ (verify.json, verify.xml)")
 
 
-def print_tables(report: dict, console) -> None:
+def print_tables(report: dict, console: Console) -> None:
     """Per-API summary, every failure with its reason, and the parity results."""
     from rich.table import Table
 
@@ -133,7 +136,7 @@ def print_tables(report: dict, console) -> None:
         console.print(parity)
 
 
-def print_case_summary(report: dict, console) -> None:
+def print_case_summary(report: dict, console: Console) -> None:
     """One row per (API, dtype): counts and the tightest error/bound ratio."""
     from rich.table import Table
 
@@ -154,7 +157,7 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def show(report_path: Path, console) -> None:
+def show(report_path: Path, console: Console) -> None:
     path = Path(report_path)
     report = formats.current(read_json(path, "verify report", "pass the verify.json a `toolkit verify` run wrote"),
                              path, formats.VERIFY)
