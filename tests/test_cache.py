@@ -457,3 +457,40 @@ def test_an_entry_naming_a_file_outside_the_index_or_a_fifo_config_is_one_line(s
     monkeypatch.setenv("FA_ENVKIT_CACHES", str(fifo))
     with pytest.raises(Exception, match="caches.toml: unreadable cache configuration \\(a FIFO, not a regular file"):
         configured_caches()
+
+
+# ---------------------------------------------------------------- the key holds no file path
+
+
+def test_two_checkouts_of_a_line_at_other_paths_have_one_inputs_key(tmp_path):
+    """A locked line installed under two checkouts (.envs/<line> at two absolute paths), and an external line whose
+    spec names its toolchain at other paths, key the same build (recipe 3: record.PATH_FREE_RECIPE); another nvcc
+    version is another build. Expected: equal / unequal digests of json.dumps, computed here with hashlib."""
+    from toolkit.build.builder import RECIPE_VERSION, keyed_inputs
+    from toolkit.machine.fingerprint import Fingerprint, TorchInfo
+    from toolkit.machine.line_env import LineEnvironment
+    from toolkit.spec.envspec import load_spec
+
+    def key(root: Path, nvcc: str = "13.0.88", spec_file: Path = ROOT / "envs" / "cu126.yaml") -> str:
+        prefix = root / ".envs" / "cu126"
+        env = LineEnvironment("locked", prefix, prefix, prefix / "bin" / "python", prefix / "bin" / "x86_64-conda-linux-gnu-c++",
+                              prefix / "bin" / "x86_64-conda-linux-gnu-cc", str(prefix / "bin"), "the line's prefix")
+        fp = Fingerprint("host", 2, 20.0, 50.0, str(prefix), str(prefix / "bin" / "nvcc"), nvcc, None, None,
+                         str(env.cxx), "13.3.0", str(prefix / "bin" / "ninja"), "1.13.0", str(env.python), "3.11.10",
+                         TorchInfo("2.7.1+cu126", "12.6", True, str(prefix / "lib")), None)
+        inputs = keyed_inputs(load_spec(spec_file), env, fp, ("80", "90"))
+        assert inputs["recipe"] == RECIPE_VERSION >= 3 and str(root) not in json.dumps(inputs)
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    assert key(tmp_path / "one") == key(tmp_path / "elsewhere" / "two")
+    assert key(tmp_path / "one") != key(tmp_path / "one", nvcc="12.6.85")
+    external = {}
+    for name, cuda in (("a", "/usr/local/cuda"), ("b", "/opt/site/cuda-13.0")):
+        spec = (ROOT / "envs" / "gpu-machine.yaml").read_text().replace("/usr/local/cuda", cuda)
+        (tmp_path / name / "envs").mkdir(parents=True)
+        for extended in ("gpu-machine.yaml", "cu130.yaml", "base.yaml"):
+            shutil.copy(ROOT / "envs" / extended, tmp_path / name / "envs" / extended)
+        (tmp_path / name / "envs" / "gpu-machine.yaml").write_text(spec)
+        external[name] = load_spec(tmp_path / name / "envs" / "gpu-machine.yaml")
+    assert external["a"].input_hash() != external["b"].input_hash()  # the lock's hash: other paths, another spec
+    assert external["a"].build_input_hash() == external["b"].build_input_hash()

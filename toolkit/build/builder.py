@@ -70,8 +70,9 @@ from toolkit.spec.envspec import EnvSpec, resolve_spec_arg
 from toolkit.spec.patches import AppliedPatch
 from toolkit.spec.rules import checked_spec
 
-# Bump when the build recipe (environment, flags) changes: cached wheels of the old recipe are rebuilt.
-RECIPE_VERSION = 2
+# Bump when the build recipe (environment, flags) or the key's shape changes: cached wheels of the old recipe are
+# rebuilt. 3: the key holds no file path (record.PATH_FREE_RECIPE, EnvSpec.build_input_hash).
+RECIPE_VERSION = 3
 # Variables of an activated conda env that would change the compile behind the toolkit's back. conda-forge's
 # cuda-nvcc activate.sh exports NVCC_PREPEND_FLAGS="... -ccbin=${CXX}" and torch adds its own -ccbin: nvcc 13.0
 # warns "incompatible redefinition for option 'compiler-bindir', the last value of this option was used" (so
@@ -215,10 +216,10 @@ def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tup
     return {
         "recipe": RECIPE_VERSION,
         "line": spec.line,
-        "spec_input_hash": spec.input_hash(),
+        "spec_input_hash": spec.build_input_hash(),
         "toolchain": {
-            "kind": tc.kind, "cuda_home": str(tc.cuda_home), "nvcc": fp.nvcc_version, "cxx": fp.cxx_path,
-            "gcc": fp.gcc_version, "python": fp.python_path, "python_version": fp.python_version,
+            "kind": tc.kind, "nvcc": fp.nvcc_version, "cxx": Path(fp.cxx_path).name if fp.cxx_path else None,
+            "gcc": fp.gcc_version, "python_version": fp.python_version,
             "torch": torch.version if torch else None, "torch_cuda": torch.cuda if torch else None,
             "cxx11_abi": torch.cxx11_abi if torch else None, "ninja": fp.ninja_version,
         },

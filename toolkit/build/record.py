@@ -35,22 +35,27 @@ REBUILD = "delete it and rebuild with --force: `toolkit build LINE --force`"
 EXACT = pydantic.ConfigDict(extra="forbid")  # the inputs are hashed: a key the model would drop is refused
 
 
+PATH_FREE_RECIPE = 3  # builder.RECIPE_VERSION from which a key holds no file path (Toolchain)
+
+
 @dataclass(frozen=True)
 class Toolchain:
-    """The toolchain the wheel was compiled with, as the cache key holds it (builder.keyed_inputs)."""
+    """The toolchain the wheel was compiled with, as the cache key holds it (builder.keyed_inputs): versions and the
+    compiler's file name. Keys of recipes before PATH_FREE_RECIPE also held cuda_home and python as absolute paths
+    (and cxx as one), so the same toolchain in another checkout missed the cache; their records still read."""
 
     __pydantic_config__ = EXACT
     kind: str
-    cuda_home: str | None
     nvcc: str | None
     cxx: str | None
     gcc: str | None
-    python: str | None
     python_version: str | None
     torch: str | None
     torch_cuda: str | None
     cxx11_abi: bool | None
     ninja: str | None
+    cuda_home: str | None = None  # recipes before PATH_FREE_RECIPE only
+    python: str | None = None  # recipes before PATH_FREE_RECIPE only
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,9 @@ class BuildInputs:
     def to_json(self) -> dict[str, Any]:
         """As written: the optional sections only where the build had them (absent, not null, in the key)."""
         data = asdict(self)
+        if self.recipe >= PATH_FREE_RECIPE:
+            data["toolchain"] = {name: value for name, value in data["toolchain"].items()
+                                 if name not in ("cuda_home", "python")}
         return {name: value for name, value in data.items()
                 if value is not None or name not in ("lock_sha256", "patches", "flash_attn_3")}
 

@@ -269,6 +269,8 @@ REQUIRED = ("cuda", "python", "gcc", "platforms", "channels", "torch.version", "
 RENAMED_SECTIONS = {"flash_attn": "flash_attn_2"}
 # A pypi toolchain has no conda layer: it may set channels to null (its wheels come from torch.index).
 PYPI_REQUIRED = tuple(name for name in REQUIRED if name != "channels")
+# An external toolchain's fields that say where it is, not what it is (its versions are checked against the machine).
+NOT_BUILD_INPUTS = ("cuda_home", "python_executable", "modules")
 EXTERNAL_REQUIRED = ("toolchain.cuda_home", "toolchain.python_executable", "toolchain.nvcc",
                      "toolchain.gcc", "toolchain.python", "toolchain.torch", "toolchain.cxx11_abi")
 
@@ -369,6 +371,16 @@ class EnvSpec:
         built, so tuning them must not make a lock stale or miss the wheel cache)."""
         hashed_as = {new: old for old, new in RENAMED_SECTIONS.items()}
         return sha256_json({hashed_as.get(key, key): value for key, value in self.merged.items() if key != "build"})
+
+    def build_input_hash(self) -> str:
+        """input_hash without what only says where a toolchain is or what the line is called in words
+        (NOT_BUILD_INPUTS): the wheel cache's key part, so an external line at another site's paths, whose
+        versions the build checks against the machine, finds the same published build."""
+        merged = {key: value for key, value in self.merged.items() if key not in ("build", "description")}
+        toolchain = merged.get("toolchain")
+        if isinstance(toolchain, dict):
+            merged["toolchain"] = {key: value for key, value in toolchain.items() if key not in NOT_BUILD_INPUTS}
+        return sha256_json(merged)
 
 
 # ---------------------------------------------------------------- YAML with line numbers
