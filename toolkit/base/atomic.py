@@ -95,8 +95,10 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
         parent.mkdir(parents=True, exist_ok=True)
         handle = _locked_owner(owner)
     except OSError as exc:
-        raise ToolkitError(f"{parent}: cannot write a temporary file here ({exc.strerror}; make it writable "
-                           f"or point the toolkit elsewhere)") from None
+        raise ToolkitError(
+            f"{parent}: cannot write a temporary file here ({exc.strerror}; make it writable "
+            f"or point the toolkit elsewhere)"
+        ) from None
     try:
         try:
             yield path
@@ -116,7 +118,9 @@ def _locked_owner(owner: Path) -> IO[str]:
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # a filesystem without flock: the run works; a rerun then never removes this one
+        except (
+            OSError
+        ):  # a filesystem without flock: the run works; a rerun then never removes this one
             pass
         os.rename(pending, owner)
     except BaseException:
@@ -185,7 +189,7 @@ def clean_stale(parent: Path, recover: Callable[[Path], bool] | None = None) -> 
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # its run is alive
-            entry = owner.with_name(owner.name[:-len(OWNER_SUFFIX)])
+            entry = owner.with_name(owner.name[: -len(OWNER_SUFFIX)])
             if recover is not None and not recover(entry):
                 continue
             remove_path(entry)
@@ -210,7 +214,11 @@ def exchange(new: Path, old: Path) -> bool:
     if renameat2(AT_FDCWD, os.fsencode(new), AT_FDCWD, os.fsencode(old), RENAME_EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # filesystem (e.g. NFS) or kernel lacks it
+    if code in (
+        errno.EINVAL,
+        errno.ENOSYS,
+        errno.EOPNOTSUPP,
+    ):  # filesystem (e.g. NFS) or kernel lacks it
         return False
     raise OSError(code, os.strerror(code), str(old))
 
@@ -223,13 +231,16 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextmanager
-def terminate_like_interrupt(announce: Callable[[KeyboardInterrupt], None] | None = None) -> Iterator[None]:
+def terminate_like_interrupt(
+    announce: Callable[[KeyboardInterrupt], None] | None = None,
+) -> Iterator[None]:
     """For the body, SIGTERM (Slurm's scancel, `kill`) unwinds the stack like Ctrl-C instead of killing
     mid-write. A second SIGTERM during the cleanup is ignored so the cleanup finishes.
 
     `announce(exc)`, if given, runs in the signal handler, before the unwinding (and Ctrl-C gets the same
     handler): removing what the run made can take as long as deleting a 6 GB environment does, and the user
     who pressed Ctrl-C is answered at once, not after it."""
+
     def handler(signum: int, frame: object) -> None:
         exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         if signum == signal.SIGTERM:
@@ -238,13 +249,18 @@ def terminate_like_interrupt(announce: Callable[[KeyboardInterrupt], None] | Non
             announce(exc)
         raise exc
 
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+    if (
+        threading.current_thread() is not threading.main_thread()
+    ):  # only the main thread may set handlers
         yield
         return
     previous = signal.signal(signal.SIGTERM, handler)
     # Ctrl-C only where Python's own handler is set (not where it was ignored, as for a background job)
-    previous_int = signal.signal(signal.SIGINT, handler) \
-        if announce is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+    previous_int = (
+        signal.signal(signal.SIGINT, handler)
+        if announce is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        else None
+    )
     try:
         yield
     finally:

@@ -10,8 +10,13 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
-              stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 class Unreadable(Exception):
@@ -27,7 +32,13 @@ def open_regular(path: Path, follow_symlinks: bool = True) -> int:
     """A descriptor of a regular file, opened with O_NONBLOCK (a FIFO never blocks) and checked with fstat
     before any read; with follow_symlinks=False a symlink is refused itself ("special", "a symlink"), so what
     is read is the file that was named."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    flags = (
+        os.O_RDONLY
+        | os.O_NONBLOCK
+        | os.O_NOCTTY
+        | os.O_CLOEXEC
+        | (0 if follow_symlinks else os.O_NOFOLLOW)
+    )
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
@@ -37,7 +48,9 @@ def open_regular(path: Path, follow_symlinks: bool = True) -> int:
             raise Unreadable("special", "a symlink") from None
         raise Unreadable("error", os.strerror(exc.errno or 0)) from None
     try:
-        mode = os.fstat(fd).st_mode  # before open(): Python's file object refuses a directory itself
+        mode = os.fstat(
+            fd
+        ).st_mode  # before open(): Python's file object refuses a directory itself
         if not stat.S_ISREG(mode):
             raise Unreadable("special", FILE_KINDS.get(stat.S_IFMT(mode), "not a file"))
     except BaseException:

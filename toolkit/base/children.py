@@ -55,7 +55,9 @@ def popen_tied(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subproc
     return subprocess.Popen(supervisor, start_new_session=True, **kwargs)
 
 
-def _check_runnable(program: str, env: dict[str, str] | None, cwd: str | os.PathLike[str] | None) -> None:
+def _check_runnable(
+    program: str, env: dict[str, str] | None, cwd: str | os.PathLike[str] | None
+) -> None:
     """Raise what subprocess would (FileNotFoundError, PermissionError) for a program that cannot start, so
     callers that catch OSError keep working: the supervisor itself always starts."""
     import shutil
@@ -66,7 +68,10 @@ def _check_runnable(program: str, env: dict[str, str] | None, cwd: str | os.Path
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-    elif shutil.which(program, path=(os.environ if env is None else env).get("PATH", os.defpath)) is None:
+    elif (
+        shutil.which(program, path=(os.environ if env is None else env).get("PATH", os.defpath))
+        is None
+    ):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
@@ -88,8 +93,14 @@ def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
     proc.wait()
 
 
-def run_tied(argv: Sequence[str | os.PathLike[str]], *, capture_output: bool = False, timeout: float | None = None,
-             check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+def run_tied(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    capture_output: bool = False,
+    timeout: float | None = None,
+    check: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess:
     """subprocess.run(argv, capture_output=..., timeout=..., check=..., **kwargs) through popen_tied: an
     interruption or a timeout here (Ctrl-C, SIGTERM) ends all that argv started before it goes on."""
     import subprocess
@@ -118,7 +129,9 @@ def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> None:
 
 def _prctl(option: int, value: int) -> None:
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value)  # libc, linked in; find_library runs ldconfig
+        ctypes.CDLL(None, use_errno=True).prctl(
+            option, value
+        )  # libc, linked in; find_library runs ldconfig
 
 
 # ---------------------------------------------------------------- the supervisor's side
@@ -197,7 +210,9 @@ def supervise(parent_pid: int, argv: list[str]) -> int:
             die_with_parent(parent_pid, signal.SIGTERM)
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
             # as subprocess.Popen would start it (SIGPIPE as a shell leaves it), without importing subprocess
-            child = os.posix_spawnp(argv[0], argv, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+            child = os.posix_spawnp(
+                argv[0], argv, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)
+            )
             status = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         finally:
             _ignore_stop_signals()

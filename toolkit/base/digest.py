@@ -20,7 +20,9 @@ def sha256_file(path: Path) -> str:
 
 def sha256_json(data: object) -> str:
     """Of the canonical JSON (sorted keys, no spaces): equal data, equal digest, whatever the key order."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def git_object_id(path: Path) -> str:
@@ -48,8 +50,17 @@ def _git_entry(path: Path) -> tuple[bytes, bytes]:
             mode, object_id = _git_entry(child)
             if mode:
                 name = os.fsencode(child.name)
-                entries.append((name + b"/" if mode == b"40000" else name, mode + b" " + name + b"\0" + object_id))
-        return (b"40000", _git_hash(b"tree", b"".join(e for _, e in sorted(entries)))) if entries else (b"", b"")
+                entries.append(
+                    (
+                        name + b"/" if mode == b"40000" else name,
+                        mode + b" " + name + b"\0" + object_id,
+                    )
+                )
+        return (
+            (b"40000", _git_hash(b"tree", b"".join(e for _, e in sorted(entries))))
+            if entries
+            else (b"", b"")
+        )
     digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False)
     with open(path, "rb") as handle:
         while chunk := handle.read(CHUNK):

@@ -34,7 +34,9 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     """main(argv)'s exit code; every failure a user can cause is one line on stderr, never a traceback."""
     announced: list[KeyboardInterrupt] = []
 
-    def announce(exc: KeyboardInterrupt) -> None:  # at the signal, before the cleanup: see terminate_like_interrupt
+    def announce(
+        exc: KeyboardInterrupt,
+    ) -> None:  # at the signal, before the cleanup: see terminate_like_interrupt
         if not announced:
             announced.append(exc)
             print(f"error: {interrupted_line(exc)}", file=sys.stderr, flush=True)
@@ -51,8 +53,12 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
             raise
         print(f"error: {missing}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # the reader left (`toolkit matrix show --json | head`): stop quietly, as a shell tool does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+    except (
+        BrokenPipeError
+    ):  # the reader left (`toolkit matrix show --json | head`): stop quietly, as a shell tool does
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # the exit's flush writes nowhere
         return 141
     except KeyboardInterrupt as exc:
         first = announced[0] if announced else exc
@@ -68,6 +74,7 @@ def interrupted_line(exc: KeyboardInterrupt) -> str:
 def program(main: Callable[[list[str] | None], int]) -> Program:
     """A program's `main(argv=None) -> int`, run through run_main: `python -m` and a test calling main()
     get the same exit code and line."""
+
     @wraps(main)
     def wrapped(argv: list[str] | None = None) -> int:
         return run_main(main, argv)
@@ -78,12 +85,20 @@ def program(main: Callable[[list[str] | None], int]) -> Program:
 def add_renamed_option(parser: argparse.ArgumentParser, old: str, now: str) -> None:
     """An option's earlier spelling, hidden from --help: given, it is refused in one line that says what to
     write now (`now`: the command or option that replaced it), instead of argparse's usage block."""
+
     class Renamed(argparse.Action):
-        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                     option_string: str | None = None) -> None:
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: object,
+            option_string: str | None = None,
+        ) -> None:
             raise ToolkitError(f"{parser.prog}: {old} is gone: write {now}")
 
-    parser.add_argument(old, nargs="?", action=Renamed, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        old, nargs="?", action=Renamed, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
 
 def rename_notice(prog: str, old: str, now: str) -> None:
@@ -97,19 +112,35 @@ def add_option_alias(parser: argparse.ArgumentParser, old: str, now: str) -> Non
     target = next(a for a in parser._actions if now in a.option_strings)
 
     class Alias(argparse.Action):
-        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                     option_string: str | None = None) -> None:
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: object,
+            option_string: str | None = None,
+        ) -> None:
             rename_notice(parser.prog, old, now)
-            words = values if isinstance(values, list) else [str(values)]  # one word: the alias takes one value
+            words = (
+                values if isinstance(values, list) else [str(values)]
+            )  # one word: the alias takes one value
             target(parser, namespace, parser._get_values(target, words), now)
 
-    parser.add_argument(old, action=Alias, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-                        metavar=target.metavar)
+    parser.add_argument(
+        old,
+        action=Alias,
+        dest=argparse.SUPPRESS,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+        metavar=target.metavar,
+    )
 
 
-def renamed_choice(choices: tuple[str, ...], renamed: dict[str, str], prog: str) -> Callable[[str], str]:
+def renamed_choice(
+    choices: tuple[str, ...], renamed: dict[str, str], prog: str
+) -> Callable[[str], str]:
     """An argparse `type=` for a choice whose values were renamed: an old value (`renamed`: old -> new) is
     read as its new one after a one-line notice; anything else is left for `choices` to judge."""
+
     def read(value: str) -> str:
         if value in renamed and value not in choices:
             rename_notice(prog, value, renamed[value])
@@ -125,7 +156,9 @@ class RenamedVerb(argparse.ArgumentParser):
     now = ""
 
     def parse_known_args(  # type: ignore[override]  # argparse calls it on the verb's words
-            self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+        self,
+        args: Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
     ) -> tuple[argparse.Namespace, list[str]]:
         raise ToolkitError(f"{self.prog} is gone: write {self.now}")
 
@@ -133,7 +166,9 @@ class RenamedVerb(argparse.ArgumentParser):
 def add_renamed_verb(verbs: argparse._SubParsersAction, old: str, now: str) -> None:
     """A verb's earlier spelling, hidden from the verb list: given, with any options after it, it is refused
     in one line that says what to write now, instead of argparse's usage block or an unknown-verb error."""
-    parser = verbs.add_parser(old, add_help=False)  # its prog ("toolkit fa4 recommend"); no help: not listed
+    parser = verbs.add_parser(
+        old, add_help=False
+    )  # its prog ("toolkit fa4 recommend"); no help: not listed
     renamed = RenamedVerb(prog=parser.prog, add_help=False)
     renamed.now = now
     verbs.choices[old] = renamed
@@ -145,7 +180,9 @@ class DefaultStep(argparse.ArgumentParser):
     default_step = ""
 
     def parse_known_args(  # type: ignore[override]  # argparse calls it on the verb's words
-            self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+        self,
+        args: Sequence[str] | None = None,
+        namespace: argparse.Namespace | None = None,
     ) -> tuple[argparse.Namespace, list[str]]:
         words = list(sys.argv[1:] if args is None else args)
         steps = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -154,12 +191,15 @@ class DefaultStep(argparse.ArgumentParser):
         return super().parse_known_args(words, namespace)
 
 
-def add_verb_with_default_step(verbs: argparse._SubParsersAction, name: str, default_step: str,
-                               **kwargs: Any) -> argparse.ArgumentParser:
+def add_verb_with_default_step(
+    verbs: argparse._SubParsersAction, name: str, default_step: str, **kwargs: Any
+) -> argparse.ArgumentParser:
     """A verb whose steps are verbs of their own (`matrix show`, `matrix run`), where words that name no step
     go to `default_step`: `toolkit matrix --json`, `toolkit matrix cu126` are `toolkit matrix show ...`, as the
     README spells them. Add the steps with add_subparsers(parser_class=argparse.ArgumentParser)."""
-    prog = verbs.add_parser(name, help=kwargs.pop("help", None)).prog  # the verb list's entry and its prog
+    prog = verbs.add_parser(
+        name, help=kwargs.pop("help", None)
+    ).prog  # the verb list's entry and its prog
     parser = DefaultStep(prog=prog, **kwargs)
     parser.default_step = default_step
     verbs.choices[name] = parser
@@ -172,9 +212,14 @@ def parse_verb_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         verb = handler_parser(parser, args.func) or parser
-        options = [o for a in verb._actions if a.help != argparse.SUPPRESS for o in a.option_strings]
-        guesses = [difflib.get_close_matches(word.partition("=")[0], options, n=1) for word in unknown
-                   if word.startswith("-")]
+        options = [
+            o for a in verb._actions if a.help != argparse.SUPPRESS for o in a.option_strings
+        ]
+        guesses = [
+            difflib.get_close_matches(word.partition("=")[0], options, n=1)
+            for word in unknown
+            if word.startswith("-")
+        ]
         hint = ", ".join(f"did you mean {g[0]}?" for g in guesses if g)
         verb.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({hint})" if hint else ""))
     return args
@@ -203,8 +248,14 @@ def declared_requirements() -> list[Requirement]:
         import tomllib
 
         project = tomllib.loads(pyproject.read_text())["project"]
-        lines = [*project["dependencies"],
-                 *(f"{r}; extra == '{extra}'" for extra, rs in project["optional-dependencies"].items() for r in rs)]
+        lines = [
+            *project["dependencies"],
+            *(
+                f"{r}; extra == '{extra}'"
+                for extra, rs in project["optional-dependencies"].items()
+                for r in rs
+            ),
+        ]
     return [Requirement(line) for line in lines]
 
 
@@ -219,10 +270,16 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
     module = (exc.name or "").partition(".")[0]
     for req in declared_requirements():
         name = canonicalize_name(req.name)
-        if module in {name.replace("-", "_"), name.replace("-", ""), name.removeprefix("py-").replace("-", "_"),
-                      name.removeprefix("py")}:  # conda_lock, piptools, rattler (py-rattler), yaml (pyyaml)
+        if module in {
+            name.replace("-", "_"),
+            name.replace("-", ""),
+            name.removeprefix("py-").replace("-", "_"),
+            name.removeprefix("py"),
+        }:  # conda_lock, piptools, rattler (py-rattler), yaml (pyyaml)
             extra = re.search(r"extra == ['\"]([\w.-]+)", str(req.marker or ""))
             wanted = f"{req.name} (its {extra.group(1)} extra)" if extra else req.name
-            return (f"fa-envkit needs {wanted}, which this python lacks (no module {module!r}): "
-                    f"{sys.executable} -m pip install '{req.name}{req.specifier}'")
+            return (
+                f"fa-envkit needs {wanted}, which this python lacks (no module {module!r}): "
+                f"{sys.executable} -m pip install '{req.name}{req.specifier}'"
+            )
     return None

@@ -9,7 +9,14 @@ if TYPE_CHECKING:
     import pydantic
 
 SHOWN = reprlib.Repr()
-SHOWN.maxstring, SHOWN.maxother, SHOWN.maxlong, SHOWN.maxlist, SHOWN.maxdict, SHOWN.maxlevel = 60, 60, 40, 6, 4, 2
+SHOWN.maxstring, SHOWN.maxother, SHOWN.maxlong, SHOWN.maxlist, SHOWN.maxdict, SHOWN.maxlevel = (
+    60,
+    60,
+    40,
+    6,
+    4,
+    2,
+)
 
 
 class ToolkitError(Exception):
@@ -29,7 +36,11 @@ def first_problem(exc: pydantic.ValidationError) -> str:
     """pydantic's first complaint as "field.path: problem": `rules[3].attn_implementation.sdpa_backend: ']]' is
     not a name`, so the one line says which value to fix (every typed file format's reader uses it)."""
     error = exc.errors()[0]
-    at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"] if part != "[key]")
+    at = "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}"
+        for part in error["loc"]
+        if part != "[key]"
+    )
     if error["type"] == "value_error":
         problem = str(error["ctx"]["error"])
     elif error["type"] == "missing":

@@ -27,7 +27,9 @@ from pathlib import Path
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 
-OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # RDWR: NFS emulates flock with write locks
+OPEN_FLAGS = (
+    os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+)  # RDWR: NFS emulates flock with write locks
 
 
 def lock_file_for(entry: Path) -> Path:
@@ -48,8 +50,12 @@ def locked(entry: Path) -> Iterator[Path]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not said:
-                    print(f"waiting for {display_path(lock_file)} (another job is writing "
-                          f"{display_path(Path(entry))})", file=sys.stderr, flush=True)
+                    print(
+                        f"waiting for {display_path(lock_file)} (another job is writing "
+                        f"{display_path(Path(entry))})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     said = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
             if _still_named(fd, lock_file):
@@ -62,7 +68,9 @@ def locked(entry: Path) -> Iterator[Path]:
         yield lock_file
     except BaseException:
         if created:
-            lock_file.unlink(missing_ok=True)  # before the unlock: a waiter then finds the name gone
+            lock_file.unlink(
+                missing_ok=True
+            )  # before the unlock: a waiter then finds the name gone
         raise
     finally:
         os.close(fd)  # releases the lock
@@ -91,26 +99,34 @@ def _open(lock_file: Path) -> tuple[int, bool]:
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ToolkitError(f"{where}: cannot create the lock file ({exc.strerror}; "
-                           "make the cache directory writable)") from None
+        raise ToolkitError(
+            f"{where}: cannot create the lock file ({exc.strerror}; "
+            "make the cache directory writable)"
+        ) from None
     while True:
         try:
             return os.open(lock_file, OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o666), True
         except FileExistsError:
             pass  # O_EXCL: also what a symlink there, dangling or not, gives
         except OSError as exc:
-            raise ToolkitError(f"{where}: cannot create the lock file ({exc.strerror}; "
-                               "make the cache directory writable)") from None
+            raise ToolkitError(
+                f"{where}: cannot create the lock file ({exc.strerror}; "
+                "make the cache directory writable)"
+            ) from None
         try:
             _refuse_unless_regular(os.lstat(lock_file).st_mode, where)  # a device is never opened
             fd = os.open(lock_file, OPEN_FLAGS)
         except FileNotFoundError:
             continue  # removed since: create it
         except OSError as exc:
-            raise ToolkitError(f"{where}: cannot open the lock file ({exc.strerror}; make it writable, "
-                               "or remove it if no job is running)") from None
+            raise ToolkitError(
+                f"{where}: cannot open the lock file ({exc.strerror}; make it writable, "
+                "or remove it if no job is running)"
+            ) from None
         try:
-            _refuse_unless_regular(os.fstat(fd).st_mode, where)  # replaced between the lstat and the open
+            _refuse_unless_regular(
+                os.fstat(fd).st_mode, where
+            )  # replaced between the lstat and the open
         except ToolkitError:
             os.close(fd)
             raise
@@ -121,10 +137,19 @@ def _refuse_unless_regular(mode: int, where: str) -> None:
     """A symlink, FIFO, device or folder where a lock file belongs was not made by the toolkit: refuse."""
     if stat.S_ISREG(mode):
         return
-    kind = ("a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a folder" if stat.S_ISDIR(mode) else "a device or socket")
-    raise ToolkitError(f"{where}: is {kind}, not a lock file; nothing was changed (remove it, or choose "
-                       f"another folder)")
+    kind = (
+        "a symlink"
+        if stat.S_ISLNK(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else "a device or socket"
+    )
+    raise ToolkitError(
+        f"{where}: is {kind}, not a lock file; nothing was changed (remove it, or choose "
+        f"another folder)"
+    )
 
 
 def _still_named(fd: int, lock_file: Path) -> bool:

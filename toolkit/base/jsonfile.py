@@ -36,15 +36,23 @@ def parse_json(data: bytes | str, where: str, what: str, fix: str) -> Any:
         text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ToolkitError(f"{where}:{exc.lineno}: unreadable {what} (not JSON: {exc.msg} at column "
-                           f"{exc.colno}; {fix})") from None
+        raise ToolkitError(
+            f"{where}:{exc.lineno}: unreadable {what} (not JSON: {exc.msg} at column "
+            f"{exc.colno}; {fix})"
+        ) from None
     except UnicodeDecodeError as exc:
-        raise _unreadable(where, what, f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset "
-                                       f"{exc.start}", fix) from None
+        raise _unreadable(
+            where,
+            what,
+            f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}",
+            fix,
+        ) from None
     except RecursionError:
         raise _unreadable(where, what, "nested too deeply to parse", fix) from None
     except ValueError:  # the only other one json.loads raises: int() refusing a very long number
-        raise _unreadable(where, what, f"a number of more than {sys.get_int_max_str_digits()} digits", fix) from None
+        raise _unreadable(
+            where, what, f"a number of more than {sys.get_int_max_str_digits()} digits", fix
+        ) from None
 
 
 def _regular_file_bytes(path: Path, limit: int, where: str, what: str, fix: str) -> bytes:
@@ -52,8 +60,12 @@ def _regular_file_bytes(path: Path, limit: int, where: str, what: str, fix: str)
     try:
         return regular_file_bytes(path, limit)
     except Unreadable as exc:
-        reason = {"missing": "file not found", "error": exc.detail,
-                  "special": f"{exc.detail}, not a regular file", "large": f"larger than {limit:,} bytes"}[exc.why]
+        reason = {
+            "missing": "file not found",
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a regular file",
+            "large": f"larger than {limit:,} bytes",
+        }[exc.why]
         raise _unreadable(where, what, reason, fix) from None
 
 

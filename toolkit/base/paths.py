@@ -25,7 +25,9 @@ def display_path(path: Path) -> str:
 
 def plain_path(value: str) -> bool:
     """An absolute path with no control character and no os.pathsep: one PYTHONPATH entry, one line."""
-    return value.startswith("/") and os.pathsep not in value and all(ch.isprintable() for ch in value)
+    return (
+        value.startswith("/") and os.pathsep not in value and all(ch.isprintable() for ch in value)
+    )
 
 
 def folder_argument(path: Path, option: str) -> Path:
@@ -34,9 +36,13 @@ def folder_argument(path: Path, option: str) -> Path:
     entry (another folder's code) and a newline a line."""
     absolute = path.absolute()
     if not plain_path(str(absolute)):
-        raise ToolkitError(f"{option} {str(absolute)!r}: holds {os.pathsep!r} or a control character "
-                           f"(pass a plain folder path)")
+        raise ToolkitError(
+            f"{option} {str(absolute)!r}: holds {os.pathsep!r} or a control character "
+            f"(pass a plain folder path)"
+        )
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise ToolkitError(f"{option} {display_path(path)}: not a folder (pass a folder, or a path that does not "
-                           f"exist yet)")
+        raise ToolkitError(
+            f"{option} {display_path(path)}: not a folder (pass a folder, or a path that does not "
+            f"exist yet)"
+        )
     return absolute

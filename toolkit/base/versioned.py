@@ -19,8 +19,12 @@ class Format:
 
     what: str  # "build record": how a refusal names the file's kind
     schema: int  # the schema written now
-    upgrades: Mapping[int, Upgrade] = field(default_factory=dict)  # schema n's data -> schema n + 1's
-    unnumbered: int | None = None  # the schema of files written before the number was recorded (None: refused)
+    upgrades: Mapping[int, Upgrade] = field(
+        default_factory=dict
+    )  # schema n's data -> schema n + 1's
+    unnumbered: int | None = (
+        None  # the schema of files written before the number was recorded (None: refused)
+    )
 
     def current(self, data: object) -> dict[str, Any]:
         """`data` as the current schema (its "schema" key included); ValueError, one line, when it cannot be."""
@@ -32,7 +36,11 @@ class Format:
         while schema != self.schema:
             upgrade = self.upgrades.get(schema)
             if upgrade is None:
-                known = f"schemas {min(self.upgrades)} to {self.schema}" if self.upgrades else f"schema {self.schema}"
+                known = (
+                    f"schemas {min(self.upgrades)} to {self.schema}"
+                    if self.upgrades
+                    else f"schema {self.schema}"
+                )
                 raise ValueError(f"a {self.what} of schema {schema}; this toolkit reads {known}")
             schema += 1
             data = {**upgrade(data), "schema": schema}

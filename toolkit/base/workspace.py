@@ -28,9 +28,11 @@ LINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 def checked_line(line: str, where: str | None = None) -> str:
     """The line name, or a one-line error when it could be read as a path, an option or shell."""
     if not LINE_NAME.fullmatch(line) or ".." in line:
-        raise ToolkitError(f"{where or ascii(line)}: {ascii(line)} is not a line name (letters, digits, '.', '_', "
-                           f"'-', starting with a letter or digit, like cu126; a line is named by its "
-                           f"envs/<line>.yaml: rename the file)")
+        raise ToolkitError(
+            f"{where or ascii(line)}: {ascii(line)} is not a line name (letters, digits, '.', '_', "
+            f"'-', starting with a letter or digit, like cu126; a line is named by its "
+            f"envs/<line>.yaml: rename the file)"
+        )
     return line
 
 
@@ -42,7 +44,10 @@ WHEEL_FOLDER_SUFFIXES = {"flash-attn-2": "", "flash-attn-3": "+fa3"}
 
 def wheel_folders(line: str) -> dict[str, str]:
     """Implementation -> the name of the line's folder of its wheels."""
-    return {implementation: checked_line(line) + suffix for implementation, suffix in WHEEL_FOLDER_SUFFIXES.items()}
+    return {
+        implementation: checked_line(line) + suffix
+        for implementation, suffix in WHEEL_FOLDER_SUFFIXES.items()
+    }
 
 
 def folder_line(folder: str) -> tuple[str, str]:
@@ -59,7 +64,9 @@ class Workspace:
 
     envs: Path = Path("envs")  # env specs (envs/<line>.yaml)
     locks: Path = Path("locks")  # locks/<line>.conda-lock.yml
-    wheelhouse: Path = Path("wheelhouse")  # wheelhouse/<line>/<wheel> + record, wheelhouse/simple/ (PEP 503)
+    wheelhouse: Path = Path(
+        "wheelhouse"
+    )  # wheelhouse/<line>/<wheel> + record, wheelhouse/simple/ (PEP 503)
     environments: Path = Path(".envs")  # .envs/<line>: the conda prefix `toolkit install` makes
     reports: Path = Path("reports")  # reports/<line>/: verify and bench output
     runs: Path = Path("runs")  # runs/<run id>/: matrix runs (plans, batch scripts, logs)
@@ -101,7 +108,11 @@ class Workspace:
         """Where an implementation's verification of the line goes by default (`toolkit verify` writes
         flash-attn-2's in the line's folder, as it always has, each other one's in a folder of its name, e.g.
         reports/LINE/flash-attn-4/), and where `toolkit recommend LINE` looks for it."""
-        return self.report_dir(line) if implementation == "flash-attn-2" else self.report_dir(line) / implementation
+        return (
+            self.report_dir(line)
+            if implementation == "flash-attn-2"
+            else self.report_dir(line) / implementation
+        )
 
     def recommendation_file(self, line: str) -> Path:
         """`toolkit recommend LINE`'s output, which doctor and the modulefile help read back."""
@@ -143,10 +154,13 @@ class Workspace:
         """uv's cache for the pip layers (each verified wheel unpacked once, linked into each environment)."""
         return self.user_cache / "uv"
 
-
     def options(self) -> list[str]:
         """The --envs/--locks/--wheelhouse words that ask a verb for this workspace (none for the default)."""
-        return [f"--{name}={getattr(self, name)}" for name in OPTIONS if getattr(self, name) != getattr(DEFAULT, name)]
+        return [
+            f"--{name}={getattr(self, name)}"
+            for name in OPTIONS
+            if getattr(self, name) != getattr(DEFAULT, name)
+        ]
 
 
 OPTIONS = ("envs", "locks", "wheelhouse")  # the folders a verb's command line can move
@@ -156,9 +170,24 @@ DEFAULT = Workspace()  # every folder where the verbs put it without options
 def add_workspace_options(parser: argparse.ArgumentParser) -> None:
     """--envs, --locks and --wheelhouse, the same for every verb."""
     defaults = DEFAULT
-    parser.add_argument("--envs", type=Path, default=defaults.envs, metavar="DIR",
-                        help=f"env spec directory (default: {defaults.envs})")
-    parser.add_argument("--locks", type=Path, default=defaults.locks, metavar="DIR",
-                        help=f"lock directory (default: {defaults.locks})")
-    parser.add_argument("--wheelhouse", type=Path, default=defaults.wheelhouse, metavar="DIR",
-                        help=f"built wheels, their records and the PEP 503 index (default: {defaults.wheelhouse})")
+    parser.add_argument(
+        "--envs",
+        type=Path,
+        default=defaults.envs,
+        metavar="DIR",
+        help=f"env spec directory (default: {defaults.envs})",
+    )
+    parser.add_argument(
+        "--locks",
+        type=Path,
+        default=defaults.locks,
+        metavar="DIR",
+        help=f"lock directory (default: {defaults.locks})",
+    )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=defaults.wheelhouse,
+        metavar="DIR",
+        help=f"built wheels, their records and the PEP 503 index (default: {defaults.wheelhouse})",
+    )
