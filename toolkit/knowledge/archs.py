@@ -42,19 +42,21 @@ def _section(data: bytes, name: bytes) -> bytes | None:
     """Bytes of one named section of a 64-bit little-endian ELF file, or None when absent."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError("not a 64-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
 
     def header(index: int) -> tuple[int, int, int]:
-        name_off, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + index * shentsize)
+        name_off, _type, _flags, _addr, offset, size = struct.unpack_from(
+            "<IIQQQQ", data, shoff + index * shentsize
+        )
         return name_off, offset, size
 
     _, strtab_off, _ = header(shstrndx)
     for index in range(shnum):
         name_off, offset, size = header(index)
         end = data.index(b"\0", strtab_off + name_off)
-        if data[strtab_off + name_off:end] == name:
-            return data[offset:offset + size]
+        if data[strtab_off + name_off : end] == name:
+            return data[offset : offset + size]
     return None
 
 
@@ -69,8 +71,12 @@ def parse_fatbin(section: bytes) -> list[FatbinEntry]:
             continue
         entry_pos, end = pos + header_size, pos + header_size + payload_size
         while entry_pos + ENTRY_HEADER.size <= end:
-            kind, _, entry_header, size, _, _, _, _, sm, _, _, flags = ENTRY_HEADER.unpack_from(section, entry_pos)
-            suffix = "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY_SPECIFIC else ""
+            kind, _, entry_header, size, _, _, _, _, sm, _, _, flags = ENTRY_HEADER.unpack_from(
+                section, entry_pos
+            )
+            suffix = (
+                "a" if flags & FLAG_ARCH_SPECIFIC else "f" if flags & FLAG_FAMILY_SPECIFIC else ""
+            )
             entries.append(FatbinEntry(KIND_NAMES.get(kind, f"kind{kind}"), f"{sm}{suffix}"))
             entry_pos += entry_header + size
         pos = (end + 7) // 8 * 8
@@ -83,7 +89,9 @@ def fatbin_entries(path: Path) -> list[FatbinEntry]:
         data = Path(path).read_bytes()
         section = _section(data, b".nv_fatbin")
     except (OSError, ValueError, struct.error) as exc:
-        raise ToolkitError(f"{path}: cannot read its ELF sections ({exc}; is it a complete CUDA extension?)") from None
+        raise ToolkitError(
+            f"{path}: cannot read its ELF sections ({exc}; is it a complete CUDA extension?)"
+        ) from None
     return parse_fatbin(section) if section else []
 
 
@@ -102,13 +110,17 @@ def cuobjdump_archs(path: Path) -> set[str] | None:
     done = run_tied([tool, "-res-usage", str(path)], capture_output=True, text=True)
     if done.returncode != 0:
         return None
-    return set(re.findall(r"^Fatbin elf code:\n(?:.*\n)*?arch = sm_(\d+[af]?)$", done.stdout, re.MULTILINE))
+    return set(
+        re.findall(r"^Fatbin elf code:\n(?:.*\n)*?arch = sm_(\d+[af]?)$", done.stdout, re.MULTILINE)
+    )
 
 
 def compiled_archs(path: Path) -> set[str]:
     """cuobjdump's answer where it is installed (the GPU machine), else the pure-Python reader's."""
     from_tool = cuobjdump_archs(path)
-    return from_tool if from_tool else cubin_archs(path)  # an empty answer: an output format we do not know
+    return (
+        from_tool if from_tool else cubin_archs(path)
+    )  # an empty answer: an output format we do not know
 
 
 def missing_archs(requested: tuple[str, ...], built: set[str]) -> list[str]:

@@ -72,47 +72,82 @@ def profile(name: str, path: Path = KNOWLEDGE_FILE) -> Profile:
     """The named profile, each switch one that setup.py reads (a misspelt one would be ignored by it)."""
     profiles = knowledge(path)["profiles"]
     if name not in profiles:
-        raise ToolkitError(f"{path.name}: no FlashAttention-3 profile {name!r} (known: {', '.join(profiles)})")
-    return knowledge_files.typed(path, lambda data: _profile(name, data["profiles"][name], set(data["switches"])))
+        raise ToolkitError(
+            f"{path.name}: no FlashAttention-3 profile {name!r} (known: {', '.join(profiles)})"
+        )
+    return knowledge_files.typed(
+        path, lambda data: _profile(name, data["profiles"][name], set(data["switches"]))
+    )
 
 
 def _profile(name: str, entry: dict, known: set[str]) -> Profile:
     unknown = [s for s in entry["switches"] if s not in known]
     if unknown:
-        raise ValueError(f"profile {name}: {', '.join(unknown)} is not a switch of hopper/setup.py (see switches)")
-    return Profile(name, " ".join(str(entry["description"]).split()), tuple(entry["switches"]), bool(entry["sm80"]))
+        raise ValueError(
+            f"profile {name}: {', '.join(unknown)} is not a switch of hopper/setup.py (see switches)"
+        )
+    return Profile(
+        name,
+        " ".join(str(entry["description"]).split()),
+        tuple(entry["switches"]),
+        bool(entry["sm80"]),
+    )
 
 
 def commit(sha: str, path: Path = KNOWLEDGE_FILE) -> Fa3Commit:
     commits = knowledge(path)["commits"]
     if sha not in commits:
-        raise ToolkitError(f"{path.name}: FlashAttention-3 commit {sha} is not pinned (known: {', '.join(commits)}; "
-                           f"add it with its archives and their git ids)")
+        raise ToolkitError(
+            f"{path.name}: FlashAttention-3 commit {sha} is not pinned (known: {', '.join(commits)}; "
+            f"add it with its archives and their git ids)"
+        )
     return knowledge_files.typed(path, lambda data: _commit(sha, data["commits"][sha]))
 
 
 def _commit(sha: str, entry: dict) -> Fa3Commit:
     stable = entry["stable_abi_wheel"]
-    return Fa3Commit(sha, str(entry["date"]), str(entry["version"]), tuple(entry["cuda"]), entry["torch"],
-                     entry["python"], stable["torch"], stable["tag"], str(entry["archs"]["required"]),
-                     tuple(str(a) for a in entry["archs"]["optional"]),
-                     tuple(_archive(a) for a in entry["archives"]), {k: int(v) for k, v in entry["objects"].items()})
+    return Fa3Commit(
+        sha,
+        str(entry["date"]),
+        str(entry["version"]),
+        tuple(entry["cuda"]),
+        entry["torch"],
+        entry["python"],
+        stable["torch"],
+        stable["tag"],
+        str(entry["archs"]["required"]),
+        tuple(str(a) for a in entry["archs"]["optional"]),
+        tuple(_archive(a) for a in entry["archives"]),
+        {k: int(v) for k, v in entry["objects"].items()},
+    )
 
 
 def _archive(entry: dict) -> Archive:
     """One `archives:` entry, every value in the form the fetch and the unpacking take it."""
     pins = {str(k): str(v) for k, v in entry["pins"].items()}
     checks = [("commit", entry["commit"], COMMIT), ("filename", entry["filename"], ARCHIVE_NAME)]
-    checks += [("pins", inner, INNER_PATH) for inner in pins] + [("pins", sha, COMMIT) for sha in pins.values()]
+    checks += [("pins", inner, INNER_PATH) for inner in pins] + [
+        ("pins", sha, COMMIT) for sha in pins.values()
+    ]
     if entry["place"]:
         checks.append(("place", entry["place"], INNER_PATH))
     for field, value, pattern in checks:
         if not pattern.fullmatch(str(value)):
-            raise ValueError(f"archive {entry['name']}: {field}: {value!r} is not of the form {pattern.pattern}")
+            raise ValueError(
+                f"archive {entry['name']}: {field}: {value!r} is not of the form {pattern.pattern}"
+            )
     if not str(entry["url"]).startswith(("https://", "file:///")):
-        raise ValueError(f"archive {entry['name']}: url: {entry['url']!r} is neither https:// nor file:///")
-    return Archive(str(entry["name"]), str(entry["url"]), str(entry["filename"]), str(entry["commit"]),
-                   str(entry["place"]), pins)
+        raise ValueError(
+            f"archive {entry['name']}: url: {entry['url']!r} is neither https:// nor file:///"
+        )
+    return Archive(
+        str(entry["name"]),
+        str(entry["url"]),
+        str(entry["filename"]),
+        str(entry["commit"]),
+        str(entry["place"]),
+        pins,
+    )
 
 
 def fa2_top_level(version: str, path: Path = KNOWLEDGE_FILE) -> tuple[str, ...] | None:

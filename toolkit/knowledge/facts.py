@@ -77,10 +77,14 @@ class PypiLine:
 
     cuda: str  # "13.2"
     cuda_toolkit: str  # the cuda-toolkit meta wheel, "13.2.2"
-    components: dict[str, str]  # wheel name -> the version the meta wheel's extras pin (==<version>.*)
+    components: dict[
+        str, str
+    ]  # wheel name -> the version the meta wheel's extras pin (==<version>.*)
     pins: dict[str, str]  # floating components -> the specifier that keeps them this release's
     symlinks: dict[str, str]  # link under cuda_home -> its target, relative to the link's directory
-    torch: tuple[str, ...]  # every torch whose PyPI wheels pin this cuda_toolkit, oldest first; () none
+    torch: tuple[
+        str, ...
+    ]  # every torch whose PyPI wheels pin this cuda_toolkit, oldest first; () none
 
     def pairs_with(self, torch: str) -> bool:
         return any(Version(torch) == Version(paired) for paired in self.torch)
@@ -110,7 +114,9 @@ class PypiCuda:
             wanted = Version(cuda_toolkit)
         except InvalidVersion:
             return None
-        return next((line for line in self.lines.values() if Version(line.cuda_toolkit) == wanted), None)
+        return next(
+            (line for line in self.lines.values() if Version(line.cuda_toolkit) == wanted), None
+        )
 
     def line(self, cuda: str, torch: str) -> PypiLine | None:
         """The cuda-toolkit release of CUDA `cuda` whose torch is `torch`: the one a pypi spec locks."""
@@ -181,22 +187,34 @@ def _torch_releases(data: dict) -> dict[str, TorchRelease]:
 
 def _pypi_cuda(data: dict) -> PypiCuda:
     lines = {
-        str(release): PypiLine(cuda=str(facts["cuda"]), cuda_toolkit=str(release),
-                               components={str(k): str(v) for k, v in facts["components"].items()},
-                               pins={str(k): str(v) for k, v in facts["pins"].items()},
-                               symlinks={str(k): str(v) for k, v in facts["symlinks"].items()},
-                               torch=tuple(str(t) for t in facts["torch"]))
+        str(release): PypiLine(
+            cuda=str(facts["cuda"]),
+            cuda_toolkit=str(release),
+            components={str(k): str(v) for k, v in facts["components"].items()},
+            pins={str(k): str(v) for k, v in facts["pins"].items()},
+            symlinks={str(k): str(v) for k, v in facts["symlinks"].items()},
+            torch=tuple(str(t) for t in facts["torch"]),
+        )
         for release, facts in data["lines"].items()
     }
-    return PypiCuda(lines=lines, cuda_home=str(data["cuda_home"]), extras=tuple(data["extras"]),
-                    platforms=tuple(data["platforms"]), cuda_12=str(data["cuda_12"]))
+    return PypiCuda(
+        lines=lines,
+        cuda_home=str(data["cuda_home"]),
+        extras=tuple(data["extras"]),
+        platforms=tuple(data["platforms"]),
+        cuda_12=str(data["cuda_12"]),
+    )
 
 
 def _flash_attn(data: dict) -> tuple[tuple[FlashAttnRequirement, ...], tuple[str, ...], int]:
     """(the requirements per version range, the released versions, the lowest sm any release builds)."""
     requirements = tuple(
-        FlashAttnRequirement(SpecifierSet(r["versions"]), r["min_cuda"], r["min_torch"],
-                             tuple(r["archs"]) if "archs" in r else None)
+        FlashAttnRequirement(
+            SpecifierSet(r["versions"]),
+            r["min_cuda"],
+            r["min_torch"],
+            tuple(r["archs"]) if "archs" in r else None,
+        )
         for r in data["requirements"]
     )
     return requirements, tuple(data["released"]), int(data["min_arch"])
@@ -204,9 +222,13 @@ def _flash_attn(data: dict) -> tuple[tuple[FlashAttnRequirement, ...], tuple[str
 
 def _nvcc_packaging(data: dict) -> dict[str, NvccPackaging]:
     return {
-        version: NvccPackaging(facts["channel"], tuple(
-            NvccBuild(b["version"], tuple(b["numbers"]), b["gcc"], b["commit"])
-            for b in facts["builds"]))
+        version: NvccPackaging(
+            facts["channel"],
+            tuple(
+                NvccBuild(b["version"], tuple(b["numbers"]), b["gcc"], b["commit"])
+                for b in facts["builds"]
+            ),
+        )
         for version, facts in data["lines"].items()
     }
 

@@ -29,7 +29,9 @@ KNOWLEDGE_DIR = Path(__file__).parent
 RESTORE = "restore it from the toolkit's repository"
 
 T = TypeVar("T")
-PARSED: dict[str, dict[str, Any]] = {}  # sha256 of a file's bytes -> its mapping: each text is parsed once a process
+PARSED: dict[
+    str, dict[str, Any]
+] = {}  # sha256 of a file's bytes -> its mapping: each text is parsed once a process
 
 
 def read(name: str | Path) -> dict[str, Any]:
@@ -40,21 +42,35 @@ def read(name: str | Path) -> dict[str, Any]:
     where = display_path(_path(name))
     try:
         text = _path(name).read_bytes()
-        key = hashlib.sha256(text).hexdigest()  # by content, not name or mtime: an edited copy is read anew
+        key = hashlib.sha256(
+            text
+        ).hexdigest()  # by content, not name or mtime: an edited copy is read anew
         if key not in PARSED:
-            PARSED[key] = yaml.load(text.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml
-        data = copy.deepcopy(PARSED[key])  # callers may change what they get; the next reader gets the file's
+            PARSED[key] = yaml.load(
+                text.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            )  # libyaml
+        data = copy.deepcopy(
+            PARSED[key]
+        )  # callers may change what they get; the next reader gets the file's
     except FileNotFoundError:
         raise ToolkitError(f"{where}: knowledge file not found ({RESTORE})") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ToolkitError(f"{where}: cannot read the knowledge file ({_first_line(exc)}; {RESTORE})") from None
+        raise ToolkitError(
+            f"{where}: cannot read the knowledge file ({_first_line(exc)}; {RESTORE})"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         line = f":{exc.problem_mark.line + 1}" if exc.problem_mark else ""
-        raise ToolkitError(f"{where}{line}: not valid YAML: {exc.problem} (fix the file or {RESTORE})") from None
+        raise ToolkitError(
+            f"{where}{line}: not valid YAML: {exc.problem} (fix the file or {RESTORE})"
+        ) from None
     except yaml.YAMLError as exc:
-        raise ToolkitError(f"{where}: not valid YAML: {_first_line(exc)} (fix the file or {RESTORE})") from None
+        raise ToolkitError(
+            f"{where}: not valid YAML: {_first_line(exc)} (fix the file or {RESTORE})"
+        ) from None
     if not isinstance(data, dict):
-        raise ToolkitError(f"{where}: expected a mapping at the top of the knowledge file ({RESTORE})")
+        raise ToolkitError(
+            f"{where}: expected a mapping at the top of the knowledge file ({RESTORE})"
+        )
     return data
 
 
@@ -67,7 +83,9 @@ def typed(name: str | Path, build: Callable[[dict[str, Any]], T]) -> T:
     except KeyError as exc:
         raise ToolkitError(f"{where}: {exc.args[0]}: missing (add it, or {RESTORE})") from None
     except (TypeError, ValueError, AttributeError, re.error) as exc:
-        raise ToolkitError(f"{where}: malformed entry: {_first_line(exc)} (fix it, or {RESTORE})") from None
+        raise ToolkitError(
+            f"{where}: malformed entry: {_first_line(exc)} (fix it, or {RESTORE})"
+        ) from None
 
 
 def _path(name: str | Path) -> Path:

@@ -32,14 +32,17 @@ def host_config_cap(host_config_h: str | None) -> int | None:
     if not host_config_h:
         return None
     try:
-        match = re.search(r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace"))
+        match = re.search(
+            r"#if\s+__GNUC__\s*>\s*(\d+)", Path(host_config_h).read_text(errors="replace")
+        )
     except OSError:
         return None
     return int(match.group(1)) if match else None
 
 
-def gcc_cap(cuda: str | None, kb: Knowledge, header_cap: int | None = None,
-            host_config_h: str | None = None) -> GccCap | None:
+def gcc_cap(
+    cuda: str | None, kb: Knowledge, header_cap: int | None = None, host_config_h: str | None = None
+) -> GccCap | None:
     """The cap of nvcc `cuda` (a line like '12.6'): the header's where it was read (`header_cap`, from
     `host_config_h`), else the knowledge's; None when neither knows this nvcc."""
     if header_cap is not None:

@@ -26,7 +26,10 @@ PROFILES: tuple[Profile, ...] = get_args(Profile)
 SHA256 = re.compile(r"[0-9a-f]{64}")
 ARCH = re.compile(r"\d{2,3}[af]?")
 # The fields that key an entry of each profile; an entry has its own profile's and no other's.
-KEY_FIELDS: dict[Profile, tuple[str, ...]] = {"fa2": ("sdist_sha256",), "fa3": ("commit", "fa3_profile")}
+KEY_FIELDS: dict[Profile, tuple[str, ...]] = {
+    "fa2": ("sdist_sha256",),
+    "fa3": ("commit", "fa3_profile"),
+}
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,11 @@ class CostKey:
     fa3_profile: str | None = None  # fa3: a profile of knowledge/flash_attn_3.yaml
 
     def label(self) -> str:
-        return self.profile if self.fa3_profile is None else f"{self.profile} at {self.pin[:12]}, profile {self.fa3_profile}"
+        return (
+            self.profile
+            if self.fa3_profile is None
+            else f"{self.profile} at {self.pin[:12]}, profile {self.fa3_profile}"
+        )
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,9 @@ class ReleaseCosts:
     key: CostKey
     arch: str  # the one arch the measured build compiled
     source: str  # the key of `sources` the figures come from
-    cpu_seconds: dict[str, float]  # source path inside the sdist (FA3: the flash-attention tree) -> CPU s for `arch`
+    cpu_seconds: dict[
+        str, float
+    ]  # source path inside the sdist (FA3: the flash-attention tree) -> CPU s for `arch`
 
     def seconds_for(self, archs: Sequence[str]) -> dict[str, float]:
         """Each object's CPU seconds for a build of these archs: additive over archs, each arch costing what
@@ -79,7 +88,9 @@ def _object_costs(data: dict) -> ObjectCosts:
     releases = tuple(_release(entry, sources) for entry in data["releases"])
     keys = [r.key for r in releases]
     if len(set(keys)) != len(keys):
-        raise ValueError("two releases entries for the same source (sdist_sha256, or commit and fa3_profile)")
+        raise ValueError(
+            "two releases entries for the same source (sdist_sha256, or commit and fa3_profile)"
+        )
     return ObjectCosts(releases, sources)
 
 
@@ -93,8 +104,13 @@ def _release(entry: dict, sources: dict[str, str]) -> ReleaseCosts:
     costs = entry["cpu_seconds"]
     if not isinstance(costs, dict) or not costs:
         raise ValueError(f"{version}: cpu_seconds must map source paths to seconds")
-    return ReleaseCosts(version, key, arch, source,
-                        {_source_path(version, path): _seconds(version, path, s) for path, s in costs.items()})
+    return ReleaseCosts(
+        version,
+        key,
+        arch,
+        source,
+        {_source_path(version, path): _seconds(version, path, s) for path, s in costs.items()},
+    )
 
 
 def _key(version: str, entry: dict) -> CostKey:
@@ -103,9 +119,17 @@ def _key(version: str, entry: dict) -> CostKey:
     profile = entry["profile"]
     if profile not in PROFILES:
         raise ValueError(f"{version}: profile {profile!r} is none of {', '.join(PROFILES)}")
-    stray = [name for other, names in KEY_FIELDS.items() if other != profile for name in names if name in entry]
+    stray = [
+        name
+        for other, names in KEY_FIELDS.items()
+        if other != profile
+        for name in names
+        if name in entry
+    ]
     if stray:
-        raise ValueError(f"{version}: {profile} entries are keyed by {' and '.join(KEY_FIELDS[profile])}, not {stray[0]}")
+        raise ValueError(
+            f"{version}: {profile} entries are keyed by {' and '.join(KEY_FIELDS[profile])}, not {stray[0]}"
+        )
     if profile == "fa2":
         sha = str(entry["sdist_sha256"])
         if not SHA256.fullmatch(sha):
@@ -114,21 +138,33 @@ def _key(version: str, entry: dict) -> CostKey:
     commit, fa3_profile = str(entry["commit"]), str(entry["fa3_profile"])
     pinned = fa3_pins.knowledge()
     if not fa3_pins.COMMIT.fullmatch(commit) or commit not in pinned["commits"]:
-        raise ValueError(f"{version}: commit {commit!r} is not a commit (40 hex digits) that flash_attn_3.yaml pins")
+        raise ValueError(
+            f"{version}: commit {commit!r} is not a commit (40 hex digits) that flash_attn_3.yaml pins"
+        )
     if fa3_profile not in pinned["profiles"]:
-        raise ValueError(f"{version}: fa3_profile {fa3_profile!r} is not a profile of flash_attn_3.yaml")
+        raise ValueError(
+            f"{version}: fa3_profile {fa3_profile!r} is not a profile of flash_attn_3.yaml"
+        )
     return CostKey(profile, commit, fa3_profile)
 
 
 def _source_path(version: str, path: object) -> str:
     parts = PurePosixPath(str(path)).parts
     if not isinstance(path, str) or not parts or parts[0] == "/" or ".." in parts or "\\" in path:
-        raise ValueError(f"{version}: cpu_seconds key {path!r} is not a relative path inside the sdist")
+        raise ValueError(
+            f"{version}: cpu_seconds key {path!r} is not a relative path inside the sdist"
+        )
     return path
 
 
 def _seconds(version: str, path: str, seconds: object) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or seconds <= 0:
-        raise ValueError(f"{version}: cpu_seconds of {path}: {seconds!r} is not a positive number of seconds")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ValueError(
+            f"{version}: cpu_seconds of {path}: {seconds!r} is not a positive number of seconds"
+        )
     return float(seconds)

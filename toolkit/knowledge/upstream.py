@@ -92,7 +92,9 @@ class PypiAnswer:
 
 def _plain_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", name):
-        raise ValueError(f"{shown(name)} is not a file name inside the recording's folder (no / or leading .)")
+        raise ValueError(
+            f"{shown(name)} is not a file name inside the recording's folder (no / or leading .)"
+        )
     return name
 
 
@@ -122,17 +124,26 @@ class Recording:
 def recording(data: object, path: Path, fix: str) -> Recording:
     """index.json at schema 2 (a schema-1 index, the URL map alone, is read as its `answers`); another schema
     or shape is one ToolkitError line."""
-    if isinstance(data, dict) and "schema" in data and (data["schema"] != RECORD_SCHEMA
-                                                        or type(data["schema"]) is not int):
-        raise ToolkitError(f"{display_path(path)}: an index of recorded answers of schema {shown(data['schema'])}, "
-                           f"which this toolkit does not read (it reads schemas 1 and {RECORD_SCHEMA}; {fix})")
+    if (
+        isinstance(data, dict)
+        and "schema" in data
+        and (data["schema"] != RECORD_SCHEMA or type(data["schema"]) is not int)
+    ):
+        raise ToolkitError(
+            f"{display_path(path)}: an index of recorded answers of schema {shown(data['schema'])}, "
+            f"which this toolkit does not read (it reads schemas 1 and {RECORD_SCHEMA}; {fix})"
+        )
     try:
         if isinstance(data, dict) and "schema" in data:
             return _RECORDING.validate_python(data)
-        return Recording(_ANSWERS.validate_python(data))  # schema 1 (or no object at all: refused as one)
+        return Recording(
+            _ANSWERS.validate_python(data)
+        )  # schema 1 (or no object at all: refused as one)
     except pydantic.ValidationError as exc:
-        raise ToolkitError(f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
-                           f"{fix})") from None
+        raise ToolkitError(
+            f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
+            f"{fix})"
+        ) from None
 
 
 _PYPI_ANSWER = pydantic.TypeAdapter(PypiAnswer)
@@ -162,8 +173,12 @@ def recorded_fetch(folder: Path) -> Fetch:
         try:
             return regular_file_bytes(folder / index[url].file, MAX_ANSWER_BYTES)
         except Unreadable as exc:
-            reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
-                      "large": f"larger than {MAX_ANSWER_BYTES:,} bytes"}[exc.why]
+            reason = {
+                "missing": "file not found",
+                "error": exc.detail,
+                "special": f"{exc.detail}, not a regular file",
+                "large": f"larger than {MAX_ANSWER_BYTES:,} bytes",
+            }[exc.why]
             raise OSError(f"{display_path(folder / index[url].file)}: {reason}") from None
 
     return fetch
@@ -175,7 +190,9 @@ def pypi_answer(answer: bytes, url: str) -> PypiAnswer:
     try:
         return _PYPI_ANSWER.validate_python(data)
     except pydantic.ValidationError as exc:
-        raise ToolkitError(f"{url}: unreadable PyPI answer ({first_problem(exc)}; {ANSWER_FIX})") from None
+        raise ToolkitError(
+            f"{url}: unreadable PyPI answer ({first_problem(exc)}; {ANSWER_FIX})"
+        ) from None
 
 
 def pypi_releases(package: str, answer: bytes, url: str) -> list[Release]:
@@ -239,17 +256,28 @@ def new_minors(releases: list[Release], known: dict) -> list[tuple[str, list[Rel
 
 
 def torch_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
-    return [Finding("torch", tuple(r.version for r in rs),
-                    f"torch {minor} (released {rs[0].uploaded}) is not in toolkit/knowledge/torch_releases.yaml "
-                    f"(add it with the CUDA lines and Pythons it ships, and the source)")
-            for minor, rs in new_minors(releases, kb.torch_releases)]
+    return [
+        Finding(
+            "torch",
+            tuple(r.version for r in rs),
+            f"torch {minor} (released {rs[0].uploaded}) is not in toolkit/knowledge/torch_releases.yaml "
+            f"(add it with the CUDA lines and Pythons it ships, and the source)",
+        )
+        for minor, rs in new_minors(releases, kb.torch_releases)
+    ]
 
 
 def flash_attn_released(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
     missing = [r for r in releases if r.version not in kb.fa_released]
-    return [Finding("flash-attn", (r.version,), f"released {r.uploaded}, not in toolkit/knowledge/flash_attn_2.yaml "
-                    f"`released` (add it, and a requirements range / patches.yaml entry if it needs one)")
-            for r in missing]
+    return [
+        Finding(
+            "flash-attn",
+            (r.version,),
+            f"released {r.uploaded}, not in toolkit/knowledge/flash_attn_2.yaml "
+            f"`released` (add it, and a requirements range / patches.yaml entry if it needs one)",
+        )
+        for r in missing
+    ]
 
 
 def newest_known(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
@@ -257,17 +285,27 @@ def newest_known(releases: list[Release], kb: Knowledge, entry: dict) -> list[Fi
     newer = [r for r in releases if Version(r.version) > known]
     if not newer:
         return []
-    return [Finding(entry["package"], tuple(r.version for r in newer),
-                    f"newer than {known} that toolkit/knowledge/upstream.yaml knows (newest uploaded "
-                    f"{max(r.uploaded for r in newer)}; update the knowledge)")]
+    return [
+        Finding(
+            entry["package"],
+            tuple(r.version for r in newer),
+            f"newer than {known} that toolkit/knowledge/upstream.yaml knows (newest uploaded "
+            f"{max(r.uploaded for r in newer)}; update the knowledge)",
+        )
+    ]
 
 
 def cuda_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
-    return [Finding(entry["package"], tuple(r.version for r in rs),
-                    f"CUDA {minor} (first wheel {min(r.uploaded for r in rs)}) is not in "
-                    f"toolkit/knowledge/cuda_lines.yaml (add its max gcc, archs, driver; and conda_forge_nvcc.yaml "
-                    f"once conda-forge carries it)")
-            for minor, rs in new_minors(releases, kb.cuda_lines)]
+    return [
+        Finding(
+            entry["package"],
+            tuple(r.version for r in rs),
+            f"CUDA {minor} (first wheel {min(r.uploaded for r in rs)}) is not in "
+            f"toolkit/knowledge/cuda_lines.yaml (add its max gcc, archs, driver; and conda_forge_nvcc.yaml "
+            f"once conda-forge carries it)",
+        )
+        for minor, rs in new_minors(releases, kb.cuda_lines)
+    ]
 
 
 COVERAGE: dict[str, Callable[[list[Release], Knowledge, dict], list[Finding]]] = {
@@ -281,11 +319,20 @@ COVERAGE: dict[str, Callable[[list[Release], Knowledge, dict], list[Finding]]] =
 def line_gaps(kb: Knowledge, tag: str, cuda: str, versions: set[str]) -> list[Finding]:
     """Torch minors the line's index serves but torch_releases.yaml does not list for that CUDA line."""
     minors = {minor_of(v) for v in versions if _final(v) and not Version(v).is_prerelease}
-    gaps = sorted((m for m in minors if m in kb.torch_releases and cuda not in kb.torch_releases[m].cuda),
-                  key=Version)
-    return [Finding("torch", (m,), f"download.pytorch.org serves {tag} wheels of torch {m}, but "
-                    f"toolkit/knowledge/torch_releases.yaml lists {m} for CUDA "
-                    f"{', '.join(kb.torch_releases[m].cuda)} only (add {cuda})") for m in gaps]
+    gaps = sorted(
+        (m for m in minors if m in kb.torch_releases and cuda not in kb.torch_releases[m].cuda),
+        key=Version,
+    )
+    return [
+        Finding(
+            "torch",
+            (m,),
+            f"download.pytorch.org serves {tag} wheels of torch {m}, but "
+            f"toolkit/knowledge/torch_releases.yaml lists {m} for CUDA "
+            f"{', '.join(kb.torch_releases[m].cuda)} only (add {cuda})",
+        )
+        for m in gaps
+    ]
 
 
 # ---------------------------------------------------------------- the check
@@ -323,8 +370,11 @@ def check_updates(fetch: Fetch, kb: Knowledge | None = None) -> Report:
         if answer is None:
             continue
         since = Version(entry["since"])
-        releases = [r for r in pypi_releases(entry["package"], answer, url)
-                    if _final(r.version) and Version(r.version) >= since]
+        releases = [
+            r
+            for r in pypi_releases(entry["package"], answer, url)
+            if _final(r.version) and Version(r.version) >= since
+        ]
         findings += COVERAGE[entry["covered_by"]](releases, kb, entry)
     for cuda, line in kb.cuda_lines.items():
         if line.torch_index:
@@ -340,8 +390,9 @@ def trimmed(url: str, answer: bytes) -> bytes:
         return answer
     data = pypi_answer(answer, url)
     releases = {v: [asdict(f) for f in files[:1]] for v, files in data.releases.items()}
-    return json.dumps({"info": asdict(data.info), "releases": releases}, indent=1,
-                      sort_keys=True).encode()
+    return json.dumps(
+        {"info": asdict(data.info), "releases": releases}, indent=1, sort_keys=True
+    ).encode()
 
 
 def record_folder(folder: Path) -> Path:
@@ -349,8 +400,10 @@ def record_folder(folder: Path) -> Path:
     user's (an earlier recording included) is overwritten."""
     folder = folder_argument(folder, "--record")
     if folder.is_dir() and next(folder.iterdir(), None) is not None:
-        raise ToolkitError(f"--record {display_path(folder)}: not empty (a recording goes into a new or empty "
-                           f"folder: name one, or remove this one's files first)")
+        raise ToolkitError(
+            f"--record {display_path(folder)}: not empty (a recording goes into a new or empty "
+            f"folder: name one, or remove this one's files first)"
+        )
     return folder
 
 
@@ -362,8 +415,13 @@ def record(folder: Path, answers: dict[str, bytes]) -> None:
     for url, answer in answers.items():
         name = re.sub(r"[^A-Za-z0-9.]+", "_", url.split("://", 1)[1]).strip("_")
         write_atomic(folder / name, trimmed(url, answer))
-        index[url] = RecordedAnswer(name, now, "per release: one file's filename, upload_time, yanked"
-                                    if url.endswith("/json") else "as served")
+        index[url] = RecordedAnswer(
+            name,
+            now,
+            "per release: one file's filename, upload_time, yanked"
+            if url.endswith("/json")
+            else "as served",
+        )
     text = json.dumps(asdict(Recording(index)), indent=1, sort_keys=True)
     write_atomic(folder / RECORD_INDEX, text.encode() + b"\n")
 
@@ -373,15 +431,24 @@ def record(folder: Path, answers: dict[str, bytes]) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "knowledge", help="keep the compatibility knowledge current",
+        "knowledge",
+        help="keep the compatibility knowledge current",
         description="`toolkit knowledge check-updates`: ask PyPI and PyTorch's wheel indexes what was released "
-                    "and name every release toolkit/knowledge/*.yaml does not cover. Exit 1 if any.")
+        "and name every release toolkit/knowledge/*.yaml does not cover. Exit 1 if any.",
+    )
     verbs = parser.add_subparsers(title="steps", metavar="STEP", required=True)
-    check = verbs.add_parser("check-updates", help="name releases the knowledge does not cover",
-                             description="Name every newer release (torch, flash-attn, flash-attn-4, NVIDIA's CUDA "
-                                         "wheels, torch per CUDA line) the knowledge does not cover.")
-    check.add_argument("--recorded", type=Path, metavar="DIR", help="answer from recorded files (DIR/index.json)")
-    check.add_argument("--record", type=Path, metavar="DIR", help="also write what was fetched, trimmed, into DIR")
+    check = verbs.add_parser(
+        "check-updates",
+        help="name releases the knowledge does not cover",
+        description="Name every newer release (torch, flash-attn, flash-attn-4, NVIDIA's CUDA "
+        "wheels, torch per CUDA line) the knowledge does not cover.",
+    )
+    check.add_argument(
+        "--recorded", type=Path, metavar="DIR", help="answer from recorded files (DIR/index.json)"
+    )
+    check.add_argument(
+        "--record", type=Path, metavar="DIR", help="also write what was fetched, trimmed, into DIR"
+    )
     check.set_defaults(func=knowledge_check_updates_command)
 
 
