@@ -1,5 +1,4 @@
-"""A line's spec: the strict loader, the compatibility rules over the knowledge, the patches a line needs.
-"""
+"""A line's spec: the strict loader, the compatibility rules over the knowledge, the patches a line needs."""
 
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
 # holds every import across wings to this list and every entry to a use).

@@ -47,13 +47,19 @@ PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 MAX_SPEC_BYTES = 64 * 1024
 MAX_DEPTH = 16
 MAX_EXTENDS = 16
-MAX_NUMBER_CHARS = 40  # longer ints take quadratic time to convert and more than 4300 digits raise ValueError
+MAX_NUMBER_CHARS = (
+    40  # longer ints take quadratic time to convert and more than 4300 digits raise ValueError
+)
 # Control and invisible characters (C0 but tab/LF/CR, DEL, C1, soft hyphen, bidi marks and overrides, zero-width
 # characters, line/paragraph separators, BOM, specials): none belongs in a spec; each can hide text, end a line
 # for YAML but not for an editor, or break the one-line message.
-CONTROL = ("\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-           "\ufeff\ufff9-\uffff")
+CONTROL = (
+    "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\ufeff\ufff9-\uffff"
+)
 FILE_CONTROL = re.compile(f"[{CONTROL}]")
+
+
 @dataclass(frozen=True)
 class Location:
     file: Path
@@ -147,7 +153,11 @@ def _url(text: str) -> None:
         return
     if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
         return
-    raise ValueError("no host" if parts.scheme in ("http", "https") else f"unsupported form of {parts.scheme} URL")
+    raise ValueError(
+        "no host"
+        if parts.scheme in ("http", "https")
+        else f"unsupported form of {parts.scheme} URL"
+    )
 
 
 def _channel(text: str) -> None:
@@ -173,7 +183,9 @@ def _pip_specifier(text: str) -> None:
 def _conda_version(text: str) -> None:
     """Raise ValueError unless rattler, which solves the conda layer, reads `text` as a version spec in its
     strict mode (which refuses the ambiguous bare "1.2": "==1.2" or "1.2.*")."""
-    from rattler import MatchSpec  # the solver's own parser; imported here to keep `toolkit check` quick to start
+    from rattler import (
+        MatchSpec,
+    )  # the solver's own parser; imported here to keep `toolkit check` quick to start
     from rattler.exceptions import InvalidMatchSpecError
 
     try:
@@ -188,58 +200,129 @@ SPEC_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 ABSOLUTE_PATH = r"/[A-Za-z0-9._+@%=,/~-]*"  # what toolkit/site/modules.py lets into a modulefile
 SIGNED_VERSION = r"(===?|~=|!=|<=?|>=?)[0-9A-Za-z.*+!]+"
 
-MAJOR_MINOR = FieldType("a quoted version like \"12.6\"", (str,), r"[0-9]{1,3}\.[0-9]{1,3}",
-                        hint='quote it: YAML reads 12.10 as 12.1')
-VERSION = FieldType("a quoted version like \"2.7.1\"", (str,),
-                    r"[0-9]{1,4}(\.[0-9]{1,6}){1,4}([a-z]{1,7}[0-9]{1,4})?(\.post[0-9]{1,4})?(\.dev[0-9]{1,4})?"
-                    r"(\+[a-z0-9]{1,24}(\.[a-z0-9]{1,24}){0,3})?",
-                    hint="write major.minor[.patch] in ASCII digits, quoted", parse=Version)
-TEXT = FieldType("a string", (str,), r".{0,200}", hint="write one line of at most 200 printable characters",
-                 parse=_printable)
-INDEX_URL = FieldType("an index URL", (str,), URL, hint="https://host/path, http://host/path or file:///absolute/path",
-                      parse=_url)
-CHANNEL = FieldType("a channel", (str,), rf"{URL}|(/|\./|\.\./|~/)[A-Za-z0-9._+@%=,/~-]*|"
-                    r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
-                    hint="a name like conda-forge or nvidia/label/cuda-12.6.3, an http(s):// or file:// URL, "
-                         "or a path starting with /, ./, ../ or ~/", parse=_channel)
+MAJOR_MINOR = FieldType(
+    'a quoted version like "12.6"',
+    (str,),
+    r"[0-9]{1,3}\.[0-9]{1,3}",
+    hint="quote it: YAML reads 12.10 as 12.1",
+)
+VERSION = FieldType(
+    'a quoted version like "2.7.1"',
+    (str,),
+    r"[0-9]{1,4}(\.[0-9]{1,6}){1,4}([a-z]{1,7}[0-9]{1,4})?(\.post[0-9]{1,4})?(\.dev[0-9]{1,4})?"
+    r"(\+[a-z0-9]{1,24}(\.[a-z0-9]{1,24}){0,3})?",
+    hint="write major.minor[.patch] in ASCII digits, quoted",
+    parse=Version,
+)
+TEXT = FieldType(
+    "a string",
+    (str,),
+    r".{0,200}",
+    hint="write one line of at most 200 printable characters",
+    parse=_printable,
+)
+INDEX_URL = FieldType(
+    "an index URL",
+    (str,),
+    URL,
+    hint="https://host/path, http://host/path or file:///absolute/path",
+    parse=_url,
+)
+CHANNEL = FieldType(
+    "a channel",
+    (str,),
+    rf"{URL}|(/|\./|\.\./|~/)[A-Za-z0-9._+@%=,/~-]*|"
+    r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*",
+    hint="a name like conda-forge or nvidia/label/cuda-12.6.3, an http(s):// or file:// URL, "
+    "or a path starting with /, ./, ../ or ~/",
+    parse=_channel,
+)
 GCC = FieldType("a gcc major version like 13", (int, str), r"[1-9][0-9]?")
 ARCH = FieldType("an sm number like 90 or 90a", (int, str), r"[0-9]{2,3}[af]?")
 # The build knobs are never null: base.yaml sets each, and null would fall back to a value no file shows.
 SIZED = "write auto to size it from cores and RAM"
-JOBS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 4096), null_fix=SIZED)
-NVCC_THREADS = FieldType("a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 64), null_fix=SIZED)
-GB_PER_THREAD = FieldType("a positive number", (int, float), bounds=(0.1, 1024), null_fix="write a number: base.yaml has 4.5")
-THREADS_PER_CPU = FieldType("a positive number", (int, float), bounds=(0.1, 64),
-                            null_fix="write a number: base.yaml has 1.25")
-PACKAGE_SPEC = FieldType("a version spec string like \"*\" or \">=1.2\"", (str,), hint="quote it")
-PIP_SPEC = FieldType("a pip version specifier like \"*\", \">=1.2\" or \"==2.0.*\"", (str,),
-                     rf"\*|{SIGNED_VERSION}(,{SIGNED_VERSION})*", parse=_pip_specifier,
-                     hint="comparisons joined by commas, no spaces, markers or URLs; ==1.2 for one version")
-CONDA_SPEC = FieldType("a conda version spec like \"*\", \"1.2.*\" or \">=1.2,<2\"", (str,),
-                       r"[0-9A-Za-z.*+!<>=~,|_]+", parse=_conda_version,
-                       hint="no spaces, build strings, brackets or channels")
+JOBS = FieldType(
+    "a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 4096), null_fix=SIZED
+)
+NVCC_THREADS = FieldType(
+    "a positive integer or auto", (int, str), r"auto|[1-9][0-9]*", bounds=(1, 64), null_fix=SIZED
+)
+GB_PER_THREAD = FieldType(
+    "a positive number",
+    (int, float),
+    bounds=(0.1, 1024),
+    null_fix="write a number: base.yaml has 4.5",
+)
+THREADS_PER_CPU = FieldType(
+    "a positive number",
+    (int, float),
+    bounds=(0.1, 64),
+    null_fix="write a number: base.yaml has 1.25",
+)
+PACKAGE_SPEC = FieldType('a version spec string like "*" or ">=1.2"', (str,), hint="quote it")
+PIP_SPEC = FieldType(
+    'a pip version specifier like "*", ">=1.2" or "==2.0.*"',
+    (str,),
+    rf"\*|{SIGNED_VERSION}(,{SIGNED_VERSION})*",
+    parse=_pip_specifier,
+    hint="comparisons joined by commas, no spaces, markers or URLs; ==1.2 for one version",
+)
+CONDA_SPEC = FieldType(
+    'a conda version spec like "*", "1.2.*" or ">=1.2,<2"',
+    (str,),
+    r"[0-9A-Za-z.*+!<>=~,|_]+",
+    parse=_conda_version,
+    hint="no spaces, build strings, brackets or channels",
+)
 BOOL = FieldType("true or false", (bool,))
 PLATFORM = FieldType("a platform", (str,), choices=PLATFORMS)
 KIND = FieldType("locked, external or pypi", (str,), choices=("locked", "external", "pypi"))
-MODULE = FieldType("a module name like cuda/12.6", (str,), r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*")
-PATH = FieldType("an absolute path", (str,), ABSOLUTE_PATH, hint="/ followed by letters, digits and ._+@%=,/~- only")
-COMMIT = FieldType("a git commit", (str,), r"[0-9a-f]{40}", hint="the full 40-hex-digit commit, lowercase; quote it")
-PROFILE = FieldType("a profile name", (str,), r"[a-z0-9][a-z0-9-]{0,63}",
-                    hint="a name from toolkit/knowledge/flash_attn_3.yaml profiles, like hopper-training")
+MODULE = FieldType(
+    "a module name like cuda/12.6",
+    (str,),
+    r"[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*",
+)
+PATH = FieldType(
+    "an absolute path",
+    (str,),
+    ABSOLUTE_PATH,
+    hint="/ followed by letters, digits and ._+@%=,/~- only",
+)
+COMMIT = FieldType(
+    "a git commit",
+    (str,),
+    r"[0-9a-f]{40}",
+    hint="the full 40-hex-digit commit, lowercase; quote it",
+)
+PROFILE = FieldType(
+    "a profile name",
+    (str,),
+    r"[a-z0-9][a-z0-9-]{0,63}",
+    hint="a name from toolkit/knowledge/flash_attn_3.yaml profiles, like hopper-training",
+)
 
 SCHEMA: Struct = {
-    "extends": FieldType("a spec name like base", (str,), SPEC_NAME,
-                         hint="the name of a spec in the same folder, not a path"),
+    "extends": FieldType(
+        "a spec name like base",
+        (str,),
+        SPEC_NAME,
+        hint="the name of a spec in the same folder, not a path",
+    ),
     "description": TEXT,
     "cuda": MAJOR_MINOR,
     "python": MAJOR_MINOR,
     "gcc": GCC,
     "platforms": ListOf(PLATFORM, example="[linux-64]"),
     "channels": ListOf(CHANNEL, example="[conda-forge]"),
-    "conda_packages": MapOf(r"[a-z0-9_][a-z0-9_.-]{0,99}", "lowercase letters, digits and _.-", PACKAGE_SPEC,
-                            CONDA_SPEC),
-    "pip_packages": MapOf(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,98}[A-Za-z0-9])?",
-                          "a PEP 508 name: letters, digits and _.- inside", PACKAGE_SPEC, PIP_SPEC),
+    "conda_packages": MapOf(
+        r"[a-z0-9_][a-z0-9_.-]{0,99}", "lowercase letters, digits and _.-", PACKAGE_SPEC, CONDA_SPEC
+    ),
+    "pip_packages": MapOf(
+        r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,98}[A-Za-z0-9])?",
+        "a PEP 508 name: letters, digits and _.- inside",
+        PACKAGE_SPEC,
+        PIP_SPEC,
+    ),
     "torch": {"version": VERSION, "index": INDEX_URL},
     # flash-attn 2.x from its sdist (written `flash_attn:` before issue 31: RENAMED_SECTIONS)
     "flash_attn_2": {"version": VERSION},
@@ -248,8 +331,12 @@ SCHEMA: Struct = {
     # FlashAttention-3 (Hopper): hopper/ of a pinned commit, built with a profile of its DISABLE switches
     "flash_attn_3": {"commit": COMMIT, "profile": PROFILE, "with_flash_attn_2": BOOL},
     "archs": ListOf(ARCH, example='["80", "90"]'),
-    "build": {"jobs": JOBS, "nvcc_threads": NVCC_THREADS, "gb_per_nvcc_thread": GB_PER_THREAD,
-              "threads_per_cpu": THREADS_PER_CPU},
+    "build": {
+        "jobs": JOBS,
+        "nvcc_threads": NVCC_THREADS,
+        "gb_per_nvcc_thread": GB_PER_THREAD,
+        "threads_per_cpu": THREADS_PER_CPU,
+    },
     "toolchain": {
         "kind": KIND,
         "cuda_home": PATH,
@@ -262,8 +349,18 @@ SCHEMA: Struct = {
         "modules": ListOf(MODULE),
     },
 }
-REQUIRED = ("cuda", "python", "gcc", "platforms", "channels", "torch.version", "torch.index",
-            "flash_attn_2.version", "archs", "toolchain.kind")
+REQUIRED = (
+    "cuda",
+    "python",
+    "gcc",
+    "platforms",
+    "channels",
+    "torch.version",
+    "torch.index",
+    "flash_attn_2.version",
+    "archs",
+    "toolchain.kind",
+)
 # Sections renamed since (old -> new): an old name still reads, after one notice naming the file. The input hash
 # is taken under the old names, so that a lock or a published build of an unchanged spec stays current.
 RENAMED_SECTIONS = {"flash_attn": "flash_attn_2"}
@@ -271,8 +368,15 @@ RENAMED_SECTIONS = {"flash_attn": "flash_attn_2"}
 PYPI_REQUIRED = tuple(name for name in REQUIRED if name != "channels")
 # An external toolchain's fields that say where it is, not what it is (its versions are checked against the machine).
 NOT_BUILD_INPUTS = ("cuda_home", "python_executable", "modules")
-EXTERNAL_REQUIRED = ("toolchain.cuda_home", "toolchain.python_executable", "toolchain.nvcc",
-                     "toolchain.gcc", "toolchain.python", "toolchain.torch", "toolchain.cxx11_abi")
+EXTERNAL_REQUIRED = (
+    "toolchain.cuda_home",
+    "toolchain.python_executable",
+    "toolchain.nvcc",
+    "toolchain.gcc",
+    "toolchain.python",
+    "toolchain.torch",
+    "toolchain.cxx11_abi",
+)
 
 
 # ---------------------------------------------------------------- typed result
@@ -283,7 +387,9 @@ class BuildKnobs:
     jobs: int | None  # None: sized from cores and RAM
     nvcc_threads: int | None
     gb_per_nvcc_thread: float
-    threads_per_cpu: float  # nvcc threads per CPU when sized (above 1: the tail keeps every core busy)
+    threads_per_cpu: (
+        float  # nvcc threads per CPU when sized (above 1: the tail keeps every core busy)
+    )
 
 
 @dataclass(frozen=True)
@@ -357,12 +463,18 @@ class EnvSpec:
 
     def conda_specs(self) -> list[str]:
         """Conda match specs, 'name version' or 'name', in file order."""
-        return [name if version in ("", "*") else f"{name} {version}" for name, version in self.conda_packages.items()]
+        return [
+            name if version in ("", "*") else f"{name} {version}"
+            for name, version in self.conda_packages.items()
+        ]
 
     def pip_requirements(self) -> list[str]:
         """Pip requirement lines: torch from the line's index, then the build deps."""
         reqs = [f"torch=={self.torch_version}"]
-        reqs += [name if version in ("", "*") else f"{name}{version}" for name, version in self.pip_packages.items()]
+        reqs += [
+            name if version in ("", "*") else f"{name}{version}"
+            for name, version in self.pip_packages.items()
+        ]
         return reqs
 
     def input_hash(self) -> str:
@@ -370,16 +482,22 @@ class EnvSpec:
         (`build:` jobs, threads, memory figures change how fast a wheel is built, never what is locked or
         built, so tuning them must not make a lock stale or miss the wheel cache)."""
         hashed_as = {new: old for old, new in RENAMED_SECTIONS.items()}
-        return sha256_json({hashed_as.get(key, key): value for key, value in self.merged.items() if key != "build"})
+        return sha256_json(
+            {hashed_as.get(key, key): value for key, value in self.merged.items() if key != "build"}
+        )
 
     def build_input_hash(self) -> str:
         """input_hash without what only says where a toolchain is or what the line is called in words
         (NOT_BUILD_INPUTS): the wheel cache's key part, so an external line at another site's paths, whose
         versions the build checks against the machine, finds the same published build."""
-        merged = {key: value for key, value in self.merged.items() if key not in ("build", "description")}
+        merged = {
+            key: value for key, value in self.merged.items() if key not in ("build", "description")
+        }
         toolchain = merged.get("toolchain")
         if isinstance(toolchain, dict):
-            merged["toolchain"] = {key: value for key, value in toolchain.items() if key not in NOT_BUILD_INPUTS}
+            merged["toolchain"] = {
+                key: value for key, value in toolchain.items() if key not in NOT_BUILD_INPUTS
+            }
         return sha256_json(merged)
 
 
@@ -394,13 +512,15 @@ def read_spec_text(path: Path) -> str:
     try:
         data = regular_file_bytes(Path(path), MAX_SPEC_BYTES)
     except Unreadable as exc:
-        raise ToolkitError({
-            "missing": f"{where}: file not found",
-            "error": f"{where}: cannot read ({exc.detail})",
-            "special": f"{where}: not a regular file ({exc.detail}; a spec is a YAML file)",
-            "large": f"{where}: larger than {MAX_SPEC_BYTES // 1024} KiB (a spec is a few dozen lines: is this the "
-                     f"right file?)",
-        }[exc.why]) from None
+        raise ToolkitError(
+            {
+                "missing": f"{where}: file not found",
+                "error": f"{where}: cannot read ({exc.detail})",
+                "special": f"{where}: not a regular file ({exc.detail}; a spec is a YAML file)",
+                "large": f"{where}: larger than {MAX_SPEC_BYTES // 1024} KiB (a spec is a few dozen lines: is this the "
+                f"right file?)",
+            }[exc.why]
+        ) from None
     return _decoded(where, data)
 
 
@@ -410,13 +530,17 @@ def _decoded(where: str, data: bytes) -> str:
         text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ToolkitError(f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}; save the file as UTF-8)") from None
+        raise ToolkitError(
+            f"{where}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}; save the file as UTF-8)"
+        ) from None
     bad = FILE_CONTROL.search(text)
     if bad:
         char = bad.group()
         name = unicodedata.name(char, "a control character")
-        raise ToolkitError(f"{where}:{text.count(chr(10), 0, bad.start()) + 1}: U+{ord(char):04X} ({name}) in the "
-                           f"file (delete it: a spec is plain text)")
+        raise ToolkitError(
+            f"{where}:{text.count(chr(10), 0, bad.start()) + 1}: U+{ord(char):04X} ({name}) in the "
+            f"file (delete it: a spec is plain text)"
+        )
     return text
 
 
@@ -430,8 +554,11 @@ class SpecLoader(yaml.SafeLoader):
     and "2024-13-45" must not raise ValueError."""
 
     yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers
-                if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")]
+        first: [
+            (tag, regexp)
+            for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
+        ]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -446,14 +573,21 @@ class SpecLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
-            raise self.refuse(event.start_mark, "anchors and aliases (&name, *name) are not allowed in a spec "
-                                                "(write the value out; specs share values through `extends`)")
+            raise self.refuse(
+                event.start_mark,
+                "anchors and aliases (&name, *name) are not allowed in a spec "
+                "(write the value out; specs share values through `extends`)",
+            )
         if event.tag is not None:
-            raise self.refuse(event.start_mark, f"YAML tag {printable(event.tag)} is not allowed in a spec "
-                                                f"(write a plain value)")
+            raise self.refuse(
+                event.start_mark,
+                f"YAML tag {printable(event.tag)} is not allowed in a spec (write a plain value)",
+            )
         if self.depth == MAX_DEPTH:
-            raise self.refuse(event.start_mark, f"nesting deeper than {MAX_DEPTH} levels (a spec nests 3: "
-                                                f"flatten it)")
+            raise self.refuse(
+                event.start_mark,
+                f"nesting deeper than {MAX_DEPTH} levels (a spec nests 3: flatten it)",
+            )
         self.depth += 1
         try:
             node = super().compose_node(parent, index)
@@ -461,9 +595,15 @@ class SpecLoader(yaml.SafeLoader):
             self.depth -= 1
         if node is None:  # the end of a document
             return None
-        if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") and len(node.value) > MAX_NUMBER_CHARS:
-            raise self.refuse(node.start_mark, f"a number of {len(node.value)} characters (no field takes more "
-                                               f"than {MAX_NUMBER_CHARS}: shorten it)")
+        if (
+            node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+            and len(node.value) > MAX_NUMBER_CHARS
+        ):
+            raise self.refuse(
+                node.start_mark,
+                f"a number of {len(node.value)} characters (no field takes more "
+                f"than {MAX_NUMBER_CHARS}: shorten it)",
+            )
         return node
 
 
@@ -486,11 +626,15 @@ def read_yaml(path: Path) -> tuple[dict, dict[tuple, int]]:
             problem = "tab character in indentation (indent with spaces)"
         raise ToolkitError(f"{where}{line}: malformed YAML: {printable(problem)}") from None
     except yaml.YAMLError as exc:
-        raise ToolkitError(f"{where}: malformed YAML: {printable(' '.join(str(exc).split()))}") from None
+        raise ToolkitError(
+            f"{where}: malformed YAML: {printable(' '.join(str(exc).split()))}"
+        ) from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
-        raise ToolkitError(f"{where}:1: top level must be a mapping of fields, got {type(data).__name__}")
+        raise ToolkitError(
+            f"{where}:1: top level must be a mapping of fields, got {type(data).__name__}"
+        )
     return data, lines
 
 
@@ -503,14 +647,18 @@ def _collect_lines(where: str, node: yaml.Node, prefix: tuple, lines: dict[tuple
         for key_node, value_node in node.value:
             key = _key(where, key_node, prefix)
             if key in seen:
-                raise ToolkitError(f"{where}:{key_node.start_mark.line + 1}: "
-                                   f"{'.'.join(prefix + (key,))}: duplicate key (keep one)")
+                raise ToolkitError(
+                    f"{where}:{key_node.start_mark.line + 1}: "
+                    f"{'.'.join(prefix + (key,))}: duplicate key (keep one)"
+                )
             seen.add(key)
             lines[prefix + (key,)] = key_node.start_mark.line + 1
             _collect_lines(where, value_node, prefix + (key,), lines)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _collect_lines(where, item, prefix[:-1] + (f"{prefix[-1] if prefix else ''}[{index}]",), lines)
+            _collect_lines(
+                where, item, prefix[:-1] + (f"{prefix[-1] if prefix else ''}[{index}]",), lines
+            )
 
 
 def _key(where: str, node: yaml.Node, prefix: tuple) -> str:
@@ -524,20 +672,28 @@ def _key(where: str, node: yaml.Node, prefix: tuple) -> str:
         raise ToolkitError(f"{here}a key must be a name, not a {kind} (write name: value)")
     if node.tag != "tag:yaml.org,2002:str":
         kind = node.tag.rsplit(":", 1)[-1]
-        raise ToolkitError(f"{here}key {shown(node.value)} reads as YAML {kind}: a key must be a name "
-                           f"(quote it if it is one)")
+        raise ToolkitError(
+            f"{here}key {shown(node.value)} reads as YAML {kind}: a key must be a name "
+            f"(quote it if it is one)"
+        )
     if len(node.value) > 100 or not node.value.isprintable():
-        raise ToolkitError(f"{here}key {shown(node.value)}: a key must be a name of at most 100 printable characters")
+        raise ToolkitError(
+            f"{here}key {shown(node.value)}: a key must be a name of at most 100 printable characters"
+        )
     return node.value
 
 
 # ---------------------------------------------------------------- validation of one file
 
 
-_NOTICED: set[str] = set()  # files whose rename notice this process printed (a base is read with every line)
+_NOTICED: set[str] = (
+    set()
+)  # files whose rename notice this process printed (a base is read with every line)
 
 
-def renamed_sections(path: Path, data: Any, lines: dict[tuple, int]) -> tuple[Any, dict[tuple, int]]:
+def renamed_sections(
+    path: Path, data: Any, lines: dict[tuple, int]
+) -> tuple[Any, dict[tuple, int]]:
     """One file's sections under their current names (RENAMED_SECTIONS), with one notice per file that used an
     old name; a file with both names is refused."""
     if not isinstance(data, dict):
@@ -547,12 +703,16 @@ def renamed_sections(path: Path, data: Any, lines: dict[tuple, int]) -> tuple[An
             continue
         where = f"{display_path(path)}:{lines.get((old,), 1)}"
         if new in data:
-            raise ToolkitError(f"{where}: {old}: the old name of {new}, which the file sets too (keep {new}: only)")
+            raise ToolkitError(
+                f"{where}: {old}: the old name of {new}, which the file sets too (keep {new}: only)"
+            )
         if where not in _NOTICED:
             _NOTICED.add(where)
             rename_notice(where, f"{old}:", f"{new}:")
         data = {(new if key == old else key): value for key, value in data.items()}
-        lines = {((new, *key[1:]) if key[:1] == (old,) else key): line for key, line in lines.items()}
+        lines = {
+            ((new, *key[1:]) if key[:1] == (old,) else key): line for key, line in lines.items()
+        }
     return data, lines
 
 
@@ -570,14 +730,18 @@ def _validate(path: Path, value: Any, schema: Any, prefix: tuple, lines: dict[tu
         return  # null removes an inherited value
     if isinstance(schema, dict):
         if not isinstance(value, dict):
-            raise ToolkitError(f"{where}: {dotted}: expected a mapping with fields {', '.join(schema)}, "
-                               f"got {type(value).__name__}")
+            raise ToolkitError(
+                f"{where}: {dotted}: expected a mapping with fields {', '.join(schema)}, "
+                f"got {type(value).__name__}"
+            )
         for key, item in value.items():
             if key not in schema:
                 known = ", ".join(schema)
                 name = ".".join(prefix + (key,))
-                raise ToolkitError(f"{display_path(path)}:{lines.get(prefix + (key,), 1)}: {name}: unknown field "
-                                   f"(known fields{' of ' + dotted if dotted else ''}: {known})")
+                raise ToolkitError(
+                    f"{display_path(path)}:{lines.get(prefix + (key,), 1)}: {name}: unknown field "
+                    f"(known fields{' of ' + dotted if dotted else ''}: {known})"
+                )
             _validate(path, item, schema[key], prefix + (key,), lines)
     elif isinstance(schema, ListOf):
         _validate_list(where, dotted, value, schema)
@@ -593,9 +757,13 @@ def _validate_list(where: str, dotted: str, value: Any, schema: ListOf) -> None:
     """Items of the list's type, none twice ("90" and 90 are the same arch), and at least one where the
     field needs one: `archs: []` used to build a wheel for the default arch only and call it a success."""
     if not isinstance(value, list):
-        raise ToolkitError(f"{where}: {dotted}: expected a list, got {type(value).__name__} {shown(value)}")
+        raise ToolkitError(
+            f"{where}: {dotted}: expected a list, got {type(value).__name__} {shown(value)}"
+        )
     if not value and schema.example:
-        raise ToolkitError(f"{where}: {dotted}: empty (list at least one, e.g. {dotted}: {schema.example})")
+        raise ToolkitError(
+            f"{where}: {dotted}: empty (list at least one, e.g. {dotted}: {schema.example})"
+        )
     first: dict[str, int] = {}
     for index, item in enumerate(value):
         problem = schema.item.problem(item)
@@ -603,18 +771,26 @@ def _validate_list(where: str, dotted: str, value: Any, schema: ListOf) -> None:
             raise ToolkitError(f"{where}: {dotted}[{index}]: {problem}")
         earlier = first.setdefault(str(item), index)
         if earlier != index:
-            raise ToolkitError(f"{where}: {dotted}[{index}]: duplicate of {dotted}[{earlier}] {shown(item)} (keep one)")
+            raise ToolkitError(
+                f"{where}: {dotted}[{index}]: duplicate of {dotted}[{earlier}] {shown(item)} (keep one)"
+            )
 
 
-def _validate_map(path: Path, dotted: str, value: Any, schema: MapOf, prefix: tuple, lines: dict[tuple, int]) -> None:
+def _validate_map(
+    path: Path, dotted: str, value: Any, schema: MapOf, prefix: tuple, lines: dict[tuple, int]
+) -> None:
     if not isinstance(value, dict):
-        raise ToolkitError(f"{display_path(path)}:{lines.get(prefix, 1)}: {dotted}: expected a mapping of package "
-                           f"name to version spec, got {type(value).__name__}")
+        raise ToolkitError(
+            f"{display_path(path)}:{lines.get(prefix, 1)}: {dotted}: expected a mapping of package "
+            f"name to version spec, got {type(value).__name__}"
+        )
     for key, item in value.items():
         line = lines.get(prefix + (key,), 1)
         if not re.fullmatch(schema.key_pattern, key, re.ASCII):
-            raise ToolkitError(f"{display_path(path)}:{line}: {dotted}: {shown(key)} is not a package name "
-                               f"({schema.key_hint})")
+            raise ToolkitError(
+                f"{display_path(path)}:{line}: {dotted}: {shown(key)} is not a package name "
+                f"({schema.key_hint})"
+            )
         problem = None if item is None else schema.value.problem(item)
         if problem:
             raise ToolkitError(f"{display_path(path)}:{line}: {dotted}.{key}: {problem}")
@@ -636,7 +812,9 @@ def merge(parent: dict, child: dict) -> dict:
     return merged
 
 
-def _locations_of(path: Path, data: dict, lines: dict[tuple, int], prefix: tuple = ()) -> dict[str, Location]:
+def _locations_of(
+    path: Path, data: dict, lines: dict[tuple, int], prefix: tuple = ()
+) -> dict[str, Location]:
     out: dict[str, Location] = {}
     for key, value in data.items():
         dotted = ".".join(prefix + (key,))
@@ -656,10 +834,14 @@ def resolve_chain(path: Path) -> tuple[dict, dict[str, Location], tuple[Path, ..
     while True:
         if os.path.realpath(current) in seen:
             cycle = " -> ".join(display_path(p) for p in chain + [current])
-            raise ToolkitError(f"{display_path(path)}: cyclic extends: {cycle} (remove one `extends`)")
+            raise ToolkitError(
+                f"{display_path(path)}: cyclic extends: {cycle} (remove one `extends`)"
+            )
         if len(chain) == MAX_EXTENDS:
-            raise ToolkitError(f"{display_path(path)}: extends: more than {MAX_EXTENDS} specs in the chain (at "
-                               f"{display_path(current)}; inherit from fewer levels)")
+            raise ToolkitError(
+                f"{display_path(path)}: extends: more than {MAX_EXTENDS} specs in the chain (at "
+                f"{display_path(current)}; inherit from fewer levels)"
+            )
         seen.add(os.path.realpath(current))
         data, lines = read_yaml(current)
         data, lines = renamed_sections(current, data, lines)
@@ -686,8 +868,10 @@ def _parent(child: Path, name: str, line: int) -> Path:
         return parent
     stems = sorted(printable(p.stem) for p in child.parent.glob("*.yaml"))
     known = ", ".join(stems[:20]) + (f" and {len(stems) - 20} more" if len(stems) > 20 else "")
-    raise ToolkitError(f"{display_path(child)}:{line}: extends: no spec named {name!r} "
-                       f"in {display_path(child.parent)}/ (known: {known})")
+    raise ToolkitError(
+        f"{display_path(child)}:{line}: extends: no spec named {name!r} "
+        f"in {display_path(child.parent)}/ (known: {known})"
+    )
 
 
 def _get(data: dict, dotted: str) -> Any:
@@ -704,7 +888,9 @@ def _render(value: str, fields: dict[str, str], where: Location, dotted: str) ->
 
     def refuse(detail: str) -> ToolkitError:
         allowed = ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
-        return ToolkitError(f"{where}: {dotted}: bad placeholder in {shown(value)} ({detail}; allowed: {allowed})")
+        return ToolkitError(
+            f"{where}: {dotted}: bad placeholder in {shown(value)} ({detail}; allowed: {allowed})"
+        )
 
     def fill(match: re.Match) -> str:
         if match.group(1) not in fields:
@@ -717,8 +903,9 @@ def _render(value: str, fields: dict[str, str], where: Location, dotted: str) ->
     return filled
 
 
-def _packages(merged: dict, section: str, fields: dict[str, str], locations: dict[str, Location],
-              path: Path) -> dict[str, str]:
+def _packages(
+    merged: dict, section: str, fields: dict[str, str], locations: dict[str, Location], path: Path
+) -> dict[str, str]:
     """A package section with placeholders filled in, each value then checked as what it becomes: a pip
     requirement's specifier or a conda match spec's version. A newline or `--index-url` in a version
     reached requirements.in before."""
@@ -736,15 +923,19 @@ def _packages(merged: dict, section: str, fields: dict[str, str], locations: dic
     return packages
 
 
-def _pip_names_distinct(packages: dict[str, str], locations: dict[str, Location], path: Path) -> None:
+def _pip_names_distinct(
+    packages: dict[str, str], locations: dict[str, Location], path: Path
+) -> None:
     """pip compares names case-blind with -_. alike (PEP 503), and torch comes from torch.version."""
     first: dict[str, str] = {"torch": "torch.version"}
     for name in packages:
         where = locations.get(f"pip_packages.{name}", Location(path, None))
         earlier = first.setdefault(canonicalize_name(name), f"pip_packages.{name}")
         if earlier != f"pip_packages.{name}":
-            raise ToolkitError(f"{where}: pip_packages.{name}: duplicate of {earlier} (pip names ignore case and "
-                               f"-_.: keep one)")
+            raise ToolkitError(
+                f"{where}: pip_packages.{name}: duplicate of {earlier} (pip names ignore case and "
+                f"-_.: keep one)"
+            )
 
 
 def load_spec(path: Path) -> EnvSpec:
@@ -756,9 +947,11 @@ def load_spec(path: Path) -> EnvSpec:
     required = {"external": REQUIRED + EXTERNAL_REQUIRED, "pypi": PYPI_REQUIRED}.get(kind, REQUIRED)
     missing = [name for name in required if _get(merged, name) is None]
     if missing:
-        raise ToolkitError(f"{display_path(path)}: missing required field{'s' if len(missing) > 1 else ''} "
-                           f"{', '.join(missing)} (set {'them' if len(missing) > 1 else 'it'} here or in "
-                           f"{display_path(chain[-1])})")
+        raise ToolkitError(
+            f"{display_path(path)}: missing required field{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} (set {'them' if len(missing) > 1 else 'it'} here or in "
+            f"{display_path(chain[-1])})"
+        )
     fields = {"cuda": merged["cuda"], "python": merged["python"], "gcc": str(merged["gcc"])}
     build = merged.get("build") or {}
     toolchain = merged["toolchain"]
@@ -780,7 +973,9 @@ def load_spec(path: Path) -> EnvSpec:
         archs=tuple(str(a) for a in merged["archs"]),
         build=BuildKnobs(
             jobs=None if str(build.get("jobs", "auto")) == "auto" else int(build["jobs"]),
-            nvcc_threads=None if str(build.get("nvcc_threads", "auto")) == "auto" else int(build["nvcc_threads"]),
+            nvcc_threads=None
+            if str(build.get("nvcc_threads", "auto")) == "auto"
+            else int(build["nvcc_threads"]),
             gb_per_nvcc_thread=float(build.get("gb_per_nvcc_thread", 4.5)),
             threads_per_cpu=float(build.get("threads_per_cpu", 1.0)),
         ),
@@ -812,13 +1007,17 @@ def _fa3_request(section: dict | None) -> Fa3Request | None:
     """None unless both commit and profile are set (spec/fa3.py names what a partial section lacks)."""
     if not section or section.get("commit") is None or section.get("profile") is None:
         return None
-    return Fa3Request(section["commit"], section["profile"], bool(section.get("with_flash_attn_2", True)))
+    return Fa3Request(
+        section["commit"], section["profile"], bool(section.get("with_flash_attn_2", True))
+    )
 
 
 def spec_paths(envs_dir: Path = Workspace.envs) -> list[Path]:
     """Every line's spec in envs/ (base.yaml is a parent, not a line)."""
     if not envs_dir.is_dir():
-        raise ToolkitError(f"{display_path(envs_dir)}: no such directory (run from the project root or pass --envs)")
+        raise ToolkitError(
+            f"{display_path(envs_dir)}: no such directory (run from the project root or pass --envs)"
+        )
     return sorted(p for p in envs_dir.glob("*.yaml") if p.stem != BASE_NAME)
 
 
@@ -834,6 +1033,8 @@ def resolve_spec_arg(arg: str, workspace: Workspace = DEFAULT) -> Path:
         known = [p.stem for p in spec_paths(workspace.envs)]
         near = difflib.get_close_matches(arg, known, n=1)
         guess = f"did you mean {near[0]}? " if near else ""
-        raise ToolkitError(f"{display_path(path)}: no spec for line {arg!r} ({guess}known lines: "
-                           f"{', '.join(known) or 'none'})")
+        raise ToolkitError(
+            f"{display_path(path)}: no spec for line {arg!r} ({guess}known lines: "
+            f"{', '.join(known) or 'none'})"
+        )
     return path

@@ -38,8 +38,10 @@ def _profile(spec: EnvSpec) -> fa3_pins.Profile | None:
 
 def section_complete(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.merged.get("flash_attn_3") and spec.flash_attn_3 is None:
-        return (f"flash_attn_3 needs both commit and profile (e.g. commit: {next(iter(_known('commits')))}, "
-                f"profile: hopper-training)")
+        return (
+            f"flash_attn_3 needs both commit and profile (e.g. commit: {next(iter(_known('commits')))}, "
+            f"profile: hopper-training)"
+        )
     return None
 
 
@@ -50,15 +52,19 @@ def _known(section: str) -> list[str]:
 def commit_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_3 is None or _commit(spec) is not None:
         return None
-    return (f"FlashAttention-3 commit {spec.flash_attn_3.commit} is not pinned in {KNOWLEDGE} (use one of "
-            f"{', '.join(_known('commits'))}, or pin that commit's archives there first)")
+    return (
+        f"FlashAttention-3 commit {spec.flash_attn_3.commit} is not pinned in {KNOWLEDGE} (use one of "
+        f"{', '.join(_known('commits'))}, or pin that commit's archives there first)"
+    )
 
 
 def profile_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_3 is None or _profile(spec) is not None:
         return None
-    return (f"no FlashAttention-3 profile {spec.flash_attn_3.profile!r} in {KNOWLEDGE} "
-            f"(use one of {', '.join(_known('profiles'))})")
+    return (
+        f"no FlashAttention-3 profile {spec.flash_attn_3.profile!r} in {KNOWLEDGE} "
+        f"(use one of {', '.join(_known('profiles'))})"
+    )
 
 
 def archs_have_sm90(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -66,8 +72,10 @@ def archs_have_sm90(spec: EnvSpec, kb: Knowledge) -> str | None:
     found = _commit(spec)
     if found is None or {found.required_arch, found.required_arch + "a"} & set(spec.archs):
         return None
-    return (f"FlashAttention-3 runs on sm_{found.required_arch}a only (Hopper), the line builds for "
-            f"sm_{', sm_'.join(spec.archs)} (add \"{found.required_arch}\" to archs or drop flash_attn_3)")
+    return (
+        f"FlashAttention-3 runs on sm_{found.required_arch}a only (Hopper), the line builds for "
+        f'sm_{", sm_".join(spec.archs)} (add "{found.required_arch}" to archs or drop flash_attn_3)'
+    )
 
 
 def archs_cover_profile(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -75,8 +83,10 @@ def archs_cover_profile(spec: EnvSpec, kb: Knowledge) -> str | None:
     chosen = _profile(spec)
     if chosen is None or not chosen.sm80 or "80" in spec.archs:
         return None
-    return (f"FlashAttention-3 profile {chosen.name} compiles sm_80 kernels too, the line has no arch 80 (add \"80\" "
-            f"to archs, or pick a profile with FLASH_ATTENTION_DISABLE_SM80 such as hopper-full)")
+    return (
+        f'FlashAttention-3 profile {chosen.name} compiles sm_80 kernels too, the line has no arch 80 (add "80" '
+        f"to archs, or pick a profile with FLASH_ATTENTION_DISABLE_SM80 such as hopper-full)"
+    )
 
 
 def cuda_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -84,18 +94,22 @@ def cuda_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
     found = _commit(spec)
     if found is None or any(SpecifierSet(s).contains(spec.cuda) for s in found.cuda):
         return None
-    return (f"FlashAttention-3 at {found.commit[:12]} builds with the line's own nvcc only for CUDA "
-            f"{' or '.join(found.cuda)} (other releases make its setup.py download nvcc 12.6 and ptxas 12.8); "
-            f"the line is CUDA {spec.cuda} (use a CUDA 12.8 or 13.x line)")
+    return (
+        f"FlashAttention-3 at {found.commit[:12]} builds with the line's own nvcc only for CUDA "
+        f"{' or '.join(found.cuda)} (other releases make its setup.py download nvcc 12.6 and ptxas 12.8); "
+        f"the line is CUDA {spec.cuda} (use a CUDA 12.8 or 13.x line)"
+    )
 
 
 def torch_in_range(spec: EnvSpec, kb: Knowledge) -> str | None:
     found = _commit(spec)
     if found is None or SpecifierSet(found.torch).contains(Version(spec.torch_version).public):
         return None
-    return (f"FlashAttention-3 at {found.commit[:12]} is known to build its stable-ABI wheel for torch "
-            f"{found.torch}, the line has torch {spec.torch_version} (use such a torch, or widen torch in "
-            f"{KNOWLEDGE} after a build against it)")
+    return (
+        f"FlashAttention-3 at {found.commit[:12]} is known to build its stable-ABI wheel for torch "
+        f"{found.torch}, the line has torch {spec.torch_version} (use such a torch, or widen torch in "
+        f"{KNOWLEDGE} after a build against it)"
+    )
 
 
 def python_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -113,9 +127,15 @@ def beside_flash_attn_2(spec: EnvSpec, kb: Knowledge) -> str | None:
     ours = fa3_pins.installs()[0]
     if theirs is not None and not set(theirs) & set(ours):
         return None
-    clash = f"both install {', '.join(sorted(set(theirs) & set(ours)))}" if theirs else "its top-level names are unread"
-    return (f"FlashAttention-3 beside flash-attn {spec.flash_attn_version}: {clash} (use a flash-attn 2.x listed "
-            f"in {KNOWLEDGE} beside_flash_attn_2, or set flash_attn_3.with_flash_attn_2: false)")
+    clash = (
+        f"both install {', '.join(sorted(set(theirs) & set(ours)))}"
+        if theirs
+        else "its top-level names are unread"
+    )
+    return (
+        f"FlashAttention-3 beside flash-attn {spec.flash_attn_version}: {clash} (use a flash-attn 2.x listed "
+        f"in {KNOWLEDGE} beside_flash_attn_2, or set flash_attn_3.with_flash_attn_2: false)"
+    )
 
 
 # (name, field, check), in the order `toolkit check` reports them

@@ -26,7 +26,7 @@ def _release(spec: EnvSpec) -> fa4_pins.Release | None:
 
 def section_complete(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.merged.get("flash_attn_4") and spec.flash_attn_4 is None:
-        return "flash_attn_4 needs a version (e.g. version: \"4.0.0b36\")"
+        return 'flash_attn_4 needs a version (e.g. version: "4.0.0b36")'
     return None
 
 
@@ -34,8 +34,10 @@ def release_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.flash_attn_4 is None or _release(spec) is not None:
         return None
     known = ", ".join(fa4_pins.knowledge()["releases"])
-    return (f"flash-attn-4 {spec.flash_attn_4.version} has no hash-pinned wheels in flash_attn_4.yaml "
-            f"(known: {known}; a weekly beta is pinned only once its wheels are read)")
+    return (
+        f"flash-attn-4 {spec.flash_attn_4.version} has no hash-pinned wheels in flash_attn_4.yaml "
+        f"(known: {known}; a weekly beta is pinned only once its wheels are read)"
+    )
 
 
 def archs_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -46,8 +48,10 @@ def archs_supported(spec: EnvSpec, kb: Knowledge) -> str | None:
     low = [a for a in spec.archs if int("".join(ch for ch in a if ch.isdigit())) < rel.min_arch]
     if not low:
         return None
-    return (f"flash-attn-4 {rel.version} needs sm_{rel.min_arch}+ (no backward below it; flash_attn_4.yaml "
-            f"min_arch), the line builds for sm_{', sm_'.join(low)} (drop those archs or the flash_attn_4 section)")
+    return (
+        f"flash-attn-4 {rel.version} needs sm_{rel.min_arch}+ (no backward below it; flash_attn_4.yaml "
+        f"min_arch), the line builds for sm_{', sm_'.join(low)} (drop those archs or the flash_attn_4 section)"
+    )
 
 
 def cuda_flavor(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -57,11 +61,15 @@ def cuda_flavor(spec: EnvSpec, kb: Knowledge) -> str | None:
     if rel is None:
         return None
     if major not in rel.cuda_majors:
-        return (f"nvidia-cutlass-dsl for flash-attn-4 {rel.version} comes for CUDA {', '.join(rel.cuda_majors)} "
-                f"only, the line is CUDA {spec.cuda} (use a CUDA {' or '.join(rel.cuda_majors)} line)")
+        return (
+            f"nvidia-cutlass-dsl for flash-attn-4 {rel.version} comes for CUDA {', '.join(rel.cuda_majors)} "
+            f"only, the line is CUDA {spec.cuda} (use a CUDA {' or '.join(rel.cuda_majors)} line)"
+        )
     if major not in rel.pinned_cuda_majors:
-        return (f"flash_attn_4.yaml pins the libs-cu{'/'.join(rel.pinned_cuda_majors)} flavor of nvidia-cutlass-dsl "
-                f"only, the line is CUDA {spec.cuda} (pin nvidia-cutlass-dsl-libs-cu{major} there first)")
+        return (
+            f"flash_attn_4.yaml pins the libs-cu{'/'.join(rel.pinned_cuda_majors)} flavor of nvidia-cutlass-dsl "
+            f"only, the line is CUDA {spec.cuda} (pin nvidia-cutlass-dsl-libs-cu{major} there first)"
+        )
     return None
 
 
@@ -71,8 +79,10 @@ def platforms_pinned(spec: EnvSpec, kb: Knowledge | None) -> str | None:
     unpinned = [p for p in spec.platforms if p not in rel.platforms] if rel else []
     if rel is None or not unpinned:
         return None
-    return (f"flash-attn-4 {rel.version} is pinned for {', '.join(rel.platforms)} only, the line also locks "
-            f"{', '.join(unpinned)} (drop those platforms, or pin that platform's wheels in flash_attn_4.yaml)")
+    return (
+        f"flash-attn-4 {rel.version} is pinned for {', '.join(rel.platforms)} only, the line also locks "
+        f"{', '.join(unpinned)} (drop those platforms, or pin that platform's wheels in flash_attn_4.yaml)"
+    )
 
 
 def python_pinned(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -84,8 +94,10 @@ def python_pinned(spec: EnvSpec, kb: Knowledge) -> str | None:
         return f"flash-attn-4 {rel.version} needs Python {rel.python}, the line has {spec.python}"
     unfit = [w.file for w in rel.wheels if not fa4_pins.wheel_fits_python(w.file, spec.python)]
     if unfit:
-        return (f"{len(unfit)} pinned wheels of flash-attn-4 {rel.version} do not run on Python {spec.python}, e.g. "
-                f"{unfit[0]} (pin that interpreter's wheels in flash_attn_4.yaml)")
+        return (
+            f"{len(unfit)} pinned wheels of flash-attn-4 {rel.version} do not run on Python {spec.python}, e.g. "
+            f"{unfit[0]} (pin that interpreter's wheels in flash_attn_4.yaml)"
+        )
     return None
 
 
@@ -98,9 +110,11 @@ def beside_flash_attn_2_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     known = fa4_pins.knowledge()["beside_flash_attn_2"]
     if spec.flash_attn_version in known:
         return None
-    return (f"flash-attn-4 beside flash-attn {spec.flash_attn_version}: both install flash_attn/cute and the "
-            f"knowledge has not read that FA2's package (beside_flash_attn_2 knows {', '.join(known)}; use one of "
-            f"those, or set flash_attn_4.with_flash_attn_2: false for FA4 instead of FA2)")
+    return (
+        f"flash-attn-4 beside flash-attn {spec.flash_attn_version}: both install flash_attn/cute and the "
+        f"knowledge has not read that FA2's package (beside_flash_attn_2 knows {', '.join(known)}; use one of "
+        f"those, or set flash_attn_4.with_flash_attn_2: false for FA4 instead of FA2)"
+    )
 
 
 # (name, field, check), in the order `toolkit check` reports them

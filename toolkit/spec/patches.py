@@ -37,8 +37,11 @@ class Condition:
 
     def matches(self, package: str, version: str, torch: str) -> bool:
         # the torch bound is on the release (2.14.1+cu130 is 2.14.1); sdist post releases count as the release
-        return (package == self.package and self.versions.contains(Version(version), prereleases=True)
-                and self.torch.contains(Version(Version(torch).public), prereleases=True))
+        return (
+            package == self.package
+            and self.versions.contains(Version(version), prereleases=True)
+            and self.torch.contains(Version(Version(torch).public), prereleases=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ class Plan:
 
 
 def _condition(entry: dict) -> Condition:
-    return Condition(entry["package"], SpecifierSet(entry["versions"]), SpecifierSet(entry.get("torch", "")))
+    return Condition(
+        entry["package"], SpecifierSet(entry["versions"]), SpecifierSet(entry.get("torch", ""))
+    )
 
 
 @cache
@@ -98,8 +103,17 @@ def catalog() -> tuple[tuple[Need, ...], tuple[Patch, ...]]:
 
 def _catalog(data: dict) -> tuple[tuple[Need, ...], tuple[Patch, ...]]:
     needs = tuple(Need(n["id"], _condition(n), n["why"]) for n in data["needs"])
-    patches = tuple(Patch(PATCH_DIR / p["file"], p["fixes"], _condition(p), int(p["strip"]), p["upstream"],
-                          dict(p["sdists"])) for p in data["patches"])
+    patches = tuple(
+        Patch(
+            PATCH_DIR / p["file"],
+            p["fixes"],
+            _condition(p),
+            int(p["strip"]),
+            p["upstream"],
+            dict(p["sdists"]),
+        )
+        for p in data["patches"]
+    )
     return needs, patches
 
 
@@ -109,7 +123,10 @@ def plan(package: str, version: str, torch: str) -> Plan:
     chosen: list[Patch] = []
     unmet: list[Need] = []
     for need in (n for n in needs if n.when.matches(package, version, torch)):
-        fix = next((p for p in patches if p.fixes == need.id and p.when.matches(package, version, torch)), None)
+        fix = next(
+            (p for p in patches if p.fixes == need.id and p.when.matches(package, version, torch)),
+            None,
+        )
         if fix is None:
             unmet.append(need)
         elif fix not in chosen:
@@ -140,9 +157,11 @@ def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[AppliedPatch]
     selected = spec_plan(spec)
     if selected.unmet:
         need = selected.unmet[0]
-        raise ToolkitError(f"{display_path(spec.path)}: flash_attn_2.version: flash-attn {spec.flash_attn_version} with "
-                           f"torch {spec.torch_version} cannot build: {need.why} (no patch known; run "
-                           f"`toolkit check {spec.line}`)")
+        raise ToolkitError(
+            f"{display_path(spec.path)}: flash_attn_2.version: flash-attn {spec.flash_attn_version} with "
+            f"torch {spec.torch_version} cannot build: {need.why} (no patch known; run "
+            f"`toolkit check {spec.line}`)"
+        )
     applied = []
     for patch in selected.patches:
         checked = patch.sdists.get(spec.flash_attn_version)
@@ -150,26 +169,44 @@ def apply(src_dir: Path, spec: EnvSpec, sdist_sha256: str) -> list[AppliedPatch]
             _apply_one(src_dir, patch)
             applied.append(AppliedPatch(**asdict(patch.record()), applied=True))
         else:
-            applied.append(AppliedPatch(**asdict(patch.record()), applied=False,
-                                        why=f"sdist sha256 {sdist_sha256} is not the published "
-                                            f"{spec.flash_attn_version} ({checked or 'none recorded'}) the patch "
-                                            f"was checked against"))
+            applied.append(
+                AppliedPatch(
+                    **asdict(patch.record()),
+                    applied=False,
+                    why=f"sdist sha256 {sdist_sha256} is not the published "
+                    f"{spec.flash_attn_version} ({checked or 'none recorded'}) the patch "
+                    f"was checked against",
+                )
+            )
     return applied
 
 
 def _apply_one(src_dir: Path, patch: Patch) -> None:
     """A dry run first, so a patch that does not fit leaves the tree untouched."""
     if shutil.which("patch") is None:
-        raise ToolkitError("patch: not found on PATH (install GNU patch: apt install patch / conda install patch)")
-    base = ["patch", f"-p{patch.strip}", "--forward", "--batch", "--silent", "--no-backup-if-mismatch",
-            "--reject-file=-", "-i", str(patch.file)]
+        raise ToolkitError(
+            "patch: not found on PATH (install GNU patch: apt install patch / conda install patch)"
+        )
+    base = [
+        "patch",
+        f"-p{patch.strip}",
+        "--forward",
+        "--batch",
+        "--silent",
+        "--no-backup-if-mismatch",
+        "--reject-file=-",
+        "-i",
+        str(patch.file),
+    ]
     for extra in (["--dry-run"], []):
         done = run_tied(base + extra, cwd=src_dir, capture_output=True, text=True)
         if done.returncode != 0:
             why = (done.stdout + done.stderr).strip().splitlines()
-            raise ToolkitError(f"{display_path(patch.file)}: does not apply to {src_dir.name} "
-                               f"({why[-1] if why else f'patch exit {done.returncode}'}; the sdist differs from the "
-                               f"one the patch was written for: fix toolkit/knowledge/patches.yaml)")
+            raise ToolkitError(
+                f"{display_path(patch.file)}: does not apply to {src_dir.name} "
+                f"({why[-1] if why else f'patch exit {done.returncode}'}; the sdist differs from the "
+                f"one the patch was written for: fix toolkit/knowledge/patches.yaml)"
+            )
 
 
 def describe(spec: EnvSpec) -> str:

@@ -67,15 +67,21 @@ def line_name_matches_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
     if not match or spec.cuda not in kb.cuda_lines:
         return None
     tag = kb.cuda_lines[spec.cuda].tag
-    return None if tag == spec.line else f"file {spec.line}.yaml says CUDA {spec.cuda} ({tag}): rename it or fix cuda"
+    return (
+        None
+        if tag == spec.line
+        else f"file {spec.line}.yaml says CUDA {spec.cuda} ({tag}): rename it or fix cuda"
+    )
 
 
 def torch_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     minor = minor_of(spec.torch_version)
     if minor in kb.torch_releases:
         return None
-    return (f"torch {minor} is not in the compatibility data (known: {span(list(kb.torch_releases))}); "
-            f"add it with its source to toolkit/knowledge/torch_releases.yaml")
+    return (
+        f"torch {minor} is not in the compatibility data (known: {span(list(kb.torch_releases))}); "
+        f"add it with its source to toolkit/knowledge/torch_releases.yaml"
+    )
 
 
 def torch_has_build(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -83,8 +89,10 @@ def torch_has_build(spec: EnvSpec, kb: Knowledge) -> str | None:
     release = kb.torch_releases.get(minor_of(spec.torch_version))
     if not line or not release or spec.cuda in release.cuda:
         return None
-    return (f"torch {spec.torch_version} has no {line.tag} build "
-            f"({line.tag} builds: torch {span(kb.torch_lines(spec.cuda))})")
+    return (
+        f"torch {spec.torch_version} has no {line.tag} build "
+        f"({line.tag} builds: torch {span(kb.torch_lines(spec.cuda))})"
+    )
 
 
 def _other_build(torch: str | None, spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -93,7 +101,9 @@ def _other_build(torch: str | None, spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     if not local or not line or local == line.tag:
         return None
-    return f"torch {torch} is a {local} build but the line is {line.tag} (use +{line.tag} or no tag)"
+    return (
+        f"torch {torch} is a {local} build but the line is {line.tag} (use +{line.tag} or no tag)"
+    )
 
 
 def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -103,15 +113,21 @@ def torch_local_tag(spec: EnvSpec, kb: Knowledge) -> str | None:
 def external_torch_is_line_build(spec: EnvSpec, kb: Knowledge) -> str | None:
     """An external toolchain's torch of another build (+cpu cannot compile flash-attn) is refused by `check`,
     not first by the build's preflight."""
-    return _other_build(spec.toolchain.torch, spec, kb) if spec.toolchain.kind == "external" else None
+    return (
+        _other_build(spec.toolchain.torch, spec, kb) if spec.toolchain.kind == "external" else None
+    )
 
 
 def torch_index_matches(spec: EnvSpec, kb: Knowledge) -> str | None:
     line = kb.cuda_lines.get(spec.cuda)
     served = re.search(r"/whl/(cu\d+)/?$", spec.torch_index)
-    if not line or not line.torch_index or not served or served.group(1) == line.tag:  # none: torch-has-build says
+    if (
+        not line or not line.torch_index or not served or served.group(1) == line.tag
+    ):  # none: torch-has-build says
         return None
-    return f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
+    return (
+        f"index serves {served.group(1)} wheels but the line is {line.tag} (use {line.torch_index})"
+    )
 
 
 def channels_provide_toolchain(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -119,31 +135,44 @@ def channels_provide_toolchain(spec: EnvSpec, kb: Knowledge) -> str | None:
     if not line or spec.toolchain.kind != "locked":
         return None
     # A mirror (URL or path) counts when it ends with the channel's name: https://mirror/nvidia/label/...
-    missing = [c for c in line.conda_channels if c != "conda-forge"
-               and not any(ch == c or ch.rstrip("/").endswith("/" + c) for ch in spec.channels)]
+    missing = [
+        c
+        for c in line.conda_channels
+        if c != "conda-forge"
+        and not any(ch == c or ch.rstrip("/").endswith("/" + c) for ch in spec.channels)
+    ]
     if not missing:
         return None
-    return (f"CUDA {spec.cuda}'s nvcc comes from {', '.join(missing)}, which channels lack "
-            f"(use channels: [{', '.join(line.conda_channels)}], or a mirror of them)")
+    return (
+        f"CUDA {spec.cuda}'s nvcc comes from {', '.join(missing)}, which channels lack "
+        f"(use channels: [{', '.join(line.conda_channels)}], or a mirror of them)"
+    )
 
 
 def python_has_torch_wheel(spec: EnvSpec, kb: Knowledge) -> str | None:
     release = kb.torch_releases.get(minor_of(spec.torch_version))
     if not release or spec.python in release.python:
         return None
-    return (f"torch {release.minor} has no wheel for python {spec.python} "
-            f"(torch {release.minor} wheels: python {span(list(release.python))})")
+    return (
+        f"torch {release.minor} has no wheel for python {spec.python} "
+        f"(torch {release.minor} wheels: python {span(list(release.python))})"
+    )
 
 
 def gcc_within_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     cap = gcc_cap(spec.cuda, kb)
     if not cap or cap.accepts(int(spec.gcc)):
         return None
-    newer = [v for v in lines_accepting(int(spec.gcc), kb)
-             if spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc))]
+    newer = [
+        v
+        for v in lines_accepting(int(spec.gcc), kb)
+        if spec.toolchain.kind != "locked" or conda_allows(kb, v, int(spec.gcc))
+    ]
     alternative = f" or CUDA {newer[0]}+" if newer else ""
-    return (f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
-            f"(max gcc {cap.max_gcc}: use gcc <= {cap.max_gcc}{alternative})")
+    return (
+        f"gcc {spec.gcc} is newer than nvcc {spec.cuda} accepts "
+        f"(max gcc {cap.max_gcc}: use gcc <= {cap.max_gcc}{alternative})"
+    )
 
 
 def conda_allows(kb: Knowledge, cuda: str, gcc: int) -> bool:
@@ -157,8 +186,12 @@ def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     Silent where nvcc itself refuses the gcc (gcc-accepted-by-nvcc says so)."""
     cap = gcc_cap(spec.cuda, kb)
     gcc = int(spec.gcc)
-    if (spec.toolchain.kind != "locked" or not cap or not cap.accepts(gcc)
-            or conda_allows(kb, spec.cuda, gcc)):
+    if (
+        spec.toolchain.kind != "locked"
+        or not cap
+        or not cap.accepts(gcc)
+        or conda_allows(kb, spec.cuda, gcc)
+    ):
         return None
     packaging = kb.nvcc_packaging[spec.cuda]
     allowed = [g for g in range(gcc - 1, 0, -1) if packaging.allowed_gcc(g)]
@@ -166,10 +199,12 @@ def gcc_allowed_by_conda_nvcc(spec: EnvSpec, kb: Knowledge) -> str | None:
     versions = ", ".join(dict.fromkeys(b.version for b in packaging.builds))
     bounds = " / ".join(dict.fromkeys(b.gcc for b in packaging.builds))
     fix = f"use gcc {allowed[0]}" if allowed else "no gcc fits"
-    return (f"gcc {spec.gcc} cannot be installed beside {packaging.channel}'s nvcc {spec.cuda}: every "
-            f"cuda-nvcc-impl build ({versions}) has run_constrained gcc_impl {bounds} "
-            f"({fix}{f', or CUDA {newer[0]}+ for gcc {gcc}' if newer else ''}; "
-            f"see toolkit/knowledge/conda_forge_nvcc.yaml)")
+    return (
+        f"gcc {spec.gcc} cannot be installed beside {packaging.channel}'s nvcc {spec.cuda}: every "
+        f"cuda-nvcc-impl build ({versions}) has run_constrained gcc_impl {bounds} "
+        f"({fix}{f', or CUDA {newer[0]}+ for gcc {gcc}' if newer else ''}; "
+        f"see toolkit/knowledge/conda_forge_nvcc.yaml)"
+    )
 
 
 def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -182,12 +217,18 @@ def archs_targetable(spec: EnvSpec, kb: Knowledge) -> str | None:
     advice = []
     for arch in bad:
         newer = [v for v, other in kb.cuda_lines.items() if arch in other.archs]
-        advice.append(f"sm_{arch} needs CUDA {newer[0]}+" if newer else f"sm_{arch} is unknown to every line")
-    return (f"nvcc {spec.cuda} cannot target {', '.join('sm_' + a for a in bad)} "
-            f"({'; '.join(advice)}; {spec.cuda} targets sm_{line.archs[0]}-sm_{line.archs[-1]})")
+        advice.append(
+            f"sm_{arch} needs CUDA {newer[0]}+" if newer else f"sm_{arch} is unknown to every line"
+        )
+    return (
+        f"nvcc {spec.cuda} cannot target {', '.join('sm_' + a for a in bad)} "
+        f"({'; '.join(advice)}; {spec.cuda} targets sm_{line.archs[0]}-sm_{line.archs[-1]})"
+    )
 
 
-def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec, Knowledge], str | None]:
+def _external_equal(
+    spec_field: str, toolchain_field: str
+) -> Callable[[EnvSpec, Knowledge], str | None]:
     """An external toolchain must provide exactly what the spec builds for."""
 
     def check(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -201,8 +242,10 @@ def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec,
             have_cmp, wanted_cmp = have, wanted
         if have_cmp == wanted_cmp:
             return None
-        return (f"the external toolchain has {toolchain_field} {have} but the spec builds for "
-                f"{spec_field.replace('_version', '')} {wanted} (make them equal)")
+        return (
+            f"the external toolchain has {toolchain_field} {have} but the spec builds for "
+            f"{spec_field.replace('_version', '')} {wanted} (make them equal)"
+        )
 
     return check
 
@@ -210,12 +253,17 @@ def _external_equal(spec_field: str, toolchain_field: str) -> Callable[[EnvSpec,
 def locked_has_no_external_fields(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.toolchain.kind == "external":
         return None
-    extra = [k for k in ("cuda_home", "python_executable", "nvcc", "gcc", "python", "torch", "cxx11_abi")
-             if getattr(spec.toolchain, k) is not None]
+    extra = [
+        k
+        for k in ("cuda_home", "python_executable", "nvcc", "gcc", "python", "torch", "cxx11_abi")
+        if getattr(spec.toolchain, k) is not None
+    ]
     if not extra:
         return None
-    return (f"{', '.join(extra)} only apply to kind: external (a {spec.toolchain.kind} toolchain comes from the "
-            f"lock; remove them or set kind: external)")
+    return (
+        f"{', '.join(extra)} only apply to kind: external (a {spec.toolchain.kind} toolchain comes from the "
+        f"lock; remove them or set kind: external)"
+    )
 
 
 # ---------------------------------------------------------------- the `pypi` kind (knowledge/pypi_cuda.yaml)
@@ -226,10 +274,14 @@ def pypi_line_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.toolchain.kind != "pypi" or spec.cuda in kb.pypi.cudas:
         return None
     if spec.cuda.split(".")[0] == "12":
-        return (f"CUDA {spec.cuda} has {kb.pypi.cuda_12} (use kind: locked, or a pypi line of CUDA "
-                f"{span(kb.pypi.cudas)}; toolkit/knowledge/pypi_cuda.yaml)")
-    return (f"CUDA {spec.cuda} is not a pypi line (pypi lines: {', '.join(kb.pypi.cudas)}; "
-            f"toolkit/knowledge/pypi_cuda.yaml)")
+        return (
+            f"CUDA {spec.cuda} has {kb.pypi.cuda_12} (use kind: locked, or a pypi line of CUDA "
+            f"{span(kb.pypi.cudas)}; toolkit/knowledge/pypi_cuda.yaml)"
+        )
+    return (
+        f"CUDA {spec.cuda} is not a pypi line (pypi lines: {', '.join(kb.pypi.cudas)}; "
+        f"toolkit/knowledge/pypi_cuda.yaml)"
+    )
 
 
 def pypi_torch_pairs_with_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
@@ -238,34 +290,53 @@ def pypi_torch_pairs_with_cuda(spec: EnvSpec, kb: Knowledge) -> str | None:
     if spec.toolchain.kind != "pypi" or not releases or kb.pypi.line(spec.cuda, spec.torch_version):
         return None
     release = kb.torch_releases.get(minor_of(spec.torch_version))
-    built = f"torch {release.minor}'s PyPI wheels are CUDA {release.pypi}; " if release and release.pypi else ""
+    built = (
+        f"torch {release.minor}'s PyPI wheels are CUDA {release.pypi}; "
+        if release and release.pypi
+        else ""
+    )
     pairs = [line.cuda for line in kb.pypi.lines.values() if line.pairs_with(spec.torch_version)]
-    paired = [f"CUDA {line.cuda} with torch {line.torch[-1]}" for line in kb.pypi.lines.values() if line.torch]
+    paired = [
+        f"CUDA {line.cuda} with torch {line.torch[-1]}"
+        for line in kb.pypi.lines.values()
+        if line.torch
+    ]
     advice = f"use CUDA {pairs[0]}" if pairs else f"pypi lines with a torch: {', '.join(paired)}"
     pinned = [line for line in releases if line.torch]
     if not pinned:
         toolkits = " or ".join(line.cuda_toolkit for line in releases)
-        return (f"no torch on PyPI pins cuda-toolkit {toolkits} (CUDA {spec.cuda}), so torch "
-                f"{spec.torch_version} cannot share its environment ({built}{advice}; toolkit/knowledge/pypi_cuda.yaml)")
-    by = "; ".join(f"cuda-toolkit {line.cuda_toolkit} is pinned by torch {', '.join(line.torch)}" for line in pinned)
-    return (f"torch {spec.torch_version} does not pair with CUDA {spec.cuda} from PyPI ({built}CUDA {spec.cuda}'s "
-            f"{by}: use torch {pinned[0].torch[-1]}; toolkit/knowledge/pypi_cuda.yaml)")
+        return (
+            f"no torch on PyPI pins cuda-toolkit {toolkits} (CUDA {spec.cuda}), so torch "
+            f"{spec.torch_version} cannot share its environment ({built}{advice}; toolkit/knowledge/pypi_cuda.yaml)"
+        )
+    by = "; ".join(
+        f"cuda-toolkit {line.cuda_toolkit} is pinned by torch {', '.join(line.torch)}"
+        for line in pinned
+    )
+    return (
+        f"torch {spec.torch_version} does not pair with CUDA {spec.cuda} from PyPI ({built}CUDA {spec.cuda}'s "
+        f"{by}: use torch {pinned[0].torch[-1]}; toolkit/knowledge/pypi_cuda.yaml)"
+    )
 
 
 def pypi_platforms_known(spec: EnvSpec, kb: Knowledge) -> str | None:
     unknown = [p for p in spec.platforms if p not in kb.pypi.platforms]
     if spec.toolchain.kind != "pypi" or not unknown:
         return None
-    return (f"{', '.join(unknown)}: the pypi lines' wheels were checked for {', '.join(kb.pypi.platforms)} only "
-            f"(use platforms: [{', '.join(kb.pypi.platforms)}]; toolkit/knowledge/pypi_cuda.yaml)")
+    return (
+        f"{', '.join(unknown)}: the pypi lines' wheels were checked for {', '.join(kb.pypi.platforms)} only "
+        f"(use platforms: [{', '.join(kb.pypi.platforms)}]; toolkit/knowledge/pypi_cuda.yaml)"
+    )
 
 
 def pypi_has_no_conda_layer(spec: EnvSpec, kb: Knowledge) -> str | None:
     """A pypi line installs wheels into a venv: conda packages and channels would be silently ignored."""
     if spec.toolchain.kind != "pypi" or not (spec.conda_packages or spec.channels):
         return None
-    return ("a pypi toolchain has no conda layer: its python is the machine's and its CUDA comes from PyPI "
-            "(set conda_packages: null and channels: null)")
+    return (
+        "a pypi toolchain has no conda layer: its python is the machine's and its CUDA comes from PyPI "
+        "(set conda_packages: null and channels: null)"
+    )
 
 
 # The rules of each implementation's spec section, by implementation name: one module each (spec/fa2.py, ...),
@@ -292,7 +363,9 @@ RULES: tuple[Rule, ...] = (
     Rule("external-nvcc-is-line", "toolchain.nvcc", _external_equal("cuda", "nvcc")),
     Rule("external-gcc-is-spec-gcc", "toolchain.gcc", _external_equal("gcc", "gcc")),
     Rule("external-python-is-spec-python", "toolchain.python", _external_equal("python", "python")),
-    Rule("external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")),
+    Rule(
+        "external-torch-is-spec-torch", "toolchain.torch", _external_equal("torch_version", "torch")
+    ),
     Rule("external-torch-is-line-build", "toolchain.torch", external_torch_is_line_build),
     Rule("pypi-line-known", "cuda", pypi_line_known),
     Rule("pypi-torch-pairs-with-cuda", "torch.version", pypi_torch_pairs_with_cuda),
@@ -320,7 +393,11 @@ def checked_spec(path: Path) -> EnvSpec:
     spec = load_spec(path)
     problems = violations(spec)
     if problems:
-        more = f" (+{len(problems) - 1} more: run `toolkit check {spec.line}`)" if len(problems) > 1 else ""
+        more = (
+            f" (+{len(problems) - 1} more: run `toolkit check {spec.line}`)"
+            if len(problems) > 1
+            else ""
+        )
         raise ToolkitError(f"{problems[0]}{more}")
     return spec
 
@@ -344,9 +421,11 @@ def check_paths(paths: list[Path]) -> list[str]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "check", help="validate env specs against the compatibility knowledge",
+        "check",
+        help="validate env specs against the compatibility knowledge",
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
-                    "compatibility rule. One line per problem; exit 1 if any.")
+        "compatibility rule. One line per problem; exit 1 if any.",
+    )
     add_lines(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=check_command)
@@ -361,14 +440,21 @@ def patch_notes(paths: list[Path]) -> list[str]:
             selected = patches.spec_plan(spec).patches
         except ToolkitError:
             continue  # already reported as a problem
-        notes += [f"{display_path(path)}: patch: flash-attn {spec.flash_attn_version} gets toolkit/knowledge/patches/"
-                  f"{p.file.name} ({p.fixes}, torch {spec.torch_version}; written after {p.upstream})" for p in selected]
+        notes += [
+            f"{display_path(path)}: patch: flash-attn {spec.flash_attn_version} gets toolkit/knowledge/patches/"
+            f"{p.file.name} ({p.fixes}, torch {spec.torch_version}; written after {p.upstream})"
+            for p in selected
+        ]
     return notes
 
 
 def check_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    paths = [resolve_spec_arg(s, workspace) for s in args.lines] if args.lines else spec_paths(workspace.envs)
+    paths = (
+        [resolve_spec_arg(s, workspace) for s in args.lines]
+        if args.lines
+        else spec_paths(workspace.envs)
+    )
     problems = check_paths(paths)
     for line in problems + patch_notes(paths):
         print(line)
