@@ -36,15 +36,29 @@ def check_conda_archive(archive: Path) -> None:
     where = display_path(archive)
     try:
         members, listed = _read(archive)
-    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zstandard.ZstdError,
-            json.JSONDecodeError, UnicodeDecodeError, KeyError, ValueError, RecursionError) as exc:
-        raise ToolkitError(f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
-                           f"re-lock from a trusted channel)") from None
+    except (
+        OSError,
+        EOFError,
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        zstandard.ZstdError,
+        json.JSONDecodeError,
+        UnicodeDecodeError,
+        KeyError,
+        ValueError,
+        RecursionError,
+    ) as exc:
+        raise ToolkitError(
+            f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
+            f"re-lock from a trusted channel)"
+        ) from None
     for path in (*members, *listed):
         problem = unsafe_reason(path)
         if problem:
-            raise ToolkitError(f"{where}: refuses to install a package that writes {path!r} ({problem}; "
-                               f"the lock pins an archive no channel should serve: re-lock from a trusted channel)")
+            raise ToolkitError(
+                f"{where}: refuses to install a package that writes {path!r} ({problem}; "
+                f"the lock pins an archive no channel should serve: re-lock from a trusted channel)"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,15 +75,30 @@ def archive_identity(archive: Path) -> PackageIdentity:
     where = display_path(archive)
     try:
         data = _index_json(archive)
-    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zstandard.ZstdError, ValueError) as exc:
-        raise ToolkitError(f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
-                           f"re-lock from a trusted channel)") from None
-    index = parse_json(data, f"{where}: info/index.json", "package index", "re-lock from a trusted channel")
-    fields = [index.get(key) if isinstance(index, dict) else None for key in ("name", "version", "build")]
+    except (
+        OSError,
+        EOFError,
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        zstandard.ZstdError,
+        ValueError,
+    ) as exc:
+        raise ToolkitError(
+            f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
+            f"re-lock from a trusted channel)"
+        ) from None
+    index = parse_json(
+        data, f"{where}: info/index.json", "package index", "re-lock from a trusted channel"
+    )
+    fields = [
+        index.get(key) if isinstance(index, dict) else None for key in ("name", "version", "build")
+    ]
     texts = [value for value in fields if isinstance(value, str)]
     if len(texts) != len(fields):
-        raise ToolkitError(f"{where}: info/index.json lacks a name, version or build (not a conda package; "
-                           f"re-lock from a trusted channel)")
+        raise ToolkitError(
+            f"{where}: info/index.json lacks a name, version or build (not a conda package; "
+            f"re-lock from a trusted channel)"
+        )
     return PackageIdentity(*texts)
 
 
@@ -137,9 +166,14 @@ def _scan(tar: tarfile.TarFile) -> tuple[list[str], list[str]]:
     members, listed = [], []
     for member in tar:
         members.append(member.name)
-        if member.issym() or member.islnk():  # a link may point only inside the prefix, like its own path
-            members.append(str(PurePosixPath(member.name).parent / member.linkname)
-                           if member.issym() and not member.linkname.startswith("/") else member.linkname)
+        if (
+            member.issym() or member.islnk()
+        ):  # a link may point only inside the prefix, like its own path
+            members.append(
+                str(PurePosixPath(member.name).parent / member.linkname)
+                if member.issym() and not member.linkname.startswith("/")
+                else member.linkname
+            )
         if member.name in ("info/paths.json", "info/files") and member.isfile():
             if member.size > MAX_INFO_BYTES:
                 raise ValueError(f"{member.name} of {member.size} bytes")

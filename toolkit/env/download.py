@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
 from toolkit.base.atomic import checkpoint, clean_stale, publish_file
 from toolkit.base.digest import sha256_file
@@ -34,8 +41,17 @@ from toolkit.env.lockfile import FILE_NAME, SHA256
 CHUNK = 1 << 20
 RETRIES = 3  # a transient failure is tried again this many times
 RETRY_WAIT_S = 0.5  # before the first retry; doubled before each next one
-TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
-                    errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE, socket.EAI_AGAIN}  # the last: DNS, try again
+TRANSIENT_ERRNOS = {
+    errno.ECONNRESET,
+    errno.ECONNREFUSED,
+    errno.ECONNABORTED,
+    errno.ETIMEDOUT,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.ENETDOWN,
+    errno.EPIPE,
+    socket.EAI_AGAIN,
+}  # the last: DNS, try again
 
 
 class Pin(Protocol):
@@ -56,15 +72,25 @@ P = TypeVar("P", bound=Pin)
 
 def cache_entry(cache: Path, pin: Pin) -> Path:
     """<cache>/<sha256>/<filename>, refused unless both parts have their strict form."""
-    for field, value, pattern, form in (("sha256", pin.sha256, SHA256, "sha256 (64 lowercase hex digits)"),
-                                        ("filename", pin.filename, FILE_NAME, "plain file name (no / or ..)")):
+    for field, value, pattern, form in (
+        ("sha256", pin.sha256, SHA256, "sha256 (64 lowercase hex digits)"),
+        ("filename", pin.filename, FILE_NAME, "plain file name (no / or ..)"),
+    ):
         if not pattern.fullmatch(value):
-            raise ToolkitError(f"{pin.url}: {field}: {value!r} is not a {form} (re-lock with `toolkit lock`)")
+            raise ToolkitError(
+                f"{pin.url}: {field}: {value!r} is not a {form} (re-lock with `toolkit lock`)"
+            )
     return Path(cache) / pin.sha256 / pin.filename
 
 
-def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], None] | None = None,
-                   progress: Progress | None = None, pinned_by: str = "the lock") -> Path:
+def fetch_verified(
+    pin: Pin,
+    cache: Path,
+    what: str,
+    check: Callable[[Path], None] | None = None,
+    progress: Progress | None = None,
+    pinned_by: str = "the lock",
+) -> Path:
     """The pinned file from the cache, downloading it only when absent; `what` names it in messages,
     `check` may refuse a download before it enters the cache, `progress` shows the download, `pinned_by`
     names what pins its sha256 (a lock, a binary cache's table entry)."""
@@ -78,19 +104,32 @@ def fetch_verified(pin: Pin, cache: Path, what: str, check: Callable[[Path], Non
             _download(pin.url, pin.filename, partial, what, entry, progress)
             actual = sha256_file(partial)
             if actual != pin.sha256:
-                raise ToolkitError(f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, {pinned_by} pins "
-                                   f"{pin.sha256} ({pin.url} served other bytes: it was changed or a mirror "
-                                   f"serves another file; nothing was kept or installed)")
+                raise ToolkitError(
+                    f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, {pinned_by} pins "
+                    f"{pin.sha256} ({pin.url} served other bytes: it was changed or a mirror "
+                    f"serves another file; nothing was kept or installed)"
+                )
             if check:
                 check(partial)
     return entry
 
 
-def fetch_all(pins: Sequence[P], cache: Path, describe: Callable[[P], str], console: Console, label: str,
-              check: Callable[[Path], None] | None = None) -> list[Path]:
+def fetch_all(
+    pins: Sequence[P],
+    cache: Path,
+    describe: Callable[[P], str],
+    console: Console,
+    label: str,
+    check: Callable[[Path], None] | None = None,
+) -> list[Path]:
     """fetch_verified of every pin, in order, with a live bar: one for the whole (pins done) and one per download
     (bytes); `describe` names a pin in messages, `label` what they are ("conda archives")."""
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
         overall = progress.add_task(f"verifying {len(pins)} {label}", total=len(pins))
         found = []
@@ -110,8 +149,10 @@ def check_local(pin: Pin, what: str) -> Path:
     except OSError as exc:
         raise ToolkitError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
     if actual != pin.sha256:
-        raise ToolkitError(f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
-                           f"file was changed or is another of that name; nothing was installed)")
+        raise ToolkitError(
+            f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
+            f"file was changed or is another of that name; nothing was installed)"
+        )
     return path
 
 
@@ -135,12 +176,16 @@ def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
     actual = sha256_file(entry)
     if actual != pin.sha256:
         entry.unlink()
-        raise ToolkitError(f"{display_path(entry)}: sha256 {actual} is not {pinned_by}'s {pin.sha256} "
-                           f"(removed the file; re-run to download it again)")
+        raise ToolkitError(
+            f"{display_path(entry)}: sha256 {actual} is not {pinned_by}'s {pin.sha256} "
+            f"(removed the file; re-run to download it again)"
+        )
     return entry
 
 
-def _download(url: str, filename: str, partial: Path, what: str, entry: Path, progress: Progress | None) -> None:
+def _download(
+    url: str, filename: str, partial: Path, what: str, entry: Path, progress: Progress | None
+) -> None:
     """The file at `url` into `partial`; a transient failure (a reset connection, a timeout, a cut-off body,
     HTTP 408/429/5xx) is tried again from the start, RETRIES times after waits of RETRY_WAIT_S, 2x, 4x...:
     one reset connection must not fail an install of 71 archives. Anything else fails at once."""
@@ -156,9 +201,11 @@ def _download(url: str, filename: str, partial: Path, what: str, entry: Path, pr
             except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
                 if attempt == RETRIES or not transient(exc):
                     tried = f" after {attempt + 1} tries" if attempt else ""
-                    raise ToolkitError(f"{what}: cannot fetch {url} ({getattr(exc, 'reason', exc)}{tried}; is it "
-                                       f"reachable? without network, put the file at {display_path(entry)})") from None
-                time.sleep(RETRY_WAIT_S * 2 ** attempt)
+                    raise ToolkitError(
+                        f"{what}: cannot fetch {url} ({getattr(exc, 'reason', exc)}{tried}; is it "
+                        f"reachable? without network, put the file at {display_path(entry)})"
+                    ) from None
+                time.sleep(RETRY_WAIT_S * 2**attempt)
     finally:
         progress.remove_task(task)
 
@@ -173,7 +220,9 @@ def _fetch_once(url: str, partial: Path, progress: Progress, task: TaskID) -> No
             written += len(chunk)
             progress.advance(task, len(chunk))
             checkpoint("download")
-        if size and written != size:  # the connection closed early: urllib returns a short body without a word
+        if (
+            size and written != size
+        ):  # the connection closed early: urllib returns a short body without a word
             raise http.client.IncompleteRead(b"", size - written)
 
 
@@ -183,6 +232,12 @@ def transient(exc: BaseException) -> bool:
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code in (408, 429) or exc.code >= 500
     if isinstance(exc, urllib.error.URLError):
-        return isinstance(exc.reason, (TimeoutError, ConnectionError, socket.timeout)) or \
-            isinstance(exc.reason, OSError) and exc.reason.errno in TRANSIENT_ERRNOS
-    return isinstance(exc, (TimeoutError, ConnectionError, http.client.IncompleteRead, http.client.RemoteDisconnected))
+        return (
+            isinstance(exc.reason, (TimeoutError, ConnectionError, socket.timeout))
+            or isinstance(exc.reason, OSError)
+            and exc.reason.errno in TRANSIENT_ERRNOS
+        )
+    return isinstance(
+        exc,
+        (TimeoutError, ConnectionError, http.client.IncompleteRead, http.client.RemoteDisconnected),
+    )

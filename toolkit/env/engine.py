@@ -41,11 +41,21 @@ from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
 from toolkit.env.download import check_local, fetch_all
 from toolkit.env.isolated import run_isolated
-from toolkit.env.lockfile import CONDA_SUFFIXES, LockedEnv, LockedPackage, check_wheel_identity, relock_hint
+from toolkit.env.lockfile import (
+    CONDA_SUFFIXES,
+    LockedEnv,
+    LockedPackage,
+    check_wheel_identity,
+    relock_hint,
+)
 from toolkit.env.wheels import Closure, closure_problem, wheel_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
-ENGINES = ("auto", "conda-lock", "rattler")  # --engine of lock and install (--backend before issue 31)
+ENGINES = (
+    "auto",
+    "conda-lock",
+    "rattler",
+)  # --engine of lock and install (--backend before issue 31)
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,9 @@ class CondaRequest:
     channels: tuple[str, ...]  # channel names or URLs (local paths already made file:// URLs)
     platforms: tuple[str, ...]
     specs: tuple[str, ...]  # match specs; none for an external toolchain
-    virtual_packages: dict[str, dict[str, str]]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
+    virtual_packages: dict[
+        str, dict[str, str]
+    ]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
 
 
 @dataclass
@@ -84,9 +96,14 @@ class InstallJob:
     @classmethod
     def of(cls, locked_env: LockedEnv, platform: str, staging: Path, prefix: Path) -> InstallJob:
         """The lock's packages for `platform`, to write at `staging` for use at `prefix`."""
-        return cls(lock_file=locked_env.path, platform=platform, staging=staging, prefix=prefix,
-                   conda=tuple(locked_env.packages_for(platform, "conda")),
-                   pip=tuple(locked_env.packages_for(platform, "pip")))
+        return cls(
+            lock_file=locked_env.path,
+            platform=platform,
+            staging=staging,
+            prefix=prefix,
+            conda=tuple(locked_env.packages_for(platform, "conda")),
+            pip=tuple(locked_env.packages_for(platform, "pip")),
+        )
 
 
 class CondaEngine(ABC):
@@ -115,8 +132,10 @@ def choose_engine(name: str, conda_exe: str | None, console: Console) -> CondaEn
     """auto: the conda-lock CLI where a conda executable exists (given or on PATH), else py-rattler."""
     conda_exe = conda_exe or conda_executable()
     if name == "conda-lock" and not conda_exe:
-        raise ToolkitError(f"--engine conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
-                           f"(install micromamba, pass --conda EXE, or use --engine rattler)")
+        raise ToolkitError(
+            f"--engine conda-lock: no {'/'.join(CONDA_EXECUTABLES)} on PATH "
+            f"(install micromamba, pass --conda EXE, or use --engine rattler)"
+        )
     if name in ("auto", "conda-lock") and conda_exe:
         return CondaLockEngine(conda_exe, console)
     return RattlerEngine(console)
@@ -125,11 +144,18 @@ def choose_engine(name: str, conda_exe: str | None, console: Console) -> CondaEn
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """--engine and --conda, declared once for every verb that solves or installs a conda layer. --engine was
     --backend, which now names an attention implementation (`toolkit verify --impl`): the old spelling still works."""
-    parser.add_argument("--engine", choices=ENGINES, default="auto", metavar="ENGINE",
-                        help=f"conda engine: {', '.join(ENGINES)} (default auto: conda-lock if micromamba/mamba/conda "
-                             f"is on PATH, else rattler)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        metavar="ENGINE",
+        help=f"conda engine: {', '.join(ENGINES)} (default auto: conda-lock if micromamba/mamba/conda "
+        f"is on PATH, else rattler)",
+    )
     add_option_alias(parser, "--backend", "--engine")
-    parser.add_argument("--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock engine")
+    parser.add_argument(
+        "--conda", metavar="EXE", help="micromamba/mamba/conda for the conda-lock engine"
+    )
 
 
 def locking_environment() -> dict[str, str]:
@@ -147,11 +173,23 @@ def locking_environment() -> dict[str, str]:
 def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Path, Path]:
     """The environment file and virtual-package spec conda-lock reads (both engines hash the same)."""
     environment = directory / f"{request.line}.environment.yml"
-    environment.write_text(yaml.safe_dump({
-        "name": request.line, "channels": list(request.channels), "platforms": list(request.platforms),
-        "dependencies": list(request.specs)}, sort_keys=False))
+    environment.write_text(
+        yaml.safe_dump(
+            {
+                "name": request.line,
+                "channels": list(request.channels),
+                "platforms": list(request.platforms),
+                "dependencies": list(request.specs),
+            },
+            sort_keys=False,
+        )
+    )
     virtual = directory / f"{request.line}.virtual-packages.yml"
-    virtual.write_text(yaml.safe_dump({"subdirs": {p: {"packages": v} for p, v in request.virtual_packages.items()}}))
+    virtual.write_text(
+        yaml.safe_dump(
+            {"subdirs": {p: {"packages": v} for p, v in request.virtual_packages.items()}}
+        )
+    )
     return environment, virtual
 
 
@@ -167,8 +205,12 @@ def layer_from_actions(request: CondaRequest, actions: dict[str, list[dict]]) ->
     packages = []
     for platform in request.platforms:
         requested = {d.name: d for d in lock_spec.dependencies[platform] if d.manager == "conda"}
-        packages += locked_from_fetch_actions(actions[platform], platform, lock_spec.channels, requested)
-    return CondaLayer(packages=packages, content_hash=content_hash, channels=list(lock_spec.channels))
+        packages += locked_from_fetch_actions(
+            actions[platform], platform, lock_spec.channels, requested
+        )
+    return CondaLayer(
+        packages=packages, content_hash=content_hash, channels=list(lock_spec.channels)
+    )
 
 
 def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
@@ -178,8 +220,9 @@ def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
     return compute_content_hashes(lock_spec, virtual_package_repo_from_specification(virtual_spec))
 
 
-def locked_from_fetch_actions(actions: list[dict], platform: str, channels: list[Any],
-                              requested: dict[str, Any]) -> list[Any]:
+def locked_from_fetch_actions(
+    actions: list[dict], platform: str, channels: list[Any], requested: dict[str, Any]
+) -> list[Any]:
     """FETCH actions (repodata records) -> conda-lock LockedDependency, exactly as conda-lock's
     conda_solver.solve_conda converts a micromamba dry run, so both engines write the same file."""
     from conda_lock.interfaces.vendored_conda import MatchSpec
@@ -199,15 +242,22 @@ def locked_from_fetch_actions(actions: list[dict], platform: str, channels: list
             merged = matches[0] if len(matches) == 1 else MatchSpec.merge(matches)[0]
             dependencies[name] = merged.version.spec_str if merged.version is not None else ""
         planned[action["name"]] = LockedDependency(
-            name=action["name"], version=action["version"], manager="conda", platform=platform,
-            dependencies=dependencies, url=normalize_url_with_placeholders(action["url"], channels=channels),
-            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")))
+            name=action["name"],
+            version=action["version"],
+            manager="conda",
+            platform=platform,
+            dependencies=dependencies,
+            url=normalize_url_with_placeholders(action["url"], channels=channels),
+            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")),
+        )
     apply_categories(requested=requested, planned=planned, mapping_url=DEFAULT_MAPPING_URL)
     return list(planned.values())
 
 
 def _last_line(stderr: str) -> str:
-    return next((line for line in reversed(stderr.splitlines()) if line.strip()), "no output").strip()
+    return next(
+        (line for line in reversed(stderr.splitlines()) if line.strip()), "no output"
+    ).strip()
 
 
 # ---------------------------------------------------------------- the conda-lock CLI
@@ -231,31 +281,69 @@ class CondaLockEngine(CondaEngine):
         with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
             environment, virtual = write_conda_lock_inputs(request, tmp)
             output = tmp / f"{request.line}.conda-lock.yml"
-            command = [sys.executable, "-m", "conda_lock", "lock", "--conda", self.conda_exe, "-f", str(environment),
-                       "--virtual-package-spec", str(virtual), "--lockfile", str(output), "--log-level", "WARNING"]
+            command = [
+                sys.executable,
+                "-m",
+                "conda_lock",
+                "lock",
+                "--conda",
+                self.conda_exe,
+                "-f",
+                str(environment),
+                "--virtual-package-spec",
+                str(virtual),
+                "--lockfile",
+                str(output),
+                "--log-level",
+                "WARNING",
+            ]
             started = time.perf_counter()
-            with self.console.status(f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
-                                     f"(conda-lock with {Path(self.conda_exe).name})"):
+            with self.console.status(
+                f"{request.line}: solving the conda layer for {', '.join(request.platforms)} "
+                f"(conda-lock with {Path(self.conda_exe).name})"
+            ):
                 result = run_tied(command, capture_output=True, text=True)
             if result.returncode != 0:
                 sys.stderr.write(result.stderr)
-                raise ToolkitError(f"{request.spec_file}: conda-lock lock failed ({_last_line(result.stderr)}; "
-                                   f"its output is above)")
+                raise ToolkitError(
+                    f"{request.spec_file}: conda-lock lock failed ({_last_line(result.stderr)}; "
+                    f"its output is above)"
+                )
             lockfile = parse_conda_lock_file(output)
-        self.console.print(f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
-                           f"in {time.perf_counter() - started:.2f} s")
-        return CondaLayer(packages=list(lockfile.package), content_hash=dict(lockfile.metadata.content_hash),
-                          channels=list(lockfile.metadata.channels))
+        self.console.print(
+            f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
+            f"in {time.perf_counter() - started:.2f} s"
+        )
+        return CondaLayer(
+            packages=list(lockfile.package),
+            content_hash=dict(lockfile.metadata.content_hash),
+            channels=list(lockfile.metadata.channels),
+        )
 
     def install(self, job: InstallJob) -> None:
         """`conda-lock install` installs both layers itself (it cannot relocate: staging is the prefix)."""
         with self.console.status(f"conda-lock install with {Path(self.conda_exe).name}"):
-            result = run_tied([sys.executable, "-m", "conda_lock", "install", "--conda", self.conda_exe,
-                               "--prefix", str(job.staging), str(job.lock_file)], capture_output=True, text=True)
+            result = run_tied(
+                [
+                    sys.executable,
+                    "-m",
+                    "conda_lock",
+                    "install",
+                    "--conda",
+                    self.conda_exe,
+                    "--prefix",
+                    str(job.staging),
+                    str(job.lock_file),
+                ],
+                capture_output=True,
+                text=True,
+            )
         if result.returncode != 0:
             sys.stderr.write(result.stderr)
-            raise ToolkitError(f"{display_path(job.lock_file)}: conda-lock install failed "
-                               f"({_last_line(result.stderr)}; output above)")
+            raise ToolkitError(
+                f"{display_path(job.lock_file)}: conda-lock install failed "
+                f"({_last_line(result.stderr)}; output above)"
+            )
 
 
 # ---------------------------------------------------------------- embedded py-rattler
@@ -269,16 +357,27 @@ class RattlerEngine(CondaEngine):
 
     def solve(self, request: CondaRequest) -> CondaLayer:
         """py-rattler solves; conda-lock's own code turns the result into its models."""
-        actions = (run_isolated(rattler_fetch_actions, request) if request.specs
-                   else {platform: [] for platform in request.platforms})
+        actions = (
+            run_isolated(rattler_fetch_actions, request)
+            if request.specs
+            else {platform: [] for platform in request.platforms}
+        )
         return layer_from_actions(request, actions)
 
     def install(self, job: InstallJob) -> None:
         """Verified archives into job.staging (patched for job.prefix), then the pip layer."""
-        archives = [(str(path), package.url, package.channel) for package, path in self.verified(job)]
+        archives = [
+            (str(path), package.url, package.channel) for package, path in self.verified(job)
+        ]
         with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
-            count = run_isolated(rattler_install, archives, str(job.staging), str(job.prefix), job.platform,
-                                 str(Workspace().rattler_cache))
+            count = run_isolated(
+                rattler_install,
+                archives,
+                str(job.staging),
+                str(job.prefix),
+                job.platform,
+                str(Workspace().rattler_cache),
+            )
         self.console.print(f"{count} conda packages installed")
         checkpoint("install:pip")
         install_pip_layer(list(job.pip), job.staging, job.prefix, self.console, job.lock_file)
@@ -287,8 +386,14 @@ class RattlerEngine(CondaEngine):
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
         inside their prefix enter the cache (archives.check_conda_archive)."""
         where = display_path(job.lock_file)
-        archives = fetch_all(job.conda, Workspace().conda_package_cache, lambda p: f"{where}: {p.name} {p.version}",
-                             self.console, "conda archives", check_conda_archive)
+        archives = fetch_all(
+            job.conda,
+            Workspace().conda_package_cache,
+            lambda p: f"{where}: {p.name} {p.version}",
+            self.console,
+            "conda archives",
+            check_conda_archive,
+        )
         for package, archive in zip(job.conda, archives):
             check_identity(package, archive_identity(archive), job.lock_file)
         return list(zip(job.conda, archives))
@@ -298,11 +403,14 @@ def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Pa
     """The archive must be the package its lock entry names: name and version, and the build its URL's
     file name carries (<name>-<version>-<build>.conda), or conda-meta would disagree with the lock."""
     named = f"{found.name}-{found.version}-{found.build}"
-    if (found.name, found.version) != (package.name, package.version) or \
-            package.filename not in (named + suffix for suffix in CONDA_SUFFIXES):
-        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {package.version} ({package.filename}): its "
-                           f"archive is {found.name} {found.version} build {found.build} by its info/index.json (the "
-                           f"entry was edited: {relock_hint(lock_file)}; nothing was installed)")
+    if (found.name, found.version) != (package.name, package.version) or package.filename not in (
+        named + suffix for suffix in CONDA_SUFFIXES
+    ):
+        raise ToolkitError(
+            f"{display_path(lock_file)}: {package.name} {package.version} ({package.filename}): its "
+            f"archive is {found.name} {found.version} build {found.build} by its info/index.json (the "
+            f"entry was edited: {relock_hint(lock_file)}; nothing was installed)"
+        )
 
 
 def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
@@ -311,12 +419,19 @@ def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
     packages = []
     for name, value in sorted(values.items()):
         version, _, build = value.partition(" ")
-        packages.append(GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0")))
+        packages.append(
+            GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0"))
+        )
     return packages
 
 
-def rattler_solve(channels: tuple[str, ...], specs: tuple[str, ...], platform: str,
-                  virtual: dict[str, str], gateway: Any = None) -> list[Any]:
+def rattler_solve(
+    channels: tuple[str, ...],
+    specs: tuple[str, ...],
+    platform: str,
+    virtual: dict[str, str],
+    gateway: Any = None,
+) -> list[Any]:
     """One platform's solve with py-rattler; solver and channel failures become one-line messages."""
     import asyncio
 
@@ -324,21 +439,30 @@ def rattler_solve(channels: tuple[str, ...], specs: tuple[str, ...], platform: s
     from rattler.exceptions import SolverError
 
     try:
-        return asyncio.run(rattler.solve(
-            sources=[rattler.Channel(c) for c in channels], specs=list(specs), gateway=gateway or rattler.Gateway(),
-            platforms=[rattler.Platform(platform), rattler.Platform("noarch")],
-            virtual_packages=rattler_virtual_packages(virtual)))
+        return asyncio.run(
+            rattler.solve(
+                sources=[rattler.Channel(c) for c in channels],
+                specs=list(specs),
+                gateway=gateway or rattler.Gateway(),
+                platforms=[rattler.Platform(platform), rattler.Platform("noarch")],
+                virtual_packages=rattler_virtual_packages(virtual),
+            )
+        )
     except SolverError as exc:
-        raise ToolkitError(f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
-                           f"{_one_line(str(exc))}") from None
+        raise ToolkitError(
+            f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
+            f"{_one_line(str(exc))}"
+        ) from None
     except Exception as exc:  # py-rattler raises one exception type per transport/parse failure
         if exc.__class__.__module__ != "exceptions":
             raise
         causes = [part.strip() for part in str(exc).split("Caused by:")]
         reason = causes[0] if len(causes) == 1 else f"{causes[0]}: {causes[-1]}"
-        raise ToolkitError(f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
-                           f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
-                           f"or lock on a machine that reaches it: see locks/README.md)") from None
+        raise ToolkitError(
+            f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
+            f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
+            f"or lock on a machine that reaches it: see locks/README.md)"
+        ) from None
 
 
 def _one_line(text: str) -> str:
@@ -350,11 +474,18 @@ def _one_line(text: str) -> str:
 def fetch_action(record: Any) -> dict:
     """A py-rattler RepoDataRecord as the FETCH action a `micromamba create --dry-run --json` reports."""
     return {
-        "name": record.name.normalized, "version": str(record.version), "build": str(record.build),
-        "build_number": record.build_number, "depends": list(record.depends),
-        "constrains": list(record.constrains), "url": record.url, "fn": record.file_name,
-        "md5": record.md5.hex() if record.md5 else "", "sha256": record.sha256.hex() if record.sha256 else None,
-        "subdir": record.subdir, "channel": record.channel or "",
+        "name": record.name.normalized,
+        "version": str(record.version),
+        "build": str(record.build),
+        "build_number": record.build_number,
+        "depends": list(record.depends),
+        "constrains": list(record.constrains),
+        "url": record.url,
+        "fn": record.file_name,
+        "md5": record.md5.hex() if record.md5 else "",
+        "sha256": record.sha256.hex() if record.sha256 else None,
+        "subdir": record.subdir,
+        "channel": record.channel or "",
         "timestamp": int(record.timestamp.timestamp() * 1000) if record.timestamp else 0,
     }
 
@@ -370,19 +501,31 @@ def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
         started = time.perf_counter()
         with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
             try:
-                records = rattler_solve(request.channels, request.specs, platform,
-                                        request.virtual_packages[platform], gateway)
+                records = rattler_solve(
+                    request.channels,
+                    request.specs,
+                    platform,
+                    request.virtual_packages[platform],
+                    gateway,
+                )
             except ToolkitError as exc:
                 raise ToolkitError(f"{request.spec_file}: {exc}") from None
         solved[platform] = [fetch_action(r) for r in records]
         checkpoint("lock:solve")
-        console.print(f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
-                      f"in {time.perf_counter() - started:.2f} s")
+        console.print(
+            f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
+            f"in {time.perf_counter() - started:.2f} s"
+        )
     return solved
 
 
-def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_prefix: str, platform: str,
-                    package_cache: str) -> int:
+def rattler_install(
+    archives: list[tuple[str, str, str]],
+    prefix: str,
+    final_prefix: str,
+    platform: str,
+    package_cache: str,
+) -> int:
     """Install verified archives with py-rattler (runs inside run_isolated's worker).
 
     archives: (local verified file, the lock's URL, its channel). Records are built from the verified
@@ -395,10 +538,17 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
         records = []
         for local, _url, channel in archives:
             record = await rattler.RepoDataRecord.from_package_archive(local)
-            records.append(rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel))
-        await rattler.install(records, target_prefix=prefix, cache_dir=Path(package_cache),
-                              platform=rattler.Platform(platform), alternative_target_prefix=final_prefix,
-                              show_progress=sys.stderr.isatty())
+            records.append(
+                rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel)
+            )
+        await rattler.install(
+            records,
+            target_prefix=prefix,
+            cache_dir=Path(package_cache),
+            platform=rattler.Platform(platform),
+            alternative_target_prefix=final_prefix,
+            show_progress=sys.stderr.isatty(),
+        )
 
     asyncio.run(install())
     checkpoint("install:worker")
@@ -414,8 +564,14 @@ def rattler_install(archives: list[tuple[str, str, str]], prefix: str, final_pre
 # ---------------------------------------------------------------- pip layer: uv
 
 
-def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path, console: Console, lock_file: Path,
-                      closure: Closure | None = None) -> None:
+def install_pip_layer(
+    packages: list[LockedPackage],
+    staging: Path,
+    prefix: Path,
+    console: Console,
+    lock_file: Path,
+    closure: Closure | None = None,
+) -> None:
     """The lock's wheels into staging with uv, for staging's python: no resolution (--no-deps), bytecode compiled
     as pip did. Each wheel is first a verified file: one the toolkit downloaded into its cache (Workspace.
     wheel_cache, sha256 checked as conda archives are, a transient failure tried again), or a local file
@@ -429,22 +585,48 @@ def install_pip_layer(packages: list[LockedPackage], staging: Path, prefix: Path
 
     python = staging / "bin" / "python"
     if not python.exists():
-        raise ToolkitError(f"{staging}: the conda layer has no bin/python for the pip layer (lock python)")
+        raise ToolkitError(
+            f"{staging}: the conda layer has no bin/python for the pip layer (lock python)"
+        )
     files = verified_wheels(packages, lock_file, console)
     checked_metadata(packages, files, lock_file, closure)
     requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text("".join(f"{p.name} @ {path.absolute().as_uri()} --hash=sha256:{p.sha256}\n"
-                                    for p, path in zip(packages, files)))
+    requirements.write_text(
+        "".join(
+            f"{p.name} @ {path.absolute().as_uri()} --hash=sha256:{p.sha256}\n"
+            for p, path in zip(packages, files)
+        )
+    )
     # --prefix: uv writes under staging whatever sys.prefix its python reports (as pip's --prefix did)
-    command = [uv_executable(), "pip", "install", "--python", str(python), "--prefix", str(staging), "--no-deps",
-               "--require-hashes", "--offline", "--no-config", "--no-python-downloads", "--compile-bytecode",
-               "--cache-dir", str(Workspace().uv_cache), "--requirement", str(requirements)]
+    command = [
+        uv_executable(),
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        "--prefix",
+        str(staging),
+        "--no-deps",
+        "--require-hashes",
+        "--offline",
+        "--no-config",
+        "--no-python-downloads",
+        "--compile-bytecode",
+        "--cache-dir",
+        str(Workspace().uv_cache),
+        "--requirement",
+        str(requirements),
+    ]
     started = time.perf_counter()
     with console.status(f"installing {len(packages)} pip packages (uv)"):
         result = run_tied(command, env=locking_environment(), capture_output=True, text=True)
     if result.returncode != 0:
-        raise ToolkitError(f"pip layer: {_uv_problem(packages, result.stderr)}; nothing was installed")
-    console.print(f"{len(packages)} pip packages installed with uv in {time.perf_counter() - started:.1f} s")
+        raise ToolkitError(
+            f"pip layer: {_uv_problem(packages, result.stderr)}; nothing was installed"
+        )
+    console.print(
+        f"{len(packages)} pip packages installed with uv in {time.perf_counter() - started:.1f} s"
+    )
     relocate_scripts(staging, prefix)
 
 
@@ -453,14 +635,20 @@ def verified_wheels(packages: list[LockedPackage], lock_file: Path, console: Con
     hashed it: hashed here first): downloaded into the wheel cache, or a file:// one hashed where it lies."""
     where = display_path(lock_file)
     remote = [p for p in packages if not p.url.startswith("file:")]
-    fetched = fetch_all([WheelPin.of(p) for p in remote], Workspace().wheel_cache,
-                        lambda pin: f"{where}: {pin.name} {pin.version}", console, "wheels")
+    fetched = fetch_all(
+        [WheelPin.of(p) for p in remote],
+        Workspace().wheel_cache,
+        lambda pin: f"{where}: {pin.name} {pin.version}",
+        console,
+        "wheels",
+    )
     local = {id(p): path for p, path in zip(remote, fetched)}
     return [local.get(id(p)) or check_local(p, f"{where}: {p.name} {p.version}") for p in packages]
 
 
-def checked_metadata(packages: list[LockedPackage], files: list[Path], lock_file: Path,
-                     closure: Closure | None) -> None:
+def checked_metadata(
+    packages: list[LockedPackage], files: list[Path], lock_file: Path, closure: Closure | None
+) -> None:
     """One-line ToolkitError naming the lock and the entry unless each wheel's METADATA names the entry's package
     and version and, with a closure, the lock holds every dependency the wheels declare: before uv runs."""
     found = []
@@ -470,8 +658,10 @@ def checked_metadata(packages: list[LockedPackage], files: list[Path], lock_file
         found.append((package, metadata))
     problem = closure and closure_problem(found, closure)
     if problem:
-        raise ToolkitError(f"{display_path(lock_file)}: {problem} (an entry was deleted or edited: "
-                           f"{relock_hint(lock_file)}; nothing was installed)")
+        raise ToolkitError(
+            f"{display_path(lock_file)}: {problem} (an entry was deleted or edited: "
+            f"{relock_hint(lock_file)}; nothing was installed)"
+        )
 
 
 @dataclass(frozen=True)
@@ -489,7 +679,9 @@ class WheelPin:
     def of(cls, package: LockedPackage) -> WheelPin:
         from urllib.parse import unquote
 
-        return cls(package.url, unquote(package.filename), package.sha256, package.name, package.version)
+        return cls(
+            package.url, unquote(package.filename), package.sha256, package.name, package.version
+        )
 
 
 def _uv_problem(packages: list[LockedPackage], output: str) -> str:
@@ -505,8 +697,10 @@ def _uv_problem(packages: list[LockedPackage], output: str) -> str:
             continue
         if "Hash mismatch for" in output or "Bad CRC" in output:
             seen = "" if "Hash mismatch for" in output else f" ({reason})"
-            return (f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
-                    f"or the index serves another file)")
+            return (
+                f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
+                f"or the index serves another file)"
+            )
         return f"{package.name} {package.version}: cannot install {package.url} ({reason})"
     found = [*errors[:1], *causes[-1:]]
     return ": ".join(found) if found else (lines[-1] if lines else "no output")
@@ -529,7 +723,9 @@ def relocate_scripts(staging: Path, prefix: Path) -> None:
                 script.write_bytes(script_header(new + rest, args) + body)
 
 
-SH_EXEC = b"#!/bin/sh\n'''exec' "  # pip's (distlib's) header for an interpreter a #! line cannot name
+SH_EXEC = (
+    b"#!/bin/sh\n'''exec' "  # pip's (distlib's) header for an interpreter a #! line cannot name
+)
 SH_ARGS, SH_CLOSE = b' "$0" "$@"', b"' '''"
 
 
@@ -547,14 +743,14 @@ def script_interpreter(data: bytes, old: bytes) -> tuple[bytes, bytes, bytes] | 
     header, in either of pip's forms or uv's (its /bin/sh form quotes the path in single quotes), runs an
     interpreter under `old`; None for any other file."""
     sh = data.startswith(SH_EXEC)
-    line, _, body = data[len(SH_EXEC) if sh else 2:].partition(b"\n")
+    line, _, body = data[len(SH_EXEC) if sh else 2 :].partition(b"\n")
     quote = line[:1] if sh and line[:1] in (b'"', b"'") else b""
     if sh:
         closing, _, body = body.partition(b"\n")
         if closing != SH_CLOSE or not line.endswith(SH_ARGS):
             return None
-        line = line[len(quote):].removesuffix(SH_ARGS)
+        line = line[len(quote) :].removesuffix(SH_ARGS)
     if not line.startswith(old + b"/"):
         return None
-    rest, end, args = line[len(old):].partition(quote or b" ")
+    rest, end, args = line[len(old) :].partition(quote or b" ")
     return rest, (b"" if quote else end) + args, body

@@ -25,7 +25,9 @@ from toolkit.spec.envspec import EnvSpec
 PYPI_SIMPLE = "https://pypi.org/simple"
 RELOCK = "run `toolkit fa4 lock LINE`"
 FORMAT = Format("FA4 lock", 1, unnumbered=1)
-Text = Annotated[str, pydantic.Strict()]  # a number where a string was written is an edit, not a version
+Text = Annotated[
+    str, pydantic.Strict()
+]  # a number where a string was written is an edit, not a version
 
 
 @dataclass(frozen=True)
@@ -72,39 +74,63 @@ def pypi_files(project: str, index: str = PYPI_SIMPLE) -> list[dict[str, Any]]:
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.load(response)["files"]
     except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-        raise ToolkitError(f"{url}: cannot read the release files ({getattr(exc, 'reason', exc)}; lock where "
-                           f"the index is reachable)") from None
+        raise ToolkitError(
+            f"{url}: cannot read the release files ({getattr(exc, 'reason', exc)}; lock where "
+            f"the index is reachable)"
+        ) from None
 
 
 def lock_entries(rel: Release, cuda_major: str, files_of: Any = pypi_files) -> list[dict[str, Any]]:
     """Each pinned wheel with its index URL; the index's sha256 must be the knowledge's pin."""
     entries = []
     for pin in rel.wheels_for(cuda_major):
-        found = next((f for f in files_of(pin.name) if f["filename"] == pin.file and not f.get("yanked")), None)
+        found = next(
+            (f for f in files_of(pin.name) if f["filename"] == pin.file and not f.get("yanked")),
+            None,
+        )
         if found is None:
-            raise ToolkitError(f"{pin.name}: the index has no (unyanked) {pin.file} (check {KNOWLEDGE_FILE.name})")
+            raise ToolkitError(
+                f"{pin.name}: the index has no (unyanked) {pin.file} (check {KNOWLEDGE_FILE.name})"
+            )
         if found["hashes"].get("sha256") != pin.sha256:
             got = found["hashes"].get("sha256", "?")
-            raise ToolkitError(f"{pin.file}: the index's sha256 {got[:12]}... is not the "
-                               f"pin {pin.sha256[:12]}... in {KNOWLEDGE_FILE.name} (a replaced file: do not lock it)")
+            raise ToolkitError(
+                f"{pin.file}: the index's sha256 {got[:12]}... is not the "
+                f"pin {pin.sha256[:12]}... in {KNOWLEDGE_FILE.name} (a replaced file: do not lock it)"
+            )
         entries.append({**asdict(pin), "url": found["url"]})
     return entries
 
 
-def write_fa4_lock(spec: EnvSpec, files_of: Any = pypi_files, workspace: Workspace = DEFAULT) -> Path:
+def write_fa4_lock(
+    spec: EnvSpec, files_of: Any = pypi_files, workspace: Workspace = DEFAULT
+) -> Path:
     """locks/<line>.fa4-lock.json: the exact, hash-pinned FA4 wheels for the line's CUDA major and python."""
     from toolkit.base.digest import sha256_json
 
     if spec.flash_attn_4 is None:
-        raise ToolkitError(f"{spec.path}: no flash_attn_4 section (add `flash_attn_4: {{version: ...}}`)")
+        raise ToolkitError(
+            f"{spec.path}: no flash_attn_4 section (add `flash_attn_4: {{version: ...}}`)"
+        )
     rel = release(spec.flash_attn_4.version)
     cuda_major = spec.cuda.split(".")[0]
-    unfit = [p.file for p in rel.wheels_for(cuda_major) if not wheel_fits_python(p.file, spec.python)]
+    unfit = [
+        p.file for p in rel.wheels_for(cuda_major) if not wheel_fits_python(p.file, spec.python)
+    ]
     if unfit:
-        raise ToolkitError(f"{spec.path}: python {spec.python}: {unfit[0]} is pinned for another interpreter")
-    data = {"kind": "fa4-lock", "line": spec.line, "release": rel.version, "cuda_major": cuda_major,
-            "python": spec.python, "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
-            "from_base": list(rel.from_base), "wheels": lock_entries(rel, cuda_major, files_of)}
+        raise ToolkitError(
+            f"{spec.path}: python {spec.python}: {unfit[0]} is pinned for another interpreter"
+        )
+    data = {
+        "kind": "fa4-lock",
+        "line": spec.line,
+        "release": rel.version,
+        "cuda_major": cuda_major,
+        "python": spec.python,
+        "with_flash_attn_2": spec.flash_attn_4.with_flash_attn_2,
+        "from_base": list(rel.from_base),
+        "wheels": lock_entries(rel, cuda_major, files_of),
+    }
     data["digest"] = sha256_json(data)
     _ADAPTER.validate_python(data)  # what is written is an Fa4Lock
     path = workspace.fa4_lock_file(spec.line)
@@ -119,18 +145,27 @@ def read_fa4_lock(path: Path) -> tuple[Release, str]:
     data = read_json(Path(path), "FA4 lock", RELOCK)
     if not isinstance(data, dict) or not isinstance(data.get("digest"), str):
         raise ToolkitError(f"{path}: not an FA4 lock: no digest ({RELOCK})")
-    if sha256_json({key: value for key, value in data.items() if key != "digest"}) != data["digest"]:
-        raise ToolkitError(f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again")
+    if (
+        sha256_json({key: value for key, value in data.items() if key != "digest"})
+        != data["digest"]
+    ):
+        raise ToolkitError(
+            f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again"
+        )
     try:
         lock = _ADAPTER.validate_python(FORMAT.current(data))
     except ValueError as exc:  # pydantic's ValidationError is one
         problem = first_problem(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
-        raise ToolkitError(f"{path}: not an FA4 lock this toolkit reads ({problem}; {RELOCK} again)") from None
+        raise ToolkitError(
+            f"{path}: not an FA4 lock this toolkit reads ({problem}; {RELOCK} again)"
+        ) from None
     rel = release(lock.release)
     pinned = {p.file: p.sha256 for p in rel.wheels_for(lock.cuda_major)}
     if {w.file: w.sha256 for w in lock.wheels} != pinned:
-        raise ToolkitError(f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
-                           f"(lock again)")
+        raise ToolkitError(
+            f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
+            f"(lock again)"
+        )
     return rel, lock.cuda_major
 
 

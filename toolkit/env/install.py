@@ -66,18 +66,28 @@ def running_platform() -> str:
     machine = platform.machine()
     platforms = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
     if sys.platform != "linux" or machine not in platforms:
-        raise ToolkitError(f"this machine ({sys.platform} {machine}) is not a platform the locks cover "
-                           f"(linux-64, linux-aarch64)")
+        raise ToolkitError(
+            f"this machine ({sys.platform} {machine}) is not a platform the locks cover "
+            f"(linux-64, linux-aarch64)"
+        )
     return platforms[machine]
 
 
 # ---------------------------------------------------------------- the whole install
 
 
-def install_line(line: str, prefix: Path | None = None, workspace: Workspace = DEFAULT, backend: str = "auto",
-                 conda_exe: str | None = None, platform: str | None = None, if_stale: bool = False,
-                 python: Path | None = None, torch_from: Path | None = None,
-                 wheels: Path | None = None) -> Path | None:
+def install_line(
+    line: str,
+    prefix: Path | None = None,
+    workspace: Workspace = DEFAULT,
+    backend: str = "auto",
+    conda_exe: str | None = None,
+    platform: str | None = None,
+    if_stale: bool = False,
+    python: Path | None = None,
+    torch_from: Path | None = None,
+    wheels: Path | None = None,
+) -> Path | None:
     """Create the environment of a lock at prefix (default .envs/<line>); returns the prefix, or None when
     `if_stale` and the prefix already holds this lock's environment (its record names this lock's digest).
     A pypi line's is a venv made with `python` (default: the spec's pythonX.Y on PATH).
@@ -87,29 +97,48 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
     lock_file = workspace.lock_file(line)
     locked_env = read_lock(lock_file)
     if locked_env.toolchain_kind == "external":
-        raise ToolkitError(f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
-                           f"to install (the machine provides it; `toolkit build {line}` checks it)")
+        raise ToolkitError(
+            f"{display_path(lock_file)}: {line} has an external toolchain: there is no environment "
+            f"to install (the machine provides it; `toolkit build {line}` checks it)"
+        )
     for option, given in (("--python", python), ("--torch-from", torch_from), ("--wheels", wheels)):
         if given and locked_env.toolchain_kind != "pypi":
-            raise ToolkitError(f"{option}: {line} has a {locked_env.toolchain_kind} toolchain, whose python and torch "
-                               f"come from {display_path(lock_file)} (drop {option}; it is for pypi lines' venvs)")
+            raise ToolkitError(
+                f"{option}: {line} has a {locked_env.toolchain_kind} toolchain, whose python and torch "
+                f"come from {display_path(lock_file)} (drop {option}; it is for pypi lines' venvs)"
+            )
     platform = platform or running_platform()
     if platform not in locked_env.platforms:
-        raise ToolkitError(f"{display_path(lock_file)}: not locked for {platform} (locked: "
-                           f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)")
+        raise ToolkitError(
+            f"{display_path(lock_file)}: not locked for {platform} (locked: "
+            f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)"
+        )
     spec = check_current(locked_env, platform)
     prefix = Path(prefix or workspace.prefix(line)).absolute()
     if locked_env.toolchain_kind == "pypi":
         check_venv_prefix(prefix)
     check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
-    record = PrefixRecord(line=line, lock=str(lock_file.resolve()), platform=platform,
-                           input_hash=locked_env.input_hash, lock_sha256=locked_env.digest, prefix=str(prefix))
-    venv = VenvBuild.of(spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels, lock_file) \
-        if locked_env.toolchain_kind == "pypi" else None
+    record = PrefixRecord(
+        line=line,
+        lock=str(lock_file.resolve()),
+        platform=platform,
+        input_hash=locked_env.input_hash,
+        lock_sha256=locked_env.digest,
+        prefix=str(prefix),
+    )
+    venv = (
+        VenvBuild.of(
+            spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels, lock_file
+        )
+        if locked_env.toolchain_kind == "pypi"
+        else None
+    )
     engine = None if venv else choose_engine(backend, conda_exe, console)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     with locked(prefix):
-        clean_stale(prefix.parent, lambda entry: restore_retired(entry, prefix))  # what killed installs left
+        clean_stale(
+            prefix.parent, lambda entry: restore_retired(entry, prefix)
+        )  # what killed installs left
         check_prefix(prefix)  # again: another install may have finished while this one waited
         if if_stale and holds(prefix, record):
             return None
@@ -119,8 +148,11 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
         with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
             staging = work / "env"
             if venv:  # what the toolkit wrote besides the wheels goes into the record
-                record = replace(record, written=venv.make(staging, prefix, console),
-                                 stand_ins={s.name: s.describe() for s in venv.stand_ins})
+                record = replace(
+                    record,
+                    written=venv.make(staging, prefix, console),
+                    stand_ins={s.name: s.describe() for s in venv.stand_ins},
+                )
             elif engine:
                 staging.mkdir()
                 engine.install(InstallJob.of(locked_env, platform, staging, prefix))
@@ -132,8 +164,11 @@ def install_line(line: str, prefix: Path | None = None, workspace: Workspace = D
 def holds(prefix: Path, record: PrefixRecord) -> bool:
     """Whether prefix is already the environment `record` describes (same lock digest, platform, folder)."""
     installed = PrefixRecord.read(prefix) if prefix.is_dir() else None
-    return installed is not None and (installed.lock_sha256, installed.platform, installed.prefix) == (
-        record.lock_sha256, record.platform, record.prefix)
+    return installed is not None and (
+        installed.lock_sha256,
+        installed.platform,
+        installed.prefix,
+    ) == (record.lock_sha256, record.platform, record.prefix)
 
 
 def check_current(locked_env: LockedEnv, platform: str) -> EnvSpec:
@@ -142,8 +177,10 @@ def check_current(locked_env: LockedEnv, platform: str) -> EnvSpec:
     where = display_path(locked_env.path)
     spec_file = locked_env.spec_file
     if spec_file is None or not spec_file.is_file():
-        raise ToolkitError(f"{where}: its spec {display_path(spec_file) if spec_file else '(none named)'} is "
-                           f"missing: install checks that the lock is current (install from the project's checkout)")
+        raise ToolkitError(
+            f"{where}: its spec {display_path(spec_file) if spec_file else '(none named)'} is "
+            f"missing: install checks that the lock is current (install from the project's checkout)"
+        )
     spec = load_spec(spec_file)
     problem = stale_reason(spec, locked_env) or environment_problem(spec, locked_env, platform)
     if problem:
@@ -160,7 +197,9 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
     where = display_path(prefix)
     fix = "choose a new or empty --prefix, or move it away yourself"
     if prefix.is_symlink():
-        raise ToolkitError(f"{where}: is a symlink; the toolkit does not replace it or what it points to ({fix})")
+        raise ToolkitError(
+            f"{where}: is a symlink; the toolkit does not replace it or what it points to ({fix})"
+        )
     if not prefix.exists():
         return
     if not prefix.is_dir():
@@ -171,18 +210,24 @@ def check_prefix(prefix: Path, recovering: bool = False) -> None:
     if record is None:
         if recovering:
             return
-        raise ToolkitError(f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
-                           f"nothing was changed ({fix})")
+        raise ToolkitError(
+            f"{where}: not empty and not an environment fa-envkit installed (no {PrefixRecord.FILE}); "
+            f"nothing was changed ({fix})"
+        )
     if record.prefix is None or Path(record.prefix).resolve() != prefix.resolve():
         written_for = "a folder it does not name" if record.prefix is None else repr(record.prefix)
-        raise ToolkitError(f"{where}: its {PrefixRecord.FILE} was written for {written_for}, not this folder "
-                           f"(copied or moved here); nothing was changed ({fix})")
+        raise ToolkitError(
+            f"{where}: its {PrefixRecord.FILE} was written for {written_for}, not this folder "
+            f"(copied or moved here); nothing was changed ({fix})"
+        )
     foreign = foreign_entries(prefix)
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise ToolkitError(f"{where}: holds files no installer wrote ({', '.join(foreign[:3])}{more}); reinstalling "
-                           f"would delete them: nothing was changed (move them out of the environment, or choose "
-                           f"another --prefix)")
+        raise ToolkitError(
+            f"{where}: holds files no installer wrote ({', '.join(foreign[:3])}{more}); reinstalling "
+            f"would delete them: nothing was changed (move them out of the environment, or choose "
+            f"another --prefix)"
+        )
 
 
 # What installers write besides their packages: py-rattler's cache directory tag, conda's and rattler's
@@ -203,7 +248,9 @@ def installed_paths(prefix: Path) -> set[str]:
         if meta.name != conda_record_name(package):
             continue  # not a package's record: a user's file like any other
         files = package.get("files")
-        paths.update([str(meta.relative_to(prefix)), *(f for f in files or () if isinstance(f, str))])
+        paths.update(
+            [str(meta.relative_to(prefix)), *(f for f in files or () if isinstance(f, str))]
+        )
     for record_file in prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"):
         paths.update(recorded_files(prefix, record_file, fix))
     return {path for path in paths if inside(path)} | set(INSTALLER_FILES)
@@ -212,14 +259,26 @@ def installed_paths(prefix: Path) -> set[str]:
 def conda_record_name(package: object) -> str | None:
     """The name conda gives a package's record in conda-meta/ (<name>-<version>-<build>.json); None for
     what is not one."""
-    parts = [package.get(key) for key in ("name", "version", "build")] if isinstance(package, dict) else [None]
-    return "-".join(str(part) for part in parts) + ".json" if all(isinstance(p, str) for p in parts) else None
+    parts = (
+        [package.get(key) for key in ("name", "version", "build")]
+        if isinstance(package, dict)
+        else [None]
+    )
+    return (
+        "-".join(str(part) for part in parts) + ".json"
+        if all(isinstance(p, str) for p in parts)
+        else None
+    )
 
 
 def inside(path: str) -> bool:
     """A relative path that names a place inside the prefix as it is written (no .., not absolute)."""
-    return path == os.path.normpath(path) and not os.path.isabs(path) and path != ".." and \
-        not path.startswith("../")
+    return (
+        path == os.path.normpath(path)
+        and not os.path.isabs(path)
+        and path != ".."
+        and not path.startswith("../")
+    )
 
 
 def recorded_files(prefix: Path, record_file: Path, fix: str) -> set[str]:
@@ -266,16 +325,25 @@ def foreign_entries(prefix: Path) -> list[str]:
         descend = []
         for name in dirs:
             rel = str(here / name)
-            if (prefix / rel).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
+            if (
+                prefix / rel
+            ).is_symlink():  # os.walk lists a link to a folder among the folders, never follows it
                 if rel not in installed:
                     foreign.append(rel)
-            elif rel in holding or rel in installed or name == "__pycache__":  # a folder an installer made
-                descend.append(name)  # (a venv's include/), or python's cache: each file in it is judged
+            elif (
+                rel in holding or rel in installed or name == "__pycache__"
+            ):  # a folder an installer made
+                descend.append(
+                    name
+                )  # (a venv's include/), or python's cache: each file in it is judged
             else:
                 foreign.append(rel + "/")
         dirs[:] = descend
-        foreign += [str(here / name) for name in files
-                    if str(here / name) not in installed and not python_cache(here / name, installed)]
+        foreign += [
+            str(here / name)
+            for name in files
+            if str(here / name) not in installed and not python_cache(here / name, installed)
+        ]
     return sorted(foreign)
 
 
@@ -343,28 +411,47 @@ def replace_prefix(staging: Path, prefix: Path) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "install", help="create a line's environment from its lock",
+        "install",
+        help="create a line's environment from its lock",
         description="Create the environment of locks/<line>.conda-lock.yml: `conda-lock install` where "
-                    "micromamba/mamba/conda is on PATH, else py-rattler after checking every archive's sha256, "
-                    "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "
-                    "machine's python with every locked wheel (--require-hashes --no-deps). Built in a "
-                    "temporary prefix and renamed into place.")
+        "micromamba/mamba/conda is on PATH, else py-rattler after checking every archive's sha256, "
+        "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "
+        "machine's python with every locked wheel (--require-hashes --no-deps). Built in a "
+        "temporary prefix and renamed into place.",
+    )
     add_line(parser)
     add_prefix(parser, "where the environment goes (default: .envs/LINE)")
-    parser.add_argument("--if-stale", action="store_true",
-                        help="leave an environment that already holds this lock as it is (default: reinstall it)")
-    add_python(parser, "a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, X.Y the "
-                       "spec's python)")
-    parser.add_argument("--torch-from", type=Path, metavar="PYTHON",
-                        help="a pypi line: copy torch, and every locked package this interpreter's environment has at "
-                             "the locked version, from there (checked against its RECORD) instead of downloading "
-                             "them; its torch must be the lock's release, built for the line's CUDA")
-    parser.add_argument("--wheels", type=Path, metavar="DIR",
-                        help="a pypi line: read the lock's wheels from DIR by file name (still hash-checked) "
-                             "instead of their URLs, for a machine without internet")
-    parser.add_argument("--runtime", action="store_true",
-                        help="install the line's runtime lock (`toolkit lock LINE --runtime`) into a venv with uv pip "
-                             "sync (default prefix: .envs/LINE-runtime)")
+    parser.add_argument(
+        "--if-stale",
+        action="store_true",
+        help="leave an environment that already holds this lock as it is (default: reinstall it)",
+    )
+    add_python(
+        parser,
+        "a pypi line's interpreter, from which the venv is made (default: pythonX.Y on PATH, X.Y the "
+        "spec's python)",
+    )
+    parser.add_argument(
+        "--torch-from",
+        type=Path,
+        metavar="PYTHON",
+        help="a pypi line: copy torch, and every locked package this interpreter's environment has at "
+        "the locked version, from there (checked against its RECORD) instead of downloading "
+        "them; its torch must be the lock's release, built for the line's CUDA",
+    )
+    parser.add_argument(
+        "--wheels",
+        type=Path,
+        metavar="DIR",
+        help="a pypi line: read the lock's wheels from DIR by file name (still hash-checked) "
+        "instead of their URLs, for a machine without internet",
+    )
+    parser.add_argument(
+        "--runtime",
+        action="store_true",
+        help="install the line's runtime lock (`toolkit lock LINE --runtime`) into a venv with uv pip "
+        "sync (default prefix: .envs/LINE-runtime)",
+    )
     add_engine_options(parser)
     add_workspace_options(parser)
     parser.set_defaults(func=install_command)
@@ -373,17 +460,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def install_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
     # LINE or its spec file, as the sibling verbs take it (a spec file is the line of its name)
-    line = load_spec(resolve_spec_arg(args.line, workspace)).line if Path(args.line).suffix in (".yaml", ".yml") \
+    line = (
+        load_spec(resolve_spec_arg(args.line, workspace)).line
+        if Path(args.line).suffix in (".yaml", ".yml")
         else args.line
-    if args.runtime:  # cache/runtime_lock.py's, set by toolkit/cli.py: runtime locks are the cache wing's
+    )
+    if (
+        args.runtime
+    ):  # cache/runtime_lock.py's, set by toolkit/cli.py: runtime locks are the cache wing's
         return args.runtime_command(line, args, workspace)
-    if not workspace.lock_file(line).exists():  # a typo (cu26) is named as one, then what locking it needs
+    if not workspace.lock_file(
+        line
+    ).exists():  # a typo (cu26) is named as one, then what locking it needs
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):
-        prefix = install_line(line, args.prefix, workspace, args.engine, args.conda,
-                              if_stale=args.if_stale, python=args.python, torch_from=args.torch_from,
-                              wheels=args.wheels)
+        prefix = install_line(
+            line,
+            args.prefix,
+            workspace,
+            args.engine,
+            args.conda,
+            if_stale=args.if_stale,
+            python=args.python,
+            torch_from=args.torch_from,
+            wheels=args.wheels,
+        )
     lock = display_path(workspace.lock_file(line))
-    print(f"{display_path(prefix)}: environment of {lock} installed" if prefix else
-          f"{display_path(args.prefix or workspace.prefix(line))}: already the environment of {lock}; left as it is")
+    print(
+        f"{display_path(prefix)}: environment of {lock} installed"
+        if prefix
+        else f"{display_path(args.prefix or workspace.prefix(line))}: already the environment of {lock}; left as it is"
+    )
     return 0

@@ -76,7 +76,9 @@ class InstallRecord:
         try:
             return cls.from_json(data)
         except ValueError as exc:  # from_json's own: one line
-            raise ToolkitError(f"{display_path(path)}: unreadable install record ({exc}; {fix})") from None
+            raise ToolkitError(
+                f"{display_path(path)}: unreadable install record ({exc}; {fix})"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,15 @@ class PrefixRecord(InstallRecord):
     platform: str
     input_hash: str
     lock_sha256: str
-    prefix: str | None = None  # the folder it was written for (a copy elsewhere is no record there); None before
-    written: list[str] = field(default_factory=list)  # paths the toolkit made that no installer's record lists
-    stand_ins: dict[str, str] = field(default_factory=dict)  # name -> "version from <site-packages>" (--torch-from)
+    prefix: str | None = (
+        None  # the folder it was written for (a copy elsewhere is no record there); None before
+    )
+    written: list[str] = field(
+        default_factory=list
+    )  # paths the toolkit made that no installer's record lists
+    stand_ins: dict[str, str] = field(
+        default_factory=dict
+    )  # name -> "version from <site-packages>" (--torch-from)
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,9 @@ class Fa4Record(InstallRecord):
     from_base: dict[str, str]  # distributions the target python already had and that were used
     python_path: list[str]  # what PYTHONPATH must hold for `import flash_attn.cute`
     flash_attn_2: str | None = None  # the flash-attn 2.x version in the same folder, if any
-    replaced_from_flash_attn_2: list[str] = field(default_factory=list)  # its flash_attn/cute files, given way
+    replaced_from_flash_attn_2: list[str] = field(
+        default_factory=list
+    )  # its flash_attn/cute files, given way
 
     def env(self) -> dict[str, str]:
         return {"PYTHONPATH": os.pathsep.join(self.python_path)}
@@ -127,8 +137,12 @@ def record_rows(path: Path, fix: str) -> list[list[str]]:
         text = regular_file_bytes(path, MAX_RECORD_BYTES).decode()
         return [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     except Unreadable as exc:
-        reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
-                  "large": f"larger than {MAX_RECORD_BYTES:,} bytes"}[exc.why]
+        reason = {
+            "missing": "file not found",
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a regular file",
+            "large": f"larger than {MAX_RECORD_BYTES:,} bytes",
+        }[exc.why]
     except (csv.Error, UnicodeDecodeError) as exc:
         reason = exc.__class__.__name__
     raise ToolkitError(f"{display_path(path)}: unreadable ({reason}; {fix})")

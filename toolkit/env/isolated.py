@@ -34,8 +34,10 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
         # process ends it too (base/children's supervisor)
         process = run_tied([sys.executable, "-c", code, str(job), str(result)])
         if not result.exists():
-            raise ToolkitError(f"{function.__qualname__}: worker process died (exit {process.returncode}; "
-                               f"re-run the same command)")
+            raise ToolkitError(
+                f"{function.__qualname__}: worker process died (exit {process.returncode}; "
+                f"re-run the same command)"
+            )
         status, value = pickle.loads(result.read_bytes())
     if status == "error":
         raise ToolkitError(value)
@@ -53,7 +55,10 @@ def worker_main() -> None:
         outcome = ("error", str(exc))
     except Exception as exc:  # a bug, not bad input: keep its traceback visible
         traceback.print_exc()
-        outcome = ("error", f"{name}: internal error {exc.__class__.__name__}: {exc} (traceback above)")
+        outcome = (
+            "error",
+            f"{name}: internal error {exc.__class__.__name__}: {exc} (traceback above)",
+        )
     result.write_bytes(pickle.dumps(outcome))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -42,7 +42,13 @@ from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env import pypi_lock
-from toolkit.env.engine import CondaLayer, CondaRequest, add_engine_options, choose_engine, locking_environment
+from toolkit.env.engine import (
+    CondaLayer,
+    CondaRequest,
+    add_engine_options,
+    choose_engine,
+    locking_environment,
+)
 from toolkit.env.lockfile import (
     KEY_CUDA,
     KEY_DIGEST,
@@ -115,7 +121,9 @@ class PipLayer:
     requirements: str  # pip-tools format, for pip-sync
     packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
     pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
-    exclude_newer: str = ""  # a pypi line's: the time it was resolved at (uv --exclude-newer), recorded in the lock
+    exclude_newer: str = (
+        ""  # a pypi line's: the time it was resolved at (uv --exclude-newer), recorded in the lock
+    )
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,9 @@ class PipTarget:
 
     def is_running_interpreter(self) -> bool:
         running = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(host.machine())
-        return running == self.platform and self.python.split(".")[:2] == [str(v) for v in sys.version_info[:2]]
+        return running == self.platform and self.python.split(".")[:2] == [
+            str(v) for v in sys.version_info[:2]
+        ]
 
     def markers(self) -> dict[str, str]:
         return pypi_lock.target_markers(self.platform, self.python)
@@ -154,9 +164,11 @@ class PipTarget:
 def check_index_reachable(index_url: str, spec_file: str) -> None:
     reason = unreachable(index_url)
     if reason is not None:
-        raise ToolkitError(f"{spec_file}: torch.index {index_url} is unreachable from this machine ({reason}); "
-                           f"the pip layer needs it: lock on a machine that reaches it (see locks/README.md) "
-                           f"or set torch.index to a mirror")
+        raise ToolkitError(
+            f"{spec_file}: torch.index {index_url} is unreachable from this machine ({reason}); "
+            f"the pip layer needs it: lock on a machine that reaches it (see locks/README.md) "
+            f"or set torch.index to a mirror"
+        )
 
 
 @functools.cache
@@ -168,8 +180,12 @@ def unreachable(source: str) -> str | None:
         return None if path.is_dir() else f"no folder {path}"
     url = source if "://" in source else f"{CHANNEL_ALIAS}/{source}/noarch/repodata.json"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + ("" if "://" not in source else "/"),
-                                                           method="HEAD"), timeout=20):
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                url.rstrip("/") + ("" if "://" not in source else "/"), method="HEAD"
+            ),
+            timeout=20,
+        ):
             return None
     except urllib.error.HTTPError:
         return None
@@ -189,13 +205,16 @@ def missing_lock(spec: EnvSpec, workspace: Workspace = DEFAULT) -> str:
     if not lost:
         return f"{path}: missing (run `toolkit lock {spec.line}`)"
     names = ", ".join(source for source, _ in lost)
-    return (f"{path}: missing, and this machine cannot make it: `toolkit lock {spec.line}` reads {names}, "
-            f"unreachable from here ({lost[0][1]}): lock it on a machine that reaches "
-            f"{'them' if len(lost) > 1 else 'it'} and commit locks/, or name a mirror in the spec (locks/README.md)")
+    return (
+        f"{path}: missing, and this machine cannot make it: `toolkit lock {spec.line}` reads {names}, "
+        f"unreachable from here ({lost[0][1]}): lock it on a machine that reaches "
+        f"{'them' if len(lost) > 1 else 'it'} and commit locks/, or name a mirror in the spec (locks/README.md)"
+    )
 
 
-def lock_pip_requirements(requirements: list[str], index_urls: list[str], target: PipTarget,
-                          compile_command: str) -> PipLayer:
+def lock_pip_requirements(
+    requirements: list[str], index_urls: list[str], target: PipTarget, compile_command: str
+) -> PipLayer:
     """Resolve, hash-pin and pick each package's artifact for one platform.
 
     pip-tools resolves for the interpreter it runs in; for another platform or python the same
@@ -211,49 +230,112 @@ def lock_pip_requirements(requirements: list[str], index_urls: list[str], target
                 compiled, resolver = _compile_with_uv(workdir, index_urls, target, compile_command)
             report = _pip_report(workdir, index_urls, target)
         packages = pip_entries(report, target)
-    console.print(f"{target.platform}: {len(packages)} pip packages pinned ({resolver.split(' (')[0]}) "
-                  f"in {time.perf_counter() - started:.1f} s")
-    return PipLayer(platform=target.platform, resolver=resolver, requirements=compiled, packages=packages)
+    console.print(
+        f"{target.platform}: {len(packages)} pip packages pinned ({resolver.split(' (')[0]}) "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    return PipLayer(
+        platform=target.platform, resolver=resolver, requirements=compiled, packages=packages
+    )
 
 
 def _index_args(index_urls: list[str]) -> list[str]:
-    return ["--index-url", index_urls[0], *[a for url in index_urls[1:] for a in ("--extra-index-url", url)]]
+    return [
+        "--index-url",
+        index_urls[0],
+        *[a for url in index_urls[1:] for a in ("--extra-index-url", url)],
+    ]
 
 
-def _run_tool(command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None) -> None:
+def _run_tool(
+    command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None
+) -> None:
     """Run pip or pip-compile; on failure, its first line naming an error (uv's own: pypi_lock.run_uv)."""
-    result = run_tied(command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment())
+    result = run_tied(
+        command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment()
+    )
     if result.returncode != 0:
-        lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
-        problem = next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")
+        lines = [
+            line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()
+        ]
+        problem = next(
+            (line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output"
+        )
         raise ToolkitError(f"{what} failed: {problem}")
 
 
-def _compile_with_pip_tools(workdir: Path, index_urls: list[str], compile_command: str) -> tuple[str, str]:
+def _compile_with_pip_tools(
+    workdir: Path, index_urls: list[str], compile_command: str
+) -> tuple[str, str]:
     import piptools
 
     env = {**locking_environment(), "CUSTOM_COMPILE_COMMAND": compile_command}
-    _run_tool([sys.executable, "-m", "piptools", "compile", "--quiet", "--generate-hashes", "--allow-unsafe",
-               "--strip-extras", "--no-emit-find-links", *_index_args(index_urls), "--output-file",
-               "requirements.txt", "requirements.in"], workdir, "pip-compile", env)
+    _run_tool(
+        [
+            sys.executable,
+            "-m",
+            "piptools",
+            "compile",
+            "--quiet",
+            "--generate-hashes",
+            "--allow-unsafe",
+            "--strip-extras",
+            "--no-emit-find-links",
+            *_index_args(index_urls),
+            "--output-file",
+            "requirements.txt",
+            "requirements.in",
+        ],
+        workdir,
+        "pip-compile",
+        env,
+    )
     version = getattr(piptools, "__version__", None) or _distribution_version("pip-tools")
     running = f"python {sys.version_info[0]}.{sys.version_info[1]}"
-    return (workdir / "requirements.txt").read_text(), f"pip-tools {version} (pip-compile in {running})"
+    return (
+        workdir / "requirements.txt"
+    ).read_text(), f"pip-tools {version} (pip-compile in {running})"
 
 
-def _compile_with_uv(workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str) -> tuple[str, str]:
+def _compile_with_uv(
+    workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str
+) -> tuple[str, str]:
     uv = pypi_lock.uv_executable()
     python_platform = target.python_platform
-    pypi_lock.run_uv([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--generate-hashes",
-               "--python-version", target.python,
-               "--python-platform", python_platform, "--index-strategy", "unsafe-best-match", "--emit-index-url",
-               *_index_args(index_urls), "--custom-compile-command", compile_command, "--output-file",
-               "requirements.txt", "requirements.in"], workdir, "uv pip compile", locking_environment())
+    pypi_lock.run_uv(
+        [
+            uv,
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--no-python-downloads",
+            "--generate-hashes",
+            "--python-version",
+            target.python,
+            "--python-platform",
+            python_platform,
+            "--index-strategy",
+            "unsafe-best-match",
+            "--emit-index-url",
+            *_index_args(index_urls),
+            "--custom-compile-command",
+            compile_command,
+            "--output-file",
+            "requirements.txt",
+            "requirements.in",
+        ],
+        workdir,
+        "uv pip compile",
+        locking_environment(),
+    )
     version = pypi_lock.uv_version(uv)
     running = f"{host.machine()} python {sys.version_info[0]}.{sys.version_info[1]}"
-    return ((workdir / "requirements.txt").read_text(),
-            f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
-            f"pip-tools resolves only for the interpreter it runs in: {running})")
+    return (
+        (workdir / "requirements.txt").read_text(),
+        f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
+        f"pip-tools resolves only for the interpreter it runs in: {running})",
+    )
 
 
 def _distribution_version(name: str) -> str:
@@ -264,12 +346,43 @@ def _distribution_version(name: str) -> str:
 
 def _pip_report(workdir: Path, index_urls: list[str], target: PipTarget) -> dict:
     """Ask pip which artifact of each pinned version the target installs (nothing is installed)."""
-    _run_tool([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--no-deps",
-               "--require-hashes", "--report", "report.json", "--target", str(workdir / "target"),
-               "--platform", target.wheel_platform, "--python-version", target.python, "--implementation", "cp",
-               "--abi", target.abi, "--only-binary", ":all:", *_index_args(index_urls),
-               "--requirement", "requirements.txt"], workdir, f"pip (choosing {target.platform} wheels)")
-    return read_json(workdir / "report.json", "pip install report", "lock again; report pip's answer if it repeats")
+    _run_tool(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--require-hashes",
+            "--report",
+            "report.json",
+            "--target",
+            str(workdir / "target"),
+            "--platform",
+            target.wheel_platform,
+            "--python-version",
+            target.python,
+            "--implementation",
+            "cp",
+            "--abi",
+            target.abi,
+            "--only-binary",
+            ":all:",
+            *_index_args(index_urls),
+            "--requirement",
+            "requirements.txt",
+        ],
+        workdir,
+        f"pip (choosing {target.platform} wheels)",
+    )
+    return read_json(
+        workdir / "report.json",
+        "pip install report",
+        "lock again; report pip's answer if it repeats",
+    )
 
 
 def pip_entries(report: dict, target: PipTarget) -> list[Any]:
@@ -288,36 +401,55 @@ def pip_entries(report: dict, target: PipTarget) -> list[Any]:
         for line in metadata.get("requires_dist") or []:
             requirement = Requirement(line)
             name = canonicalize_name(requirement.name)
-            if name in locked_names and (requirement.marker is None or requirement.marker.evaluate(markers)):
+            if name in locked_names and (
+                requirement.marker is None or requirement.marker.evaluate(markers)
+            ):
                 dependencies[name] = str(requirement.specifier) or "*"
         info = item["download_info"]
-        entries.append(LockedDependency(
-            name=canonicalize_name(metadata["name"]), version=metadata["version"], manager="pip",
-            platform=target.platform, dependencies=dependencies, url=info["url"],
-            hash=HashModel(sha256=info["archive_info"]["hashes"]["sha256"]), categories={"main"}))
+        entries.append(
+            LockedDependency(
+                name=canonicalize_name(metadata["name"]),
+                version=metadata["version"],
+                manager="pip",
+                platform=target.platform,
+                dependencies=dependencies,
+                url=info["url"],
+                hash=HashModel(sha256=info["archive_info"]["hashes"]["sha256"]),
+                categories={"main"},
+            )
+        )
     return entries
 
 
 def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) -> PipLayer:
     """The line's pip layer for one platform: torch from the line's index, the rest from PyPI (or its mirror)."""
     if spec.toolchain.kind == "external":
-        return PipLayer(platform=target.platform, resolver="none: external toolchain (the machine provides python, "
-                        "torch and the build dependencies; `toolkit build` checks its fingerprint)", requirements="")
+        return PipLayer(
+            platform=target.platform,
+            resolver="none: external toolchain (the machine provides python, "
+            "torch and the build dependencies; `toolkit build` checks its fingerprint)",
+            requirements="",
+        )
     check_index_reachable(spec.torch_index, display_path(spec.path))
-    layer = lock_pip_requirements(spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}")
+    layer = lock_pip_requirements(
+        spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}"
+    )
     return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
 
 
-def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT,
-                    as_of: str | None = None) -> tuple[PipLayer, CondaLayer]:
+def lock_pypi_layer(
+    spec: EnvSpec, workspace: Workspace = DEFAULT, as_of: str | None = None
+) -> tuple[PipLayer, CondaLayer]:
     """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
     a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants.
 
     `as_of`: the time to resolve at, the one the line's lock records, so that a re-lock gives the lock's wheels
     whatever the index released since; None resolves (and records) now."""
     if len(spec.platforms) != 1:
-        raise ToolkitError(f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
-                           f"list one)")
+        raise ToolkitError(
+            f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
+            f"list one)"
+        )
     platform = spec.platforms[0]
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
@@ -326,28 +458,56 @@ def lock_pypi_layer(spec: EnvSpec, workspace: Workspace = DEFAULT,
     exclude_newer = as_of or pypi_lock.now_utc()
     started = time.perf_counter()
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
-        with console.status(f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
-                            f"is downloaded)"):
+        with console.status(
+            f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
+            f"is downloaded)"
+        ):
             try:
                 text, resolver = pypi_lock.compile_pylock(
-                    requirements, constraints, target.python, target.python_platform, spec.torch_index, workdir,
-                    pylock.name, f"toolkit lock {spec.line}", locking_environment(), exclude_newer)
+                    requirements,
+                    constraints,
+                    target.python,
+                    target.python_platform,
+                    spec.torch_index,
+                    workdir,
+                    pylock.name,
+                    f"toolkit lock {spec.line}",
+                    locking_environment(),
+                    exclude_newer,
+                )
             except ToolkitError as exc:
                 if as_of is None:
                     raise
-                raise ToolkitError(f"{exc} (resolved as of {as_of}, the time {display_path(workspace.lock_file(spec.line))} "
-                                   f"records: `toolkit lock {spec.line} --update` resolves against the index as it is "
-                                   f"now)") from None
-    packages = pypi_lock.pylock_entries(text, display_path(pylock), platform, target.python, target.glibc)
-    console.print(f"{platform}: {len(packages)} wheels pinned (uv) in {time.perf_counter() - started:.1f} s")
-    inputs = sha256_json({"requirements": requirements, "constraints": constraints, "index": spec.torch_index})
-    return (PipLayer(platform=platform, resolver=resolver, requirements="", packages=packages, pylock=text,
-                     exclude_newer=exclude_newer),
-            CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]))
+                raise ToolkitError(
+                    f"{exc} (resolved as of {as_of}, the time {display_path(workspace.lock_file(spec.line))} "
+                    f"records: `toolkit lock {spec.line} --update` resolves against the index as it is "
+                    f"now)"
+                ) from None
+    packages = pypi_lock.pylock_entries(
+        text, display_path(pylock), platform, target.python, target.glibc
+    )
+    console.print(
+        f"{platform}: {len(packages)} wheels pinned (uv) in {time.perf_counter() - started:.1f} s"
+    )
+    inputs = sha256_json(
+        {"requirements": requirements, "constraints": constraints, "index": spec.torch_index}
+    )
+    return (
+        PipLayer(
+            platform=platform,
+            resolver=resolver,
+            requirements="",
+            packages=packages,
+            pylock=text,
+            exclude_newer=exclude_newer,
+        ),
+        CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]),
+    )
 
 
-def with_flash_attn_4(spec: EnvSpec, layer: PipLayer,
-                      files_of: Callable[[str], list[dict]] | None = None) -> PipLayer:
+def with_flash_attn_4(
+    spec: EnvSpec, layer: PipLayer, files_of: Callable[[str], list[dict]] | None = None
+) -> PipLayer:
     """The layer plus FlashAttention-4's exact wheels (knowledge/flash_attn_4.yaml, the line's CUDA-major flavor of
     nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
     requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
@@ -361,7 +521,9 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer,
 
     assert spec.flash_attn_4 is not None
     rel = fa4_pins.release(spec.flash_attn_4.version)
-    unpinned = fa4_rules.platforms_pinned(spec, None)  # `toolkit check` refuses it first; a spec given directly too
+    unpinned = fa4_rules.platforms_pinned(
+        spec, None
+    )  # `toolkit check` refuses it first; a spec given directly too
     if unpinned:
         raise ToolkitError(f"{spec.where('platforms')}: {unpinned}")
     have = {canonicalize_name(p.name): p.version for p in layer.packages}
@@ -372,11 +534,22 @@ def with_flash_attn_4(spec: EnvSpec, layer: PipLayer,
         if name in have:
             if entry["if_missing"]:
                 continue
-            raise ToolkitError(f"{spec.where('flash_attn_4')}: the pip layer already pins {name} {have[name]} and "
-                               f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)")
-        added.append(LockedDependency(name=name, version=entry["version"], manager="pip", platform=layer.platform,
-                                      dependencies={}, url=entry["url"], hash=HashModel(sha256=entry["sha256"]),
-                                      categories={"main"}))
+            raise ToolkitError(
+                f"{spec.where('flash_attn_4')}: the pip layer already pins {name} {have[name]} and "
+                f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)"
+            )
+        added.append(
+            LockedDependency(
+                name=name,
+                version=entry["version"],
+                manager="pip",
+                platform=layer.platform,
+                dependencies={},
+                url=entry["url"],
+                hash=HashModel(sha256=entry["sha256"]),
+                categories={"main"},
+            )
+        )
     resolver = f"{layer.resolver}; + flash-attn-4 {rel.version}: {len(added)} pinned wheels (knowledge, not resolved)"
     return replace(layer, packages=[*layer.packages, *added], resolver=resolver)
 
@@ -394,22 +567,35 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             kind = response.headers.get_content_type()
-            if not kind.endswith("json"):  # a PEP 503 mirror serves only HTML, whatever Accept asks for
-                raise ToolkitError(f"--pypi {index}: {url} answered {kind}, not PyPI's JSON simple API (PEP 691, "
-                                   f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror "
-                                   f"that serves it, or leave --pypi out (PyPI does)")
+            if not kind.endswith(
+                "json"
+            ):  # a PEP 503 mirror serves only HTML, whatever Accept asks for
+                raise ToolkitError(
+                    f"--pypi {index}: {url} answered {kind}, not PyPI's JSON simple API (PEP 691, "
+                    f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror "
+                    f"that serves it, or leave --pypi out (PyPI does)"
+                )
             files = json.load(response)["files"]
     except (urllib.error.URLError, OSError, ValueError, KeyError, RecursionError) as exc:
-        raise ToolkitError(f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
-                           f"the sdist pin needs PyPI: lock where PyPI is reachable)") from None
+        raise ToolkitError(
+            f"{url}: cannot read flash-attn's release files ({getattr(exc, 'reason', exc)}; "
+            f"the sdist pin needs PyPI: lock where PyPI is reachable)"
+        ) from None
     for entry in files:
         try:
             _, sdist_version = parse_sdist_filename(entry["filename"])
         except InvalidSdistFilename:
             continue
-        if sdist_version == Version(version) and not entry.get("yanked") and entry["hashes"].get("sha256"):
-            return LockedSdist(url=urllib.parse.urljoin(url, entry["url"]), filename=entry["filename"],
-                               sha256=entry["hashes"]["sha256"])
+        if (
+            sdist_version == Version(version)
+            and not entry.get("yanked")
+            and entry["hashes"].get("sha256")
+        ):
+            return LockedSdist(
+                url=urllib.parse.urljoin(url, entry["url"]),
+                filename=entry["filename"],
+                sha256=entry["hashes"]["sha256"],
+            )
     raise ToolkitError(f"{url}: no sdist of flash-attn {version} (check flash_attn_2.version)")
 
 
@@ -417,23 +603,36 @@ def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
 
 
 def lock_header(spec: EnvSpec, sources: list[str]) -> str:
-    return (f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
-            f"(conda-lock install/render read it).\n"
-            f"# Written by `toolkit lock {spec.line}`; do not edit (metadata.custom_metadata."
-            f"{KEY_DIGEST} refuses edits).\n"
-            f"# Install: toolkit install {spec.line} --prefix DIR\n")
+    return (
+        f"# fa-envkit lock of {sources[0]} in conda-lock's unified format "
+        f"(conda-lock install/render read it).\n"
+        f"# Written by `toolkit lock {spec.line}`; do not edit (metadata.custom_metadata."
+        f"{KEY_DIGEST} refuses edits).\n"
+        f"# Install: toolkit install {spec.line} --prefix DIR\n"
+    )
 
 
-def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdist: LockedSdist,
-               workspace: Workspace = DEFAULT) -> Path:
+def write_lock(
+    spec: EnvSpec,
+    conda: CondaLayer,
+    pip_layers: list[PipLayer],
+    sdist: LockedSdist,
+    workspace: Workspace = DEFAULT,
+) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
     locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
-    custom = {KEY_LINE: spec.line, KEY_INPUT_HASH: spec.input_hash(), KEY_TOOLCHAIN: spec.toolchain.kind,
-              KEY_SDIST_URL: sdist.url, KEY_SDIST_FILENAME: sdist.filename, KEY_SDIST_SHA256: sdist.sha256}
+    custom = {
+        KEY_LINE: spec.line,
+        KEY_INPUT_HASH: spec.input_hash(),
+        KEY_TOOLCHAIN: spec.toolchain.kind,
+        KEY_SDIST_URL: sdist.url,
+        KEY_SDIST_FILENAME: sdist.filename,
+        KEY_SDIST_SHA256: sdist.sha256,
+    }
     custom.update({KEY_PIP_RESOLVER + layer.platform: layer.resolver for layer in pip_layers})
     pylocks = [layer.pylock for layer in pip_layers if layer.pylock]
     if spec.toolchain.kind == "pypi":
@@ -442,8 +641,14 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
     sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
     lockfile = Lockfile(
         package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
-        metadata=LockMeta(content_hash=conda.content_hash, channels=conda.channels, platforms=list(spec.platforms),
-                          sources=sources, custom_metadata=custom))
+        metadata=LockMeta(
+            content_hash=conda.content_hash,
+            channels=conda.channels,
+            platforms=list(spec.platforms),
+            sources=sources,
+            custom_metadata=custom,
+        ),
+    )
     path = workspace.lock_file(spec.line)
     check_destinations(lock_destinations(spec, workspace))
     with owned_dir(locks_dir, "lock") as tmp:
@@ -455,7 +660,9 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
             lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
-        lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
+        lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(
+            yaml.safe_load(draft.read_text())
+        )
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         draft.write_text(lock_header(spec, sources) + draft.read_text())
         read_lock(draft)  # what we wrote reads back and verifies
@@ -465,7 +672,9 @@ def write_lock(spec: EnvSpec, conda: CondaLayer, pip_layers: list[PipLayer], sdi
                 (tmp / target.name).write_text(layer.requirements)
                 staged.append((tmp / target.name, target))
         checkpoint("lock:write")
-        publish_together([*staged, (draft, path)], tmp / "kept")  # the lock last: it says the others are current
+        publish_together(
+            [*staged, (draft, path)], tmp / "kept"
+        )  # the lock last: it says the others are current
     return path
 
 
@@ -473,8 +682,10 @@ def lock_destinations(spec: EnvSpec, workspace: Workspace) -> list[Path]:
     """Every file `toolkit lock` writes for the line: its requirements files or pylock, and the lock."""
     if spec.toolchain.kind == "pypi":
         return [workspace.pylock_file(spec.line), workspace.lock_file(spec.line)]
-    return [*(workspace.requirements_file(spec.line, platform) for platform in spec.platforms),
-            workspace.lock_file(spec.line)]
+    return [
+        *(workspace.requirements_file(spec.line, platform) for platform in spec.platforms),
+        workspace.lock_file(spec.line),
+    ]
 
 
 def check_destinations(targets: list[Path]) -> None:
@@ -482,8 +693,10 @@ def check_destinations(targets: list[Path]) -> None:
     renaming onto it, the files renamed before it would be new and it old."""
     for target in targets:
         if target.exists() and not target.is_file():
-            raise ToolkitError(f"{display_path(target)}: is not a file (a folder?), and `toolkit lock` writes there: "
-                               f"move it away and lock again (nothing was written)")
+            raise ToolkitError(
+                f"{display_path(target)}: is not a file (a folder?), and `toolkit lock` writes there: "
+                f"move it away and lock again (nothing was written)"
+            )
 
 
 def publish_together(moves: list[tuple[Path, Path]], kept: Path) -> None:
@@ -504,15 +717,24 @@ def publish_together(moves: list[tuple[Path, Path]], kept: Path) -> None:
             else:
                 target.unlink()
         failed = moves[len(done)][1]
-        raise ToolkitError(f"{display_path(failed)}: cannot write it ({exc.strerror or exc}); the lock's files are "
-                           f"left as they were: lock again") from None
+        raise ToolkitError(
+            f"{display_path(failed)}: cannot write it ({exc.strerror or exc}); the lock's files are "
+            f"left as they were: lock again"
+        ) from None
 
 
 # ---------------------------------------------------------------- the `lock` verb
 
 
-def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None, workspace: Workspace = DEFAULT,
-              force: bool = False, pypi: str = PYPI_SIMPLE, update: bool = False) -> tuple[Path, bool]:
+def lock_line(
+    spec: EnvSpec,
+    backend: str = "auto",
+    conda_exe: str | None = None,
+    workspace: Workspace = DEFAULT,
+    force: bool = False,
+    pypi: str = PYPI_SIMPLE,
+    update: bool = False,
+) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written).
 
     A pypi line is resolved as of the time its lock records (none: now), unless `update`: now."""
@@ -522,8 +744,11 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     if path.exists():
         try:
             locked = read_lock(path)
-            current = stale_reason(spec, locked) is None and pylock_problem(locked) is None and \
-                pylock_disagreement(spec, locked) is None
+            current = (
+                stale_reason(spec, locked) is None
+                and pylock_problem(locked) is None
+                and pylock_disagreement(spec, locked) is None
+            )
         except ToolkitError:
             pass
     if current and not (force or update):
@@ -531,14 +756,20 @@ def lock_line(spec: EnvSpec, backend: str = "auto", conda_exe: str | None = None
     check_destinations(lock_destinations(spec, workspace))
     sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
     if spec.toolchain.kind == "pypi":
-        layer, empty = lock_pypi_layer(spec, workspace, None if update or locked is None else locked.exclude_newer or None)
+        layer, empty = lock_pypi_layer(
+            spec, workspace, None if update or locked is None else locked.exclude_newer or None
+        )
         return write_lock(spec, empty, [layer], sdist, workspace), True
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
-    pip_layers = [lock_pip_layer(spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi)
-                  for platform in spec.platforms]
+    pip_layers = [
+        lock_pip_layer(
+            spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi
+        )
+        for platform in spec.platforms
+    ]
     return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
@@ -551,18 +782,26 @@ def pylock_disagreement(spec: EnvSpec, locked: LockedEnv) -> str | None:
         return None
     platform = locked.platforms[0]
     pylock = Workspace(locks=locked.path.parent).pylock_file(locked.line)
-    wheels = pypi_lock.pylock_wheels(pylock.read_text(), display_path(pylock), platform, spec.python,
-                                     virtual_packages(spec)[platform]["__glibc"])
+    wheels = pypi_lock.pylock_wheels(
+        pylock.read_text(),
+        display_path(pylock),
+        platform,
+        spec.python,
+        virtual_packages(spec)[platform]["__glibc"],
+    )
     in_pylock = {(w.name, w.version, w.url, w.sha256) for w in wheels}
     in_lock = {(p.name, p.version, p.url, p.sha256) for p in locked.packages_for(platform, "pip")}
-    only = sorted((entry, display_path(locked.path)) for entry in in_lock - in_pylock) + \
-        sorted((entry, display_path(pylock)) for entry in in_pylock - in_lock)
+    only = sorted((entry, display_path(locked.path)) for entry in in_lock - in_pylock) + sorted(
+        (entry, display_path(pylock)) for entry in in_pylock - in_lock
+    )
     if not only:
         return None
     (name, version, url, _), where = only[0]
-    return (f"{display_path(locked.path)}: its pip entries are not the wheels of {display_path(pylock)}: {name} "
-            f"{version} ({url.rsplit('/', 1)[-1]}) is only in {where} (an entry was deleted, added or edited after "
-            f"locking: {relock_hint(locked.path)})")
+    return (
+        f"{display_path(locked.path)}: its pip entries are not the wheels of {display_path(pylock)}: {name} "
+        f"{version} ({url.rsplit('/', 1)[-1]}) is only in {where} (an entry was deleted, added or edited after "
+        f"locking: {relock_hint(locked.path)})"
+    )
 
 
 def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
@@ -576,7 +815,9 @@ def check_locks(specs: list[EnvSpec], workspace: Workspace) -> list[str]:
         try:
             locked = read_lock(path)
             reason = stale_reason(spec, locked)
-            problem = None if reason else pylock_problem(locked) or pylock_disagreement(spec, locked)
+            problem = (
+                None if reason else pylock_problem(locked) or pylock_disagreement(spec, locked)
+            )
         except ToolkitError as exc:
             problems.append(str(exc))
             continue
@@ -598,56 +839,86 @@ def newer_than_lock(spec: EnvSpec, workspace: Workspace) -> str:
         layer, _ = lock_pypi_layer(spec, workspace)
     was = {p.name: p.version for p in locked.packages}
     now = {p.name: p.version for p in layer.packages}
-    changes = [f"{name} {was.get(name, '(none)')} -> {now.get(name, '(none)')}"
-               for name in sorted(was.keys() | now.keys()) if was.get(name) != now.get(name)]
+    changes = [
+        f"{name} {was.get(name, '(none)')} -> {now.get(name, '(none)')}"
+        for name in sorted(was.keys() | now.keys())
+        if was.get(name) != now.get(name)
+    ]
     since = locked.exclude_newer or "its making (it records no time)"
     if not changes:
         return f"{display_path(path)}: no newer release of its packages on the index since {since}"
-    return (f"{display_path(path)}: advisory: since {since} the index resolves {', '.join(changes)} "
-            f"(`toolkit lock {spec.line} --update` takes them)")
+    return (
+        f"{display_path(path)}: advisory: since {since} the index resolves {', '.join(changes)} "
+        f"(`toolkit lock {spec.line} --update` takes them)"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "lock", help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
+        "lock",
+        help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
-                    "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
-                    "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
-                    "plus, for a locked line (conda and pip layers), locks/<line>.<platform>.requirements.txt. A pypi line "
-                    "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
-                    "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
-                    "sdist pin. A lock whose inputs are unchanged is kept.")
+        "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
+        "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
+        "plus, for a locked line (conda and pip layers), locks/<line>.<platform>.requirements.txt. A pypi line "
+        "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "
+        "metadata into the lock and locks/pylock.<line>.toml. An external line's lock holds only the "
+        "sdist pin. A lock whose inputs are unchanged is kept.",
+    )
     add_lines(parser)
     parser.add_argument("--all", action="store_true", help="every line in envs/")
-    parser.add_argument("--check", action="store_true",
-                        help="only say which locks are missing, stale or broken (exit 1 if any)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only say which locks are missing, stale or broken (exit 1 if any)",
+    )
     add_engine_options(parser)
-    parser.add_argument("--force", action="store_true", help="re-solve even when the lock is current")
-    parser.add_argument("--update", action="store_true",
-                        help="resolve a pypi line against its index as it is now (default: as of the time its lock "
-                             "records, so that a re-lock gives the same wheels)")
-    parser.add_argument("--newer", action="store_true",
-                        help="advisory: name the packages of each pypi line's lock that its index has newer releases "
-                             "of since the lock's time (resolves as of now; writes nothing; exit 0)")
-    parser.add_argument("--pypi", metavar="URL", default=PYPI_SIMPLE,
-                        help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
-                             f"(default: {PYPI_SIMPLE})")
-    parser.add_argument("--runtime", action="store_true",
-                        help="a pypi line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, "
-                             "no build-only package): locks/pylock.<line>-runtime.toml and "
-                             "locks/<line>.runtime.conda-lock.yml")
-    parser.add_argument("--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote")
+    parser.add_argument(
+        "--force", action="store_true", help="re-solve even when the lock is current"
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="resolve a pypi line against its index as it is now (default: as of the time its lock "
+        "records, so that a re-lock gives the same wheels)",
+    )
+    parser.add_argument(
+        "--newer",
+        action="store_true",
+        help="advisory: name the packages of each pypi line's lock that its index has newer releases "
+        "of since the lock's time (resolves as of now; writes nothing; exit 0)",
+    )
+    parser.add_argument(
+        "--pypi",
+        metavar="URL",
+        default=PYPI_SIMPLE,
+        help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
+        f"(default: {PYPI_SIMPLE})",
+    )
+    parser.add_argument(
+        "--runtime",
+        action="store_true",
+        help="a pypi line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, "
+        "no build-only package): locks/pylock.<line>-runtime.toml and "
+        "locks/<line>.runtime.conda-lock.yml",
+    )
+    parser.add_argument(
+        "--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote"
+    )
     add_workspace_options(parser)
     parser.set_defaults(func=lock_command)
 
 
 def lock_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
-    paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (spec_paths(workspace.envs)
-                                                                          if args.all or args.check else [])
+    paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (
+        spec_paths(workspace.envs) if args.all or args.check else []
+    )
     if not paths:
         raise ToolkitError("toolkit lock: name a line (e.g. cu126), or pass --all or --check")
-    if args.runtime:  # cache/runtime_lock.py's, set by toolkit/cli.py: it reads a published index (a higher wing)
+    if (
+        args.runtime
+    ):  # cache/runtime_lock.py's, set by toolkit/cli.py: it reads a published index (a higher wing)
         return args.runtime_command(args, workspace, paths)
     if args.newer:
         for path in paths:
@@ -658,7 +929,9 @@ def lock_command(args: argparse.Namespace) -> int:
         for line in problems:
             print(line)
         if not problems:
-            print(f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current")
+            print(
+                f"{len(paths)} line{'s' if len(paths) != 1 else ''} checked: every lock is current"
+            )
         return 1 if problems else 0
     clean_stale(workspace.locks)  # what earlier interrupted runs left
     with run_temporaries("lock"):
@@ -672,13 +945,22 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     failed = 0
     for path in paths:
         try:
-            written, changed = lock_line(checked_spec(path), args.engine, args.conda, workspace, args.force,
-                                         args.pypi, args.update)
+            written, changed = lock_line(
+                checked_spec(path),
+                args.engine,
+                args.conda,
+                workspace,
+                args.force,
+                args.pypi,
+                args.update,
+            )
         except ToolkitError as exc:
             if len(paths) == 1:
                 raise
             print(f"error: {exc}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}")
+        print(
+            f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}"
+        )
     return 1 if failed else 0

@@ -44,19 +44,36 @@ KEY_PIP_RESOLVER = "fa-envkit.pip-resolver."  # + platform
 KEY_DIGEST = "fa-envkit.lock-sha256"
 KEY_CUDA = "fa-envkit.cuda"  # a pypi lock's CUDA release, whose wheels its components must be
 KEY_PYLOCK_SHA256 = "fa-envkit.pylock-sha256"  # a pypi lock's pylock.<line>.toml, written with it
-KEY_EXCLUDE_NEWER = "fa-envkit.exclude-newer"  # a pypi lock's time: what the index held then is what it resolved
-REQUIRED_KEYS = (KEY_LINE, KEY_INPUT_HASH, KEY_TOOLCHAIN, KEY_SDIST_URL, KEY_SDIST_FILENAME, KEY_SDIST_SHA256,
-                 KEY_DIGEST)
+KEY_EXCLUDE_NEWER = (
+    "fa-envkit.exclude-newer"  # a pypi lock's time: what the index held then is what it resolved
+)
+REQUIRED_KEYS = (
+    KEY_LINE,
+    KEY_INPUT_HASH,
+    KEY_TOOLCHAIN,
+    KEY_SDIST_URL,
+    KEY_SDIST_FILENAME,
+    KEY_SDIST_SHA256,
+    KEY_DIGEST,
+)
 
 # The strict forms of values that become paths, URLs or command lines.
 SHA256 = re.compile(r"[0-9a-f]{64}")
-FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")  # a plain file name: no separator, never "." or ".."
-NAME = re.compile(r"_?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a conda (_libgcc_mutex) or PEP 508 project name
-URL = re.compile(r"[!-~]+")  # printable ASCII, no space or control character (pip reads URLs line by line)
+FILE_NAME = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9._+-]*"
+)  # a plain file name: no separator, never "." or ".."
+NAME = re.compile(
+    r"_?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
+)  # a conda (_libgcc_mutex) or PEP 508 project name
+URL = re.compile(
+    r"[!-~]+"
+)  # printable ASCII, no space or control character (pip reads URLs line by line)
 URL_SCHEMES = ("https", "http", "file")
 TOOLCHAIN_KINDS = ("locked", "external", "pypi")
 MAJOR_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
-UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")  # uv's --exclude-newer, as recorded
+UTC_TIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
+)  # uv's --exclude-newer, as recorded
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
@@ -81,7 +98,9 @@ class LockedPackage:
     url: str
     sha256: str
     platform: str = ""
-    dependencies: tuple[str, ...] = ()  # names of the packages it depends on (virtual ones left out)
+    dependencies: tuple[
+        str, ...
+    ] = ()  # names of the packages it depends on (virtual ones left out)
 
     @property
     def filename(self) -> str:
@@ -108,7 +127,9 @@ class LockedEnv:
     digest: str = ""
     cuda: str = ""  # pypi: the CUDA release every NVIDIA wheel of the lock belongs to
     pylock_sha256: str = ""  # pypi: sha256 of locks/pylock.<line>.toml
-    exclude_newer: str = ""  # pypi: the time it was resolved at (uv --exclude-newer); "" in locks made before it
+    exclude_newer: str = (
+        ""  # pypi: the time it was resolved at (uv --exclude-newer); "" in locks made before it
+    )
 
     def packages_for(self, platform: str, manager: str | None = None) -> list[LockedPackage]:
         return [p for p in self.packages if p.platform == platform and manager in (None, p.manager)]
@@ -119,9 +140,14 @@ class LockedEnv:
         return self.path.parent / self.sources[0] if self.sources else None
 
 
-Check = Callable[[str, object, bool, str], None]  # read_lock's check(field, value, ok, what): raises unless ok
-_FORM = {"sha256": "sha256 (64 lowercase hex digits)", "filename": "plain file name (no / or ..)",
-         "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)"}
+Check = Callable[
+    [str, object, bool, str], None
+]  # read_lock's check(field, value, ok, what): raises unless ok
+_FORM = {
+    "sha256": "sha256 (64 lowercase hex digits)",
+    "filename": "plain file name (no / or ..)",
+    "url": f"URL ({'/'.join(URL_SCHEMES)}, no spaces)",
+}
 
 
 def lock_path(line: str, locks_dir: Path = Workspace.locks) -> Path:
@@ -130,7 +156,7 @@ def lock_path(line: str, locks_dir: Path = Workspace.locks) -> Path:
 
 
 def relock_hint(path: Path) -> str:
-    line = path.name[:-len(LOCK_SUFFIX)] if path.name.endswith(LOCK_SUFFIX) else "LINE"
+    line = path.name[: -len(LOCK_SUFFIX)] if path.name.endswith(LOCK_SUFFIX) else "LINE"
     return f"re-run `toolkit lock {line}`"
 
 
@@ -151,17 +177,25 @@ def load_lock_document(path: Path) -> dict:
     where, relock = display_path(path), relock_hint(path)
     try:
         text = path.read_text()
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)):
-            raise ToolkitError(f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
-                               f"without bound: {relock})")
+        if any(
+            isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)
+        ):
+            raise ToolkitError(
+                f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
+                f"without bound: {relock})"
+            )
         document = yaml.safe_load(text)
     except FileNotFoundError:
         raise ToolkitError(f"{where}: no lock file ({relock})") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ToolkitError(f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})") from None
+        raise ToolkitError(
+            f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})"
+        ) from None
     except ValueError:  # no YAMLError: int() refusing a number of thousands of digits
-        raise ToolkitError(f"{where}: unreadable lock (a number of more than {sys.get_int_max_str_digits()} "
-                           f"digits; {relock})") from None
+        raise ToolkitError(
+            f"{where}: unreadable lock (a number of more than {sys.get_int_max_str_digits()} "
+            f"digits; {relock})"
+        ) from None
     if not isinstance(document, dict):
         raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
     _parse_with_conda_lock(path, where, relock)
@@ -171,15 +205,19 @@ def load_lock_document(path: Path) -> dict:
     custom = document["metadata"]["custom_metadata"]
     missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
     if missing:
-        raise ToolkitError(f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
-                           f"(not written by `toolkit lock`; {relock})")
+        raise ToolkitError(
+            f"{where}: metadata.custom_metadata lacks {', '.join(missing)} "
+            f"(not written by `toolkit lock`; {relock})"
+        )
     try:
         digest = lock_digest(document)
     except (TypeError, ValueError):  # a date, a set: YAML values that are not plain JSON data
         raise ToolkitError(f"{where}: holds values that are not plain data ({relock})") from None
     if digest != custom[KEY_DIGEST]:
-        raise ToolkitError(f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
-                           f"{relock} instead of editing it)")
+        raise ToolkitError(
+            f"{where}: edited after locking (contents do not match {KEY_DIGEST}; "
+            f"{relock} instead of editing it)"
+        )
     return document
 
 
@@ -194,27 +232,37 @@ def _shape_problem(document: dict) -> str | None:
     if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
         return "package is not a list of entries"
     for index, entry in enumerate(packages):
-        if not isinstance(entry.get("hash", {}), dict) or not isinstance(entry.get("dependencies", {}), dict):
+        if not isinstance(entry.get("hash", {}), dict) or not isinstance(
+            entry.get("dependencies", {}), dict
+        ):
             return f"package[{index}]: hash and dependencies must be mappings"
     return None
 
 
 def _parse_with_conda_lock(path: Path, where: str, relock: str) -> None:
     try:
-        from conda_lock.lockfile import parse_conda_lock_file  # lazy: keeps `import toolkit.env.lockfile` light
+        from conda_lock.lockfile import (
+            parse_conda_lock_file,
+        )  # lazy: keeps `import toolkit.env.lockfile` light
         from pydantic import ValidationError
     except ImportError:
         return
     try:
         parse_conda_lock_file(path)
     except ValidationError as exc:
-        raise ToolkitError(f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})") from None
+        raise ToolkitError(
+            f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})"
+        ) from None
     except (ValueError, TypeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0]
         raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
-    except AssertionError:  # conda-lock asserts that no package entry repeats for a platform and category
-        raise ToolkitError(f"{where}: package: an entry appears more than once for one platform "
-                           f"(conda-lock's parser refuses it; {relock})") from None
+    except (
+        AssertionError
+    ):  # conda-lock asserts that no package entry repeats for a platform and category
+        raise ToolkitError(
+            f"{where}: package: an entry appears more than once for one platform "
+            f"(conda-lock's parser refuses it; {relock})"
+        ) from None
 
 
 def read_lock(path: Path) -> LockedEnv:
@@ -227,33 +275,77 @@ def read_lock(path: Path) -> LockedEnv:
 
     def check(field: str, value: object, ok: bool, what: str) -> None:
         if not ok:
-            raise ToolkitError(f"{where}: {field}: {value!r} is not {what} ({relock}; a lock must come from "
-                               f"`toolkit lock` and a reviewed commit)")
+            raise ToolkitError(
+                f"{where}: {field}: {value!r} is not {what} ({relock}; a lock must come from "
+                f"`toolkit lock` and a reviewed commit)"
+            )
 
-    for key, pattern, what in ((KEY_LINE, NAME, "a line name"), (KEY_INPUT_HASH, SHA256, _FORM["sha256"]),
-                               (KEY_SDIST_SHA256, SHA256, _FORM["sha256"]),
-                               (KEY_SDIST_FILENAME, FILE_NAME, _FORM["filename"])):
-        check(key, custom[key], isinstance(custom[key], str) and bool(pattern.fullmatch(custom[key])), "a " + what)
-    check(KEY_TOOLCHAIN, custom[KEY_TOOLCHAIN], custom[KEY_TOOLCHAIN] in TOOLCHAIN_KINDS,
-          f"one of {', '.join(TOOLCHAIN_KINDS)}")
-    check(KEY_SDIST_FILENAME, custom[KEY_SDIST_FILENAME], custom[KEY_SDIST_FILENAME].endswith(SDIST_SUFFIXES),
-          f"an sdist file name ({' or '.join(SDIST_SUFFIXES)})")
-    check(f"{KEY_SDIST_URL} (url)", custom[KEY_SDIST_URL], _url_ok(custom[KEY_SDIST_URL]), "a " + _FORM["url"])
+    for key, pattern, what in (
+        (KEY_LINE, NAME, "a line name"),
+        (KEY_INPUT_HASH, SHA256, _FORM["sha256"]),
+        (KEY_SDIST_SHA256, SHA256, _FORM["sha256"]),
+        (KEY_SDIST_FILENAME, FILE_NAME, _FORM["filename"]),
+    ):
+        check(
+            key,
+            custom[key],
+            isinstance(custom[key], str) and bool(pattern.fullmatch(custom[key])),
+            "a " + what,
+        )
+    check(
+        KEY_TOOLCHAIN,
+        custom[KEY_TOOLCHAIN],
+        custom[KEY_TOOLCHAIN] in TOOLCHAIN_KINDS,
+        f"one of {', '.join(TOOLCHAIN_KINDS)}",
+    )
+    check(
+        KEY_SDIST_FILENAME,
+        custom[KEY_SDIST_FILENAME],
+        custom[KEY_SDIST_FILENAME].endswith(SDIST_SUFFIXES),
+        f"an sdist file name ({' or '.join(SDIST_SUFFIXES)})",
+    )
+    check(
+        f"{KEY_SDIST_URL} (url)",
+        custom[KEY_SDIST_URL],
+        _url_ok(custom[KEY_SDIST_URL]),
+        "a " + _FORM["url"],
+    )
     platforms = document["metadata"].get("platforms") or []
-    check("metadata.platforms", platforms, bool(platforms) and all(p in PLATFORMS for p in platforms)
-          and len(set(platforms)) == len(platforms), f"a list of distinct platforms of {', '.join(PLATFORMS)}")
+    check(
+        "metadata.platforms",
+        platforms,
+        bool(platforms)
+        and all(p in PLATFORMS for p in platforms)
+        and len(set(platforms)) == len(platforms),
+        f"a list of distinct platforms of {', '.join(PLATFORMS)}",
+    )
     sources = document["metadata"].get("sources") or []
-    check("metadata.sources", sources, all(isinstance(s, str) and s.endswith(".yaml") and "\0" not in s
-                                           for s in sources), "a list of spec files")
+    check(
+        "metadata.sources",
+        sources,
+        all(isinstance(s, str) and s.endswith(".yaml") and "\0" not in s for s in sources),
+        "a list of spec files",
+    )
     pypi = custom[KEY_TOOLCHAIN] == "pypi"
     if pypi:
-        for key, pattern, what in ((KEY_CUDA, MAJOR_MINOR, "CUDA release like 13.2"),
-                                   (KEY_PYLOCK_SHA256, SHA256, _FORM["sha256"])):
-            check(key, custom.get(key), isinstance(custom.get(key), str) and bool(pattern.fullmatch(custom[key])),
-                  "a " + what)
+        for key, pattern, what in (
+            (KEY_CUDA, MAJOR_MINOR, "CUDA release like 13.2"),
+            (KEY_PYLOCK_SHA256, SHA256, _FORM["sha256"]),
+        ):
+            check(
+                key,
+                custom.get(key),
+                isinstance(custom.get(key), str) and bool(pattern.fullmatch(custom[key])),
+                "a " + what,
+            )
         if KEY_EXCLUDE_NEWER in custom:
-            check(KEY_EXCLUDE_NEWER, custom[KEY_EXCLUDE_NEWER], isinstance(custom[KEY_EXCLUDE_NEWER], str)
-                  and bool(UTC_TIME.fullmatch(custom[KEY_EXCLUDE_NEWER])), "a UTC time like 2026-11-23T21:44:12Z")
+            check(
+                KEY_EXCLUDE_NEWER,
+                custom[KEY_EXCLUDE_NEWER],
+                isinstance(custom[KEY_EXCLUDE_NEWER], str)
+                and bool(UTC_TIME.fullmatch(custom[KEY_EXCLUDE_NEWER])),
+                "a UTC time like 2026-11-23T21:44:12Z",
+            )
     packages = tuple(_packages(document, platforms, check))
     if pypi:
         problem = pypi_release_problem(packages, custom[KEY_CUDA])
@@ -263,13 +355,23 @@ def read_lock(path: Path) -> LockedEnv:
         if package.manager == "pip":
             check_wheel_name(package, path)
     return LockedEnv(
-        line=custom[KEY_LINE], path=path, input_hash=custom[KEY_INPUT_HASH], toolchain_kind=custom[KEY_TOOLCHAIN],
-        platforms=tuple(platforms), sources=tuple(sources), digest=custom[KEY_DIGEST],
-        sdist=LockedSdist(url=custom[KEY_SDIST_URL], filename=custom[KEY_SDIST_FILENAME],
-                          sha256=custom[KEY_SDIST_SHA256]),
-        packages=packages, cuda=custom.get(KEY_CUDA, "") if pypi else "",
+        line=custom[KEY_LINE],
+        path=path,
+        input_hash=custom[KEY_INPUT_HASH],
+        toolchain_kind=custom[KEY_TOOLCHAIN],
+        platforms=tuple(platforms),
+        sources=tuple(sources),
+        digest=custom[KEY_DIGEST],
+        sdist=LockedSdist(
+            url=custom[KEY_SDIST_URL],
+            filename=custom[KEY_SDIST_FILENAME],
+            sha256=custom[KEY_SDIST_SHA256],
+        ),
+        packages=packages,
+        cuda=custom.get(KEY_CUDA, "") if pypi else "",
         pylock_sha256=custom.get(KEY_PYLOCK_SHA256, "") if pypi else "",
-        exclude_newer=custom.get(KEY_EXCLUDE_NEWER, "") if pypi else "")
+        exclude_newer=custom.get(KEY_EXCLUDE_NEWER, "") if pypi else "",
+    )
 
 
 def brief(text: str, limit: int = 64) -> str:
@@ -288,7 +390,9 @@ def parsed_version(text: str) -> Version | None:
         return None
 
 
-def check_wheel_identity(package: LockedPackage, name: str, version: str, by: str, lock_file: Path) -> None:
+def check_wheel_identity(
+    package: LockedPackage, name: str, version: str, by: str, lock_file: Path
+) -> None:
     """A pip entry must be the wheel it points at, by the wheel's file name and its METADATA: pip installs what
     the wheel is whatever the entry says, so an entry whose version was edited over an unchanged url and sha256
     would pass the lock's checks (a pypi lock's one CUDA release) and install another. The pip layer's
@@ -296,11 +400,16 @@ def check_wheel_identity(package: LockedPackage, name: str, version: str, by: st
     from packaging.utils import canonicalize_name
 
     wanted = parsed_version(package.version)
-    if canonicalize_name(name) != canonicalize_name(package.name) or wanted is None or \
-            parsed_version(version) != wanted:
-        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
-                           f"({brief(package.filename, 160)}): its wheel is {brief(name)} {brief(version)} by its {by} "
-                           f"(the entry was edited: {relock_hint(lock_file)})")
+    if (
+        canonicalize_name(name) != canonicalize_name(package.name)
+        or wanted is None
+        or parsed_version(version) != wanted
+    ):
+        raise ToolkitError(
+            f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
+            f"({brief(package.filename, 160)}): its wheel is {brief(name)} {brief(version)} by its {by} "
+            f"(the entry was edited: {relock_hint(lock_file)})"
+        )
 
 
 def check_wheel_name(package: LockedPackage, lock_file: Path) -> None:
@@ -308,13 +417,20 @@ def check_wheel_name(package: LockedPackage, lock_file: Path) -> None:
     read without downloading, so `lock --check` refuses the edit as install does."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-    filename = urllib.parse.unquote(package.filename)  # torch-2.9.0%2Bcu130-...whl: the + of a local version
+    filename = urllib.parse.unquote(
+        package.filename
+    )  # torch-2.9.0%2Bcu130-...whl: the + of a local version
     try:
         name, version, _, _ = parse_wheel_filename(filename)
-    except (InvalidWheelFilename, ValueError):  # ValueError: a version component of thousands of digits
-        raise ToolkitError(f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
-                           f"({brief(package.filename, 160)}): not a wheel's file name (the pip layer installs wheels "
-                           f"only: {relock_hint(lock_file)})") from None
+    except (
+        InvalidWheelFilename,
+        ValueError,
+    ):  # ValueError: a version component of thousands of digits
+        raise ToolkitError(
+            f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
+            f"({brief(package.filename, 160)}): not a wheel's file name (the pip layer installs wheels "
+            f"only: {relock_hint(lock_file)})"
+        ) from None
     check_wheel_identity(package, name, str(version), "file name", lock_file)
 
 
@@ -332,23 +448,36 @@ def pypi_release_problem(packages: tuple[LockedPackage, ...], cuda: str) -> str 
         return f"CUDA {cuda} is not a pypi line of toolkit/knowledge/pypi_cuda.yaml"
     pip = {p.name: p.version for p in packages if p.manager == "pip"}
     releases = pypi.releases(cuda)
-    line = pypi.release(pip["cuda-toolkit"]) if parsed_version(pip.get("cuda-toolkit", "")) else None
+    line = (
+        pypi.release(pip["cuda-toolkit"]) if parsed_version(pip.get("cuda-toolkit", "")) else None
+    )
     known = " or ".join(release.cuda_toolkit for release in releases)
     if "cuda-toolkit" not in pip:
         return f"cuda-toolkit is missing: CUDA {cuda}'s cuda-toolkit {known} installs it"
-    nvcc = f" beside nvidia-cuda-nvcc {brief(pip['nvidia-cuda-nvcc'])}" if "nvidia-cuda-nvcc" in pip else ""
+    nvcc = (
+        f" beside nvidia-cuda-nvcc {brief(pip['nvidia-cuda-nvcc'])}"
+        if "nvidia-cuda-nvcc" in pip
+        else ""
+    )
     if line is None or line.cuda != cuda:
         pins = " or ".join(f"=={release.cuda_toolkit}" for release in releases)
-        return (f"cuda-toolkit {brief(pip['cuda-toolkit'])}{nvcc} is not CUDA {cuda}'s (cuda-toolkit {known}: "
-                f"cuda-toolkit{pins}, toolkit/knowledge/pypi_cuda.yaml)")
-    wanted = {"cuda-toolkit": f"=={line.cuda_toolkit}", **{n: f"=={v}.*" for n, v in line.components.items()}}
+        return (
+            f"cuda-toolkit {brief(pip['cuda-toolkit'])}{nvcc} is not CUDA {cuda}'s (cuda-toolkit {known}: "
+            f"cuda-toolkit{pins}, toolkit/knowledge/pypi_cuda.yaml)"
+        )
+    wanted = {
+        "cuda-toolkit": f"=={line.cuda_toolkit}",
+        **{n: f"=={v}.*" for n, v in line.components.items()},
+    }
     for name, specifier in [*wanted.items(), *((n, p) for n, p in line.pins.items() if n in pip)]:
         if name not in pip:
             return f"{name} is missing: CUDA {cuda}'s cuda-toolkit {line.cuda_toolkit} installs it"
         version = parsed_version(pip[name])
         if version is None or not SpecifierSet(specifier).contains(version, prereleases=True):
-            return (f"{name} {brief(pip[name])}{'' if name == 'nvidia-cuda-nvcc' else nvcc} is not CUDA {cuda}'s "
-                    f"(cuda-toolkit {line.cuda_toolkit}: {name}{specifier}, toolkit/knowledge/pypi_cuda.yaml)")
+            return (
+                f"{name} {brief(pip[name])}{'' if name == 'nvidia-cuda-nvcc' else nvcc} is not CUDA {cuda}'s "
+                f"(cuda-toolkit {line.cuda_toolkit}: {name}{specifier}, toolkit/knowledge/pypi_cuda.yaml)"
+            )
     return None
 
 
@@ -373,7 +502,9 @@ def _url_ok(url: object, file_name_suffixes: tuple[str, ...] | None = None) -> b
     if parts.scheme not in URL_SCHEMES or (parts.scheme != "file" and not parts.netloc):
         return False
     name = url.rsplit("/", 1)[-1].split("#", 1)[0]
-    return file_name_suffixes is None or (bool(FILE_NAME.fullmatch(name)) and name.endswith(file_name_suffixes))
+    return file_name_suffixes is None or (
+        bool(FILE_NAME.fullmatch(name)) and name.endswith(file_name_suffixes)
+    )
 
 
 def _packages(document: dict, platforms: list[str], check: Check) -> list[LockedPackage]:
@@ -381,22 +512,41 @@ def _packages(document: dict, platforms: list[str], check: Check) -> list[Locked
     for index, entry in enumerate(document.get("package") or []):
         name, platform, manager = entry.get("name"), entry.get("platform"), entry.get("manager")
         field = f"package[{index}]"
-        check(f"{field}.name", name, isinstance(name, str) and bool(NAME.fullmatch(name)), "a package name")
+        check(
+            f"{field}.name",
+            name,
+            isinstance(name, str) and bool(NAME.fullmatch(name)),
+            "a package name",
+        )
         field = f"package[{index}] {name}"
         check(f"{field}: platform", platform, platform in platforms, "one of metadata.platforms")
         check(f"{field}: manager", manager, manager in ("conda", "pip"), "conda or pip")
-        check(f"{field}: url", entry.get("url"),
-              _url_ok(entry.get("url"), CONDA_SUFFIXES if manager == "conda" else None),
-              "a " + _FORM["url"] + (" naming a .conda/.tar.bz2 file" if manager == "conda" else ""))
+        check(
+            f"{field}: url",
+            entry.get("url"),
+            _url_ok(entry.get("url"), CONDA_SUFFIXES if manager == "conda" else None),
+            "a " + _FORM["url"] + (" naming a .conda/.tar.bz2 file" if manager == "conda" else ""),
+        )
         given = (entry.get("hash") or {}).get("sha256")
         sha256 = given if isinstance(given, str) else ""
-        check(f"{field}: hash.sha256", given, bool(SHA256.fullmatch(sha256)), "a " + _FORM["sha256"])
-        check(f"{field} ({platform}, {manager})", name, (platform, manager, name) not in seen,
-              "listed once: it appears more than once")
+        check(
+            f"{field}: hash.sha256", given, bool(SHA256.fullmatch(sha256)), "a " + _FORM["sha256"]
+        )
+        check(
+            f"{field} ({platform}, {manager})",
+            name,
+            (platform, manager, name) not in seen,
+            "listed once: it appears more than once",
+        )
         seen.add((platform, manager, name))
-        depends = tuple(sorted(str(d) for d in (entry.get("dependencies") or {}) if not str(d).startswith("__")))
-        packages.append(LockedPackage(manager, name, str(entry.get("version")), entry["url"], sha256, platform,
-                                      depends))
+        depends = tuple(
+            sorted(str(d) for d in (entry.get("dependencies") or {}) if not str(d).startswith("__"))
+        )
+        packages.append(
+            LockedPackage(
+                manager, name, str(entry.get("version")), entry["url"], sha256, platform, depends
+            )
+        )
     return packages
 
 
@@ -424,12 +574,19 @@ def environment_problem(spec: EnvSpec, locked: LockedEnv, platform: str) -> str 
     relock = f"an entry was deleted or the lock was edited; re-run `toolkit lock {locked.line}`"
     if locked.toolchain_kind == "external":
         return None
-    managers = ("conda", "pip") if locked.toolchain_kind == "locked" else ("pip",)  # pypi: no conda layer
+    managers = (
+        ("conda", "pip") if locked.toolchain_kind == "locked" else ("pip",)
+    )  # pypi: no conda layer
     by_manager = {m: {p.name: p for p in locked.packages_for(platform, m)} for m in managers}
     if "conda" in by_manager and not by_manager["conda"]:
         return f"{platform}: no conda packages for a locked toolchain ({relock})"
-    wanted: dict[str, list[str]] = {"conda": list(spec.conda_packages),
-              "pip": [canonicalize_name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0]) for r in spec.pip_requirements()]}
+    wanted: dict[str, list[str]] = {
+        "conda": list(spec.conda_packages),
+        "pip": [
+            canonicalize_name(re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0])
+            for r in spec.pip_requirements()
+        ],
+    }
     for manager, names in ((m, wanted[m]) for m in managers):
         for name in names:
             if name not in by_manager[manager]:
@@ -438,6 +595,8 @@ def environment_problem(spec: EnvSpec, locked: LockedEnv, platform: str) -> str 
         for package in packages.values():
             missing = [d for d in package.dependencies if d not in packages]
             if missing:
-                return (f"{platform}: {missing[0]}, a dependency of {package.name}, is not among the lock's "
-                        f"{manager} packages ({relock})")
+                return (
+                    f"{platform}: {missing[0]}, a dependency of {package.name}, is not among the lock's "
+                    f"{manager} packages ({relock})"
+                )
     return None

@@ -56,16 +56,22 @@ def find_python(version: str, given: Path | None) -> Path:
     fix = f"install python {version}, or pass --python PATH"
     found = str(given) if given else shutil.which(f"python{version}")
     if not found:
-        raise ToolkitError(f"python{version}: not on PATH; the line's spec asks for python {version} ({fix})")
+        raise ToolkitError(
+            f"python{version}: not on PATH; the line's spec asks for python {version} ({fix})"
+        )
     try:
-        done = run_tied([found, "-I", "-c", VERSION_CODE], capture_output=True, text=True, timeout=60)
+        done = run_tied(
+            [found, "-I", "-c", VERSION_CODE], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolkitError(f"{found}: does not run ({exc.__class__.__name__}; {fix})") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolkitError(f"{found}: cannot make a venv ({last}; {fix})")
     if done.stdout.strip() != version:
-        raise ToolkitError(f"{found}: is python {done.stdout.strip()}, the line's spec asks for {version} ({fix})")
+        raise ToolkitError(
+            f"{found}: is python {done.stdout.strip()}, the line's spec asks for {version} ({fix})"
+        )
     return Path(found)
 
 
@@ -82,15 +88,24 @@ class VenvBuild:
     lock_file: Path = Path("lock")  # the lock the packages are from, named in messages
 
     @classmethod
-    def of(cls, spec: EnvSpec, packages: list[LockedPackage], given: Path | None, torch_from: Path | None = None,
-           wheels: Path | None = None, lock_file: Path = Path("lock")) -> VenvBuild:
+    def of(
+        cls,
+        spec: EnvSpec,
+        packages: list[LockedPackage],
+        given: Path | None,
+        torch_from: Path | None = None,
+        wheels: Path | None = None,
+        lock_file: Path = Path("lock"),
+    ) -> VenvBuild:
         """Refused here, before anything is written: no such line, no such python, a --torch-from whose torch
         is not the lock's, a --wheels folder that lacks a wheel still to install."""
         pypi = load_knowledge().pypi
         line = pypi.line(spec.cuda, spec.torch_version)
         if line is None:
-            raise ToolkitError(f"{display_path(spec.path)}: CUDA {spec.cuda} with torch {spec.torch_version} is not a "
-                               f"pypi line of toolkit/knowledge/pypi_cuda.yaml (`toolkit check {spec.line}` says why)")
+            raise ToolkitError(
+                f"{display_path(spec.path)}: CUDA {spec.cuda} with torch {spec.torch_version} is not a "
+                f"pypi line of toolkit/knowledge/pypi_cuda.yaml (`toolkit check {spec.line}` says why)"
+            )
         python = find_python(spec.python, given)
         stand_ins: tuple[StandIn, ...] = ()
         rest = tuple(packages)
@@ -109,8 +124,12 @@ class VenvBuild:
         check_venv_prefix(prefix)
         seed = () if any(p.name == "pip" for p in self.packages) else bundled_pip(self.python)
         without = ["--without-pip"] if seed else []
-        done = run_tied([str(self.python), "-I", "-m", "venv", *without, "--prompt", prefix.name, str(staging)],
-                        capture_output=True, text=True, timeout=600)
+        done = run_tied(
+            [str(self.python), "-I", "-m", "venv", *without, "--prompt", prefix.name, str(staging)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ToolkitError(f"{self.python} -m venv: failed ({last}); nothing was installed")
@@ -118,14 +137,22 @@ class VenvBuild:
         written = venv_files(staging, site)
         if self.stand_ins:
             copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
-            console.print(f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
-                          f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}")
-        install_pip_layer([*self.packages, *seed], staging, prefix, console, self.lock_file, self.closure())
+            console.print(
+                f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
+                f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}"
+            )
+        install_pip_layer(
+            [*self.packages, *seed], staging, prefix, console, self.lock_file, self.closure()
+        )
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():
-            raise ToolkitError(f"{self.cuda_home}/bin/nvcc: not installed by the lock's wheels (the lock lacks "
-                               f"nvidia-cuda-nvcc; re-run `toolkit lock`)")
-        written += [str(link.relative_to(staging)) for link in make_symlinks(home, self.line.symlinks)]
+            raise ToolkitError(
+                f"{self.cuda_home}/bin/nvcc: not installed by the lock's wheels (the lock lacks "
+                f"nvidia-cuda-nvcc; re-run `toolkit lock`)"
+            )
+        written += [
+            str(link.relative_to(staging)) for link in make_symlinks(home, self.line.symlinks)
+        ]
         relocate(staging, prefix)
         return sorted(written)
 
@@ -133,22 +160,28 @@ class VenvBuild:
         """What the wheels may depend on: the lock's packages, those copied from --torch-from too."""
         if not self.packages:
             return None
-        names = frozenset(canonicalize_name(name) for name in [*(p.name for p in self.packages),
-                                                               *(s.name for s in self.stand_ins)])
+        names = frozenset(
+            canonicalize_name(name)
+            for name in [*(p.name for p in self.packages), *(s.name for s in self.stand_ins)]
+        )
         return Closure(names, self.packages[0].platform, self.version)
 
 
 # Where python keeps the pip wheel ensurepip installs: its own _bundled folder, or (Debian's) WHEEL_PKG_DIR.
-BUNDLED_PIP_CODE = ("import ensurepip, glob, os, sysconfig\n"
-                    "folders = [sysconfig.get_config_var('WHEEL_PKG_DIR'), "
-                    "os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')]\n"
-                    "print('\\n'.join(w for f in folders if f for w in glob.glob(os.path.join(f, 'pip-*.whl'))))\n")
+BUNDLED_PIP_CODE = (
+    "import ensurepip, glob, os, sysconfig\n"
+    "folders = [sysconfig.get_config_var('WHEEL_PKG_DIR'), "
+    "os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')]\n"
+    "print('\\n'.join(w for f in folders if f for w in glob.glob(os.path.join(f, 'pip-*.whl'))))\n"
+)
 
 
 def bundled_pip(python: Path) -> tuple[LockedPackage, ...]:
     """The pip wheel `python` bundles for ensurepip, as a lock entry (sha256 of the file as it is there): the
     pip `python -m venv` would install. None found (a python without one): () and the venv installs its own."""
-    done = run_tied([str(python), "-I", "-c", BUNDLED_PIP_CODE], capture_output=True, text=True, timeout=60)
+    done = run_tied(
+        [str(python), "-I", "-c", BUNDLED_PIP_CODE], capture_output=True, text=True, timeout=60
+    )
     found = []
     for line in done.stdout.splitlines() if done.returncode == 0 else ():
         try:
@@ -159,7 +192,9 @@ def bundled_pip(python: Path) -> tuple[LockedPackage, ...]:
     if not found:
         return ()
     version, wheel = max(found)
-    return (LockedPackage("pip", "pip", str(version), wheel.resolve().as_uri(), sha256_file(wheel)),)
+    return (
+        LockedPackage("pip", "pip", str(version), wheel.resolve().as_uri(), sha256_file(wheel)),
+    )
 
 
 def venv_files(root: Path, site: Path) -> list[str]:
@@ -183,14 +218,18 @@ def make_symlinks(home: Path, symlinks: dict[str, str]) -> list[Path]:
         for name in (link, target):
             parts = PurePosixPath(name).parts
             if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
-                raise ToolkitError(f"toolkit/knowledge/pypi_cuda.yaml: symlinks: {name!r} is not a path inside "
-                                   f"CUDA_HOME (restore the file from the toolkit's repository)")
+                raise ToolkitError(
+                    f"toolkit/knowledge/pypi_cuda.yaml: symlinks: {name!r} is not a path inside "
+                    f"CUDA_HOME (restore the file from the toolkit's repository)"
+                )
         path = home / link
         if path.exists() or path.is_symlink():
             continue
         if not (path.parent / target).exists():
-            raise ToolkitError(f"{link} -> {target}: the target is not among the installed wheels' files "
-                               f"(toolkit/knowledge/pypi_cuda.yaml names a file this lock does not install)")
+            raise ToolkitError(
+                f"{link} -> {target}: the target is not among the installed wheels' files "
+                f"(toolkit/knowledge/pypi_cuda.yaml names a file this lock does not install)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.symlink_to(target)
         made.append(path)
@@ -212,8 +251,10 @@ def relocate(staging: Path, prefix: Path) -> None:
         for was, now in ((f'"{old}"', f'"{new}"'), (shlex.quote(old), shlex.quote(new))):
             data = data.replace(was.encode(), now.encode())
         if old.encode() in data:
-            raise ToolkitError(f"bin/{script.name}: names the venv's folder in a form the toolkit cannot relocate; "
-                               f"nothing was installed (report it with your python's version)")
+            raise ToolkitError(
+                f"bin/{script.name}: names the venv's folder in a form the toolkit cannot relocate; "
+                f"nothing was installed (report it with your python's version)"
+            )
         script.write_bytes(data)
 
 
@@ -228,6 +269,8 @@ def check_venv_prefix(prefix: Path) -> None:
     path = str(prefix.absolute())
     odd = "".join(sorted({c for c in path if not VENV_PATH_CHARACTER.fullmatch(c)}))
     if odd:
-        raise ToolkitError(f"{path!r}: a pypi line's venv cannot go here: its path holds {odd!r}, which its "
-                           f"bin/activate would hand to the shell; nothing was written (choose a --prefix of "
-                           f"letters, digits, spaces and ._+@%=,/- only)")
+        raise ToolkitError(
+            f"{path!r}: a pypi line's venv cannot go here: its path holds {odd!r}, which its "
+            f"bin/activate would hand to the shell; nothing was written (choose a --prefix of "
+            f"letters, digits, spaces and ._+@%=,/- only)"
+        )

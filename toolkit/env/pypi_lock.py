@@ -42,8 +42,10 @@ def uv_executable() -> str:
     except (ImportError, FileNotFoundError):
         found = shutil.which("uv")
         if not found:
-            raise ToolkitError("uv: not installed (it resolves pip layers for other platforms and pythons: "
-                               "pip install uv)") from None
+            raise ToolkitError(
+                "uv: not installed (it resolves pip layers for other platforms and pythons: "
+                "pip install uv)"
+            ) from None
         return found
 
 
@@ -58,13 +60,18 @@ def uv_complaint(output: str) -> str:
     for index, line in enumerate(lines):
         if line.startswith(("cause:", "╰─▶")):
             cause = [line.removeprefix("cause:").removeprefix("╰─▶").strip()]
-            cause += [rest.lstrip("│ ").strip() for rest in lines[index + 1:]
-                      if not rest.startswith(("hint:", "help:"))]
+            cause += [
+                rest.lstrip("│ ").strip()
+                for rest in lines[index + 1 :]
+                if not rest.startswith(("hint:", "help:"))
+            ]
             head = next((e for e in lines[:index] if "error" in e.lower() or e.startswith("×")), "")
             head = head.removeprefix("error:").lstrip("× ").strip()
             return f"{head}: {' '.join(cause)}" if head else " ".join(cause)
-    return next((line.removeprefix("error:").strip() for line in lines if "error" in line.lower()),
-                lines[-1] if lines else "no output")
+    return next(
+        (line.removeprefix("error:").strip() for line in lines if "error" in line.lower()),
+        lines[-1] if lines else "no output",
+    )
 
 
 def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
@@ -78,10 +85,15 @@ def pypi_inputs(spec: EnvSpec, pypi: PypiCuda) -> tuple[list[str], list[str]]:
     spec's build dependencies; the line's pins as constraints (they bound, never add, a package)."""
     line = pypi.line(spec.cuda, spec.torch_version)
     if line is None:  # `toolkit check` refuses such a spec first (rules.pypi_torch_pairs_with_cuda)
-        raise ToolkitError(f"{display_path(spec.path)}: torch {spec.torch_version} pins no cuda-toolkit of CUDA "
-                           f"{spec.cuda} (`toolkit check {spec.line}` says which torch does)")
-    requirements = [f"torch=={spec.torch_version}", f"cuda-toolkit[{','.join(pypi.extras)}]=={line.cuda_toolkit}",
-                    *spec.pip_requirements()[1:]]
+        raise ToolkitError(
+            f"{display_path(spec.path)}: torch {spec.torch_version} pins no cuda-toolkit of CUDA "
+            f"{spec.cuda} (`toolkit check {spec.line}` says which torch does)"
+        )
+    requirements = [
+        f"torch=={spec.torch_version}",
+        f"cuda-toolkit[{','.join(pypi.extras)}]=={line.cuda_toolkit}",
+        *spec.pip_requirements()[1:],
+    ]
     return requirements, [f"{name}{pin}" for name, pin in line.pins.items()]
 
 
@@ -90,9 +102,18 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).strftime(TIME_FORMAT)
 
 
-def compile_pylock(requirements: list[str], constraints: list[str], python: str, python_platform: str, index: str,
-                   workdir: Path, output_name: str, compile_command: str, env: dict[str, str],
-                   exclude_newer: str) -> tuple[str, str]:
+def compile_pylock(
+    requirements: list[str],
+    constraints: list[str],
+    python: str,
+    python_platform: str,
+    index: str,
+    workdir: Path,
+    output_name: str,
+    compile_command: str,
+    env: dict[str, str],
+    exclude_newer: str,
+) -> tuple[str, str]:
     """Resolve with `uv pip compile --format pylock.toml --generate-hashes`; returns (the pylock text, how it
     was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml).
 
@@ -101,13 +122,41 @@ def compile_pylock(requirements: list[str], constraints: list[str], python: str,
     uv = uv_executable()
     (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    run_uv([uv, "pip", "compile", "--quiet", "--no-config", "--no-python-downloads", "--format", "pylock.toml",
-            "--generate-hashes", "--python-version", python, "--python-platform", python_platform,
-            "--index-url", index, "--constraints", "constraints.txt", "--exclude-newer", exclude_newer,
-            "--custom-compile-command", compile_command, "--output-file", output_name, "requirements.in"],
-           workdir, "uv pip compile", env)
-    resolver = (f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
-                f"--python-version {python}; constraints: {', '.join(constraints) or 'none'})")
+    run_uv(
+        [
+            uv,
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--no-python-downloads",
+            "--format",
+            "pylock.toml",
+            "--generate-hashes",
+            "--python-version",
+            python,
+            "--python-platform",
+            python_platform,
+            "--index-url",
+            index,
+            "--constraints",
+            "constraints.txt",
+            "--exclude-newer",
+            exclude_newer,
+            "--custom-compile-command",
+            compile_command,
+            "--output-file",
+            output_name,
+            "requirements.in",
+        ],
+        workdir,
+        "uv pip compile",
+        env,
+    )
+    resolver = (
+        f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
+        f"--python-version {python}; constraints: {', '.join(constraints) or 'none'})"
+    )
     return (workdir / output_name).read_text(), resolver
 
 
@@ -120,19 +169,31 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
     platforms = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 4, -1)]
     legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
     platforms += [f"{legacy[m]}_{machine}" for m in legacy if m <= minor]
-    platforms.append(f"linux_{machine}")  # last, as pip ranks it: a wheel built here (a published flash-attn)
+    platforms.append(
+        f"linux_{machine}"
+    )  # last, as pip ranks it: a wheel built here (a published flash-attn)
     version = tuple(int(part) for part in python.split(".")[:2])
-    return [*tags.cpython_tags(version, platforms=platforms), *tags.compatible_tags(version, platforms=platforms)]
+    return [
+        *tags.cpython_tags(version, platforms=platforms),
+        *tags.compatible_tags(version, platforms=platforms),
+    ]
 
 
 def target_markers(platform: str, python: str) -> dict[str, str]:
     """The PEP 508 marker environment of a line's target: CPython `python` (X.Y or X.Y.Z) on Linux `platform`.
     `extra` is empty: a caller evaluating a requirement of an extra sets it."""
     full = python if python.count(".") == 2 else f"{python}.0"
-    return {"python_version": ".".join(python.split(".")[:2]), "python_full_version": full,
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": MACHINES[platform],
-            "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
-            "extra": ""}
+    return {
+        "python_version": ".".join(python.split(".")[:2]),
+        "python_full_version": full,
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": MACHINES[platform],
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
 
 
 @dataclass(frozen=True)
@@ -145,7 +206,9 @@ class PylockWheel:
     sha256: str
 
 
-def pylock_wheels(text: str, where: str, platform: str, python: str, glibc: str) -> list[PylockWheel]:
+def pylock_wheels(
+    text: str, where: str, platform: str, python: str, glibc: str
+) -> list[PylockWheel]:
     """Per package of a pylock that applies to the target, the wheel it installs (the most specific tag the
     target accepts). A package without such a wheel is refused: the layer installs wheels only."""
     from packaging.markers import Marker
@@ -164,18 +227,28 @@ def pylock_wheels(text: str, where: str, platform: str, python: str, glibc: str)
         ranked = []
         for wheel in package.get("wheels") or []:
             try:
-                file_tags = parse_wheel_filename(unquote(wheel["url"].rsplit("/", 1)[-1]))[3]  # %2B: a local +
+                file_tags = parse_wheel_filename(unquote(wheel["url"].rsplit("/", 1)[-1]))[
+                    3
+                ]  # %2B: a local +
             except InvalidWheelFilename:
                 continue
             rank = min((supported[t] for t in file_tags if t in supported), default=None)
             if rank is not None:
                 ranked.append((rank, wheel))
         if not ranked:
-            raise ToolkitError(f"{where}: {package['name']} {package['version']} has no wheel for {platform} python "
-                               f"{python} (the layer installs wheels only: pin a version that has one)")
+            raise ToolkitError(
+                f"{where}: {package['name']} {package['version']} has no wheel for {platform} python "
+                f"{python} (the layer installs wheels only: pin a version that has one)"
+            )
         wheel = min(ranked, key=lambda item: item[0])[1]
-        chosen.append(PylockWheel(canonicalize_name(package["name"]), package["version"], wheel["url"],
-                                  wheel["hashes"]["sha256"]))
+        chosen.append(
+            PylockWheel(
+                canonicalize_name(package["name"]),
+                package["version"],
+                wheel["url"],
+                wheel["hashes"]["sha256"],
+            )
+        )
     return chosen
 
 
@@ -183,6 +256,16 @@ def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str
     """The conda-lock pip entries of a pylock: per package, the wheel this target installs (pylock_wheels)."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
-    return [LockedDependency(name=wheel.name, version=wheel.version, manager="pip", platform=platform,
-                             dependencies={}, url=wheel.url, hash=HashModel(sha256=wheel.sha256), categories={"main"})
-            for wheel in pylock_wheels(text, where, platform, python, glibc)]
+    return [
+        LockedDependency(
+            name=wheel.name,
+            version=wheel.version,
+            manager="pip",
+            platform=platform,
+            dependencies={},
+            url=wheel.url,
+            hash=HashModel(sha256=wheel.sha256),
+            categories={"main"},
+        )
+        for wheel in pylock_wheels(text, where, platform, python, glibc)
+    ]

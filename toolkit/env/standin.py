@@ -31,18 +31,20 @@ from toolkit.env.install_record import record_rows
 from toolkit.env.lockfile import LockedPackage
 
 # What the other interpreter has: each distribution's version and dist-info folder, torch's CUDA, its X.Y.
-PROBE = ("import importlib.metadata as m, json, sys\n"
-         "dists = {}\n"
-         "for d in m.distributions():\n"
-         "    name, path = d.metadata['Name'], getattr(d, '_path', None)\n"
-         "    if name and path is not None:\n"
-         "        dists.setdefault(name, {'version': d.version, 'dist_info': str(path)})\n"
-         "try:\n"
-         "    import torch\n"
-         "    cuda = torch.version.cuda\n"
-         "except Exception:\n"
-         "    cuda = None\n"
-         "print(json.dumps({'dists': dists, 'torch_cuda': cuda, 'python': '%d.%d' % sys.version_info[:2]}))\n")
+PROBE = (
+    "import importlib.metadata as m, json, sys\n"
+    "dists = {}\n"
+    "for d in m.distributions():\n"
+    "    name, path = d.metadata['Name'], getattr(d, '_path', None)\n"
+    "    if name and path is not None:\n"
+    "        dists.setdefault(name, {'version': d.version, 'dist_info': str(path)})\n"
+    "try:\n"
+    "    import torch\n"
+    "    cuda = torch.version.cuda\n"
+    "except Exception:\n"
+    "    cuda = None\n"
+    "print(json.dumps({'dists': dists, 'torch_cuda': cuda, 'python': '%d.%d' % sys.version_info[:2]}))\n"
+)
 FIX = "point --torch-from at an interpreter whose torch is the lock's, or drop it"
 
 
@@ -72,37 +74,58 @@ class OtherEnvironment:
         try:
             done = run_tied([str(python), "-c", PROBE], capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ToolkitError(f"--torch-from {python}: does not run ({exc.__class__.__name__}; {FIX})") from None
+            raise ToolkitError(
+                f"--torch-from {python}: does not run ({exc.__class__.__name__}; {FIX})"
+            ) from None
         try:
             data = json.loads(done.stdout)
-            dists = {str(canonicalize_name(name)): StandIn(canonicalize_name(name), str(d["version"]), Path(d["dist_info"]))
-                     for name, d in data["dists"].items()}
+            dists = {
+                str(canonicalize_name(name)): StandIn(
+                    canonicalize_name(name), str(d["version"]), Path(d["dist_info"])
+                )
+                for name, d in data["dists"].items()
+            }
             return cls(python, str(data["python"]), data["torch_cuda"], dists)
         except (ValueError, KeyError, TypeError, AttributeError):
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ToolkitError(f"--torch-from {python}: did not answer as a Python interpreter does ({last}; "
-                               f"{FIX})") from None
+            raise ToolkitError(
+                f"--torch-from {python}: did not answer as a Python interpreter does ({last}; "
+                f"{FIX})"
+            ) from None
 
-    def split(self, packages: tuple[LockedPackage, ...], python: str, cuda: str) -> tuple[
-            tuple[StandIn, ...], tuple[LockedPackage, ...]]:
+    def split(
+        self, packages: tuple[LockedPackage, ...], python: str, cuda: str
+    ) -> tuple[tuple[StandIn, ...], tuple[LockedPackage, ...]]:
         """(what is taken from here, what is still installed from the lock's wheels); refused unless torch
         is the lock's release, built for `cuda`, under the same python X.Y."""
         locked = next((p for p in packages if p.name == "torch"), None)
         torch = self.dists.get("torch")
         where = f"--torch-from {self.python}"
         if locked is None:
-            raise ToolkitError(f"{where}: the lock has no torch to stand in for (drop --torch-from)")
+            raise ToolkitError(
+                f"{where}: the lock has no torch to stand in for (drop --torch-from)"
+            )
         if self.version != python:
-            raise ToolkitError(f"{where}: is python {self.version}, the line's venv is {python} ({FIX})")
+            raise ToolkitError(
+                f"{where}: is python {self.version}, the line's venv is {python} ({FIX})"
+            )
         if torch is None:
             raise ToolkitError(f"{where}: has no torch (the lock's is {locked.version}; {FIX})")
         if not same_release(torch.version, locked.version):
-            raise ToolkitError(f"{where}: has torch {torch.version}, the lock's is {locked.version} ({FIX})")
+            raise ToolkitError(
+                f"{where}: has torch {torch.version}, the lock's is {locked.version} ({FIX})"
+            )
         if self.torch_cuda != cuda:
             built = f"built for CUDA {self.torch_cuda}" if self.torch_cuda else "a CPU-only build"
-            raise ToolkitError(f"{where}: its torch {torch.version} is {built}, the line is CUDA {cuda} ({FIX})")
-        taken = tuple(self.dists[p.name] for p in packages if p.name in self.dists
-                      and (p.name == "torch" or same_version(self.dists[p.name].version, p.version)))
+            raise ToolkitError(
+                f"{where}: its torch {torch.version} is {built}, the line is CUDA {cuda} ({FIX})"
+            )
+        taken = tuple(
+            self.dists[p.name]
+            for p in packages
+            if p.name in self.dists
+            and (p.name == "torch" or same_version(self.dists[p.name].version, p.version))
+        )
         names = {s.name for s in taken}
         return taken, tuple(p for p in packages if p.name not in names)
 
@@ -139,14 +162,17 @@ def copy_in(stand_in: StandIn, site: Path) -> int:
         if relative.is_absolute() or ".." in relative.parts or unhashed(row, relative):
             continue
         if relative != own:
-            copied += copy_checked(source, relative, row, site / relative, f"{stand_in.dist_info.name}/RECORD", fix)
+            copied += copy_checked(
+                source, relative, row, site / relative, f"{stand_in.dist_info.name}/RECORD", fix
+            )
         kept.append(row[:3] if relative != own else [row[0], "", ""])
     record = site / own
     record.parent.mkdir(parents=True, exist_ok=True)
     record.unlink(missing_ok=True)
     with open(record, "x", newline="") as writer:
-        csv.writer(writer, lineterminator="\n").writerows(kept if str(own) in (r[0] for r in kept) else
-                                                           [*kept, [str(own), "", ""]])
+        csv.writer(writer, lineterminator="\n").writerows(
+            kept if str(own) in (r[0] for r in kept) else [*kept, [str(own), "", ""]]
+        )
     return copied
 
 
@@ -154,34 +180,53 @@ def unhashed(row: list[str], relative: PurePosixPath) -> bool:
     """A row pip writes without a hash for the bytecode it compiled at install (pip's RECORD lists
     `__pycache__/*.pyc,,`): nothing checks those bytes, and a .pyc runs instead of its checked .py, so it is
     not copied; the new venv's python compiles its own. The RECORD's own row is the only other unhashed one."""
-    return len(row) > 1 and not row[1] and relative.suffix == ".pyc" and relative.parent.name == "__pycache__"
+    return (
+        len(row) > 1
+        and not row[1]
+        and relative.suffix == ".pyc"
+        and relative.parent.name == "__pycache__"
+    )
 
 
-def copy_checked(source: Path, relative: PurePosixPath, row: list[str], target: Path, record: str, fix: str) -> int:
+def copy_checked(
+    source: Path, relative: PurePosixPath, row: list[str], target: Path, record: str, fix: str
+) -> int:
     """One RECORD row's file from `source` (a resolved site-packages) to `target`: refused unless it is a
     regular file inside `source`, of the RECORD's size and sha256; returns its size."""
     path = source / relative
     wanted, size = (row + ["", ""])[1:3]
     if not wanted:
-        raise ToolkitError(f"{path}: {record} lists it without a hash (it cannot be checked; {fix})")
+        raise ToolkitError(
+            f"{path}: {record} lists it without a hash (it cannot be checked; {fix})"
+        )
     if not wanted.startswith("sha256="):
-        raise ToolkitError(f"{path}: {record} lists it with a {wanted.partition('=')[0]!r} hash, not a sha256 (it "
-                           f"cannot be checked; {fix})")
+        raise ToolkitError(
+            f"{path}: {record} lists it with a {wanted.partition('=')[0]!r} hash, not a sha256 (it "
+            f"cannot be checked; {fix})"
+        )
     if not re.fullmatch(r"[0-9]{1,15}", size):
-        raise ToolkitError(f"{path}: {record} lists it without a size (it cannot be read to its end; {fix})")
+        raise ToolkitError(
+            f"{path}: {record} lists it without a size (it cannot be read to its end; {fix})"
+        )
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(source):
         raise ToolkitError(f"{path}: leads out of {source} (to {real}; {fix})")
     try:
         fd = open_regular(real, follow_symlinks=False)
     except Unreadable as exc:
-        detail = {"missing": "missing", "error": exc.detail, "special": f"{exc.detail}, not a file"}[exc.why]
+        detail = {
+            "missing": "missing",
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a file",
+        }[exc.why]
         raise ToolkitError(f"{path}: cannot be copied ({detail}; {fix})") from None
     digest, length, limit = hashlib.sha256(), 0, int(size)
     try:
         executable = os.fstat(fd).st_mode & 0o111
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink() or target.exists():  # the venv's own pip/setuptools: replaced, as pip would
+        if (
+            target.is_symlink() or target.exists()
+        ):  # the venv's own pip/setuptools: replaced, as pip would
             target.unlink()
         with open(fd, "rb", closefd=False) as reader, open(target, "xb") as writer:
             while length <= limit and (chunk := reader.read(min(1 << 20, limit + 1 - length))):
@@ -189,13 +234,24 @@ def copy_checked(source: Path, relative: PurePosixPath, row: list[str], target: 
                 writer.write(chunk)
                 length += len(chunk)
     except OSError as exc:
-        raise ToolkitError(f"{path}: cannot be copied ({exc.strerror or exc.__class__.__name__}; {fix})") from None
+        raise ToolkitError(
+            f"{path}: cannot be copied ({exc.strerror or exc.__class__.__name__}; {fix})"
+        ) from None
     finally:
         os.close(fd)
-    differs = (f"more than its {limit} bytes" if length > limit else f"{length} bytes, not {limit}" if length < limit
-               else "another sha256" if record_hash(digest.digest()) != wanted.removeprefix("sha256=") else "")
+    differs = (
+        f"more than its {limit} bytes"
+        if length > limit
+        else f"{length} bytes, not {limit}"
+        if length < limit
+        else "another sha256"
+        if record_hash(digest.digest()) != wanted.removeprefix("sha256=")
+        else ""
+    )
     if differs:
-        raise ToolkitError(f"{path}: not the file {record} lists ({differs}: changed since it was installed; {fix})")
+        raise ToolkitError(
+            f"{path}: not the file {record} lists ({differs}: changed since it was installed; {fix})"
+        )
     if executable:
         target.chmod(0o755)
     return length
@@ -213,6 +269,8 @@ def local_wheels(packages: tuple[LockedPackage, ...], folder: Path) -> tuple[Loc
 
     missing = [p.filename for p in packages if not (folder / p.filename).is_file()]
     if missing:
-        raise ToolkitError(f"--wheels {folder}: lacks {len(missing)} of the lock's wheels ({', '.join(missing[:3])}"
-                           f"{', ...' if len(missing) > 3 else ''}; copy them there from the lock's URLs)")
+        raise ToolkitError(
+            f"--wheels {folder}: lacks {len(missing)} of the lock's wheels ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}; copy them there from the lock's URLs)"
+        )
     return tuple(replace(p, url=(folder / p.filename).resolve().as_uri()) for p in packages)

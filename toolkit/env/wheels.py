@@ -48,29 +48,55 @@ def wheel_metadata(path: Path) -> WheelMetadata:
     where = display_path(path)
     try:
         with zipfile.ZipFile(path) as wheel:
-            found = [name for name in wheel.namelist() if len(PurePosixPath(name).parts) == 2
-                     and name.endswith(".dist-info/METADATA")]
+            found = [
+                name
+                for name in wheel.namelist()
+                if len(PurePosixPath(name).parts) == 2 and name.endswith(".dist-info/METADATA")
+            ]
             if len(found) != 1:
-                raise ToolkitError(f"{where}: not a wheel ({len(found)} .dist-info/METADATA files, not one; "
-                                   f"re-lock from a trusted index)")
+                raise ToolkitError(
+                    f"{where}: not a wheel ({len(found)} .dist-info/METADATA files, not one; "
+                    f"re-lock from a trusted index)"
+                )
             with wheel.open(found[0]) as stream:
                 data = stream.read(MAX_METADATA_BYTES + 1)
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, ValueError) as exc:
-        raise ToolkitError(f"{where}: not a readable wheel ({exc.__class__.__name__}: {exc}; re-lock from a "
-                           f"trusted index)") from None
+    except (
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        zlib.error,
+        NotImplementedError,
+        RuntimeError,
+        ValueError,
+    ) as exc:
+        raise ToolkitError(
+            f"{where}: not a readable wheel ({exc.__class__.__name__}: {exc}; re-lock from a "
+            f"trusted index)"
+        ) from None
     if len(data) > MAX_METADATA_BYTES:
-        raise ToolkitError(f"{where}: {found[0]} is larger than {MAX_METADATA_BYTES >> 20} MB (not a wheel's "
-                           f"METADATA; re-lock from a trusted index)")
-    message = email.parser.Parser().parsestr(data.decode("utf-8", errors="replace"), headersonly=True)
+        raise ToolkitError(
+            f"{where}: {found[0]} is larger than {MAX_METADATA_BYTES >> 20} MB (not a wheel's "
+            f"METADATA; re-lock from a trusted index)"
+        )
+    message = email.parser.Parser().parsestr(
+        data.decode("utf-8", errors="replace"), headersonly=True
+    )
     name, version = message.get("Name"), message.get("Version")
     if not name or not version:
-        raise ToolkitError(f"{where}: {found[0]} lacks a Name or Version (not a wheel's METADATA; re-lock from a "
-                           f"trusted index)")
-    return WheelMetadata(str(name).strip(), str(version).strip(),
-                         tuple(str(line) for line in message.get_all("Requires-Dist") or ()))
+        raise ToolkitError(
+            f"{where}: {found[0]} lacks a Name or Version (not a wheel's METADATA; re-lock from a "
+            f"trusted index)"
+        )
+    return WheelMetadata(
+        str(name).strip(),
+        str(version).strip(),
+        tuple(str(line) for line in message.get_all("Requires-Dist") or ()),
+    )
 
 
-def closure_problem(wheels: list[tuple[LockedPackage, WheelMetadata]], closure: Closure) -> str | None:
+def closure_problem(
+    wheels: list[tuple[LockedPackage, WheelMetadata]], closure: Closure
+) -> str | None:
     """The first dependency a wheel declares for the target that the lock lacks, or whose locked version its
     specifier refuses; None when the lock holds them all. A requirement of an extra counts where a wheel asks
     for that extra (torch's cuda-toolkit[cublas,...])."""
@@ -84,18 +110,24 @@ def closure_problem(wheels: list[tuple[LockedPackage, WheelMetadata]], closure: 
     parsed: dict[str, list[Requirement]] = {}
     for package, metadata in wheels:
         try:
-            parsed[canonicalize_name(package.name)] = [Requirement(line) for line in metadata.requires]
+            parsed[canonicalize_name(package.name)] = [
+                Requirement(line) for line in metadata.requires
+            ]
         except InvalidRequirement as exc:
             return f"{package.name} {brief(package.version)}: its METADATA has a Requires-Dist that is none ({exc})"
     extras: dict[str, set[str]] = {name: {""} for name in parsed}
-    needed: dict[tuple[str, str, str], Requirement] = {}  # (wheel, what it requires, the requirement's text)
+    needed: dict[
+        tuple[str, str, str], Requirement
+    ] = {}  # (wheel, what it requires, the requirement's text)
     changed = True
     while changed:  # extras asked for add requirements, which may ask for more extras
         changed = False
         for name, requirements in parsed.items():
             for requirement in requirements:
                 if requirement.marker is not None and not any(
-                        requirement.marker.evaluate({**environment, "extra": extra}) for extra in extras[name]):
+                    requirement.marker.evaluate({**environment, "extra": extra})
+                    for extra in extras[name]
+                ):
                     continue
                 wanted = str(canonicalize_name(requirement.name))
                 needed.setdefault((name, wanted, str(requirement)), requirement)
@@ -103,9 +135,13 @@ def closure_problem(wheels: list[tuple[LockedPackage, WheelMetadata]], closure: 
                 if wanted in extras and more:
                     extras[wanted] |= more
                     changed = True
-    for (name, wanted, _), requirement in sorted(needed.items()):  # one order: the first problem is always the same
+    for (name, wanted, _), requirement in sorted(
+        needed.items()
+    ):  # one order: the first problem is always the same
         if wanted not in closure.names:
-            return f"{wanted}, which {name} requires ({requirement}), is not among the lock's wheels"
+            return (
+                f"{wanted}, which {name} requires ({requirement}), is not among the lock's wheels"
+            )
         version = parsed_version(versions[wanted]) if wanted in versions else None
         if version is not None and not requirement.specifier.contains(version, prereleases=True):
             return f"{wanted} {versions[wanted]} is not what {name} requires ({requirement})"
