@@ -61,16 +61,27 @@ def torch_installed(fp: Fingerprint, install: str) -> Finding | None:
         return None  # no python that runs: its own check says so
     torch = fp.torch
     if torch is None:
-        return Finding("fail", fp.python_path or "python3", "torch is not installed",
-                       f"flash-attn builds and runs against torch: {install}")
+        return Finding(
+            "fail",
+            fp.python_path or "python3",
+            "torch is not installed",
+            f"flash-attn builds and runs against torch: {install}",
+        )
     try:
         Version(torch.version)
     except InvalidVersion:
-        return Finding("fail", f"{torch.path}/version.py", "holds no version torch could have",
-                       f"reinstall torch: {install}")
-    return Finding("ok", f"{torch.path}/version.py",
-                   f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
-                   f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}")
+        return Finding(
+            "fail",
+            f"{torch.path}/version.py",
+            "holds no version torch could have",
+            f"reinstall torch: {install}",
+        )
+    return Finding(
+        "ok",
+        f"{torch.path}/version.py",
+        f"{torch.version}, torch.version.cuda {torch.cuda or 'None (CPU build)'}, "
+        f"C++11 ABI {'unknown' if torch.cxx11_abi is None else torch.cxx11_abi}",
+    )
 
 
 def torch_cuda_build(fp: Fingerprint, install: str) -> Finding | None:
@@ -78,8 +89,12 @@ def torch_cuda_build(fp: Fingerprint, install: str) -> Finding | None:
     torch = fp.torch
     if torch is None or torch.cuda:
         return None
-    return Finding("fail", f"{torch.path}/version.py", f"torch {torch.version} is a CPU build (torch.version.cuda "
-                                                       f"is None)", f"flash-attn needs a CUDA build of torch: {install}")
+    return Finding(
+        "fail",
+        f"{torch.path}/version.py",
+        f"torch {torch.version} is a CPU build (torch.version.cuda is None)",
+        f"flash-attn needs a CUDA build of torch: {install}",
+    )
 
 
 def torch_vs_nvcc(fp: Fingerprint) -> Finding | None:
@@ -91,24 +106,42 @@ def torch_vs_nvcc(fp: Fingerprint) -> Finding | None:
     where = f"{torch.path}/version.py"
     if have == want:
         return Finding("ok", where, f"torch {torch.version} and nvcc both CUDA {have}")
-    fix = (f"use a CUDA {want} nvcc (conda cuda-nvcc {want}.*, or CUDA_HOME of a {want} toolkit), "
-           f"or torch's {cuda_tag(have)} build")
+    fix = (
+        f"use a CUDA {want} nvcc (conda cuda-nvcc {want}.*, or CUDA_HOME of a {want} toolkit), "
+        f"or torch's {cuda_tag(have)} build"
+    )
     built = f"torch {torch.version} built for CUDA {torch.cuda}, nvcc is {have}"
     if have.split(".")[0] != want.split(".")[0]:
-        return Finding("fail", where, f"{built}: torch refuses to build extensions across CUDA majors", fix)
-    return Finding("warn", where, f"{built}: torch builds with a warning within a CUDA major; the line's lock "
-                                  f"keeps them equal", fix)
+        return Finding(
+            "fail", where, f"{built}: torch refuses to build extensions across CUDA majors", fix
+        )
+    return Finding(
+        "warn",
+        where,
+        f"{built}: torch builds with a warning within a CUDA major; the line's lock "
+        f"keeps them equal",
+        fix,
+    )
 
 
 def nvcc(fp: Fingerprint, line: str = "LINE") -> Finding:
     """nvcc under CUDA_HOME (or on PATH) that runs: pip's torch ships none, and flash-attn compiles with it."""
     if not fp.nvcc_path:
         where = f"{fp.cuda_home}/bin/nvcc" if fp.cuda_home else "PATH"
-        return Finding("fail", where, "nvcc not found", f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install "
-                                                   f"{line}, conda cuda-nvcc) and point CUDA_HOME at it")
+        return Finding(
+            "fail",
+            where,
+            "nvcc not found",
+            f"pip's torch ships no nvcc: install a CUDA toolkit (toolkit install "
+            f"{line}, conda cuda-nvcc) and point CUDA_HOME at it",
+        )
     if not fp.nvcc_version:
-        return Finding("fail", fp.nvcc_path, "does not run or prints no version",
-                       "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)")
+        return Finding(
+            "fail",
+            fp.nvcc_path,
+            "does not run or prints no version",
+            "reinstall the CUDA toolkit (or point CUDA_HOME at a working one)",
+        )
     return Finding("ok", fp.nvcc_path, f"{fp.nvcc_version} at {fp.nvcc_path}")
 
 
@@ -117,14 +150,24 @@ def cuda_headers(fp: Fingerprint) -> Finding | None:
     home = fp.cuda_home
     if not home:
         return None
-    full = ("point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
-            "(e.g. export CUDA_HOME=/usr/local/cuda)")
+    full = (
+        "point CUDA_HOME at a full toolkit, the directory whose include/ has cuda.h "
+        "(e.g. export CUDA_HOME=/usr/local/cuda)"
+    )
     if not fp.cuda_h:
-        return Finding("fail", f"{home}/include/cuda.h", "missing (a build fails: 'cuda.h: No such file')",
-                       f"install cuda-cudart-dev, or {full}")
+        return Finding(
+            "fail",
+            f"{home}/include/cuda.h",
+            "missing (a build fails: 'cuda.h: No such file')",
+            f"install cuda-cudart-dev, or {full}",
+        )
     if not fp.host_config_h:
-        return Finding("fail", f"{home}/include/crt/host_config.h", "missing (nvcc cannot compile without its "
-                                                                    "crt headers)", f"install cuda-nvcc's crt headers, or {full}")
+        return Finding(
+            "fail",
+            f"{home}/include/crt/host_config.h",
+            "missing (nvcc cannot compile without its crt headers)",
+            f"install cuda-nvcc's crt headers, or {full}",
+        )
     return Finding("ok", fp.cuda_h, fp.cuda_h)
 
 
@@ -132,21 +175,35 @@ def host_gcc(fp: Fingerprint, host_cap: int | None) -> Finding:
     """A host g++ that runs and that nvcc accepts (nvcc_gcc.gcc_cap: its crt/host_config.h cap where read,
     `host_cap`, else the line's in the knowledge)."""
     if fp.cxx_path and not fp.gcc_version:
-        return Finding("fail", fp.cxx_path, "does not run or prints no version for -dumpfullversion",
-                       "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
-                       "or reinstall it")
+        return Finding(
+            "fail",
+            fp.cxx_path,
+            "does not run or prints no version for -dumpfullversion",
+            "put a working g++ first on PATH (a compiler wrapper must pass -dumpfullversion through), "
+            "or reinstall it",
+        )
     if not fp.cxx_path or not fp.gcc_major:
-        return Finding("fail", fp.cxx_path or "g++", "no host C++ compiler (g++ on PATH)",
-                       "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH")
+        return Finding(
+            "fail",
+            fp.cxx_path or "g++",
+            "no host C++ compiler (g++ on PATH)",
+            "install g++ (conda gxx pinned by the line, or the system's) or put it on PATH",
+        )
     cap = gcc_cap(fp.nvcc_line, load_knowledge(), host_cap, fp.host_config_h)
     if cap is None:
         return Finding("ok", fp.cxx_path, f"{fp.gcc_version} at {fp.cxx_path}")
     if not cap.accepts(int(fp.gcc_major)):
         most = cap.max_gcc
-        return Finding("fail", fp.cxx_path, f"gcc {fp.gcc_version} is newer than nvcc {fp.nvcc_line} accepts "
-                                            f"(max gcc {most}, per {cap.source})",
-                       f"use gcc <= {most}: conda gxx {most}.*, or CC=gcc-{most} CXX=g++-{most}")
-    return Finding("ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap.max_gcc})")
+        return Finding(
+            "fail",
+            fp.cxx_path,
+            f"gcc {fp.gcc_version} is newer than nvcc {fp.nvcc_line} accepts "
+            f"(max gcc {most}, per {cap.source})",
+            f"use gcc <= {most}: conda gxx {most}.*, or CC=gcc-{most} CXX=g++-{most}",
+        )
+    return Finding(
+        "ok", fp.cxx_path, f"{fp.gcc_version} (nvcc {fp.nvcc_line} accepts <= {cap.max_gcc})"
+    )
 
 
 # ---------------------------------------------------------------- this machine against the spec
@@ -160,7 +217,9 @@ class SpecFact:
     check: str  # doctor's row
     what: str
     wanted: Callable[[EnvSpec], object]  # None: the spec does not say
-    have: Callable[[Fingerprint], object]  # None: the machine lacks the tool (its own check says so)
+    have: Callable[
+        [Fingerprint], object
+    ]  # None: the machine lacks the tool (its own check says so)
     where: Callable[[Fingerprint], str]  # the machine's file or tool the value was read from
     severity: Callable[[str, str], str]  # (wanted, have) -> fail | warn
 
@@ -197,18 +256,54 @@ def _torch_file(fp: Fingerprint) -> str:
 # made from the same values. A gcc other than the spec's is a toolchain the spec does not describe: refused.
 # A torch of another CUDA build within the line's major builds (torch_vs_nvcc, where nvcc is the line's).
 SPEC_FACTS: tuple[SpecFact, ...] = (
-    SpecFact("line-cuda", "nvcc", lambda s: s.cuda, lambda fp: fp.nvcc_line,
-             lambda fp: fp.nvcc_path or "nvcc", _refused),
-    SpecFact("line-python", "python", lambda s: s.python, lambda fp: fp.python_minor,
-             lambda fp: fp.python_path or "python3", _refused),
-    SpecFact("line-gcc", "gcc", lambda s: s.gcc, lambda fp: fp.gcc_major, lambda fp: fp.cxx_path or "g++", _refused),
-    SpecFact("line-torch", "torch", lambda s: _public(s.torch_version),
-             lambda fp: _public(fp.torch.version) if fp.torch else None, _torch_file, _refused),
-    SpecFact("line-torch-cuda", "torch build", _line_tag,
-             lambda fp: (cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None, _torch_file,
-             _torch_policy),
-    SpecFact("line-cxx11-abi", "torch C++11 ABI", lambda s: s.toolchain.cxx11_abi,
-             lambda fp: fp.torch.cxx11_abi if fp.torch else None, _torch_file, _refused),
+    SpecFact(
+        "line-cuda",
+        "nvcc",
+        lambda s: s.cuda,
+        lambda fp: fp.nvcc_line,
+        lambda fp: fp.nvcc_path or "nvcc",
+        _refused,
+    ),
+    SpecFact(
+        "line-python",
+        "python",
+        lambda s: s.python,
+        lambda fp: fp.python_minor,
+        lambda fp: fp.python_path or "python3",
+        _refused,
+    ),
+    SpecFact(
+        "line-gcc",
+        "gcc",
+        lambda s: s.gcc,
+        lambda fp: fp.gcc_major,
+        lambda fp: fp.cxx_path or "g++",
+        _refused,
+    ),
+    SpecFact(
+        "line-torch",
+        "torch",
+        lambda s: _public(s.torch_version),
+        lambda fp: _public(fp.torch.version) if fp.torch else None,
+        _torch_file,
+        _refused,
+    ),
+    SpecFact(
+        "line-torch-cuda",
+        "torch build",
+        _line_tag,
+        lambda fp: (cuda_tag(fp.torch.cuda) if fp.torch.cuda else "cpu") if fp.torch else None,
+        _torch_file,
+        _torch_policy,
+    ),
+    SpecFact(
+        "line-cxx11-abi",
+        "torch C++11 ABI",
+        lambda s: s.toolchain.cxx11_abi,
+        lambda fp: fp.torch.cxx11_abi if fp.torch else None,
+        _torch_file,
+        _refused,
+    ),
 )
 
 
@@ -229,6 +324,15 @@ def against_spec(spec: EnvSpec, fp: Fingerprint) -> list[tuple[str, Finding]]:
         if str(wanted) == str(have):
             found.append((fact.check, Finding("ok", fact.where(fp), f"{fact.what} {have}")))
         else:
-            found.append((fact.check, Finding(fact.severity(str(wanted), str(have)), fact.where(fp),
-                                              f"{fact.what} {have}, the line wants {wanted}", spec_fix(spec))))
+            found.append(
+                (
+                    fact.check,
+                    Finding(
+                        fact.severity(str(wanted), str(have)),
+                        fact.where(fp),
+                        f"{fact.what} {have}, the line wants {wanted}",
+                        spec_fix(spec),
+                    ),
+                )
+            )
     return found

@@ -86,7 +86,9 @@ class Fingerprint:
 def _run(cmd: list[str], env: dict | None = None) -> str | None:
     """stdout of a probe command, or None when it is missing or fails."""
     try:
-        done = run_tied(cmd, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=env)
+        done = run_tied(
+            cmd, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=env
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
@@ -94,9 +96,13 @@ def _run(cmd: list[str], env: dict | None = None) -> str | None:
 
 # What a version field may hold: a tool printing anything else (a wrapper's banner, garbage) is recorded
 # as having no version, so every comparison downstream (int(), packaging's Version, minor_of) is safe.
-DOTTED = re.compile(r"\d+(\.\d+)*")  # g++ -dumpfullversion (13.3.0: its major goes through int()), drivers
+DOTTED = re.compile(
+    r"\d+(\.\d+)*"
+)  # g++ -dumpfullversion (13.3.0: its major goes through int()), drivers
 MAJOR_MINOR = re.compile(r"\d+\.\d+(\.\d+)*")  # torch.version.cuda
-PYTHON = re.compile(r"\d+\.\d+(\.\d+)?[a-z0-9+]*")  # platform.python_version(): 3.12.3, 3.14.0rc1, 3.13.0a1+
+PYTHON = re.compile(
+    r"\d+\.\d+(\.\d+)?[a-z0-9+]*"
+)  # platform.python_version(): 3.12.3, 3.14.0rc1, 3.13.0a1+
 TOOL = re.compile(r"\d+(\.\d+)*[\w.+~-]*")  # ninja --version: 1.13.2.git.kitware.jobserver-pipe-1
 
 
@@ -136,16 +142,24 @@ def cuda_include_dirs(cuda_home: Path) -> list[Path]:
 def _torch_info(python: str, import_torch: bool) -> TorchInfo | None:
     """Read torch's version, CUDA and ABI from its files; import it only when asked (it takes seconds)."""
     if import_torch:
-        code = ("import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
-                "'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), 'path': torch.__path__[0],"
-                "'cuda_available': torch.cuda.is_available()}))")
+        code = (
+            "import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda,"
+            "'cxx11_abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), 'path': torch.__path__[0],"
+            "'cuda_available': torch.cuda.is_available()}))"
+        )
         out = _run([python, "-c", code])
         try:
             found = json.loads(out.strip().splitlines()[-1]) if out and out.strip() else None
         except ValueError:
             return None  # something else printed last: no torch we can describe
         return checked_torch(found) if found else None
-    out = _run([python, "-c", "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s else '')"])
+    out = _run(
+        [
+            python,
+            "-c",
+            "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s else '')",
+        ]
+    )
     if not out or not out.strip():
         return None
     torch_dir = Path(out.strip()).parent
@@ -167,12 +181,20 @@ def _torch_cxx11_abi(torch_dir: Path) -> bool | None:
     """TorchConfig.cmake's -D_GLIBCXX_USE_CXX11_ABI flag; newer torch (CXX11 ABI only) drops the flag and
     hard-codes `compiled_with_cxx11_abi()` to return True in torch/__init__.py."""
     config = torch_dir / "share/cmake/Torch/TorchConfig.cmake"
-    abi = re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", config.read_text()) if config.exists() else None
+    abi = (
+        re.search(r"_GLIBCXX_USE_CXX11_ABI=([01])", config.read_text()) if config.exists() else None
+    )
     if abi:
         return abi.group(1) == "1"
     init = torch_dir / "__init__.py"
-    hard_coded = re.search(r'def compiled_with_cxx11_abi\(\)[^:]*:\s*(?:r?"""[^"]*"""\s*)?return True\b',
-                           init.read_text()) if init.exists() else None
+    hard_coded = (
+        re.search(
+            r'def compiled_with_cxx11_abi\(\)[^:]*:\s*(?:r?"""[^"]*"""\s*)?return True\b',
+            init.read_text(),
+        )
+        if init.exists()
+        else None
+    )
     return True if hard_coded else None
 
 
@@ -181,7 +203,9 @@ GPU_ROW = re.compile(r"\s*(\d+)\s*,\s*([^,]*?)\s*,\s*(\d+\.\d+)\s*,\s*(\d+(?:\.\
 
 def _gpus() -> tuple[str | None, tuple[Gpu, ...]]:
     """(driver, GPUs) from nvidia-smi; rows not in the queried form (index, name, x.y, driver) are left out."""
-    out = _run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"])
+    out = _run(
+        ["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version", "--format=csv,noheader"]
+    )
     rows = [match for line in (out or "").splitlines() if (match := GPU_ROW.fullmatch(line))]
     gpus = tuple(Gpu(int(r.group(1)), r.group(2), r.group(3)) for r in rows)
     return (rows[0].group(4) if rows else None), gpus
@@ -197,12 +221,20 @@ def _mem_available_gb() -> float:
     return 0.0
 
 
-def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, path_env: str | None = None,
-          import_torch: bool = False, work_dir: Path = Path(".")) -> Fingerprint:
+def probe(
+    cuda_home: str | None,
+    python: str | None,
+    cxx: str | None = None,
+    path_env: str | None = None,
+    import_torch: bool = False,
+    work_dir: Path = Path("."),
+) -> Fingerprint:
     """Fingerprint the toolchain made of this CUDA_HOME, python and C++ compiler (defaults: PATH's)."""
     search_path = path_env if path_env is not None else os.environ.get("PATH", "")
     home = Path(cuda_home) if cuda_home else None
-    nvcc = _first_existing(home / "bin" / "nvcc") if home else shutil.which("nvcc", path=search_path)
+    nvcc = (
+        _first_existing(home / "bin" / "nvcc") if home else shutil.which("nvcc", path=search_path)
+    )
     nvcc_version = parse_nvcc_version(_run([nvcc, "--version"]) or "") if nvcc else None
     if home is None and nvcc:
         home = Path(nvcc).resolve().parent.parent
@@ -211,8 +243,13 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
     gcc_version = parse_version_output(_run([cxx_path, "-dumpfullversion"])) if cxx_path else None
     ninja = shutil.which("ninja", path=search_path)
     python_path = python or shutil.which("python3", path=search_path)
-    python_version = parse_version_output(
-        _run([python_path, "-c", "import platform; print(platform.python_version())"]), PYTHON) if python_path else None
+    python_version = (
+        parse_version_output(
+            _run([python_path, "-c", "import platform; print(platform.python_version())"]), PYTHON
+        )
+        if python_path
+        else None
+    )
     driver, gpus = _gpus()
     return Fingerprint(
         machine=platform.machine(),
@@ -238,19 +275,38 @@ def probe(cuda_home: str | None, python: str | None, cxx: str | None = None, pat
 
 def checked_torch(data: dict) -> TorchInfo:
     """TorchInfo from JSON (a probe's or a recorded one), its versions held to the forms probe() writes."""
-    return TorchInfo(**{**data, "version": pep440_or_unknown(data.get("version")),
-                        "cuda": parse_version_output(data.get("cuda"), MAJOR_MINOR)})
+    return TorchInfo(
+        **{
+            **data,
+            "version": pep440_or_unknown(data.get("version")),
+            "cuda": parse_version_output(data.get("cuda"), MAJOR_MINOR),
+        }
+    )
 
 
-VERSION_FIELDS = {"nvcc_version": DOTTED, "gcc_version": DOTTED, "ninja_version": TOOL, "python_version": PYTHON,
-                  "driver_version": DOTTED}
+VERSION_FIELDS = {
+    "nvcc_version": DOTTED,
+    "gcc_version": DOTTED,
+    "ninja_version": TOOL,
+    "python_version": PYTHON,
+    "driver_version": DOTTED,
+}
 
 
 def from_dict(data: dict) -> Fingerprint:
     """A recorded fingerprint (JSON) back into a Fingerprint: doctor and tests replay situations with it.
     Versions a hand-edited record gives in no version form are read as unknown (None), as probe() would."""
-    data = {**data, **{name: parse_version_output(data.get(name), form) for name, form in VERSION_FIELDS.items()}}
+    data = {
+        **data,
+        **{
+            name: parse_version_output(data.get(name), form)
+            for name, form in VERSION_FIELDS.items()
+        },
+    }
     data["torch"] = checked_torch(data["torch"]) if data.get("torch") else None
-    data["gpus"] = tuple(Gpu(**g) for g in data.get("gpus") or ()
-                         if MAJOR_MINOR.fullmatch(str(g.get("compute_capability"))))
+    data["gpus"] = tuple(
+        Gpu(**g)
+        for g in data.get("gpus") or ()
+        if MAJOR_MINOR.fullmatch(str(g.get("compute_capability")))
+    )
     return Fingerprint(**data)

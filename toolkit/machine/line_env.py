@@ -74,7 +74,13 @@ class LineEnvironment:
         """The probed toolchain. A missing prefix probes nothing: this shell's tools are not the line's."""
         if self.missing:
             return probe(None, None, None, "", work_dir=work_dir)
-        return probe(_text(self.cuda_home), _text(self.python), _text(self.cxx), self.path_env, work_dir=work_dir)
+        return probe(
+            _text(self.cuda_home),
+            _text(self.python),
+            _text(self.cxx),
+            self.path_env,
+            work_dir=work_dir,
+        )
 
     def include_environment(self) -> dict[str, str]:
         """CPATH with the toolchain's header directories (see `include_environment`); empty without CUDA_HOME."""
@@ -92,12 +98,21 @@ def include_environment(cuda_home: Path) -> dict[str, str]:
     gcc reads CPATH whatever the command line says, so g++ (and nvcc's host pass) see the headers under every
     torch release; it is searched after every -I, like -I. CUDA 13 keeps libcu++/CUB/Thrust in include/cccl,
     which nvcc.profile adds for nvcc only (cuda_fp16.h includes <nv/target>)."""
-    dirs = [d for include in cuda_include_dirs(cuda_home) for d in (include, include / "cccl") if d.is_dir()]
+    dirs = [
+        d
+        for include in cuda_include_dirs(cuda_home)
+        for d in (include, include / "cccl")
+        if d.is_dir()
+    ]
     return {"CPATH": os.pathsep.join(str(d) for d in dirs)} if dirs else {}
 
 
-def resolve(spec: EnvSpec | None, prefix: Path | None = None, python: Path | None = None,
-            workspace: Workspace = DEFAULT) -> LineEnvironment:
+def resolve(
+    spec: EnvSpec | None,
+    prefix: Path | None = None,
+    python: Path | None = None,
+    workspace: Workspace = DEFAULT,
+) -> LineEnvironment:
     """The line's environment (external: the spec's paths; locked, pypi: `prefix`, else the workspace's
     prefix of the line); without a line, the conda env `prefix`, else this shell's. `python` replaces the interpreter."""
     if spec is not None and spec.toolchain.kind == "external":
@@ -115,14 +130,28 @@ def resolve(spec: EnvSpec | None, prefix: Path | None = None, python: Path | Non
 
 def external(spec: EnvSpec) -> LineEnvironment:
     """The CUDA_HOME and python the spec's toolchain names; compilers from PATH behind their bin directories."""
-    if not (spec.toolchain.cuda_home and spec.toolchain.python_executable):  # load_spec requires both
-        raise ToolkitError(f"{spec.where('toolchain')}: an external toolchain needs cuda_home and python_executable")
+    if not (
+        spec.toolchain.cuda_home and spec.toolchain.python_executable
+    ):  # load_spec requires both
+        raise ToolkitError(
+            f"{spec.where('toolchain')}: an external toolchain needs cuda_home and python_executable"
+        )
     cuda_home = Path(spec.toolchain.cuda_home)
     python = Path(spec.toolchain.python_executable)
-    path_env = os.pathsep.join([str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")])
+    path_env = os.pathsep.join(
+        [str(cuda_home / "bin"), str(python.parent), os.environ.get("PATH", "")]
+    )
     cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
-    return LineEnvironment("external", None, cuda_home, python, Path(cxx) if cxx else None, Path(cc) if cc else None,
-                           path_env, f"{display_path(spec.path)} toolchain")
+    return LineEnvironment(
+        "external",
+        None,
+        cuda_home,
+        python,
+        Path(cxx) if cxx else None,
+        Path(cc) if cc else None,
+        path_env,
+        f"{display_path(spec.path)} toolchain",
+    )
 
 
 def pypi_venv(spec: EnvSpec, prefix: Path) -> LineEnvironment:
@@ -130,32 +159,70 @@ def pypi_venv(spec: EnvSpec, prefix: Path) -> LineEnvironment:
     (behind CUDA_HOME/bin and the venv's bin, which holds ninja)."""
     root = prefix.absolute()
     cuda_home = pypi_cuda_home(root, spec.python)
-    path_env = os.pathsep.join([str(cuda_home / "bin"), str(root / "bin"), os.environ.get("PATH", "")])
+    path_env = os.pathsep.join(
+        [str(cuda_home / "bin"), str(root / "bin"), os.environ.get("PATH", "")]
+    )
     cxx, cc = shutil.which("g++", path=path_env), shutil.which("gcc", path=path_env)
-    source = ("nothing: the line's environment is missing" if not (root / "bin" / "python").exists()
-              else f"venv {display_path(root)}")
-    return LineEnvironment("pypi", root, cuda_home, root / "bin" / "python", Path(cxx) if cxx else None,
-                           Path(cc) if cc else None, path_env, source)
+    source = (
+        "nothing: the line's environment is missing"
+        if not (root / "bin" / "python").exists()
+        else f"venv {display_path(root)}"
+    )
+    return LineEnvironment(
+        "pypi",
+        root,
+        cuda_home,
+        root / "bin" / "python",
+        Path(cxx) if cxx else None,
+        Path(cc) if cc else None,
+        path_env,
+        source,
+    )
 
 
 def conda_prefix(kind: str, prefix: Path) -> LineEnvironment:
     """A conda prefix: CUDA_HOME is the prefix, its bin/ first on PATH, its own python and compilers."""
     root = prefix.absolute()
     bindir = root / "bin"
-    source = ("nothing: the line's environment is missing" if kind == "locked" and not (bindir / "python").exists()
-              else f"prefix {display_path(root)}")
-    return LineEnvironment(kind, root, root, bindir / "python", conda_compiler(bindir, "g++"),
-                           conda_compiler(bindir, "gcc"), os.pathsep.join([str(bindir), os.environ.get("PATH", "")]),
-                           source)
+    source = (
+        "nothing: the line's environment is missing"
+        if kind == "locked" and not (bindir / "python").exists()
+        else f"prefix {display_path(root)}"
+    )
+    return LineEnvironment(
+        kind,
+        root,
+        root,
+        bindir / "python",
+        conda_compiler(bindir, "g++"),
+        conda_compiler(bindir, "gcc"),
+        os.pathsep.join([str(bindir), os.environ.get("PATH", "")]),
+        source,
+    )
 
 
 def conda_compiler(bindir: Path, name: str) -> Path | None:
     """conda's gxx/gcc packages install g++/gcc, or only the triplet-prefixed name (gxx_impl_linux-64)."""
-    return next((p for p in [bindir / name, *sorted(bindir.glob(f"*-conda-linux-gnu-{name}"))] if p.exists()), None)
+    return next(
+        (
+            p
+            for p in [bindir / name, *sorted(bindir.glob(f"*-conda-linux-gnu-{name}"))]
+            if p.exists()
+        ),
+        None,
+    )
 
 
 def shell() -> LineEnvironment:
     """This shell's: CUDA_HOME (or CUDA_PATH) when set, else what the nvcc on PATH implies; python3 from PATH."""
     variable = next((v for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)), None)
-    return LineEnvironment("shell", None, Path(os.environ[variable]) if variable else None, None, None, None,
-                           os.environ.get("PATH", ""), variable or "nvcc on PATH")
+    return LineEnvironment(
+        "shell",
+        None,
+        Path(os.environ[variable]) if variable else None,
+        None,
+        None,
+        None,
+        os.environ.get("PATH", ""),
+        variable or "nvcc on PATH",
+    )

@@ -44,9 +44,15 @@ class PreflightInput:
     build_dir: Path  # where the sdist is unpacked and compiled (its filesystem's free space counts)
     nvcc_archs: frozenset[str] | None  # `nvcc --list-gpu-code`, None when it could not run
     gcc_cap: int | None  # the newest gcc major this nvcc's crt/host_config.h accepts
-    compile_env: dict[str, str] | None = None  # the environment the compilers run in (None: headers not probed)
-    archs_given: str | None = None  # the option that chose `archs` ("--arch 75"); None: the spec's archs
-    mem_given: str | None = None  # the option that set `mem_gb` ("--mem-gb 1"); None: /proc/meminfo's
+    compile_env: dict[str, str] | None = (
+        None  # the environment the compilers run in (None: headers not probed)
+    )
+    archs_given: str | None = (
+        None  # the option that chose `archs` ("--arch 75"); None: the spec's archs
+    )
+    mem_given: str | None = (
+        None  # the option that set `mem_gb` ("--mem-gb 1"); None: /proc/meminfo's
+    )
 
 
 @dataclass(frozen=True)
@@ -66,13 +72,18 @@ def _compiler_headers() -> dict:
 def required_headers(flash_attn_version: str) -> tuple[RequiredHeader, ...]:
     """The headers this flash-attn version's sources reach, in the data file's order."""
     data = _compiler_headers()
-    names = [h for entry in data["required"] if Version(flash_attn_version) in SpecifierSet(entry["flash_attn"])
-             for h in entry["headers"]]
+    names = [
+        h
+        for entry in data["required"]
+        if Version(flash_attn_version) in SpecifierSet(entry["flash_attn"])
+        for h in entry["headers"]
+    ]
     return tuple(RequiredHeader(name, **data["headers"][name]) for name in dict.fromkeys(names))
 
 
-def unseen_headers(command: list[str], headers: tuple[str, ...], env: dict[str, str],
-                   suffix: str) -> tuple[list[str], str | None]:
+def unseen_headers(
+    command: list[str], headers: tuple[str, ...], env: dict[str, str], suffix: str
+) -> tuple[list[str], str | None]:
     """Which headers the compiler `command` does not find on its include path (`__has_include` in its own
     preprocessor, so -I flags, CPATH and nvcc.profile all count), and the compiler's error when it fails."""
     source = "".join(f"#if !__has_include(<{h}>)\nFA_ENVKIT_MISSING {h}\n#endif\n" for h in headers)
@@ -80,11 +91,16 @@ def unseen_headers(command: list[str], headers: tuple[str, ...], env: dict[str, 
         path = Path(tmp) / f"headers{suffix}"
         path.write_text(source)
         try:
-            done = run_tied([*command, "-E", str(path)], env=env, capture_output=True, text=True, timeout=60)
+            done = run_tied(
+                [*command, "-E", str(path)], env=env, capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return [], f"{command[0]}: did not run ({exc})"
     if done.returncode != 0:
-        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
+        first = next(
+            (line for line in done.stderr.splitlines() if "error" in line),
+            done.stderr.strip()[:200],
+        )
         return [], first
     return re.findall(r"^FA_ENVKIT_MISSING (\S+)", done.stdout, re.M), None
 
@@ -114,7 +130,9 @@ def nvcc_present(p: PreflightInput) -> checks.Finding:
 
 def _torch_install(spec: EnvSpec) -> str:
     """Pinned to the line's build (+cu130): pip counts an installed 2.13.0+cpu as satisfying torch==2.13.0."""
-    line_build = f"{Version(spec.torch_version).public}+{load_knowledge().cuda_lines[spec.cuda].tag}"
+    line_build = (
+        f"{Version(spec.torch_version).public}+{load_knowledge().cuda_lines[spec.cuda].tag}"
+    )
     return f"pip install torch=={line_build} --index-url {spec.torch_index}"
 
 
@@ -135,7 +153,9 @@ def host_compiler(p: PreflightInput) -> checks.Finding:
 
 
 def cuda_headers_present(p: PreflightInput) -> checks.Finding | None:
-    return checks.cuda_headers(p.fp) if p.fp.nvcc_version else None  # without nvcc, nvcc_present says what to install
+    return (
+        checks.cuda_headers(p.fp) if p.fp.nvcc_version else None
+    )  # without nvcc, nvcc_present says what to install
 
 
 def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
@@ -147,7 +167,10 @@ def _header_compilers(p: PreflightInput) -> list[tuple[str, list[str], str]]:
 
 def _where_missing(home: str, header: RequiredHeader) -> str:
     """The fix for a header a compiler cannot see: it is in the prefix off the include path, or not installed."""
-    found = [*sorted(Path(home).glob(f"targets/*/include/{header.name}")), *Path(home).glob(f"include/{header.name}")]
+    found = [
+        *sorted(Path(home).glob(f"targets/*/include/{header.name}")),
+        *Path(home).glob(f"include/{header.name}"),
+    ]
     if found:
         return f"{header.name} is at {found[0]} but not on that include path"
     return f"{header.name} is not installed (add {header.package} to conda_packages)"
@@ -165,49 +188,67 @@ def headers_visible(p: PreflightInput) -> str | None:
         if error:
             lines.append(f"{who} ({command[0]}): cannot preprocess a probe: {error}")
         for header in (h for h in headers if h.name in missing):
-            lines.append(f"{who} ({command[0]}): {_where_missing(p.fp.cuda_home, header)} "
-                         f"(needed by {header.reached_from})")
+            lines.append(
+                f"{who} ({command[0]}): {_where_missing(p.fp.cuda_home, header)} "
+                f"(needed by {header.reached_from})"
+            )
     if not lines:
         return None
     cpath = p.compile_env.get("CPATH", "")
-    return (f"{p.fp.cuda_home}: the compilers cannot see required headers: {'; '.join(lines)} "
-            f"(CPATH={cpath or 'unset'}; install the package named, or point CUDA_HOME at a full toolkit)")
+    return (
+        f"{p.fp.cuda_home}: the compilers cannot see required headers: {'; '.join(lines)} "
+        f"(CPATH={cpath or 'unset'}; install the package named, or point CUDA_HOME at a full toolkit)"
+    )
 
 
 def ninja_present(p: PreflightInput) -> str | None:
     if p.fp.ninja_path:
         return None
-    return ("ninja: not found on PATH (without it torch compiles one file at a time and the build takes "
-            "hours: install ninja into the environment)")
+    return (
+        "ninja: not found on PATH (without it torch compiles one file at a time and the build takes "
+        "hours: install ninja into the environment)"
+    )
 
 
 def archs_supported(p: PreflightInput) -> str | None:
     kb = load_knowledge()
     too_old = [a for a in p.archs if arch_number(a) < kb.fa_min_arch]
     if too_old:
-        where, fix = (p.archs_given, "give those to --arch") if p.archs_given else \
-            (f"{p.spec.where('archs')}: archs", "drop them")
-        return (f"{where}: sm_{', sm_'.join(too_old)} older than FlashAttention-2 supports (sm_{kb.fa_min_arch} or "
-                f"newer: {fix})")
+        where, fix = (
+            (p.archs_given, "give those to --arch")
+            if p.archs_given
+            else (f"{p.spec.where('archs')}: archs", "drop them")
+        )
+        return (
+            f"{where}: sm_{', sm_'.join(too_old)} older than FlashAttention-2 supports (sm_{kb.fa_min_arch} or "
+            f"newer: {fix})"
+        )
     if not p.fp.nvcc_line:
         return None
     line = kb.cuda_lines.get(p.fp.nvcc_line)
     known = set(line.archs) if line else None
-    unsupported = [a for a in p.archs
-                   if (p.nvcc_archs is not None and str(arch_number(a)) not in p.nvcc_archs)
-                   or (known is not None and a not in known)]
+    unsupported = [
+        a
+        for a in p.archs
+        if (p.nvcc_archs is not None and str(arch_number(a)) not in p.nvcc_archs)
+        or (known is not None and a not in known)
+    ]
     if not unsupported:
         return None
     accepted = sorted(p.nvcc_archs or known or (), key=arch_number)
-    return (f"{p.fp.nvcc_path}: nvcc {p.fp.nvcc_version} cannot compile sm_{', sm_'.join(unsupported)} "
-            f"(it accepts sm_{', sm_'.join(accepted)}: drop the arch or use a newer CUDA line)")
+    return (
+        f"{p.fp.nvcc_path}: nvcc {p.fp.nvcc_version} cannot compile sm_{', sm_'.join(unsupported)} "
+        f"(it accepts sm_{', sm_'.join(accepted)}: drop the arch or use a newer CUDA line)"
+    )
 
 
 def enough_disk(p: PreflightInput) -> str | None:
     if p.fp.disk_free_gb >= DISK_NEEDED_GB:
         return None
-    return (f"{p.build_dir}: {p.fp.disk_free_gb:.1f} GB free, a flash-attn build needs about {DISK_NEEDED_GB:.0f} GB "
-            f"(free space, or set TOOLKIT_CACHE to a larger filesystem)")
+    return (
+        f"{p.build_dir}: {p.fp.disk_free_gb:.1f} GB free, a flash-attn build needs about {DISK_NEEDED_GB:.0f} GB "
+        f"(free space, or set TOOLKIT_CACHE to a larger filesystem)"
+    )
 
 
 def enough_memory(p: PreflightInput) -> str | None:
@@ -215,32 +256,49 @@ def enough_memory(p: PreflightInput) -> str | None:
     if p.mem_gb >= need:
         return None
     if p.mem_given:
-        return (f"{p.mem_given}: {p.mem_gb:g} GB is less than one nvcc thread needs (about {need} GB): pass at least "
-                f"--mem-gb {need:g}, or leave it out to size from this machine's available memory")
-    return (f"/proc/meminfo: {p.mem_gb:.1f} GB available, one nvcc thread needs about {need} GB "
-            f"(free memory, or pass --mem-gb where the machine grows its memory on demand)")
+        return (
+            f"{p.mem_given}: {p.mem_gb:g} GB is less than one nvcc thread needs (about {need} GB): pass at least "
+            f"--mem-gb {need:g}, or leave it out to size from this machine's available memory"
+        )
+    return (
+        f"/proc/meminfo: {p.mem_gb:.1f} GB available, one nvcc thread needs about {need} GB "
+        f"(free memory, or pass --mem-gb where the machine grows its memory on demand)"
+    )
 
 
 # The shared machine checks (toolkit/machine/checks.py): doctor shows the same findings as rows.
 SHARED_CHECKS: tuple[Callable[[PreflightInput], checks.Finding | None], ...] = (
-    python_present, nvcc_present, torch_present, torch_is_cuda_build, torch_cuda_matches_nvcc, host_compiler,
-    cuda_headers_present)
+    python_present,
+    nvcc_present,
+    torch_present,
+    torch_is_cuda_build,
+    torch_cuda_matches_nvcc,
+    host_compiler,
+    cuda_headers_present,
+)
 
 # What only a build asks (the build's archs, disk and memory, ninja, what its compilers see): doctor has no row.
 BUILD_CHECKS: tuple[Callable[[PreflightInput], str | None], ...] = (
-    headers_visible, ninja_present, archs_supported, enough_disk, enough_memory)
+    headers_visible,
+    ninja_present,
+    archs_supported,
+    enough_disk,
+    enough_memory,
+)
 
 
 def findings(p: PreflightInput) -> list[checks.Finding]:
     """This machine against the spec (checks.SPEC_FACTS), then the shared checks: the findings doctor also shows."""
-    return [finding for _, finding in checks.against_spec(p.spec, p.fp)] + \
-        [finding for check in SHARED_CHECKS if (finding := check(p))]
+    return [finding for _, finding in checks.against_spec(p.spec, p.fp)] + [
+        finding for check in SHARED_CHECKS if (finding := check(p))
+    ]
 
 
 def problems(p: PreflightInput) -> list[str]:
     """Every preflight problem, in the order a user should fix them: each failing finding, then the build's own."""
-    return [finding.line() for finding in findings(p) if finding.status == "fail"] + \
-        [problem for check in BUILD_CHECKS if (problem := check(p))]
+    return [finding.line() for finding in findings(p) if finding.status == "fail"] + [
+        problem for check in BUILD_CHECKS if (problem := check(p))
+    ]
 
 
 def warnings(p: PreflightInput) -> list[str]:
@@ -248,12 +306,28 @@ def warnings(p: PreflightInput) -> list[str]:
     return [finding.line() for finding in findings(p) if finding.status == "warn"]
 
 
-def preflight_input(spec: EnvSpec, fp: Fingerprint, archs: tuple[str, ...], mem_gb: float,
-                    build_dir: Path, compile_env: dict[str, str] | None = None, archs_given: str | None = None,
-                    mem_given: str | None = None) -> PreflightInput:
-    return PreflightInput(spec=spec, fp=fp, archs=archs, mem_gb=mem_gb, build_dir=build_dir,
-                          nvcc_archs=nvcc_gpu_codes(fp.nvcc_path), gcc_cap=host_config_cap(fp.host_config_h),
-                          compile_env=compile_env, archs_given=archs_given, mem_given=mem_given)
+def preflight_input(
+    spec: EnvSpec,
+    fp: Fingerprint,
+    archs: tuple[str, ...],
+    mem_gb: float,
+    build_dir: Path,
+    compile_env: dict[str, str] | None = None,
+    archs_given: str | None = None,
+    mem_given: str | None = None,
+) -> PreflightInput:
+    return PreflightInput(
+        spec=spec,
+        fp=fp,
+        archs=archs,
+        mem_gb=mem_gb,
+        build_dir=build_dir,
+        nvcc_archs=nvcc_gpu_codes(fp.nvcc_path),
+        gcc_cap=host_config_cap(fp.host_config_h),
+        compile_env=compile_env,
+        archs_given=archs_given,
+        mem_given=mem_given,
+    )
 
 
 def run_preflight(p: PreflightInput) -> None:
