@@ -19,11 +19,15 @@ FILE = "attention_backends.yaml"
 class AttentionBackend:
     name: str  # the bench's implementation name
     attn_implementation: str  # transformers' name for it
-    verified_by: Literal["report", "torch"]  # a verification report on the GPU, or torch's own (the yardstick)
+    verified_by: Literal[
+        "report", "torch"
+    ]  # a verification report on the GPU, or torch's own (the yardstick)
     sdpa_backend: str | None = None  # the SDPA kernel inside "sdpa" (SDPBackend.X)
     distribution: str | None = None  # the package transformers needs for the name
     bench_field: str | None = None  # bench.json's entry holding the package's version
-    formerly: tuple[str, ...] = ()  # what it was called before issue 31 (schema 1 files, old command lines)
+    formerly: tuple[
+        str, ...
+    ] = ()  # what it was called before issue 31 (schema 1 files, old command lines)
 
     def to_json(self) -> dict[Literal["name", "sdpa_backend"], str]:
         """What a recommendation rule stores: transformers' name and, inside sdpa, the kernel."""
@@ -59,27 +63,46 @@ class Verl:
 
 def _backend(name: str, entry: dict[str, Any]) -> AttentionBackend:
     if entry["verified_by"] not in ("report", "torch"):
-        raise ValueError(f"backends.{name}.verified_by: {entry['verified_by']!r} is not report or torch")
-    return AttentionBackend(name, str(entry["attn_implementation"]), entry["verified_by"], entry.get("sdpa_backend"),
-                            entry.get("distribution"), entry.get("bench_field"),
-                            tuple(str(old) for old in entry.get("formerly", ())))
+        raise ValueError(
+            f"backends.{name}.verified_by: {entry['verified_by']!r} is not report or torch"
+        )
+    return AttentionBackend(
+        name,
+        str(entry["attn_implementation"]),
+        entry["verified_by"],
+        entry.get("sdpa_backend"),
+        entry.get("distribution"),
+        entry.get("bench_field"),
+        tuple(str(old) for old in entry.get("formerly", ())),
+    )
 
 
 @cache
 def backends() -> dict[str, AttentionBackend]:
-    return knowledge_files.typed(FILE, lambda data: {name: _backend(name, entry)
-                                                     for name, entry in data["backends"].items()})
+    return knowledge_files.typed(
+        FILE, lambda data: {name: _backend(name, entry) for name, entry in data["backends"].items()}
+    )
 
 
 @cache
 def verl() -> Verl:
-    return knowledge_files.typed(FILE, lambda data: Verl(
-        str(data["verl"]["version"]), data["verl"]["default_attn_implementation"], tuple(data["verl"]["models"]),
-        data["verl"]["override_key"], data["verl"]["trainer_config"], _pinned(data["verl"]["wheel"])))
+    return knowledge_files.typed(
+        FILE,
+        lambda data: Verl(
+            str(data["verl"]["version"]),
+            data["verl"]["default_attn_implementation"],
+            tuple(data["verl"]["models"]),
+            data["verl"]["override_key"],
+            data["verl"]["trainer_config"],
+            _pinned(data["verl"]["wheel"]),
+        ),
+    )
 
 
 def _pinned(entry: dict[str, Any]) -> PinnedFile:
-    return PinnedFile(str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"]))
+    return PinnedFile(
+        str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"])
+    )
 
 
 def names() -> tuple[str, ...]:
@@ -109,4 +132,7 @@ def packaged() -> tuple[str, ...]:
 
 def by_attn_implementation(name: str) -> AttentionBackend | None:
     """The backend an attn_implementation value selects by itself (not sdpa, where torch picks the kernel)."""
-    return next((b for b in backends().values() if b.attn_implementation == name and not b.sdpa_backend), None)
+    return next(
+        (b for b in backends().values() if b.attn_implementation == name and not b.sdpa_backend),
+        None,
+    )

@@ -24,7 +24,9 @@ from toolkit.base.jsonfile import read_json
 
 SCHEMA: Final = 2  # the schema every report the toolkit writes now says
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
-Dtype = Literal["bfloat16", "float16"]  # what a recommendation covers: transformers' attn_implementation runs these
+Dtype = Literal[
+    "bfloat16", "float16"
+]  # what a recommendation covers: transformers' attn_implementation runs these
 # `toolkit bench` also measures FlashAttention-3's FP8 forward; no attn_implementation asks for FP8, so those rows are
 # read (checked) but never become a rule or a ratio
 BenchDtype = Literal["bfloat16", "float16", "float8_e4m3fn"]
@@ -66,7 +68,9 @@ Name = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_plain_name)]
 Backend = Annotated[str, pydantic.Strict(), pydantic.AfterValidator(_known_backend)]
 Count = Annotated[int, pydantic.Strict(), pydantic.Field(ge=0)]
 Positive = Annotated[int, pydantic.Strict(), pydantic.Field(gt=0)]
-Tflops = Annotated[float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)]  # strict: an int, no str
+Tflops = Annotated[
+    float, pydantic.Strict(), pydantic.Field(ge=0, allow_inf_nan=False)
+]  # strict: an int, no str
 Flag = Annotated[bool, pydantic.Strict()]
 Day = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_day)]
 Stamp = Annotated[str | None, pydantic.Strict(), pydantic.AfterValidator(_stamp)]
@@ -90,7 +94,10 @@ def _renamed_rows(rows: object, key: str, name: Callable[[object], object]) -> o
     """`rows` with each row's `key` renamed (rows of another shape are left for the model to refuse)."""
     if not isinstance(rows, list):
         return rows
-    return [{**row, key: name(row[key])} if isinstance(row, dict) and key in row else row for row in rows]
+    return [
+        {**row, key: name(row[key])} if isinstance(row, dict) and key in row else row
+        for row in rows
+    ]
 
 
 def _bench_1(data: dict[str, Any], name: Callable[[object], object]) -> dict[str, Any]:
@@ -98,26 +105,43 @@ def _bench_1(data: dict[str, Any], name: Callable[[object], object]) -> dict[str
     out = {key: value for key, value in data.items() if key != "flash_attn"}
     if "flash_attn" in data:
         out["flash_attn_2"] = data["flash_attn"]
-    return {**out, "measurements": _renamed_rows(data.get("measurements"), "implementation", name),
-            **({"targets": _renamed_rows(data["targets"], "implementation", name)} if "targets" in data else {})}
+    return {
+        **out,
+        "measurements": _renamed_rows(data.get("measurements"), "implementation", name),
+        **(
+            {"targets": _renamed_rows(data["targets"], "implementation", name)}
+            if "targets" in data
+            else {}
+        ),
+    }
 
 
 def _verify_1(data: dict[str, Any], name: Callable[[object], object]) -> dict[str, Any]:
     """verify.json 1 -> 2: the parity report's recommended backend."""
     rec = data.get("recommended")
-    return {**data, "recommended": {**rec, "backend": name(rec.get("backend"))}} if isinstance(rec, dict) else data
+    return (
+        {**data, "recommended": {**rec, "backend": name(rec.get("backend"))}}
+        if isinstance(rec, dict)
+        else data
+    )
 
 
 def _recommendation_1(data: dict[str, Any], name: Callable[[object], object]) -> dict[str, Any]:
     """recommendation.json 1 -> 2: every place a backend is named (rules, verified, ratios, targets, verl)."""
     out = dict(data)
-    for key, row_keys in (("rules", ("backend", "best_backend")), ("shape_ratios", ("recommended",)),
-                          ("below_min_ratio", ("fastest",)), ("targets", ("versus",))):
+    for key, row_keys in (
+        ("rules", ("backend", "best_backend")),
+        ("shape_ratios", ("recommended",)),
+        ("below_min_ratio", ("fastest",)),
+        ("targets", ("versus",)),
+    ):
         for row_key in row_keys if key in data else ():
             out[key] = _renamed_rows(out[key], row_key, name)
     if isinstance(data.get("verified"), dict):  # the first files said why alone, for every shape
-        out["verified"] = {name(key): {"why": value} if isinstance(value, str) else value
-                           for key, value in data["verified"].items()}
+        out["verified"] = {
+            name(key): {"why": value} if isinstance(value, str) else value
+            for key, value in data["verified"].items()
+        }
     if isinstance(data.get("verl"), dict):
         out["verl"] = {**data["verl"], "backend": name(data["verl"].get("backend"))}
     return out
@@ -125,8 +149,9 @@ def _recommendation_1(data: dict[str, Any], name: Callable[[object], object]) ->
 
 BENCH = Format("`toolkit bench` report", "run toolkit bench again", _bench_1)
 VERIFY = Format("verify report", "run the verification again", _verify_1)
-RECOMMENDATION = Format("recommendation `toolkit recommend` writes", "run toolkit recommend again",
-                        _recommendation_1)
+RECOMMENDATION = Format(
+    "recommendation `toolkit recommend` writes", "run toolkit recommend again", _recommendation_1
+)
 
 
 def _current_name(value: object) -> object:
@@ -142,8 +167,10 @@ def current(data: object, path: Path, fmt: Format) -> object:
     if schema == SCHEMA and type(schema) is int:
         return data
     if schema != 1 or type(schema) is not int:
-        raise ToolkitError(f"{path}: a {fmt.what} of schema {shown(schema)}, which this toolkit does not read (it "
-                           f"reads schemas 1 and {SCHEMA}; {fmt.regenerate})")
+        raise ToolkitError(
+            f"{path}: a {fmt.what} of schema {shown(schema)}, which this toolkit does not read (it "
+            f"reads schemas 1 and {SCHEMA}; {fmt.regenerate})"
+        )
     return {**fmt.rename(data, _current_name), "schema": SCHEMA}
 
 
@@ -214,8 +241,9 @@ class VerifyReport:
     gpu: Text | None = None
 
 
-def check_input(model: type, data: object, path: Path, what: str, fix: str,
-                backends: tuple[str, ...]) -> dict[str, Any]:
+def check_input(
+    model: type, data: object, path: Path, what: str, fix: str, backends: tuple[str, ...]
+) -> dict[str, Any]:
     """`data` unchanged once it has `model`'s shape; else its first bad field, as one ToolkitError line."""
     try:
         pydantic.TypeAdapter(model).validate_python(data, context={"backends": backends})
@@ -224,16 +252,18 @@ def check_input(model: type, data: object, path: Path, what: str, fix: str,
     return data  # type: ignore[return-value]  # validated: a dict of that shape
 
 
-
-
 def checked(data: object, path: Path, fmt: Format, model: type) -> dict[str, Any]:
     """`data` (a parsed file) at today's schema and names, checked against `model`; else one ToolkitError line."""
-    return check_input(model, current(data, path, fmt), path, fmt.what, fmt.regenerate, attention_backends.names())
+    return check_input(
+        model, current(data, path, fmt), path, fmt.what, fmt.regenerate, attention_backends.names()
+    )
 
 
 def read_report(path: Path, fmt: Format, model: type) -> dict[str, Any]:
     """A bench or verify report a toolkit run wrote, read and `checked`."""
-    data = read_json(Path(path), "JSON report", "pass the bench.json or verify.json a toolkit run wrote")
+    data = read_json(
+        Path(path), "JSON report", "pass the bench.json or verify.json a toolkit run wrote"
+    )
     return checked(data, Path(path), fmt, model)
 
 

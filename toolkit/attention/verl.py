@@ -34,7 +34,9 @@ class VerlLines:
     shape: str
     backend: str | None  # None: no verified backend was measured at the shape
     attn_implementation: str | None
-    overrides: list[str] = field(default_factory=list)  # command-line overrides, one per model section
+    overrides: list[str] = field(
+        default_factory=list
+    )  # command-line overrides, one per model section
     yaml: str = ""  # the same as a fragment of the trainer config
     notes: list[str] = field(default_factory=list)
 
@@ -60,28 +62,49 @@ def yaml_fragment(attn_implementation: str) -> str:
     return yaml.safe_dump(tree, sort_keys=False)
 
 
-def lines_for(shape: VerlShape, backend: str | None, measured: dict[str, float], verified: Collection[str]) -> VerlLines:
+def lines_for(
+    shape: VerlShape, backend: str | None, measured: dict[str, float], verified: Collection[str]
+) -> VerlLines:
     """verl's lines for the backend recommended at `shape` (`measured`: TFLOP/s there per backend)."""
     facts = verl()
     if backend is None:
-        return VerlLines(facts.version, str(shape), None, None, notes=[
-            f"no verified backend was measured at {shape}: bench that shape (toolkit bench LINE --head-dims "
-            f"{shape.head_dim}) and pass the verification reports with --verified"])
+        return VerlLines(
+            facts.version,
+            str(shape),
+            None,
+            None,
+            notes=[
+                f"no verified backend was measured at {shape}: bench that shape (toolkit bench LINE --head-dims "
+                f"{shape.head_dim}) and pass the verification reports with --verified"
+            ],
+        )
     chosen = backends()[backend]
     name = chosen.attn_implementation
-    notes = [note for note in (_sdpa_note(chosen.sdpa_backend, backend),
-                               _default_note(facts.default_attn_implementation, backend, measured, verified)) if note]
-    return VerlLines(facts.version, str(shape), backend, name, overrides(name), yaml_fragment(name), notes)
+    notes = [
+        note
+        for note in (
+            _sdpa_note(chosen.sdpa_backend, backend),
+            _default_note(facts.default_attn_implementation, backend, measured, verified),
+        )
+        if note
+    ]
+    return VerlLines(
+        facts.version, str(shape), backend, name, overrides(name), yaml_fragment(name), notes
+    )
 
 
 def _sdpa_note(kernel: str | None, backend: str) -> str:
     if not kernel:
         return ""
-    return (f"{backend} is SDPA's {kernel} kernel: verl passes only attn_implementation=sdpa and torch picks the "
-            f"kernel, so this speed is not guaranteed (verl's config cannot pin an SDPA kernel)")
+    return (
+        f"{backend} is SDPA's {kernel} kernel: verl passes only attn_implementation=sdpa and torch picks the "
+        f"kernel, so this speed is not guaranteed (verl's config cannot pin an SDPA kernel)"
+    )
 
 
-def _default_note(default: str, backend: str, measured: dict[str, float], verified: Collection[str]) -> str:
+def _default_note(
+    default: str, backend: str, measured: dict[str, float], verified: Collection[str]
+) -> str:
     """How verl's own default fares at the shape, where it is not the recommendation."""
     known = by_attn_implementation(default)
     if known is None or known.name == backend:
@@ -90,5 +113,7 @@ def _default_note(default: str, backend: str, measured: dict[str, float], verifi
         return f"verl's default {default} ({known.name}) was not verified on this GPU: it is not recommended"
     if known.name not in measured or not measured.get(backend):
         return f"verl's default {default} ({known.name}) was not measured at this shape"
-    return (f"verl's default {default} ({known.name}) measured {measured[known.name]:.0f} TFLOP/s here, "
-            f"{measured[known.name] / measured[backend]:.2f}x the recommended {backend}")
+    return (
+        f"verl's default {default} ({known.name}) measured {measured[known.name]:.0f} TFLOP/s here, "
+        f"{measured[known.name] / measured[backend]:.2f}x the recommended {backend}"
+    )
