@@ -36,14 +36,20 @@ from toolkit.base.jsonfile import read_json
 from toolkit.knowledge import files as knowledge_files
 from toolkit.verify import machine
 
-if TYPE_CHECKING:  # torch and rich are imported where used, so that the module imports without torch
+if (
+    TYPE_CHECKING
+):  # torch and rich are imported where used, so that the module imports without torch
     import torch
     from rich.console import Console
 
     from toolkit.spec.envspec import EnvSpec
 
-SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
-                 "sdpa-efficient": "EFFICIENT_ATTENTION", "sdpa-math": "MATH"}
+SDPA_BACKENDS = {
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
 FP8 = "float8_e4m3fn"  # FP8 (e4m3) forward: rows only for a packaged column that takes it, where its build has it
 # torch's words when the requested SDPA backend cannot take the inputs (CUDA, CPU)
 NO_KERNEL_MARKERS = ("No available kernel", "No viable backend")
@@ -60,7 +66,9 @@ MODEL_WIDTH = 2048
 GPUS_FILE = Path(__file__).parents[1] / "knowledge" / "gpus.yaml"
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
 
-Timer = Callable[[Callable[[], Any]], float]  # runs a function repeatedly, returns milliseconds per call
+Timer = Callable[
+    [Callable[[], Any]], float
+]  # runs a function repeatedly, returns milliseconds per call
 
 
 @dataclass(frozen=True)
@@ -89,14 +97,22 @@ class Measurement:
 
 
 def attention_flops(shape: Shape, causal: bool, mode: str) -> float:
-    forward = 4 * shape.batch * shape.nheads * shape.seqlen ** 2 * shape.head_dim
+    forward = 4 * shape.batch * shape.nheads * shape.seqlen**2 * shape.head_dim
     return forward / (2 if causal else 1) * MODE_FLOPS[mode]
 
 
-def shapes(tokens: int = TOKENS, seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS,
-           dtypes: Sequence[str] = DTYPES) -> list[Shape]:
-    return [Shape(dtype, d, s, max(1, tokens // s), MODEL_WIDTH // d) for dtype in dtypes for d in head_dims
-            for s in seqlens]
+def shapes(
+    tokens: int = TOKENS,
+    seqlens: Sequence[int] = SEQLENS,
+    head_dims: Sequence[int] = HEAD_DIMS,
+    dtypes: Sequence[str] = DTYPES,
+) -> list[Shape]:
+    return [
+        Shape(dtype, d, s, max(1, tokens // s), MODEL_WIDTH // d)
+        for dtype in dtypes
+        for d in head_dims
+        for s in seqlens
+    ]
 
 
 # ---------------------------------------------------------------- the columns: the packaged implementations
@@ -111,9 +127,15 @@ class Packaged:
     name: str  # knowledge/attention_backends.yaml's name, the column's
     module: str  # what a skipped row names when it is not installed
     load: Callable[[], tuple[Any, str]]  # (the module, or None and why it does not import)
-    call: Callable[[Any, bool], Callable[..., Any]]  # (module, causal) -> fn(q, k, v, **fp8 descale) -> out
-    version: Callable[[Any], str | None]  # the installed distribution's version (the module in hand)
-    build_flags: Callable[[], dict | None] | None = None  # the build's own switches, where it records them
+    call: Callable[
+        [Any, bool], Callable[..., Any]
+    ]  # (module, causal) -> fn(q, k, v, **fp8 descale) -> out
+    version: Callable[
+        [Any], str | None
+    ]  # the installed distribution's version (the module in hand)
+    build_flags: Callable[[], dict | None] | None = (
+        None  # the build's own switches, where it records them
+    )
     fp8: bool = False  # takes e4m3 inputs (FP8 rows, where build_flags do not leave FP8 out)
     extension: str | None = None  # its compiled extension module, whose file the header names
 
@@ -164,24 +186,53 @@ def _fa4_version(module: Any) -> str | None:
 def _called(module: Any, causal: bool) -> Callable[..., Any]:
     """flash_attn_func(q, k, v, causal=...), the interface every FlashAttention shares; FA3 at an older commit
     and FA4 (flash_attn.cute) return (out, lse), FA3 at the pin out alone."""
-    return lambda q, k, v, **descale: _first(module.flash_attn_func(q, k, v, causal=causal, **descale))
+    return lambda q, k, v, **descale: _first(
+        module.flash_attn_func(q, k, v, causal=causal, **descale)
+    )
 
 
-PACKAGED: dict[str, Packaged] = {column.name: column for column in (
-    Packaged("flash-attn-2", "flash_attn (flash-attn 2.x)", _load_fa2, _called,
-             lambda module: getattr(module, "__version__", None), extension="flash_attn_2_cuda"),
-    Packaged("flash-attn-3", "flash_attn_interface (flash-attn-3)", _load_fa3, _called, _fa3_version, _fa3_flags,
-             fp8=True),
-    Packaged("flash-attn-4", "flash_attn.cute (flash-attn-4)", _load_fa4, _called, _fa4_version),
-)}
-PEAK_SHARE = "flash-attn-2"  # the column the table shows as a share of the card's peak, as it always has
-TORCH_OWN = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "eager")  # torch's, no package
+PACKAGED: dict[str, Packaged] = {
+    column.name: column
+    for column in (
+        Packaged(
+            "flash-attn-2",
+            "flash_attn (flash-attn 2.x)",
+            _load_fa2,
+            _called,
+            lambda module: getattr(module, "__version__", None),
+            extension="flash_attn_2_cuda",
+        ),
+        Packaged(
+            "flash-attn-3",
+            "flash_attn_interface (flash-attn-3)",
+            _load_fa3,
+            _called,
+            _fa3_version,
+            _fa3_flags,
+            fp8=True,
+        ),
+        Packaged(
+            "flash-attn-4", "flash_attn.cute (flash-attn-4)", _load_fa4, _called, _fa4_version
+        ),
+    )
+}
+PEAK_SHARE = (
+    "flash-attn-2"  # the column the table shows as a share of the card's peak, as it always has
+)
+TORCH_OWN = (
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "sdpa-math",
+    "eager",
+)  # torch's, no package
 IMPLEMENTATIONS = (*PACKAGED, *TORCH_OWN)  # the columns, in the table's order
 FP8_IMPLEMENTATIONS = tuple(name for name, column in PACKAGED.items() if column.fp8)
 
 
-def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device: torch.device
-                  ) -> tuple[bool, Callable[..., torch.Tensor]]:
+def _attention_fn(
+    implementation: str, modules: dict[str, Any], causal: bool, seqlen: int, device: torch.device
+) -> tuple[bool, Callable[..., torch.Tensor]]:
     """(wants heads-first layout, fn(q, k, v) -> out) for one implementation."""
     import torch
     import torch.nn.functional as F
@@ -189,8 +240,12 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
 
     if implementation in PACKAGED:
         return False, PACKAGED[implementation].call(modules[implementation], causal)
-    if implementation == "eager":  # what transformers' eager attention does, in the inputs' precision
-        future = torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
+    if (
+        implementation == "eager"
+    ):  # what transformers' eager attention does, in the inputs' precision
+        future = (
+            torch.ones(seqlen, seqlen, dtype=torch.bool, device=device).triu(1) if causal else None
+        )
 
         def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)
@@ -208,18 +263,29 @@ def _attention_fn(implementation: str, modules: dict[str, Any], causal: bool, se
     return True, sdpa
 
 
-def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
-                inputs: dict[str, Any], device: torch.device) -> Callable[[], Any]:
+def _timed_call(
+    implementation: str,
+    modules: dict[str, Any],
+    shape: Shape,
+    causal: bool,
+    mode: str,
+    inputs: dict[str, Any],
+    device: torch.device,
+) -> Callable[[], Any]:
     import torch
 
     heads_first, attend = _attention_fn(implementation, modules, causal, shape.seqlen, device)
     q, k, v = inputs["bhsd" if heads_first else "bshd"]
-    if "descale" in inputs:  # FP8: FA3's per-(batch, kv head) descale factors, timed as they are used
+    if (
+        "descale" in inputs
+    ):  # FP8: FA3's per-(batch, kv head) descale factors, timed as they are used
         plain = attend
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return plain(q, k, v, **inputs["descale"])
+
     if mode == "fwd":
+
         def forward() -> torch.Tensor:
             with torch.no_grad():
                 return attend(q, k, v)
@@ -234,21 +300,43 @@ def _timed_call(implementation: str, modules: dict[str, Any], shape: Shape, caus
     return forward_backward
 
 
-def _row(implementation: str, shape: Shape, causal: bool, mode: str, status: str, reason: str = "") -> Measurement:
-    return Measurement(implementation, mode, causal, shape.dtype, shape.head_dim, shape.seqlen, shape.batch,
-                       shape.nheads, status, reason=reason)
+def _row(
+    implementation: str, shape: Shape, causal: bool, mode: str, status: str, reason: str = ""
+) -> Measurement:
+    return Measurement(
+        implementation,
+        mode,
+        causal,
+        shape.dtype,
+        shape.head_dim,
+        shape.seqlen,
+        shape.batch,
+        shape.nheads,
+        status,
+        reason=reason,
+    )
 
 
 def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> str:
     if implementation in PACKAGED and modules.get(implementation) is None:
         return f"{PACKAGED[implementation].module} is not installed in this environment"
     if implementation in QUADRATIC and shape.seqlen > QUADRATIC_MAX_SEQLEN:
-        return f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
+        return (
+            f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
+        )
     return ""
 
 
-def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, causal: bool, mode: str,
-                inputs: dict[str, Any], device: torch.device, timer: Timer) -> Measurement:
+def measure_one(
+    implementation: str,
+    modules: dict[str, Any],
+    shape: Shape,
+    causal: bool,
+    mode: str,
+    inputs: dict[str, Any],
+    device: torch.device,
+    timer: Timer,
+) -> Measurement:
     import torch
 
     row = _row(implementation, shape, causal, mode, "ok")
@@ -257,18 +345,28 @@ def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, caus
         row.status = "skipped"
         return row
     try:
-        with warnings.catch_warnings(record=True) as caught:  # torch says why a backend refuses, as warnings
+        with warnings.catch_warnings(
+            record=True
+        ) as caught:  # torch says why a backend refuses, as warnings
             warnings.simplefilter("always")
-            row.ms = timer(_timed_call(implementation, modules, shape, causal, mode, inputs, device))
+            row.ms = timer(
+                _timed_call(implementation, modules, shape, causal, mode, inputs, device)
+            )
         row.tflops = attention_flops(shape, causal, mode) / (row.ms * 1e-3) / 1e12
     except torch.cuda.OutOfMemoryError:
         row.status, row.reason = "skipped", "out of memory"
     except RuntimeError as exc:
         unsupported = any(marker in str(exc) for marker in NO_KERNEL_MARKERS)
         row.status = "skipped" if unsupported else "error"
-        why = "; ".join(str(w.message).strip().splitlines()[0] for w in caught[:1]) or str(exc).strip()
-        row.reason = (f"torch has no {implementation} kernel for this shape: {why}" if unsupported else
-                      f"RuntimeError: {str(exc).strip().splitlines()[0]}")[:300]
+        why = (
+            "; ".join(str(w.message).strip().splitlines()[0] for w in caught[:1])
+            or str(exc).strip()
+        )
+        row.reason = (
+            f"torch has no {implementation} kernel for this shape: {why}"
+            if unsupported
+            else f"RuntimeError: {str(exc).strip().splitlines()[0]}"
+        )[:300]
     except Exception as exc:  # keep benchmarking the rest; the row says what went wrong
         row.status, row.reason = "error", f"{type(exc).__name__}: {exc}"[:300]
     if row.status != "ok" and device.type == "cuda":
@@ -276,9 +374,14 @@ def measure_one(implementation: str, modules: dict[str, Any], shape: Shape, caus
     return row
 
 
-def run_bench(modules: dict[str, Any], shape_list: list[Shape], device: torch.device | str, timer: Timer,
-              implementations: Sequence[str] = IMPLEMENTATIONS, on_row: Callable[[Measurement], None] = lambda row: None
-              ) -> list[Measurement]:
+def run_bench(
+    modules: dict[str, Any],
+    shape_list: list[Shape],
+    device: torch.device | str,
+    timer: Timer,
+    implementations: Sequence[str] = IMPLEMENTATIONS,
+    on_row: Callable[[Measurement], None] = lambda row: None,
+) -> list[Measurement]:
     """Every implementation x mode x causal on every shape; inputs are made once per shape. An FP8 shape is
     the FP8 columns' forward alone. `modules`: each packaged implementation's module (PACKAGED's `load`), a
     missing one skipped."""
@@ -291,13 +394,22 @@ def run_bench(modules: dict[str, Any], shape_list: list[Shape], device: torch.de
         try:
             inputs = _inputs(shape, device)
             failure = ""
-        except Exception as exc:  # no memory for the inputs, a dead device: every row of the shape says so
+        except (
+            Exception
+        ) as exc:  # no memory for the inputs, a dead device: every row of the shape says so
             inputs, failure = {}, f"inputs: {type(exc).__name__}: {exc}"[:300]
-        for mode in (("fwd",) if fp8 else MODES):
+        for mode in ("fwd",) if fp8 else MODES:
             for causal in (False, True):
-                for implementation in [i for i in implementations if not fp8 or i in FP8_IMPLEMENTATIONS]:
-                    row = measure_one(implementation, modules, shape, causal, mode, inputs, device, timer) \
-                        if inputs else _row(implementation, shape, causal, mode, "error", failure)
+                for implementation in [
+                    i for i in implementations if not fp8 or i in FP8_IMPLEMENTATIONS
+                ]:
+                    row = (
+                        measure_one(
+                            implementation, modules, shape, causal, mode, inputs, device, timer
+                        )
+                        if inputs
+                        else _row(implementation, shape, causal, mode, "error", failure)
+                    )
                     on_row(row)
                     rows.append(row)
         del inputs
@@ -311,8 +423,12 @@ def _inputs(shape: Shape, device: torch.device) -> dict:
     torch.manual_seed(0)
     size = (shape.batch, shape.seqlen, shape.nheads, shape.head_dim)
     fp8 = shape.dtype == FP8
-    bshd = [torch.randn(size, device=device, dtype=torch.bfloat16 if fp8 else getattr(torch, shape.dtype))
-            for _ in range(3)]
+    bshd = [
+        torch.randn(
+            size, device=device, dtype=torch.bfloat16 if fp8 else getattr(torch, shape.dtype)
+        )
+        for _ in range(3)
+    ]
     bshd = [t.to(torch.float8_e4m3fn) for t in bshd] if fp8 else bshd
     inputs: dict = {"bshd": bshd, "bhsd": [t.transpose(1, 2).contiguous() for t in bshd]}
     if fp8:
@@ -355,22 +471,35 @@ def cuda_timer(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 4
 def import_packages() -> tuple[dict[str, Any], list[str]]:
     """Each packaged implementation's module (None where missing), and why each missing one does not import."""
     loaded = {name: column.load() for name, column in PACKAGED.items()}
-    errors = [f"{PACKAGED[name].module.split()[0]}: {why}" for name, (module, why) in loaded.items() if module is None]
+    errors = [
+        f"{PACKAGED[name].module.split()[0]}: {why}"
+        for name, (module, why) in loaded.items()
+        if module is None
+    ]
     return {name: module for name, (module, _) in loaded.items()}, errors
 
 
-def fp8_shapes(modules: dict[str, Any], tokens: int, seqlens: Sequence[int], head_dims: Sequence[int]
-               ) -> tuple[list[Shape], str]:
+def fp8_shapes(
+    modules: dict[str, Any], tokens: int, seqlens: Sequence[int], head_dims: Sequence[int]
+) -> tuple[list[Shape], str]:
     """FP8 shapes where an FP8 column is installed and its build has FP8 (its own switches), and what the
     header says."""
     fp8 = [PACKAGED[name] for name in FP8_IMPLEMENTATIONS if modules.get(name) is not None]
     if not fp8:
         return [], f"no {' or '.join(FP8_IMPLEMENTATIONS)} here"
-    left_out = [c.name for c in fp8 if ((c.build_flags() if c.build_flags else None) or {}).get(
-        "FLASHATTENTION_DISABLE_FP8")]
+    left_out = [
+        c.name
+        for c in fp8
+        if ((c.build_flags() if c.build_flags else None) or {}).get("FLASHATTENTION_DISABLE_FP8")
+    ]
     if len(left_out) == len(fp8):
-        return [], f"this {' and '.join(left_out)} build leaves FP8 out (its build flags: FLASHATTENTION_DISABLE_FP8)"
-    return shapes(tokens, seqlens, head_dims, (FP8,)), "e4m3 inputs, descale factors of 1, bf16 output, fwd"
+        return (
+            [],
+            f"this {' and '.join(left_out)} build leaves FP8 out (its build flags: FLASHATTENTION_DISABLE_FP8)",
+        )
+    return shapes(
+        tokens, seqlens, head_dims, (FP8,)
+    ), "e4m3 inputs, descale factors of 1, bf16 output, fwd"
 
 
 def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]:
@@ -379,7 +508,10 @@ def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]
     header = {}
     for name, column in PACKAGED.items():
         module = modules.get(name)
-        entry: dict[str, Any] = {"version": column.version(module), "path": getattr(module, "__file__", None)}
+        entry: dict[str, Any] = {
+            "version": column.version(module),
+            "path": getattr(module, "__file__", None),
+        }
         if column.extension:
             entry["extension"] = getattr(sys.modules.get(column.extension), "__file__", None)
         if column.build_flags:
@@ -390,38 +522,70 @@ def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]
     return header
 
 
-def measure(line: str, report_dir: Path, command: str, tokens: int, seqlens: Sequence[int],
-            head_dims: Sequence[int]) -> int:
+def measure(
+    line: str,
+    report_dir: Path,
+    command: str,
+    tokens: int,
+    seqlens: Sequence[int],
+    head_dims: Sequence[int],
+) -> int:
     machine.require_cuda("the benchmark")
     modules, import_errors = import_packages()
     if all(module is None for module in modules.values()):
-        raise ToolkitError(f"none of {', '.join(PACKAGED)} imports under {sys.executable}: "
-                           f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
-                           f"`toolkit verify {line}` for details)")
+        raise ToolkitError(
+            f"none of {', '.join(PACKAGED)} imports under {sys.executable}: "
+            f"{'; '.join(import_errors)} (build and install the line's wheel, or run "
+            f"`toolkit verify {line}` for details)"
+        )
     fp8_list, fp8_note = fp8_shapes(modules, tokens, seqlens, head_dims)
     shape_list = shapes(tokens, seqlens, head_dims) + fp8_list
-    total = (len(shape_list) - len(fp8_list)) * len(MODES) * 2 * len(IMPLEMENTATIONS) + len(fp8_list) * 2 * len(
-        FP8_IMPLEMENTATIONS)
+    total = (len(shape_list) - len(fp8_list)) * len(MODES) * 2 * len(IMPLEMENTATIONS) + len(
+        fp8_list
+    ) * 2 * len(FP8_IMPLEMENTATIONS)
     started = time.perf_counter()
     environment = machine.environment_info(None, command)
-    del environment["flash_attn"]  # the report of one implementation names it here; the bench's, each in its entry
-    header = {"kind": "bench", "schema": formats.SCHEMA, "line": line, **environment, **_header(modules, fp8_note),
-              "import_errors": import_errors, "tokens": tokens, "model_width": MODEL_WIDTH,
-              "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd"}
+    del environment[
+        "flash_attn"
+    ]  # the report of one implementation names it here; the bench's, each in its entry
+    header = {
+        "kind": "bench",
+        "schema": formats.SCHEMA,
+        "line": line,
+        **environment,
+        **_header(modules, fp8_note),
+        "import_errors": import_errors,
+        "tokens": tokens,
+        "model_width": MODEL_WIDTH,
+        "flops": "fwd: 4*batch*heads*seqlen^2*head_dim (/2 causal); fwd+bwd: 3.5x fwd",
+    }
     rows: list[Measurement] = []
 
     def write(partial: bool) -> None:
-        data = {**header, "duration_s": round(time.perf_counter() - started, 1),
-                **({"partial": f"{len(rows)} of {total} rows (the run was still going)"} if partial else {}),
-                "measurements": [asdict(r) for r in rows]}
+        data = {
+            **header,
+            "duration_s": round(time.perf_counter() - started, 1),
+            **(
+                {"partial": f"{len(rows)} of {total} rows (the run was still going)"}
+                if partial
+                else {}
+            ),
+            "measurements": [asdict(r) for r in rows],
+        }
         write_atomic(report_dir / "bench.json", json.dumps(data, indent=2) + "\n")
 
-    def on_row(row: Measurement) -> None:  # the file grows as it goes: a run cut short keeps what it measured
+    def on_row(
+        row: Measurement,
+    ) -> None:  # the file grows as it goes: a run cut short keeps what it measured
         rows.append(row)
         if len(rows) % PARTIAL_EVERY == 0:
             write(partial=True)
-        advance(f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: "
-                f"{row.reason}" if row.status == "error" else "")
+        advance(
+            f"error: {row.implementation} {row.mode} {row.dtype} d{row.head_dim} seqlen {row.seqlen}: "
+            f"{row.reason}"
+            if row.status == "error"
+            else ""
+        )
 
     with machine.progress(total, f"bench {line}") as advance:
         run_bench(modules, shape_list, DEVICE, cuda_timer, on_row=on_row)
@@ -442,14 +606,22 @@ def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict
     if entry is None:
         return None, []
     entry = {**entry, "source": data["sources"][entry["source"]]}
-    targets = [{**t, "source": data["sources"][t["source"]]} for t in data["targets"] if t["gpu"] == entry["match"]]
+    targets = [
+        {**t, "source": data["sources"][t["source"]]}
+        for t in data["targets"]
+        if t["gpu"] == entry["match"]
+    ]
     return entry, targets
 
 
 def implementations_not_built(spec: EnvSpec) -> dict[str, str]:
     """Implementations the line's spec does not build, each with why: a target on one does not apply to it."""
     setting = spec.flash_attn_2_left_out()
-    return {"flash-attn-2": f"line {spec.line} builds no flash-attn 2.x ({setting})"} if setting else {}
+    return (
+        {"flash-attn-2": f"line {spec.line} builds no flash-attn 2.x ({setting})"}
+        if setting
+        else {}
+    )
 
 
 def evaluate_targets(data: dict, targets: list[dict], not_built: dict[str, str]) -> list[dict]:
@@ -460,33 +632,51 @@ def evaluate_targets(data: dict, targets: list[dict], not_built: dict[str, str])
     for target in targets:
         row = next((m for m in data["measurements"] if all(m[k] == target[k] for k in keys)), None)
         measured = row["tflops"] if row else None
-        results.append({**target, "measured_tflops": measured,
-                        "met": measured is not None and measured >= target["min_tflops"],
-                        "not_applicable": not_built.get(target["implementation"])})
+        results.append(
+            {
+                **target,
+                "measured_tflops": measured,
+                "met": measured is not None and measured >= target["min_tflops"],
+                "not_applicable": not_built.get(target["implementation"]),
+            }
+        )
     return results
 
 
 def _target_line(target: dict) -> str:
-    what = (f"{target['implementation']} {target['mode']} {target['dtype']} d{target['head_dim']} seqlen "
-            f"{target['seqlen']} {'causal' if target['causal'] else 'non-causal'}")
+    what = (
+        f"{target['implementation']} {target['mode']} {target['dtype']} d{target['head_dim']} seqlen "
+        f"{target['seqlen']} {'causal' if target['causal'] else 'non-causal'}"
+    )
     if target["not_applicable"]:
         return f"target not applicable: {what}: {target['not_applicable']}"
     measured = target["measured_tflops"]
-    return (f"target {'met' if target['met'] else 'MISSED'}: {what}: "
-            f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s (needs >= {target['min_tflops']})")
+    return (
+        f"target {'met' if target['met'] else 'MISSED'}: {what}: "
+        f"{'not measured' if measured is None else f'{measured:.1f}'} TFLOP/s (needs >= {target['min_tflops']})"
+    )
 
 
-def finish(report_dir: Path, console: Console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE) -> int:
+def finish(
+    report_dir: Path, console: Console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE
+) -> int:
     """Add peak fractions and targets (of `gpus_file`) to bench.json, plot bench.png, print the table; 1 if any
     target is missed (one on an implementation in `not_built`, which the line does not build, does not apply)."""
     path = report_dir / "bench.json"
-    data = formats.current(read_json(path, "bench report", "run the bench again"), path, formats.BENCH)
+    data = formats.current(
+        read_json(path, "bench report", "run the bench again"), path, formats.BENCH
+    )
     if not isinstance(data, dict):
-        raise ToolkitError(f"{path}: not a bench report: a JSON {type(data).__name__} (run the bench again)")
+        raise ToolkitError(
+            f"{path}: not a bench report: a JSON {type(data).__name__} (run the bench again)"
+        )
     gpu, targets = gpu_facts(data.get("gpu"), gpus_file)
     peak = gpu["bf16_dense_tflops"] if gpu else None
-    data["peak"] = gpu or {"match": None, "bf16_dense_tflops": None,
-                           "source": f"{data.get('gpu')!r} is not in {gpus_file.name}: no fraction of peak"}
+    data["peak"] = gpu or {
+        "match": None,
+        "bf16_dense_tflops": None,
+        "source": f"{data.get('gpu')!r} is not in {gpus_file.name}: no fraction of peak",
+    }
     for row in data["measurements"]:
         row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
     data["targets"] = evaluate_targets(data, targets, not_built)
@@ -495,8 +685,11 @@ def finish(report_dir: Path, console: Console, not_built: dict[str, str], gpus_f
     print_table(data, console)
     for target in data["targets"]:
         console.print(_target_line(target), highlight=False)
-    console.print(f"bench {data['line']}: {len(data['measurements'])} measurements in {data['duration_s']} s on "
-                  f"{data['gpu']}; {path} and {report_dir / 'bench.png'}", highlight=False)
+    console.print(
+        f"bench {data['line']}: {len(data['measurements'])} measurements in {data['duration_s']} s on "
+        f"{data['gpu']}; {path} and {report_dir / 'bench.png'}",
+        highlight=False,
+    )
     return 0 if all(t["met"] or t["not_applicable"] for t in data["targets"]) else 1
 
 
@@ -504,10 +697,21 @@ def print_table(data: dict, console: Console) -> None:
     from rich.table import Table
 
     peak = data["peak"]["bf16_dense_tflops"]
-    packages = "".join(f"{name} {version}, " for name in PACKAGED
-                       if (version := (data.get(name.replace("-", "_")) or {}).get("version")))
+    packages = "".join(
+        f"{name} {version}, "
+        for name in PACKAGED
+        if (version := (data.get(name.replace("-", "_")) or {}).get("version"))
+    )
     table = Table(title=f"attention TFLOP/s on {data['gpu']} ({packages}torch {data['torch']})")
-    for column in ("dtype", "d", "mode", "causal", "seqlen", *IMPLEMENTATIONS, f"{PEAK_SHARE} % peak"):
+    for column in (
+        "dtype",
+        "d",
+        "mode",
+        "causal",
+        "seqlen",
+        *IMPLEMENTATIONS,
+        f"{PEAK_SHARE} % peak",
+    ):
         table.add_column(column, justify="right")
     grouped: dict[tuple, dict[str, dict]] = {}
     for row in data["measurements"]:
@@ -517,7 +721,9 @@ def print_table(data: dict, console: Console) -> None:
         cells = [_cell(rows.get(name)) for name in IMPLEMENTATIONS]
         fa = rows.get(PEAK_SHARE)
         share = f"{100 * fa['tflops'] / peak:.0f}%" if peak and fa and fa["tflops"] else "-"
-        table.add_row(dtype, str(head_dim), mode, "yes" if causal else "no", str(seqlen), *cells, share)
+        table.add_row(
+            dtype, str(head_dim), mode, "yes" if causal else "no", str(seqlen), *cells, share
+        )
     console.print(table)
 
 
@@ -540,15 +746,24 @@ def plot(data: dict) -> bytes:
     head_dims = sorted({r["head_dim"] for r in data["measurements"]})
     columns = [(mode, causal) for mode in MODES for causal in (False, True)]
     rows = [(dtype, d) for dtype in dtypes for d in head_dims]
-    figure, axes = plt.subplots(len(rows), len(columns), figsize=(4.2 * len(columns), 3.2 * len(rows)),
-                                squeeze=False, sharex=True)
+    figure, axes = plt.subplots(
+        len(rows),
+        len(columns),
+        figsize=(4.2 * len(columns), 3.2 * len(rows)),
+        squeeze=False,
+        sharex=True,
+    )
     peak = data["peak"]["bf16_dense_tflops"]
     for (dtype, head_dim), axes_row in zip(rows, axes):
         for (mode, causal), ax in zip(columns, axes_row):
             for name in IMPLEMENTATIONS:
-                points = sorted((r["seqlen"], r["tflops"]) for r in data["measurements"]
-                                if (r["implementation"], r["dtype"], r["head_dim"], r["mode"], r["causal"])
-                                == (name, dtype, head_dim, mode, causal) and r["tflops"])
+                points = sorted(
+                    (r["seqlen"], r["tflops"])
+                    for r in data["measurements"]
+                    if (r["implementation"], r["dtype"], r["head_dim"], r["mode"], r["causal"])
+                    == (name, dtype, head_dim, mode, causal)
+                    and r["tflops"]
+                )
                 if points:
                     ax.plot(*zip(*points), marker="o", markersize=3, label=name)
             if peak:
@@ -560,8 +775,10 @@ def plot(data: dict) -> bytes:
     axes[0][0].legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("seqlen", fontsize=8)
-    figure.suptitle(f"{data['line']}: attention throughput on {data['gpu']}"
-                    + (f" (dashed: bf16 dense peak {peak} TFLOP/s)" if peak else ""))
+    figure.suptitle(
+        f"{data['line']}: attention throughput on {data['gpu']}"
+        + (f" (dashed: bf16 dense peak {peak} TFLOP/s)" if peak else "")
+    )
     figure.tight_layout(rect=(0, 0, 1, 0.98))  # leave the top strip to the title
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
@@ -576,26 +793,45 @@ def _int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def _add_grid_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokens", type=int, default=TOKENS, metavar="N",
-                        help=f"batch x seqlen per shape (default {TOKENS})")
-    parser.add_argument("--seqlens", type=_int_list, default=SEQLENS, metavar="S,S,...",
-                        help="sequence lengths, comma-separated (default 512..16384)")
-    parser.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS, metavar="D,D,...",
-                        help="head dims, comma-separated (default 64,128,256)")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=TOKENS,
+        metavar="N",
+        help=f"batch x seqlen per shape (default {TOKENS})",
+    )
+    parser.add_argument(
+        "--seqlens",
+        type=_int_list,
+        default=SEQLENS,
+        metavar="S,S,...",
+        help="sequence lengths, comma-separated (default 512..16384)",
+    )
+    parser.add_argument(
+        "--head-dims",
+        type=_int_list,
+        default=HEAD_DIMS,
+        metavar="D,D,...",
+        help="head dims, comma-separated (default 64,128,256)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
+        "bench",
+        help="TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
         description=f"Time each installed FlashAttention ({', '.join(PACKAGED)}) against torch SDPA (flash, cuDNN, "
-                    "efficient, math) and eager attention: "
-                    "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
-                    "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed (a target "
-                    "on an implementation the line does not build does not apply).")
+        "efficient, math) and eager attention: "
+        "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "
+        "bench.png; exit 1 without a GPU or when a throughput target in gpus.yaml is missed (a target "
+        "on an implementation the line does not build does not apply).",
+    )
     machine.add_line_arguments(parser)
     _add_grid_options(parser)
     parser.set_defaults(func=bench_command)
@@ -605,13 +841,26 @@ def bench_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     spec = machine.checked_line_spec(args)
-    grid = ["--tokens", str(args.tokens), "--seqlens", ",".join(map(str, args.seqlens)),
-            "--head-dims", ",".join(map(str, args.head_dims))]
+    grid = [
+        "--tokens",
+        str(args.tokens),
+        "--seqlens",
+        ",".join(map(str, args.seqlens)),
+        "--head-dims",
+        ",".join(map(str, args.head_dims)),
+    ]
     command = " ".join(["toolkit bench", args.line, *grid])
     code, written = machine.measure_for_line(
-        args, spec, "toolkit.verify.bench", ["--command", command, *grid],
-        lambda line, report_dir: measure(line, report_dir, command, args.tokens, args.seqlens, args.head_dims),
-        "the benchmark", "bench.json")
+        args,
+        spec,
+        "toolkit.verify.bench",
+        ["--command", command, *grid],
+        lambda line, report_dir: measure(
+            line, report_dir, command, args.tokens, args.seqlens, args.head_dims
+        ),
+        "the benchmark",
+        "bench.json",
+    )
     if code != 0 or written is None:
         return code or 1
     return finish(written.parent, Console(), implementations_not_built(spec))
@@ -620,16 +869,28 @@ def bench_command(args: argparse.Namespace) -> int:
 @program
 def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.verify.bench LINE`: the measuring half alone, as re-executed under the line's python."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit.verify.bench",
-                                     description="The measuring half of `toolkit bench`, under the line's python: "
-                                                 "writes DIR/bench.json (the toolkit's python finishes it).")
-    parser.add_argument("line", metavar="LINE", help="the line being measured (named in the report)")
-    parser.add_argument("--report-dir", type=Path, required=True, metavar="DIR", help="where bench.json goes")
-    parser.add_argument("--command", default="python -m toolkit.verify.bench", metavar="TEXT",
-                        help="the command line the report names")
+    parser = argparse.ArgumentParser(
+        prog="python -m toolkit.verify.bench",
+        description="The measuring half of `toolkit bench`, under the line's python: "
+        "writes DIR/bench.json (the toolkit's python finishes it).",
+    )
+    parser.add_argument(
+        "line", metavar="LINE", help="the line being measured (named in the report)"
+    )
+    parser.add_argument(
+        "--report-dir", type=Path, required=True, metavar="DIR", help="where bench.json goes"
+    )
+    parser.add_argument(
+        "--command",
+        default="python -m toolkit.verify.bench",
+        metavar="TEXT",
+        help="the command line the report names",
+    )
     _add_grid_options(parser)
     args = parser.parse_args(argv)
-    return measure(args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims)
+    return measure(
+        args.line, args.report_dir, args.command, args.tokens, args.seqlens, args.head_dims
+    )
 
 
 if __name__ == "__main__":

@@ -47,17 +47,32 @@ class Case:
 
     @property
     def backward(self) -> bool:
-        return self.api != "kvcache" and self.dtype != FP8  # kvcache and the FP8 forward have no backward
+        return (
+            self.api != "kvcache" and self.dtype != FP8
+        )  # kvcache and the FP8 forward have no backward
 
     @property
     def name(self) -> str:
-        parts = [self.api, SHORT_DTYPE[self.dtype], f"d{self.head_dim}", f"q{self.seqlen_q}", f"k{self.seqlen_k}"]
+        parts = [
+            self.api,
+            SHORT_DTYPE[self.dtype],
+            f"d{self.head_dim}",
+            f"q{self.seqlen_q}",
+            f"k{self.seqlen_k}",
+        ]
         if self.nheads_k != self.nheads:
-            parts.append(("mqa" if self.nheads_k == 1 else "gqa") + f"{self.nheads}:{self.nheads_k}")
-        flags = [("causal", self.causal), (f"window{self.window[0]},{self.window[1]}", self.window != (-1, -1)),
-                 (f"softcap{self.softcap:g}", self.softcap > 0), ("alibi", self.alibi),
-                 (f"dropout{self.dropout_p:g}", self.dropout_p > 0), ("deterministic", self.deterministic),
-                 (f"new{self.new_tokens}", self.new_tokens > 0)]
+            parts.append(
+                ("mqa" if self.nheads_k == 1 else "gqa") + f"{self.nheads}:{self.nheads_k}"
+            )
+        flags = [
+            ("causal", self.causal),
+            (f"window{self.window[0]},{self.window[1]}", self.window != (-1, -1)),
+            (f"softcap{self.softcap:g}", self.softcap > 0),
+            ("alibi", self.alibi),
+            (f"dropout{self.dropout_p:g}", self.dropout_p > 0),
+            ("deterministic", self.deterministic),
+            (f"new{self.new_tokens}", self.new_tokens > 0),
+        ]
         return "-".join(parts + [flag for flag, on in flags if on])
 
     @property
@@ -75,10 +90,19 @@ class Case:
             (self.dtype not in (*DTYPES, FP8), f"unknown dtype {self.dtype!r}"),
             (self.dtype == FP8 and self.api != "func", "FP8 cases call flash_attn_func only"),
             (self.nheads % self.nheads_k != 0, "nheads must be a multiple of nheads_k"),
-            (self.api == "qkvpacked" and (self.nheads_k != self.nheads or self.seqlen_q != self.seqlen_k),
-             "qkvpacked needs equal heads and lengths"),
-            (self.softcap > 0 and self.dropout_p > 0, "softcap and dropout are not supported together"),
-            (self.api == "kvcache" and (self.dropout_p > 0 or self.deterministic), "kvcache has no dropout/backward"),
+            (
+                self.api == "qkvpacked"
+                and (self.nheads_k != self.nheads or self.seqlen_q != self.seqlen_k),
+                "qkvpacked needs equal heads and lengths",
+            ),
+            (
+                self.softcap > 0 and self.dropout_p > 0,
+                "softcap and dropout are not supported together",
+            ),
+            (
+                self.api == "kvcache" and (self.dropout_p > 0 or self.deterministic),
+                "kvcache has no dropout/backward",
+            ),
             (self.api != "kvcache" and self.new_tokens > 0, "new_tokens is for kvcache"),
             (self.new_tokens >= self.seqlen_k, "the cache must have room for the new tokens"),
             (max(self.window) >= self.seqlen_k, "window sides must be shorter than seqlen_k"),
@@ -90,7 +114,9 @@ def _variants(base: Case, **axes: Iterable[Any]) -> list[Case]:
     """Every combination of the given field values applied to `base` (Any: each axis is a field of its own type,
     which `replace` checks by name)."""
     names = list(axes)
-    return [replace(base, **dict(zip(names, values))) for values in itertools.product(*axes.values())]
+    return [
+        replace(base, **dict(zip(names, values))) for values in itertools.product(*axes.values())
+    ]
 
 
 def smoke_cases() -> list[Case]:
@@ -114,43 +140,123 @@ def smoke_cases() -> list[Case]:
 def full_cases() -> list[Case]:
     """The full grid: head dims x precisions x masks, then shapes, GQA, each feature and each API."""
     both = {"dtype": DTYPES}
-    cases = _variants(Case("func", "float16", 64, 113, 203), **both, head_dim=HEAD_DIMS, causal=(False, True))
-    cases += _variants(Case("func", "float16", 128, 1024, 1024), **both, head_dim=(64, 128, 256),
-                       causal=(False, True))
-    shapes = [(1, 239), (97, 97), (128, 217), (256, 512), (512, 256), (1023, 1024), (1024, 1023), (2048, 2048)]
-    cases += [replace(c, seqlen_q=sq, seqlen_k=sk) for sq, sk in shapes
-              for c in _variants(Case("func", "float16", 128, 1, 1), **both, causal=(False, True))]
-    cases += _variants(Case("func", "float16", 128, 256, 512), **both, nheads_k=(1, 2), causal=(False, True))
-    cases += _variants(Case("func", "float16", 64, 512, 512, window=(128, 64)), **both, head_dim=(64, 128, 256),
-                       causal=(False, True))
-    cases += _variants(Case("func", "float16", 64, 113, 203, window=(50, 20)), **both, causal=(False, True))
-    cases += _variants(Case("func", "float16", 64, 256, 512, softcap=50.0), **both, head_dim=(64, 128, 256),
-                       causal=(False, True))
-    cases += _variants(Case("func", "float16", 64, 256, 256, alibi=True), **both, head_dim=(64, 128),
-                       causal=(False, True))
-    cases += _variants(Case("func", "float16", 64, 512, 512, dropout_p=0.17), **both, head_dim=(64, 128, 256),
-                       causal=(False, True))
-    cases += _variants(Case("func", "float16", 128, 512, 512, dropout_p=0.17, window=(128, 64)), **both)
-    cases += _variants(Case("func", "float16", 64, 512, 512, deterministic=True), **both,
-                       head_dim=(64, 128, 256), causal=(False, True))
-    cases += _variants(Case("qkvpacked", "float16", 64, 512, 512), **both, head_dim=(32, 64, 128, 256),
-                       causal=(False, True))
-    cases += _variants(Case("qkvpacked", "float16", 64, 97, 97, dropout_p=0.17), **both, head_dim=(64, 128))
-    cases += _variants(Case("kvpacked", "float16", 64, 113, 203), **both, head_dim=(64, 128),
-                       nheads_k=(6, 2, 1), causal=(False, True))
-    cases += _variants(Case("varlen", "float16", 64, 256, 256), **both, head_dim=(32, 59, 64, 128, 256),
-                       causal=(False, True))
-    cases += _variants(Case("varlen", "float16", 128, 113, 203), **both, causal=(False, True), nheads_k=(6, 2))
-    cases += _variants(Case("varlen", "float16", 128, 512, 512), **both, causal=(False, True),
-                       window=((100, 50),), alibi=(False, True))
+    cases = _variants(
+        Case("func", "float16", 64, 113, 203), **both, head_dim=HEAD_DIMS, causal=(False, True)
+    )
+    cases += _variants(
+        Case("func", "float16", 128, 1024, 1024),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+    )
+    shapes = [
+        (1, 239),
+        (97, 97),
+        (128, 217),
+        (256, 512),
+        (512, 256),
+        (1023, 1024),
+        (1024, 1023),
+        (2048, 2048),
+    ]
+    cases += [
+        replace(c, seqlen_q=sq, seqlen_k=sk)
+        for sq, sk in shapes
+        for c in _variants(Case("func", "float16", 128, 1, 1), **both, causal=(False, True))
+    ]
+    cases += _variants(
+        Case("func", "float16", 128, 256, 512), **both, nheads_k=(1, 2), causal=(False, True)
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 512, 512, window=(128, 64)),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 113, 203, window=(50, 20)), **both, causal=(False, True)
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 256, 512, softcap=50.0),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 256, 256, alibi=True),
+        **both,
+        head_dim=(64, 128),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 512, 512, dropout_p=0.17),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("func", "float16", 128, 512, 512, dropout_p=0.17, window=(128, 64)), **both
+    )
+    cases += _variants(
+        Case("func", "float16", 64, 512, 512, deterministic=True),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("qkvpacked", "float16", 64, 512, 512),
+        **both,
+        head_dim=(32, 64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("qkvpacked", "float16", 64, 97, 97, dropout_p=0.17), **both, head_dim=(64, 128)
+    )
+    cases += _variants(
+        Case("kvpacked", "float16", 64, 113, 203),
+        **both,
+        head_dim=(64, 128),
+        nheads_k=(6, 2, 1),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("varlen", "float16", 64, 256, 256),
+        **both,
+        head_dim=(32, 59, 64, 128, 256),
+        causal=(False, True),
+    )
+    cases += _variants(
+        Case("varlen", "float16", 128, 113, 203), **both, causal=(False, True), nheads_k=(6, 2)
+    )
+    cases += _variants(
+        Case("varlen", "float16", 128, 512, 512),
+        **both,
+        causal=(False, True),
+        window=((100, 50),),
+        alibi=(False, True),
+    )
     cases += _variants(Case("varlen", "float16", 128, 256, 256, softcap=50.0), **both)
-    cases += _variants(Case("varlen", "float16", 64, 512, 512, dropout_p=0.17), **both, causal=(False, True))
+    cases += _variants(
+        Case("varlen", "float16", 64, 512, 512, dropout_p=0.17), **both, causal=(False, True)
+    )
     cases += _variants(Case("varlen", "float16", 128, 384, 384, deterministic=True), **both)
-    cases += _variants(Case("kvcache", "float16", 64, 1, 512, nheads_k=2), **both, head_dim=(64, 128, 256),
-                       causal=(False, True), new_tokens=(0, 1))
-    cases += _variants(Case("kvcache", "float16", 128, 64, 800), **both, causal=(False, True),
-                       nheads_k=(6, 1), new_tokens=(0, 16))
-    cases += _variants(Case("kvcache", "float16", 59, 3, 1024, window=(256, 0), causal=True, new_tokens=3), **both)
+    cases += _variants(
+        Case("kvcache", "float16", 64, 1, 512, nheads_k=2),
+        **both,
+        head_dim=(64, 128, 256),
+        causal=(False, True),
+        new_tokens=(0, 1),
+    )
+    cases += _variants(
+        Case("kvcache", "float16", 128, 64, 800),
+        **both,
+        causal=(False, True),
+        nheads_k=(6, 1),
+        new_tokens=(0, 16),
+    )
+    cases += _variants(
+        Case("kvcache", "float16", 59, 3, 1024, window=(256, 0), causal=True, new_tokens=3), **both
+    )
     return cases
 
 
@@ -166,10 +272,18 @@ PACKED_APIS = ("qkvpacked", "kvpacked")
 def case_features(case: Case) -> set[str]:
     """The knowledge's feature names a case exercises (the implementation files' `features`, plus ones some lack)."""
     flags = {
-        "causal": case.causal, "sliding_window": case.window != (-1, -1), "gqa": case.nheads_k != case.nheads,
-        "softcap": case.softcap > 0, "varlen": case.api == "varlen", "backward": case.backward,
-        "paged_kv": case.api == "kvcache", "kv_append": case.new_tokens > 0, "alibi": case.alibi,
-        "dropout": case.dropout_p > 0, "deterministic": case.deterministic, "packed_api": case.api in PACKED_APIS,
+        "causal": case.causal,
+        "sliding_window": case.window != (-1, -1),
+        "gqa": case.nheads_k != case.nheads,
+        "softcap": case.softcap > 0,
+        "varlen": case.api == "varlen",
+        "backward": case.backward,
+        "paged_kv": case.api == "kvcache",
+        "kv_append": case.new_tokens > 0,
+        "alibi": case.alibi,
+        "dropout": case.dropout_p > 0,
+        "deterministic": case.deterministic,
+        "packed_api": case.api in PACKED_APIS,
     }
     return {name for name, on in flags.items() if on}
 

@@ -22,35 +22,53 @@ from toolkit.verify.suite import Run, Suite
 
 SUITES: dict[str, Suite] = {"flash-attn-2": fa2, "flash-attn-3": fa3, "flash-attn-4": fa4}
 DEFAULT = "flash-attn-2"
-RENAMED = {"flash-attn": "flash-attn-2", "fa4": "flash-attn-4"}  # --backend's earlier values, still read
+RENAMED = {
+    "flash-attn": "flash-attn-2",
+    "fa4": "flash-attn-4",
+}  # --backend's earlier values, still read
 LEVELS = ("smoke", "full", "parity")
 
 
 def add_suite_options(parser: argparse.ArgumentParser, prog: str) -> None:
     """--impl, --level and --arch: what the verb and its child share."""
-    parser.add_argument("--impl", choices=tuple(SUITES), default=DEFAULT, metavar="NAME",
-                        type=renamed_choice(tuple(SUITES), RENAMED, prog),
-                        help=f"the implementation to verify: {', '.join(SUITES)} (default: {DEFAULT}); each one's "
-                             "cases its build or GPU cannot take are recorded as unsupported")
-    parser.add_argument("--level", choices=LEVELS, default="smoke", metavar="LEVEL",
-                        help="smoke: every API and feature once; full: the whole grid; parity: transformers' "
-                             "tiny-Llama logits alone (default: smoke)")
-    add_arch(parser, type=int,
-             help="the sm to judge the cases for, as an integer, e.g. 90 (default: the GPU's; "
-                             "flash-attn-3 and flash-attn-4 take the cases their knowledge lists for it)")
+    parser.add_argument(
+        "--impl",
+        choices=tuple(SUITES),
+        default=DEFAULT,
+        metavar="NAME",
+        type=renamed_choice(tuple(SUITES), RENAMED, prog),
+        help=f"the implementation to verify: {', '.join(SUITES)} (default: {DEFAULT}); each one's "
+        "cases its build or GPU cannot take are recorded as unsupported",
+    )
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="smoke",
+        metavar="LEVEL",
+        help="smoke: every API and feature once; full: the whole grid; parity: transformers' "
+        "tiny-Llama logits alone (default: smoke)",
+    )
+    add_arch(
+        parser,
+        type=int,
+        help="the sm to judge the cases for, as an integer, e.g. 90 (default: the GPU's; "
+        "flash-attn-3 and flash-attn-4 take the cases their knowledge lists for it)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from toolkit.verify.machine import add_line_arguments
 
     parser = subparsers.add_parser(
-        "verify", help="check an attention implementation on a GPU against an fp32 reference attention",
+        "verify",
+        help="check an attention implementation on a GPU against an fp32 reference attention",
         description="Run the verification suite against the implementation installed in the line's environment "
-                    "(--impl, default flash-attn-2): every API, fwd+bwd, fp16/bf16, head dims 32-256, masks, GQA, "
-                    "softcap, ALiBi, dropout, deterministic backward, each where the implementation has it; "
-                    "flash-attn-2's full level adds transformers parity. Writes verify.json and verify.xml to "
-                    "reports/LINE/ (flash-attn-2) or the implementation's folder in it, where `toolkit recommend` "
-                    "looks (unless --report-dir says otherwise); exit 1 on any failure or without a GPU.")
+        "(--impl, default flash-attn-2): every API, fwd+bwd, fp16/bf16, head dims 32-256, masks, GQA, "
+        "softcap, ALiBi, dropout, deterministic backward, each where the implementation has it; "
+        "flash-attn-2's full level adds transformers parity. Writes verify.json and verify.xml to "
+        "reports/LINE/ (flash-attn-2) or the implementation's folder in it, where `toolkit recommend` "
+        "looks (unless --report-dir says otherwise); exit 1 on any failure or without a GPU.",
+    )
     add_line_arguments(parser)
     add_suite_options(parser, parser.prog)
     add_option_alias(parser, "--backend", "--impl")
@@ -66,14 +84,31 @@ def verify_command(args: argparse.Namespace) -> int:
     suite = checked_suite(args.impl, args.level)
     spec = machine.checked_line_spec(args)
     profile = suite.build_profile(spec)
-    args.report_dir = args.report_dir or Workspace.from_args(args).backend_report_dir(spec.line, args.impl)
+    args.report_dir = args.report_dir or Workspace.from_args(args).backend_report_dir(
+        spec.line, args.impl
+    )
     command = " ".join(["toolkit verify", args.line, *reproduce(args.impl, args.level, args.arch)])
-    child = ["--impl", args.impl, "--level", args.level, *(["--profile", profile] if profile else []),
-             *(["--arch", str(args.arch)] if args.arch else []), "--command", command]
+    child = [
+        "--impl",
+        args.impl,
+        "--level",
+        args.level,
+        *(["--profile", profile] if profile else []),
+        *(["--arch", str(args.arch)] if args.arch else []),
+        "--command",
+        command,
+    ]
     code, written = machine.measure_for_line(
-        args, spec, "toolkit.verify", child,
-        lambda line, report_dir: measure(args.impl, line, args.level, report_dir, command, args.arch, profile),
-        "verification", "verify.json")
+        args,
+        spec,
+        "toolkit.verify",
+        child,
+        lambda line, report_dir: measure(
+            args.impl, line, args.level, report_dir, command, args.arch, profile
+        ),
+        "verification",
+        "verify.json",
+    )
     if written:
         report.show(written, Console())
     return code
@@ -92,11 +127,23 @@ def checked_suite(impl: str, level: str) -> Suite:
 
 def reproduce(impl: str, level: str, arch: int | None) -> list[str]:
     """The options that repeat a run, as its report records them (the default implementation left out)."""
-    return [*([] if impl == DEFAULT else ["--impl", impl]), "--level", level, *(["--arch", str(arch)] if arch else [])]
+    return [
+        *([] if impl == DEFAULT else ["--impl", impl]),
+        "--level",
+        level,
+        *(["--arch", str(arch)] if arch else []),
+    ]
 
 
-def measure(impl: str, line: str, level: str, report_dir: Path, command: str, arch: int | None = None,
-            profile: str | None = None) -> int:
+def measure(
+    impl: str,
+    line: str,
+    level: str,
+    report_dir: Path,
+    command: str,
+    arch: int | None = None,
+    profile: str | None = None,
+) -> int:
     """The GPU side, in the environment's own python: run the suite, the report rewritten after every case (a
     killed run keeps what it judged), then parity; return the exit status."""
     from toolkit.verify import machine, report
@@ -112,8 +159,9 @@ def measure(impl: str, line: str, level: str, report_dir: Path, command: str, ar
     parity: list = []
 
     def write(label: str, recommended: bool = False) -> dict:
-        data = report.build_report(line, label, environment, results, parity, time.perf_counter() - start,
-                                   import_error)
+        data = report.build_report(
+            line, label, environment, results, parity, time.perf_counter() - start, import_error
+        )
         if recommended:
             data["recommended"] = parity_recommendation(line)
         report.write_reports(data, report_dir)
@@ -123,8 +171,14 @@ def measure(impl: str, line: str, level: str, report_dir: Path, command: str, ar
         cases = suite.cases(level)
         if cases:
             title = f"verify {line} {impl} ({level}{f', {profile}' if profile else ''})"
-            machine.judge_with_partial_reports(results, len(cases), label, title, write,
-                                               lambda on_result: suite.judge(module, cases, run, on_result))
+            machine.judge_with_partial_reports(
+                results,
+                len(cases),
+                label,
+                title,
+                write,
+                lambda on_result: suite.judge(module, cases, run, on_result),
+            )
         parity += suite.parity(level)
     return 0 if report.passed(write(label, recommended=level in suite.WITH_PARITY)) else 1
 
@@ -145,16 +199,24 @@ def main(argv: list[str] | None = None) -> int:
     re-executes it under the line's python); run by hand, it shows the report as the verb does."""
     parser = argparse.ArgumentParser(
         prog="python -m toolkit.verify",
-        description="The measuring half of `toolkit verify`, in this python, without reading the line's spec.")
+        description="The measuring half of `toolkit verify`, in this python, without reading the line's spec.",
+    )
     add_line(parser, "the line's name, recorded in the report")
     add_suite_options(parser, parser.prog)
     add_report_dir(parser, "where the reports go", required=True)
-    parser.add_argument("--profile", metavar="NAME", help="the build profile the line's spec names (flash-attn-3)")
-    parser.add_argument("--command", metavar="TEXT", help="the command recorded in the report (default: this one)")
+    parser.add_argument(
+        "--profile", metavar="NAME", help="the build profile the line's spec names (flash-attn-3)"
+    )
+    parser.add_argument(
+        "--command", metavar="TEXT", help="the command recorded in the report (default: this one)"
+    )
     args = parser.parse_args(argv)
-    command = args.command or " ".join(["python -m toolkit.verify", args.line, *reproduce(args.impl, args.level,
-                                                                                        args.arch)])
-    code = measure(args.impl, args.line, args.level, args.report_dir, command, args.arch, args.profile)
+    command = args.command or " ".join(
+        ["python -m toolkit.verify", args.line, *reproduce(args.impl, args.level, args.arch)]
+    )
+    code = measure(
+        args.impl, args.line, args.level, args.report_dir, command, args.arch, args.profile
+    )
     if args.command is None:  # run by hand: show it; under `toolkit verify` the parent shows it
         from rich.console import Console
 

@@ -41,19 +41,30 @@ class Check:
     error: float  # flash-attn's error (or the measured quantity)
     bound: float
     passed: bool
-    torch_error: float | None = None  # the low-precision torch run's error, where the bound derives from it
+    torch_error: float | None = (
+        None  # the low-precision torch run's error, where the bound derives from it
+    )
 
     def summary(self) -> str:
         base = f"{self.name}: {self.error:.3g} > {self.bound:.3g}"
-        return base + (f" (torch low-precision error {self.torch_error:.3g})" if self.torch_error is not None else "")
+        return base + (
+            f" (torch low-precision error {self.torch_error:.3g})"
+            if self.torch_error is not None
+            else ""
+        )
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().float() - b.detach().float()).abs().max()) if a.numel() else 0.0
 
 
-def relative_to_torch(name: str, actual: torch.Tensor, reference: torch.Tensor, torch_low: torch.Tensor,
-                      criterion: Criterion) -> Check:
+def relative_to_torch(
+    name: str,
+    actual: torch.Tensor,
+    reference: torch.Tensor,
+    torch_low: torch.Tensor,
+    criterion: Criterion,
+) -> Check:
     """flash-attn's max error vs the reference, bounded by criterion x torch's low-precision max error."""
     error = max_abs_diff(actual, reference)
     torch_error = max_abs_diff(torch_low, reference)

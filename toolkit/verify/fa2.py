@@ -47,7 +47,9 @@ def cases(level: str) -> list[Case]:
     return CASES[level]() if level in CASES else []
 
 
-def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
+def judge(
+    module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]
+) -> object:
     from toolkit.verify.runner import run_suite
 
     return run_suite(module, cases, DEVICE, on_result)

@@ -52,7 +52,10 @@ def case_features(case: Case) -> set[str]:
 
 def head_dim_kernel(head_dim: int, off: set[str], kernels: dict) -> int | None:
     """The head-dim kernel a head dim runs on: the smallest one left in that is >= it (round_up_headdim)."""
-    return next((int(k) for k in sorted(kernels, key=int) if head_dim <= int(k) and kernels[k] not in off), None)
+    return next(
+        (int(k) for k in sorted(kernels, key=int) if head_dim <= int(k) and kernels[k] not in off),
+        None,
+    )
 
 
 def unsupported_reason(case: Case, profile: Any, arch: int, knowledge: dict) -> str:
@@ -65,8 +68,10 @@ def unsupported_reason(case: Case, profile: Any, arch: int, knowledge: dict) -> 
     if dtype["switch"] in off:
         return f"{case.dtype} left out by {where}: {dtype['switch']}"
     if case.head_dim % dtype["head_dim_multiple_of"]:
-        return f"head dim {case.head_dim} is not a multiple of {dtype['head_dim_multiple_of']} for {case.dtype} " \
-               f"(FA3 refuses it; flash_attn_3.yaml verification)"
+        return (
+            f"head dim {case.head_dim} is not a multiple of {dtype['head_dim_multiple_of']} for {case.dtype} "
+            f"(FA3 refuses it; flash_attn_3.yaml verification)"
+        )
     if head_dim_kernel(case.head_dim, off, rules["head_dim_kernels"]) is None:
         kept = [int(k) for k, switch in rules["head_dim_kernels"].items() if switch not in off]
         return f"head dim {case.head_dim} above every head-dim kernel of {where} (built: {kept})"
@@ -74,8 +79,11 @@ def unsupported_reason(case: Case, profile: Any, arch: int, knowledge: dict) -> 
     absent = sorted(features & set(rules["absent"]))
     if absent:
         return f"FA3 has no {', '.join(absent)} (flash_attn_interface.py at the pinned commit)"
-    removed = sorted(f"{name} ({rules['features'][name]})" for name in features
-                     if rules["features"].get(name) in off)
+    removed = sorted(
+        f"{name} ({rules['features'][name]})"
+        for name in features
+        if rules["features"].get(name) in off
+    )
     unknown = sorted(features - set(rules["features"]))
     if unknown:
         return f"flash_attn_3.yaml verification.features does not list {', '.join(unknown)}"
@@ -84,11 +92,17 @@ def unsupported_reason(case: Case, profile: Any, arch: int, knowledge: dict) -> 
 
 def fp8_cases(level: str) -> list[Case]:
     """FP8 forward: both masks, GQA, uneven lengths; `full` adds every head-dim kernel."""
-    cases = [Case("func", FP8, 128, 512, 512), Case("func", FP8, 64, 113, 203, causal=True),
-             Case("func", FP8, 128, 256, 512, nheads_k=2, causal=True)]
+    cases = [
+        Case("func", FP8, 128, 512, 512),
+        Case("func", FP8, 64, 113, 203, causal=True),
+        Case("func", FP8, 128, 256, 512, nheads_k=2, causal=True),
+    ]
     if level == "full":
-        cases += [Case("func", FP8, d, 1024, 1024, causal=causal) for d in (64, 96, 128, 192, 256)
-                  for causal in (False, True)]
+        cases += [
+            Case("func", FP8, d, 1024, 1024, causal=causal)
+            for d in (64, 96, 128, 192, 256)
+            for causal in (False, True)
+        ]
     return cases
 
 
@@ -114,22 +128,29 @@ class Fp8Bound:
 
     unit_roundoff: float
     subnormal_weight_error: float  # per key, after normalisation
-    output_roundoff: float = 2.0 ** -8  # bf16: 7 stored mantissa bits, round to nearest
+    output_roundoff: float = 2.0**-8  # bf16: 7 stored mantissa bits, round to nearest
 
     @classmethod
     def from_knowledge(cls, knowledge: dict) -> Fp8Bound:
         fp8 = knowledge["verification"]["fp8"]
-        return cls(2.0 ** -(int(fp8["mantissa_bits"]) + 1),
-                   2.0 ** (int(fp8["subnormal_exponent"]) - int(fp8["softmax_offset_bits"])))
+        return cls(
+            2.0 ** -(int(fp8["mantissa_bits"]) + 1),
+            2.0 ** (int(fp8["subnormal_exponent"]) - int(fp8["softmax_offset_bits"])),
+        )
 
     @property
     def weight_error(self) -> float:
         return 2 * self.unit_roundoff / (1 - self.unit_roundoff)
 
-    def elementwise(self, weighted_abs_v: Tensor, out_ref: Tensor, max_abs_v: float, seqlen_k: int) -> Tensor:
+    def elementwise(
+        self, weighted_abs_v: Tensor, out_ref: Tensor, max_abs_v: float, seqlen_k: int
+    ) -> Tensor:
         """The bound for every output element (tensors of the output's shape)."""
-        return (self.weight_error * weighted_abs_v + seqlen_k * self.subnormal_weight_error * max_abs_v
-                + self.output_roundoff * out_ref.abs())
+        return (
+            self.weight_error * weighted_abs_v
+            + seqlen_k * self.subnormal_weight_error * max_abs_v
+            + self.output_roundoff * out_ref.abs()
+        )
 
 
 def fp8_inputs(case: Case, device: Device) -> tuple[list, list]:
@@ -137,9 +158,14 @@ def fp8_inputs(case: Case, device: Device) -> tuple[list, list]:
     import torch
 
     torch.manual_seed(case.seed)
-    shapes = [(case.batch, case.seqlen_q, case.nheads), (case.batch, case.seqlen_k, case.nheads_k),
-              (case.batch, case.seqlen_k, case.nheads_k)]
-    tensors = [torch.randn(*s, case.head_dim, device=device).to(torch.float8_e4m3fn) for s in shapes]
+    shapes = [
+        (case.batch, case.seqlen_q, case.nheads),
+        (case.batch, case.seqlen_k, case.nheads_k),
+        (case.batch, case.seqlen_k, case.nheads_k),
+    ]
+    tensors = [
+        torch.randn(*s, case.head_dim, device=device).to(torch.float8_e4m3fn) for s in shapes
+    ]
     descales = [torch.rand(case.batch, case.nheads_k, device=device) * 2 for _ in range(3)]
     return tensors, descales
 
@@ -162,7 +188,9 @@ def fp8_reference(case: Case, tensors: list, descales: list) -> tuple[Any, Any, 
     weighted_abs_v, _ = reference.attention_ref(q, k, v.abs(), **options)
     group = case.nheads // case.nheads_k
     rounded = probs.to(torch.float8_e4m3fn).float()
-    torch_fp8 = torch.einsum("bhts,bshd->bthd", rounded, v.repeat_interleave(group, dim=2)).to(torch.bfloat16)
+    torch_fp8 = torch.einsum("bhts,bshd->bthd", rounded, v.repeat_interleave(group, dim=2)).to(
+        torch.bfloat16
+    )
     return out_ref, weighted_abs_v, torch_fp8
 
 
@@ -170,14 +198,23 @@ def check_fp8(module: Any, case: Case, device: Device, bound: Fp8Bound) -> list:
     from toolkit.verify import criterion
 
     tensors, descales = fp8_inputs(case, device)
-    out = module.flash_attn_func(*tensors, causal=case.causal, window_size=case.window, softcap=case.softcap,
-                                 q_descale=descales[0], k_descale=descales[1], v_descale=descales[2])
+    out = module.flash_attn_func(
+        *tensors,
+        causal=case.causal,
+        window_size=case.window,
+        softcap=case.softcap,
+        q_descale=descales[0],
+        k_descale=descales[1],
+        v_descale=descales[2],
+    )
     out = out[0] if isinstance(out, tuple) else out
     out_ref, weighted_abs_v, torch_fp8 = fp8_reference(case, tensors, descales)
     v = descaled(tensors[2], descales[2], tensors[2].shape[2])
     allowed = bound.elementwise(weighted_abs_v, out_ref, float(v.abs().max()), case.seqlen_k)
     ratio = float(((out.float() - out_ref).abs() / (allowed + criterion.OUTPUT.epsilon)).max())
-    within = criterion.Check("out within the e4m3 bound (error/bound, elementwise)", ratio, 1.0, ratio <= 1.0)
+    within = criterion.Check(
+        "out within the e4m3 bound (error/bound, elementwise)", ratio, 1.0, ratio <= 1.0
+    )
     return [criterion.relative_to_torch("out", out, out_ref, torch_fp8, criterion.OUTPUT), within]
 
 
@@ -186,7 +223,9 @@ def check_fp8(module: Any, case: Case, device: Device, bound: Fp8Bound) -> list:
 
 def _refuse(dropout_p: float, alibi_slopes: Any, return_attn_probs: bool) -> None:
     if dropout_p > 0 or alibi_slopes is not None or return_attn_probs:
-        raise NotImplementedError("flash_attn_interface has no dropout, ALiBi or returned probabilities")
+        raise NotImplementedError(
+            "flash_attn_interface has no dropout, ALiBi or returned probabilities"
+        )
 
 
 def _out(result: Any) -> Any:
@@ -200,50 +239,135 @@ class Fa3Backend:
     def __init__(self, module: Any):
         self.module = module
 
-    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
-                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
-                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
-                        return_attn_probs: bool = False) -> Tensor:
+    def flash_attn_func(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        dropout_p: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+        deterministic: bool = False,
+        return_attn_probs: bool = False,
+    ) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
-        return _out(self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                                                window_size=window_size, softcap=softcap,
-                                                deterministic=deterministic))
+        return _out(
+            self.module.flash_attn_func(
+                q,
+                k,
+                v,
+                softmax_scale=softmax_scale,
+                causal=causal,
+                window_size=window_size,
+                softcap=softcap,
+                deterministic=deterministic,
+            )
+        )
 
-    def flash_attn_qkvpacked_func(self, qkv: Tensor, dropout_p: float = 0.0, softmax_scale: float | None = None,
-                                  causal: bool = False, window_size: Window = (-1, -1), softcap: float = 0.0,
-                                  alibi_slopes: Tensor | None = None, deterministic: bool = False,
-                                  return_attn_probs: bool = False) -> Tensor:
+    def flash_attn_qkvpacked_func(
+        self,
+        qkv: Tensor,
+        dropout_p: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+        deterministic: bool = False,
+        return_attn_probs: bool = False,
+    ) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
-        return _out(self.module.flash_attn_qkvpacked_func(qkv, softmax_scale=softmax_scale, causal=causal,
-                                                          window_size=window_size, softcap=softcap,
-                                                          deterministic=deterministic))
+        return _out(
+            self.module.flash_attn_qkvpacked_func(
+                qkv,
+                softmax_scale=softmax_scale,
+                causal=causal,
+                window_size=window_size,
+                softcap=softcap,
+                deterministic=deterministic,
+            )
+        )
 
     def flash_attn_kvpacked_func(self, *args: Any, **kwargs: Any) -> Tensor:
         raise NotImplementedError("flash_attn_interface has no flash_attn_kvpacked_func")
 
-    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
-                               softmax_scale: float | None = None, causal: bool = False,
-                               window_size: Window = (-1, -1), softcap: float = 0.0,
-                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
-                               return_attn_probs: bool = False) -> Tensor:
+    def flash_attn_varlen_func(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cu_seqlens_q: Tensor,
+        cu_seqlens_k: Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        dropout_p: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+        deterministic: bool = False,
+        return_attn_probs: bool = False,
+    ) -> Tensor:
         _refuse(dropout_p, alibi_slopes, return_attn_probs)
-        return _out(self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                                       max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
-                                                       window_size=window_size, softcap=softcap,
-                                                       deterministic=deterministic))
+        return _out(
+            self.module.flash_attn_varlen_func(
+                q,
+                k,
+                v,
+                cu_seqlens_q,
+                cu_seqlens_k,
+                max_seqlen_q,
+                max_seqlen_k,
+                softmax_scale=softmax_scale,
+                causal=causal,
+                window_size=window_size,
+                softcap=softcap,
+                deterministic=deterministic,
+            )
+        )
 
-    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
-                                v: Tensor | None = None, cache_seqlens: Tensor | None = None, causal: bool = False,
-                                window_size: Window = (-1, -1), softcap: float = 0.0,
-                                alibi_slopes: Tensor | None = None) -> Tensor:
+    def flash_attn_with_kvcache(
+        self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        k: Tensor | None = None,
+        v: Tensor | None = None,
+        cache_seqlens: Tensor | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+    ) -> Tensor:
         _refuse(0.0, alibi_slopes, False)
-        return _out(self.module.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens,
-                                                        causal=causal, window_size=window_size, softcap=softcap))
+        return _out(
+            self.module.flash_attn_with_kvcache(
+                q,
+                k_cache,
+                v_cache,
+                k=k,
+                v=v,
+                cache_seqlens=cache_seqlens,
+                causal=causal,
+                window_size=window_size,
+                softcap=softcap,
+            )
+        )
 
 
-def run_fa3_suite(module: Any, cases: list[Case], device: Device, arch: int, profile: Any, knowledge: dict,
-                  on_result: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
+def run_fa3_suite(
+    module: Any,
+    cases: list[Case],
+    device: Device,
+    arch: int,
+    profile: Any,
+    knowledge: dict,
+    on_result: Callable[[CaseResult], None] = lambda result: None,
+) -> list[CaseResult]:
     """Cases the build can take through the runner (FP8 through `check_fp8`); the others "unsupported"."""
     import torch
 
@@ -256,7 +380,9 @@ def run_fa3_suite(module: Any, cases: list[Case], device: Device, arch: int, pro
     for case in cases:
         reason = unsupported_reason(case, profile, arch, knowledge)
         if reason:
-            result = CaseResult(case.name, case.api, case.params(), "unsupported", 0.0, message=reason)
+            result = CaseResult(
+                case.name, case.api, case.params(), "unsupported", 0.0, message=reason
+            )
         elif case.dtype == FP8:
             result = run_fp8_case(module, case, device, bound)
         else:
@@ -277,11 +403,25 @@ def run_fp8_case(module: Any, case: Case, device: Device, bound: Fp8Bound) -> Ca
         checks = check_fp8(module, case, device, bound)
     except Exception as exc:  # one broken case is a finding, not the end of the suite
         message = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:500]
-        return CaseResult(case.name, case.api, case.params(), "error", time.perf_counter() - start,
-                          message=message, traceback=traceback.format_exc()[-4000:])
+        return CaseResult(
+            case.name,
+            case.api,
+            case.params(),
+            "error",
+            time.perf_counter() - start,
+            message=message,
+            traceback=traceback.format_exc()[-4000:],
+        )
     failed = [c for c in checks if not c.passed]
-    return CaseResult(case.name, case.api, case.params(), "failed" if failed else "passed",
-                      time.perf_counter() - start, checks, "; ".join(c.summary() for c in failed))
+    return CaseResult(
+        case.name,
+        case.api,
+        case.params(),
+        "failed" if failed else "passed",
+        time.perf_counter() - start,
+        checks,
+        "; ".join(c.summary() for c in failed),
+    )
 
 
 # ---------------------------------------------------------------- the measuring side (the line's python)
@@ -309,7 +449,11 @@ def build_flags() -> dict | None:
 
 
 def refusal(level: str) -> str:
-    return "no transformers parity for FA3 yet (use --level smoke or full)" if level == "parity" else ""
+    return (
+        "no transformers parity for FA3 yet (use --level smoke or full)"
+        if level == "parity"
+        else ""
+    )
 
 
 def import_implementation() -> tuple[ModuleType | None, str]:
@@ -322,25 +466,39 @@ def _profile(run: Run) -> Any:
     from toolkit.knowledge import fa3_pins
 
     if run.profile is None:
-        raise ToolkitError("verifying flash-attn-3 needs the line's build profile: pass --profile NAME "
-                           "(flash_attn_3.yaml profiles), or run `toolkit verify LINE --impl flash-attn-3`")
+        raise ToolkitError(
+            "verifying flash-attn-3 needs the line's build profile: pass --profile NAME "
+            "(flash_attn_3.yaml profiles), or run `toolkit verify LINE --impl flash-attn-3`"
+        )
     return fa3_pins.profile(run.profile)
 
 
 def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
-    return {"flash_attn": {"version": fa3_version(), "path": getattr(module, "__file__", None), "package": PACKAGE,
-                           "extension": None, "profile": _profile(run).name, "build_flags": build_flags()},
-            "arch": run.arch}
+    return {
+        "flash_attn": {
+            "version": fa3_version(),
+            "path": getattr(module, "__file__", None),
+            "package": PACKAGE,
+            "extension": None,
+            "profile": _profile(run).name,
+            "build_flags": build_flags(),
+        },
+        "arch": run.arch,
+    }
 
 
 def cases(level: str) -> list[Case]:
     return fa3_cases(level)
 
 
-def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
+def judge(
+    module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]
+) -> object:
     from toolkit.knowledge import fa3_pins
 
-    return run_fa3_suite(module, cases, DEVICE, run.arch, _profile(run), fa3_pins.knowledge(), on_result)
+    return run_fa3_suite(
+        module, cases, DEVICE, run.arch, _profile(run), fa3_pins.knowledge(), on_result
+    )
 
 
 def parity(level: str) -> list[ParityResult]:
@@ -353,6 +511,8 @@ def build_profile(spec: EnvSpec) -> str | None:
     from toolkit.base.paths import display_path
 
     if spec.flash_attn_3 is None:
-        raise ToolkitError(f"{display_path(spec.path)}: the line builds no FlashAttention-3 (add a flash_attn_3: "
-                           f"section with commit and profile, like envs/gpu-machine-fa3.yaml)")
+        raise ToolkitError(
+            f"{display_path(spec.path)}: the line builds no FlashAttention-3 (add a flash_attn_3: "
+            f"section with commit and profile, like envs/gpu-machine-fa3.yaml)"
+        )
     return spec.flash_attn_3.profile

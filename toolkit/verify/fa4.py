@@ -19,7 +19,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from toolkit.verify.cases import Case, case_features, import_finding, installed_version, level_with_extras
+from toolkit.verify.cases import (
+    Case,
+    case_features,
+    import_finding,
+    installed_version,
+    level_with_extras,
+)
 from toolkit.verify.suite import Device, Run, Tensor, Window
 
 if TYPE_CHECKING:
@@ -35,23 +41,34 @@ WITH_PARITY: tuple[str, ...] = ("parity",)  # a report of its own: the kernels' 
 def listed_features(knowledge: dict, arch: int) -> dict[str, set[str]]:
     """feature -> {"fwd", "bwd"} for the sm family of `arch` (90 -> sm90, 100/103 -> sm100)."""
     family = f"sm{arch // 10 * 10}"
-    return {name: set(facts[family]) for name, facts in knowledge["features"].items() if family in facts}
+    return {
+        name: set(facts[family]) for name, facts in knowledge["features"].items() if family in facts
+    }
 
 
 def unsupported_reason(case: Case, knowledge: dict, arch: int) -> str:
     """Why the knowledge does not list this case for the GPU, or "" when it does."""
     family = f"sm{arch // 10 * 10}"
     listed = listed_features(knowledge, arch)
-    passes = {"fwd", "bwd"} if case.backward else {"fwd"}  # a feature must work in every pass the case runs
-    missing = sorted(f for f in case_features(case)
-                     if not ({"bwd"} if f == "backward" else passes) <= listed.get(f, set()))
+    passes = (
+        {"fwd", "bwd"} if case.backward else {"fwd"}
+    )  # a feature must work in every pass the case runs
+    missing = sorted(
+        f
+        for f in case_features(case)
+        if not ({"bwd"} if f == "backward" else passes) <= listed.get(f, set())
+    )
     dims = knowledge["head_dims"].get(family)
     if dims is None:
         return f"flash_attn_4.yaml lists no head dims for {family}"
     for rule, scope in ((dims, ""), (dims.get("bwd") if case.backward else None, " backward")):
-        if rule and not (rule["min"] <= case.head_dim <= rule["max"] and case.head_dim % rule["multiple_of"] == 0):
-            return (f"head dim {case.head_dim} not listed for {family}{scope} ({rule['min']}..{rule['max']}, "
-                    f"multiple of {rule['multiple_of']}; flash_attn_4.yaml head_dims)")
+        if rule and not (
+            rule["min"] <= case.head_dim <= rule["max"] and case.head_dim % rule["multiple_of"] == 0
+        ):
+            return (
+                f"head dim {case.head_dim} not listed for {family}{scope} ({rule['min']}..{rule['max']}, "
+                f"multiple of {rule['multiple_of']}; flash_attn_4.yaml head_dims)"
+            )
     if missing:
         return f"not listed for {family} in flash_attn_4.yaml: {', '.join(missing)}"
     return ""
@@ -80,32 +97,79 @@ class Fa4Backend:
         self.module = module
         self.__version__ = getattr(module, "__version__", None)
 
-    def flash_attn_func(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
-                        softmax_scale: float | None = None, causal: bool = False, window_size: Window = (-1, -1),
-                        softcap: float = 0.0, alibi_slopes: Tensor | None = None, deterministic: bool = False,
-                        return_attn_probs: bool = False) -> Tensor:
+    def flash_attn_func(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        dropout_p: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+        deterministic: bool = False,
+        return_attn_probs: bool = False,
+    ) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
-        return self.module.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                                           window_size=_window(window_size), softcap=softcap,
-                                           deterministic=deterministic)[0]
+        return self.module.flash_attn_func(
+            q,
+            k,
+            v,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=_window(window_size),
+            softcap=softcap,
+            deterministic=deterministic,
+        )[0]
 
-    def flash_attn_varlen_func(self, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-                               max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
-                               softmax_scale: float | None = None, causal: bool = False,
-                               window_size: Window = (-1, -1), softcap: float = 0.0,
-                               alibi_slopes: Tensor | None = None, deterministic: bool = False,
-                               return_attn_probs: bool = False) -> Tensor:
+    def flash_attn_varlen_func(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cu_seqlens_q: Tensor,
+        cu_seqlens_k: Tensor,
+        max_seqlen_q: int,
+        max_seqlen_k: int,
+        dropout_p: float = 0.0,
+        softmax_scale: float | None = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+        deterministic: bool = False,
+        return_attn_probs: bool = False,
+    ) -> Tensor:
         _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
-        return self.module.flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                                  softmax_scale=softmax_scale, causal=causal,
-                                                  window_size=_window(window_size), softcap=softcap,
-                                                  deterministic=deterministic)[0]
+        return self.module.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=_window(window_size),
+            softcap=softcap,
+            deterministic=deterministic,
+        )[0]
 
-    def flash_attn_with_kvcache(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Tensor | None = None,
-                                v: Tensor | None = None, cache_seqlens: Tensor = None, causal: bool = False,
-                                window_size: Window = (-1, -1), softcap: float = 0.0,
-                                alibi_slopes: Tensor | None = None) -> Tensor:
+    def flash_attn_with_kvcache(
+        self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        k: Tensor | None = None,
+        v: Tensor | None = None,
+        cache_seqlens: Tensor = None,
+        causal: bool = False,
+        window_size: Window = (-1, -1),
+        softcap: float = 0.0,
+        alibi_slopes: Tensor | None = None,
+    ) -> Tensor:
         """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k); the runner
         always passes cache_seqlens (its default is FA2's signature)."""
         import torch
@@ -124,17 +188,30 @@ class Fa4Backend:
         for pool, source in zip(pools, pages):
             pool[order.to(pool.device)] = source
         page_table = order.view(batch, per_seq).to(device=q.device, dtype=torch.int32)
-        return self.module.flash_attn_varlen_func(q, pools[0], pools[1], seqused_k=cache_seqlens.to(torch.int32),
-                                                  page_table=page_table, causal=causal,
-                                                  window_size=_window(window_size), softcap=softcap)[0]
+        return self.module.flash_attn_varlen_func(
+            q,
+            pools[0],
+            pools[1],
+            seqused_k=cache_seqlens.to(torch.int32),
+            page_table=page_table,
+            causal=causal,
+            window_size=_window(window_size),
+            softcap=softcap,
+        )[0]
 
 
 def fa4_cases(level: str) -> list[Case]:
     return level_with_extras(level)
 
 
-def run_fa4_suite(module: Any, cases: list[Case], device: Device, arch: int, knowledge: dict,
-                  on_result: Callable[[CaseResult], None] = lambda r: None) -> list[CaseResult]:
+def run_fa4_suite(
+    module: Any,
+    cases: list[Case],
+    device: Device,
+    arch: int,
+    knowledge: dict,
+    on_result: Callable[[CaseResult], None] = lambda r: None,
+) -> list[CaseResult]:
     """Listed cases through the runner (judged as for FA2); unlisted ones recorded as "unsupported"."""
     import torch
 
@@ -146,8 +223,11 @@ def run_fa4_suite(module: Any, cases: list[Case], device: Device, arch: int, kno
     results = []
     for case in cases:
         reason = unsupported_reason(case, knowledge, arch)
-        result = CaseResult(case.name, case.api, case.params(), "unsupported", 0.0, message=reason) if reason \
+        result = (
+            CaseResult(case.name, case.api, case.params(), "unsupported", 0.0, message=reason)
+            if reason
             else run_case(backend, case, device)
+        )
         on_result(result)
         results.append(result)
     return results
@@ -167,7 +247,7 @@ PARITY_IMPLEMENTATIONS = ("flash_attention_4", "sdpa", "eager")
 
 
 def transformers_names_fa4() -> str:
-    """"" when the installed transformers registers attn_implementation "flash_attention_4", else why not."""
+    """ "" when the installed transformers registers attn_implementation "flash_attention_4", else why not."""
     try:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     except Exception as exc:  # no transformers, or one too old to have the attention registry
@@ -188,8 +268,10 @@ def run_fa4_parity(device: Device) -> list[ParityResult]:
     chosen = tuple(i for i in PARITY_IMPLEMENTATIONS if not (why and i == "flash_attention_4"))
     rows = run_parity(device, chosen)
     if why:
-        rows += [ParityResult(f"{name}/flash_attention_4", "unsupported", None, None, 0.0, why)
-                 for name in scenarios(torch.device("cpu"))]
+        rows += [
+            ParityResult(f"{name}/flash_attention_4", "unsupported", None, None, 0.0, why)
+            for name in scenarios(torch.device("cpu"))
+        ]
     return rows
 
 
@@ -209,16 +291,24 @@ def import_implementation() -> tuple[ModuleType | None, str]:
 
 
 def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
-    return {"flash_attn": {"version": fa4_version(), "path": getattr(module, "__file__", None),
-                           "package": "flash-attn-4 (flash_attn.cute)", "extension": None},
-            "arch": run.arch}
+    return {
+        "flash_attn": {
+            "version": fa4_version(),
+            "path": getattr(module, "__file__", None),
+            "package": "flash-attn-4 (flash_attn.cute)",
+            "extension": None,
+        },
+        "arch": run.arch,
+    }
 
 
 def cases(level: str) -> list[Case]:
     return [] if level in WITH_PARITY else fa4_cases(level)
 
 
-def judge(module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
+def judge(
+    module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]
+) -> object:
     from toolkit.knowledge.fa4_pins import knowledge
 
     return run_fa4_suite(module, cases, DEVICE, run.arch, knowledge(), on_result)

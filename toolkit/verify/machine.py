@@ -41,8 +41,10 @@ def require_cuda(what: str) -> ModuleType:
     try:
         import torch
     except ImportError:
-        raise ToolkitError(f"{sys.executable}: torch is not importable here (install the line's environment, "
-                           f"or pass --python PATH of one that has torch and flash-attn)") from None
+        raise ToolkitError(
+            f"{sys.executable}: torch is not importable here (install the line's environment, "
+            f"or pass --python PATH of one that has torch and flash-attn)"
+        ) from None
     if not torch.cuda.is_available():
         raise ToolkitError(NO_GPU.format(why="torch.cuda.is_available() is False", what=what))
     return torch
@@ -52,7 +54,9 @@ def import_flash_attn() -> tuple[ModuleType | None, str]:
     """(flash_attn module, "") or (None, why it does not import): a broken wheel is a verification finding."""
     try:
         import flash_attn
-    except Exception as exc:  # ImportError, or an undefined symbol from a wheel built for another torch
+    except (
+        Exception
+    ) as exc:  # ImportError, or an undefined symbol from a wheel built for another torch
         return None, f"{type(exc).__name__}: {exc}"[:500]
     return flash_attn, ""
 
@@ -85,16 +89,28 @@ def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
     """Yields advance(note): one step done; a non-empty note (a failure) is printed above the bar.
     A rich bar where rich is installed (the line's environment may not have it), else the notes alone."""
     try:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
         from rich.text import Text
     except ImportError:
+
         def print_note(note: str = "") -> None:
             if note:
                 print(note, flush=True)
 
         yield print_note
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns) as bar:
         task = bar.add_task(label, total=total)
 
@@ -106,16 +122,26 @@ def progress(total: int, label: str) -> Iterator[Callable[[str], None]]:
         yield advance
 
 
-def judge_with_partial_reports(results: list, total: int, label: str, title: str, write: Callable[[str], dict],
-                               run: Callable[[Callable], object]) -> None:
+def judge_with_partial_reports(
+    results: list,
+    total: int,
+    label: str,
+    title: str,
+    write: Callable[[str], dict],
+    run: Callable[[Callable], object],
+) -> None:
     """`run(on_result)` with a progress bar, the report rewritten after every case (`write(label)`): a killed
     run keeps what it judged. `results` is the list `write` reports from."""
     with progress(total, title) as advance:
+
         def on_result(result: Any) -> None:
             results.append(result)
             write(f"{label} (partial: {len(results)} of {total})")
-            advance("" if result.status in ("passed", "unsupported") else
-                    f"{result.status}: {result.name}: {result.message}")
+            advance(
+                ""
+                if result.status in ("passed", "unsupported")
+                else f"{result.status}: {result.name}: {result.message}"
+            )
 
         run(on_result)
 
@@ -214,11 +240,19 @@ def toolkit_dependencies() -> dict:
         except metadata.PackageNotFoundError:
             continue  # not installed here (a broken install): nothing to lend
         todo += [r for r in map(Requirement, dist.requires or []) if wanted(r, set(req.extras))]
-    names = {module: ours[0] for module, dists in metadata.packages_distributions().items()
-             if (ours := [d for d in dists if canonicalize_name(d) in found]) and module.isidentifier()}
+    names = {
+        module: ours[0]
+        for module, dists in metadata.packages_distributions().items()
+        if (ours := [d for d in dists if canonicalize_name(d) in found]) and module.isidentifier()
+    }
     dirs = dict.fromkeys(str(Path(str(d.locate_file(""))).resolve()) for d in found.values())
-    return {"soabi": sysconfig.get_config_var("SOABI") or "", "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "names": names, "dirs": list(dirs), "root": str(PROJECT_ROOT)}
+    return {
+        "soabi": sysconfig.get_config_var("SOABI") or "",
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "names": names,
+        "dirs": list(dirs),
+        "root": str(PROJECT_ROOT),
+    }
 
 
 def run_under(python: Path, module: str, args: list[str], spec_path: Path, what: str) -> int:
@@ -227,8 +261,10 @@ def run_under(python: Path, module: str, args: list[str], spec_path: Path, what:
     if not Path(python).exists():
         if not glob.glob("/dev/nvidia[0-9]*"):  # say the more basic problem first
             raise ToolkitError(NO_GPU.format(why="no /dev/nvidia* device", what=what))
-        raise ToolkitError(f"{spec_path}: environment python {python} does not exist "
-                           f"(install the line's environment first, or pass --python PATH)")
+        raise ToolkitError(
+            f"{spec_path}: environment python {python} does not exist "
+            f"(install the line's environment first, or pass --python PATH)"
+        )
     runner = [str(python), "-c", FALLBACK_RUNNER, json.dumps(toolkit_dependencies()), module, *args]
     return run_tied(runner).returncode
 
@@ -250,8 +286,15 @@ def checked_line_spec(args: argparse.Namespace) -> EnvSpec:
     return checked_spec(resolve_spec_arg(args.line, Workspace.from_args(args)))
 
 
-def measure_for_line(args: argparse.Namespace, spec: EnvSpec, module: str, child_args: list[str],
-                     here: Callable[[str, Path], int], what: str, report_name: str) -> tuple[int, Path | None]:
+def measure_for_line(
+    args: argparse.Namespace,
+    spec: EnvSpec,
+    module: str,
+    child_args: list[str],
+    here: Callable[[str, Path], int],
+    what: str,
+    report_name: str,
+) -> tuple[int, Path | None]:
     """Run the measurement for the line in this process, or as `python -m module` under the line's python.
 
     Returns the exit status and the report this run wrote (None when it wrote none, e.g. without a GPU).
@@ -260,14 +303,23 @@ def measure_for_line(args: argparse.Namespace, spec: EnvSpec, module: str, child
 
     report_dir = args.report_dir or Workspace.from_args(args).report_dir(spec.line)
     python = line_env.resolve(spec, python=args.python).python
-    if python is None:  # a line always names one (its prefix's bin/python or the toolchain's); kept for the type
-        raise ToolkitError(f"{display_path(spec.path)}: the line's environment has no python (pass --python)")
+    if (
+        python is None
+    ):  # a line always names one (its prefix's bin/python or the toolchain's); kept for the type
+        raise ToolkitError(
+            f"{display_path(spec.path)}: the line's environment has no python (pass --python)"
+        )
     report = report_dir / report_name
     before = report.stat().st_mtime_ns if report.exists() else None
     if is_current_interpreter(python):
         code = here(spec.line, report_dir)
     else:
-        code = run_under(python, module, [spec.line, "--report-dir", str(report_dir), *child_args],
-                         spec.path, what)
+        code = run_under(
+            python,
+            module,
+            [spec.line, "--report-dir", str(report_dir), *child_args],
+            spec.path,
+            what,
+        )
     written = report.exists() and report.stat().st_mtime_ns != before
     return code, report if written else None

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # transformers is imported inside run_parity, which reports its absence as an error
+if (
+    TYPE_CHECKING
+):  # transformers is imported inside run_parity, which reports its absence as an error
     from transformers import LlamaConfig, PreTrainedModel
 
 IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager")
@@ -61,10 +63,15 @@ class ParityResult:
 def tiny_llama_config() -> LlamaConfig:
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=PARITY.hidden_size, intermediate_size=PARITY.intermediate_size,
-                       num_hidden_layers=PARITY.num_hidden_layers, num_attention_heads=PARITY.num_attention_heads,
-                       num_key_value_heads=PARITY.num_key_value_heads, vocab_size=PARITY.vocab_size,
-                       max_position_embeddings=4 * SEQLEN)
+    return LlamaConfig(
+        hidden_size=PARITY.hidden_size,
+        intermediate_size=PARITY.intermediate_size,
+        num_hidden_layers=PARITY.num_hidden_layers,
+        num_attention_heads=PARITY.num_attention_heads,
+        num_key_value_heads=PARITY.num_key_value_heads,
+        vocab_size=PARITY.vocab_size,
+        max_position_embeddings=4 * SEQLEN,
+    )
 
 
 def scenarios(device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -73,13 +80,21 @@ def scenarios(device: torch.device) -> dict[str, tuple[torch.Tensor, torch.Tenso
     ids = torch.randint(0, PARITY.vocab_size, (BATCH, SEQLEN), generator=generator)
     full = torch.ones(BATCH, SEQLEN, dtype=torch.long)
     padded = full.clone()
-    padded[1, SEQLEN - 10:] = 0  # right padding
+    padded[1, SEQLEN - 10 :] = 0  # right padding
     padded[2, :7] = 0  # left padding
-    return {"no-padding": (ids.to(device), full.to(device)), "padding": (ids.to(device), padded.to(device))}
+    return {
+        "no-padding": (ids.to(device), full.to(device)),
+        "padding": (ids.to(device), padded.to(device)),
+    }
 
 
-def _build(config: LlamaConfig, implementation: str, state: dict | None, device: torch.device,
-           dtype: torch.dtype) -> PreTrainedModel:
+def _build(
+    config: LlamaConfig,
+    implementation: str,
+    state: dict | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
@@ -87,7 +102,9 @@ def _build(config: LlamaConfig, implementation: str, state: dict | None, device:
         model.load_state_dict(state)
     used = model.config._attn_implementation
     if used != implementation:
-        raise RuntimeError(f"transformers picked attn_implementation {used!r} instead of {implementation!r}")
+        raise RuntimeError(
+            f"transformers picked attn_implementation {used!r} instead of {implementation!r}"
+        )
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -96,13 +113,18 @@ def _logits(model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor) -> to
         return model(input_ids=ids, attention_mask=mask).logits.float()
 
 
-def run_parity(device: torch.device | str, implementations: tuple[str, ...] = IMPLEMENTATIONS,
-               dtype: torch.dtype = torch.bfloat16) -> list[ParityResult]:
+def run_parity(
+    device: torch.device | str,
+    implementations: tuple[str, ...] = IMPLEMENTATIONS,
+    dtype: torch.dtype = torch.bfloat16,
+) -> list[ParityResult]:
     """One result per (scenario, implementation); a failure to build or run one is its own error."""
     device = torch.device(device)
     start = time.perf_counter()
     try:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach for the hub (GPU hosts are offline)
+        os.environ.setdefault(
+            "HF_HUB_OFFLINE", "1"
+        )  # nothing here may reach for the hub (GPU hosts are offline)
         import transformers
 
         transformers.logging.set_verbosity_error()
@@ -114,11 +136,22 @@ def run_parity(device: torch.device | str, implementations: tuple[str, ...] = IM
         eager_low = _build(config, "eager", state, device, dtype)
         inputs = scenarios(device)
         references = {name: _logits(reference_model, *batch) for name, batch in inputs.items()}
-        floors = {name: _max_error(_logits(eager_low, *batch), references[name], batch[1])
-                  for name, batch in inputs.items()}
+        floors = {
+            name: _max_error(_logits(eager_low, *batch), references[name], batch[1])
+            for name, batch in inputs.items()
+        }
     except Exception as exc:  # no transformers, or the reference itself broke: one error, reported
-        return [ParityResult("setup", "error", None, None, time.perf_counter() - start,
-                             f"{type(exc).__name__}: {exc}"[:500], traceback.format_exc()[-4000:])]
+        return [
+            ParityResult(
+                "setup",
+                "error",
+                None,
+                None,
+                time.perf_counter() - start,
+                f"{type(exc).__name__}: {exc}"[:500],
+                traceback.format_exc()[-4000:],
+            )
+        ]
     results = []
     for implementation in implementations:
         model_start = time.perf_counter()
@@ -126,12 +159,25 @@ def run_parity(device: torch.device | str, implementations: tuple[str, ...] = IM
             model = _build(config, implementation, state, device, dtype)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"[:500]
-            results += [ParityResult(f"{name}/{implementation}", "error", None, None,
-                                     time.perf_counter() - model_start, message, traceback.format_exc()[-4000:])
-                        for name in inputs]
+            results += [
+                ParityResult(
+                    f"{name}/{implementation}",
+                    "error",
+                    None,
+                    None,
+                    time.perf_counter() - model_start,
+                    message,
+                    traceback.format_exc()[-4000:],
+                )
+                for name in inputs
+            ]
             continue
         for name, (ids, mask) in inputs.items():
-            results.append(_compare(f"{name}/{implementation}", model, ids, mask, references[name], floors[name]))
+            results.append(
+                _compare(
+                    f"{name}/{implementation}", model, ids, mask, references[name], floors[name]
+                )
+            )
     return results
 
 
@@ -140,16 +186,35 @@ def _max_error(logits: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor
     return float((logits[real] - reference[real]).abs().max())
 
 
-def _compare(name: str, model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
-             floor: float) -> ParityResult:
+def _compare(
+    name: str,
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    reference: torch.Tensor,
+    floor: float,
+) -> ParityResult:
     start = time.perf_counter()
     try:
         error = _max_error(_logits(model, ids, mask), reference, mask)
     except Exception as exc:
-        return ParityResult(name, "error", None, None, time.perf_counter() - start,
-                            f"{type(exc).__name__}: {exc}"[:500], traceback.format_exc()[-4000:])
+        return ParityResult(
+            name,
+            "error",
+            None,
+            None,
+            time.perf_counter() - start,
+            f"{type(exc).__name__}: {exc}"[:500],
+            traceback.format_exc()[-4000:],
+        )
     scale = float(reference[mask.bool()].abs().max())
     bound = FACTOR * floor + SCALE_FRACTION * scale
     passed = error <= bound  # NaN fails
-    message = "" if passed else f"logits differ by {error:.3g} > {bound:.3g} (eager low-precision: {floor:.3g})"
-    return ParityResult(name, "passed" if passed else "failed", error, bound, time.perf_counter() - start, message)
+    message = (
+        ""
+        if passed
+        else f"logits differ by {error:.3g} > {bound:.3g} (eager low-precision: {floor:.3g})"
+    )
+    return ParityResult(
+        name, "passed" if passed else "failed", error, bound, time.perf_counter() - start, message
+    )

@@ -19,7 +19,9 @@ import math
 import torch
 
 
-def length_mask(lens: torch.Tensor | None, batch: int, seqlen: int, device: torch.device) -> torch.Tensor:
+def length_mask(
+    lens: torch.Tensor | None, batch: int, seqlen: int, device: torch.device
+) -> torch.Tensor:
     """(batch, seqlen) bool, True for real tokens; all True when `lens` is None (no padding)."""
     positions = torch.arange(seqlen, device=device)
     if lens is None:
@@ -27,15 +29,23 @@ def length_mask(lens: torch.Tensor | None, batch: int, seqlen: int, device: torc
     return positions[None, :] < lens.to(device)[:, None]
 
 
-def _lengths(lens: torch.Tensor | None, batch: int, seqlen: int, device: torch.device) -> torch.Tensor:
+def _lengths(
+    lens: torch.Tensor | None, batch: int, seqlen: int, device: torch.device
+) -> torch.Tensor:
     """(batch, 1, 1, 1) lengths, broadcastable against (batch, heads, q, k) score tensors."""
     if lens is None:
         lens = torch.full((batch,), seqlen, device=device)
     return lens.to(device=device, dtype=torch.long).view(batch, 1, 1, 1)
 
 
-def diagonal_offset(batch: int, seqlen_q: int, seqlen_k: int, q_lens: torch.Tensor | None,
-                    k_lens: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+def diagonal_offset(
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    q_lens: torch.Tensor | None,
+    k_lens: torch.Tensor | None,
+    device: torch.device,
+) -> torch.Tensor:
     """(batch, 1, q, k): (i + k_len - q_len) - j, i.e. how far key j lies left of query i's diagonal."""
     rows = torch.arange(seqlen_q, device=device).view(1, 1, seqlen_q, 1)
     cols = torch.arange(seqlen_k, device=device).view(1, 1, 1, seqlen_k)
@@ -43,17 +53,27 @@ def diagonal_offset(batch: int, seqlen_q: int, seqlen_k: int, q_lens: torch.Tens
     return rows + shift - cols
 
 
-def allowed_mask(batch: int, seqlen_q: int, seqlen_k: int, *, q_lens: torch.Tensor | None = None,
-                 k_lens: torch.Tensor | None = None, causal: bool = False,
-                 window: tuple[int, int] = (-1, -1), device: torch.device | str = "cpu") -> torch.Tensor:
+def allowed_mask(
+    batch: int,
+    seqlen_q: int,
+    seqlen_k: int,
+    *,
+    q_lens: torch.Tensor | None = None,
+    k_lens: torch.Tensor | None = None,
+    causal: bool = False,
+    window: tuple[int, int] = (-1, -1),
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """(batch, 1, q, k) bool: True where query i may attend key j (padding, causal and window applied)."""
     device = torch.device(device)
     left, right = window
     if causal:
         right = 0
     offset = diagonal_offset(batch, seqlen_q, seqlen_k, q_lens, k_lens, device)
-    allowed = (length_mask(q_lens, batch, seqlen_q, device)[:, None, :, None]
-               & length_mask(k_lens, batch, seqlen_k, device)[:, None, None, :])
+    allowed = (
+        length_mask(q_lens, batch, seqlen_q, device)[:, None, :, None]
+        & length_mask(k_lens, batch, seqlen_k, device)[:, None, None, :]
+    )
     if right >= 0:
         allowed = allowed & (offset >= -right)
     if left >= 0:
@@ -61,19 +81,35 @@ def allowed_mask(batch: int, seqlen_q: int, seqlen_k: int, *, q_lens: torch.Tens
     return allowed
 
 
-def alibi_bias(slopes: torch.Tensor, seqlen_q: int, seqlen_k: int, q_lens: torch.Tensor | None = None,
-               k_lens: torch.Tensor | None = None) -> torch.Tensor:
+def alibi_bias(
+    slopes: torch.Tensor,
+    seqlen_q: int,
+    seqlen_k: int,
+    q_lens: torch.Tensor | None = None,
+    k_lens: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(batch, heads, q, k) fp32 bias -slope * |i + k_len - q_len - j| for slopes of shape (batch, heads)."""
     batch = slopes.shape[0]
     offset = diagonal_offset(batch, seqlen_q, seqlen_k, q_lens, k_lens, slopes.device)
     return -slopes.float()[:, :, None, None] * offset.abs().float()
 
 
-def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_lens: torch.Tensor | None = None,
-                  k_lens: torch.Tensor | None = None, causal: bool = False, window: tuple[int, int] = (-1, -1),
-                  softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
-                  keep: torch.Tensor | None = None, upcast: bool = True,
-                  reorder_ops: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_ref(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    q_lens: torch.Tensor | None = None,
+    k_lens: torch.Tensor | None = None,
+    causal: bool = False,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    keep: torch.Tensor | None = None,
+    upcast: bool = True,
+    reorder_ops: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of padded q (b, sq, h, d) over k, v (b, sk, h_k, d); returns (out, probabilities).
 
     upcast=True computes in fp32 (the reference); upcast=False stays in the inputs' precision and,
@@ -95,8 +131,16 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_lens: 
         scores = torch.einsum("bthd,bshd->bhts", q / math.sqrt(head_dim), k)
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
-    allowed = allowed_mask(batch, seqlen_q, seqlen_k, q_lens=q_lens, k_lens=k_lens, causal=causal,
-                           window=window, device=q.device)
+    allowed = allowed_mask(
+        batch,
+        seqlen_q,
+        seqlen_k,
+        q_lens=q_lens,
+        k_lens=k_lens,
+        causal=causal,
+        window=window,
+        device=q.device,
+    )
     empty_rows = ~allowed.any(dim=-1, keepdim=True)
     # An all-masked row would give NaN in softmax and its backward; give it finite scores, then zero it.
     scores = scores.masked_fill(~allowed & ~empty_rows, float("-inf"))
@@ -112,7 +156,9 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, q_lens: 
 # ---------------------------------------------------------------- varlen packing
 
 
-def unpad(x: torch.Tensor, lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+def unpad(
+    x: torch.Tensor, lens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Right-padded (b, s, ...) -> packed (total, ...), row indices, cu_seqlens (int32, b + 1), max length.
 
     Differentiable in x, so gradients of the packed tensor land on the padded one.
@@ -133,17 +179,21 @@ def pad(x_packed: torch.Tensor, indices: torch.Tensor, batch: int, seqlen: int) 
 # ---------------------------------------------------------------- KV cache and dropout
 
 
-def kvcache_expected(k_cache: torch.Tensor, v_cache: torch.Tensor, k_new: torch.Tensor | None,
-                     v_new: torch.Tensor | None, cache_seqlens: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def kvcache_expected(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_new: torch.Tensor | None,
+    v_new: torch.Tensor | None,
+    cache_seqlens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The caches after appending k_new/v_new at each sequence's cache_seqlens, and the new key lengths."""
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
     if k_new is None or v_new is None:  # nothing appended
         return k_expected, v_expected, cache_seqlens.long()
     appended = k_new.shape[1]
     for b, start in enumerate(cache_seqlens.tolist()):
-        k_expected[b, start:start + appended] = k_new[b]
-        v_expected[b, start:start + appended] = v_new[b]
+        k_expected[b, start : start + appended] = k_new[b]
+        v_expected[b, start : start + appended] = v_new[b]
     return k_expected, v_expected, cache_seqlens.long() + appended
 
 

@@ -28,22 +28,43 @@ if TYPE_CHECKING:  # no torch needed to render a report
 STATUSES = ("passed", "failed", "error", "unsupported")  # unsupported: not listed for the GPU (FA4)
 
 
-def build_report(line: str, level: str, environment: dict, results: list[CaseResult],
-                 parity: list[ParityResult], duration_s: float, setup_error: str = "") -> dict:
+def build_report(
+    line: str,
+    level: str,
+    environment: dict,
+    results: list[CaseResult],
+    parity: list[ParityResult],
+    duration_s: float,
+    setup_error: str = "",
+) -> dict:
     """The whole run as plain data. `setup_error` is set when nothing could run (flash-attn won't import)."""
     cases = [asdict(r) for r in results]
     parity_rows = [asdict(r) for r in parity]
     everything = cases + parity_rows
-    summary: dict[str, object] = {status: sum(1 for row in everything if row["status"] == status)
-                                  for status in STATUSES}
+    summary: dict[str, object] = {
+        status: sum(1 for row in everything if row["status"] == status) for status in STATUSES
+    }
     summary.update(total=len(everything), duration_s=round(duration_s, 2), setup_error=setup_error)
-    return {"kind": "verify", "schema": formats.SCHEMA, "line": line, "level": level, **environment, "summary": summary,
-            "cases": cases, "parity": parity_rows}
+    return {
+        "kind": "verify",
+        "schema": formats.SCHEMA,
+        "line": line,
+        "level": level,
+        **environment,
+        "summary": summary,
+        "cases": cases,
+        "parity": parity_rows,
+    }
 
 
 def passed(report: dict) -> bool:
     summary = report["summary"]
-    return not summary["setup_error"] and summary["failed"] == 0 and summary["error"] == 0 and summary["total"] > 0
+    return (
+        not summary["setup_error"]
+        and summary["failed"] == 0
+        and summary["error"] == 0
+        and summary["total"] > 0
+    )
 
 
 def write_reports(report: dict, report_dir: Path) -> tuple[Path, Path]:
@@ -56,25 +77,42 @@ def write_reports(report: dict, report_dir: Path) -> tuple[Path, Path]:
 # ---------------------------------------------------------------- JUnit
 
 
-def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classname: Callable[[dict], str]) -> None:
-    suite = ET.SubElement(parent, "testsuite", name=name, tests=str(len(rows)),
-                          failures=str(sum(r["status"] == "failed" for r in rows)),
-                          errors=str(sum(r["status"] == "error" for r in rows)),
-                          skipped=str(sum(r["status"] == "unsupported" for r in rows)),
-                          time=f"{sum(r['duration_s'] for r in rows):.3f}", timestamp=report["date"],
-                          hostname=report["hostname"])
+def _suite(
+    parent: ET.Element, name: str, rows: list[dict], report: dict, classname: Callable[[dict], str]
+) -> None:
+    suite = ET.SubElement(
+        parent,
+        "testsuite",
+        name=name,
+        tests=str(len(rows)),
+        failures=str(sum(r["status"] == "failed" for r in rows)),
+        errors=str(sum(r["status"] == "error" for r in rows)),
+        skipped=str(sum(r["status"] == "unsupported" for r in rows)),
+        time=f"{sum(r['duration_s'] for r in rows):.3f}",
+        timestamp=report["date"],
+        hostname=report["hostname"],
+    )
     properties = ET.SubElement(suite, "properties")
     for key in ("line", "level", "gpu", "torch", "cuda", "python", "command"):
         ET.SubElement(properties, "property", name=key, value=str(report.get(key)))
-    ET.SubElement(properties, "property", name="flash_attn", value=str(report["flash_attn"]["version"]))
+    ET.SubElement(
+        properties, "property", name="flash_attn", value=str(report["flash_attn"]["version"])
+    )
     for row in rows:
-        case = ET.SubElement(suite, "testcase", classname=classname(row), name=row["name"],
-                             time=f"{row['duration_s']:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=classname(row),
+            name=row["name"],
+            time=f"{row['duration_s']:.3f}",
+        )
         if row["status"] == "failed":
             failure = ET.SubElement(case, "failure", message=row["message"], type="criterion")
             failure.text = json.dumps(row.get("checks", []), indent=1)
         elif row["status"] == "error":
-            error = ET.SubElement(case, "error", message=row["message"], type=row["message"].split(":")[0])
+            error = ET.SubElement(
+                case, "error", message=row["message"], type=row["message"].split(":")[0]
+            )
             error.text = row["traceback"]
         elif row["status"] == "unsupported":
             ET.SubElement(case, "skipped", message=row["message"])
@@ -83,8 +121,13 @@ def _suite(parent: ET.Element, name: str, rows: list[dict], report: dict, classn
 def junit_xml(report: dict) -> str:
     root = ET.Element("testsuites", name=f"toolkit verify {report['line']} ({report['level']})")
     if report["summary"]["setup_error"]:
-        setup = {"name": "import flash_attn", "status": "error", "duration_s": 0.0,
-                 "message": report["summary"]["setup_error"], "traceback": report["summary"]["setup_error"]}
+        setup = {
+            "name": "import flash_attn",
+            "status": "error",
+            "duration_s": 0.0,
+            "message": report["summary"]["setup_error"],
+            "traceback": report["summary"]["setup_error"],
+        }
         _suite(root, "setup", [setup], report, lambda row: "verify.setup")
     if report["cases"]:
         _suite(root, "attention", report["cases"], report, lambda row: f"flash_attn.{row['api']}")
@@ -108,9 +151,13 @@ def summary_line(report: dict, report_dir: Path) -> str:
     head = f"verify {report['line']} ({report['level']}): "
     if s["setup_error"]:
         return head + f"flash-attn did not import: {s['setup_error']}; reports in {report_dir}/"
-    unsupported = f", {s['unsupported']} unsupported (not listed for the GPU)" if s.get("unsupported") else ""
-    return head + (f"{s['passed']} passed, {s['failed']} failed, {s['error']} errors{unsupported} in {s['duration_s']:.1f} s "
-                   f"on {report['gpu'] or 'no GPU'}; reports in {report_dir}/ (verify.json, verify.xml)")
+    unsupported = (
+        f", {s['unsupported']} unsupported (not listed for the GPU)" if s.get("unsupported") else ""
+    )
+    return head + (
+        f"{s['passed']} passed, {s['failed']} failed, {s['error']} errors{unsupported} in {s['duration_s']:.1f} s "
+        f"on {report['gpu'] or 'no GPU'}; reports in {report_dir}/ (verify.json, verify.xml)"
+    )
 
 
 def print_tables(report: dict, console: Console) -> None:
@@ -119,7 +166,9 @@ def print_tables(report: dict, console: Console) -> None:
 
     if report["cases"]:
         print_case_summary(report, console)
-    problems = [row for row in report["cases"] + report["parity"] if row["status"] in ("failed", "error")]
+    problems = [
+        row for row in report["cases"] + report["parity"] if row["status"] in ("failed", "error")
+    ]
     if problems:
         failures = Table(title="failures", show_lines=False)
         for column in ("case", "status", "why"):
@@ -143,13 +192,26 @@ def print_case_summary(report: dict, console: Console) -> None:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for case in report["cases"]:
         groups[(case["api"], case["params"]["dtype"])].append(case)
-    table = Table(title=f"flash-attn {report['flash_attn']['version']} vs fp32 reference on {report['gpu']}")
-    for column in ("api", "dtype", "cases", "passed", "failed", "errors", "unsupported", "worst error/bound"):
+    table = Table(
+        title=f"flash-attn {report['flash_attn']['version']} vs fp32 reference on {report['gpu']}"
+    )
+    for column in (
+        "api",
+        "dtype",
+        "cases",
+        "passed",
+        "failed",
+        "errors",
+        "unsupported",
+        "worst error/bound",
+    ):
         table.add_column(column, justify="left" if column in ("api", "dtype") else "right")
     for (api, dtype), cases in groups.items():
         counts = [sum(c["status"] == status for c in cases) for status in STATUSES]
         ratios = [r for r in map(worst_ratio, cases) if r is not None]
-        table.add_row(api, dtype, str(len(cases)), *map(str, counts), f"{max(ratios):.2f}" if ratios else "-")
+        table.add_row(
+            api, dtype, str(len(cases)), *map(str, counts), f"{max(ratios):.2f}" if ratios else "-"
+        )
     console.print(table)
 
 
@@ -159,10 +221,15 @@ def _number(value: float | None) -> str:
 
 def show(report_path: Path, console: Console) -> None:
     path = Path(report_path)
-    report = formats.current(read_json(path, "verify report", "pass the verify.json a `toolkit verify` run wrote"),
-                             path, formats.VERIFY)
+    report = formats.current(
+        read_json(path, "verify report", "pass the verify.json a `toolkit verify` run wrote"),
+        path,
+        formats.VERIFY,
+    )
     if not isinstance(report, dict):
-        raise ToolkitError(f"{path}: not a verify report: a JSON {type(report).__name__} (run the verification again)")
+        raise ToolkitError(
+            f"{path}: not a verify report: a JSON {type(report).__name__} (run the verification again)"
+        )
     print_tables(report, console)
     console.print(summary_line(report, Path(report_path).parent))
     line = recommended_line(report)
@@ -177,5 +244,7 @@ def recommended_line(report: dict) -> str:
         return ""
     if "error" in rec:
         return f"recommended attention: {rec['error']}"
-    return (f"recommended attention for {rec['shape']} on {rec['gpu']} ({rec['from']}): {rec['backend']}, "
-            f"{rec['how']}")
+    return (
+        f"recommended attention for {rec['shape']} on {rec['gpu']} ({rec['from']}): {rec['backend']}, "
+        f"{rec['how']}"
+    )

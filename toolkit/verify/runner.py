@@ -48,17 +48,28 @@ class Inputs:
     def padded_lengths(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(q_lens, k_lens): make_inputs sets both for a varlen case, and only the varlen API takes them."""
         if self.q_lens is None or self.k_lens is None:
-            raise ValueError("the varlen API needs a varlen case's padded inputs (make_inputs with api varlen)")
+            raise ValueError(
+                "the varlen API needs a varlen case's padded inputs (make_inputs with api varlen)"
+            )
         return self.q_lens, self.k_lens
 
     def reference_options(self, case: Case) -> dict:
-        return dict(q_lens=self.q_lens, k_lens=self.k_lens, causal=case.causal, window=case.window,
-                    softcap=case.softcap, alibi_slopes=self.alibi_slopes, dropout_p=case.dropout_p)
+        return dict(
+            q_lens=self.q_lens,
+            k_lens=self.k_lens,
+            causal=case.causal,
+            window=case.window,
+            softcap=case.softcap,
+            alibi_slopes=self.alibi_slopes,
+            dropout_p=case.dropout_p,
+        )
 
 
 def _random_lengths(seqlen: int, batch: int, device: torch.device) -> torch.Tensor:
     """Lengths between seqlen/2 and seqlen; the first sequence is full, so max_seqlen == seqlen."""
-    lens = torch.randint(max(1, seqlen // 2), seqlen + 1, (batch,), device=device, dtype=torch.int32)
+    lens = torch.randint(
+        max(1, seqlen // 2), seqlen + 1, (batch,), device=device, dtype=torch.int32
+    )
     lens[0] = seqlen
     return lens
 
@@ -66,10 +77,15 @@ def _random_lengths(seqlen: int, batch: int, device: torch.device) -> torch.Tens
 def make_inputs(case: Case, device: torch.device) -> Inputs:
     torch.manual_seed(case.seed)
     dtype = getattr(torch, case.dtype)
-    scale = case.softcap if case.softcap > 0 else 1.0  # as upstream: put scores in the softcap's range
+    scale = (
+        case.softcap if case.softcap > 0 else 1.0
+    )  # as upstream: put scores in the softcap's range
 
     def leaf(seqlen: int, heads: int, factor: float = 1.0) -> torch.Tensor:
-        x = torch.randn(case.batch, seqlen, heads, case.head_dim, device=device, dtype=dtype) * factor
+        x = (
+            torch.randn(case.batch, seqlen, heads, case.head_dim, device=device, dtype=dtype)
+            * factor
+        )
         return x.requires_grad_(case.backward)
 
     q = leaf(case.seqlen_q, case.nheads, scale)
@@ -85,9 +101,15 @@ def make_inputs(case: Case, device: torch.device) -> Inputs:
 
 
 def _api_options(case: Case, x: Inputs) -> dict:
-    return dict(dropout_p=case.dropout_p, causal=case.causal, window_size=case.window, softcap=case.softcap,
-                alibi_slopes=x.alibi_slopes, deterministic=case.deterministic,
-                return_attn_probs=case.dropout_p > 0)
+    return dict(
+        dropout_p=case.dropout_p,
+        causal=case.causal,
+        window_size=case.window,
+        softcap=case.softcap,
+        alibi_slopes=x.alibi_slopes,
+        deterministic=case.deterministic,
+        return_attn_probs=case.dropout_p > 0,
+    )
 
 
 def _call_func(backend: Any, case: Case, x: Inputs) -> Any:
@@ -95,11 +117,15 @@ def _call_func(backend: Any, case: Case, x: Inputs) -> Any:
 
 
 def _call_qkvpacked(backend: Any, case: Case, x: Inputs) -> Any:
-    return backend.flash_attn_qkvpacked_func(torch.stack([x.q, x.k, x.v], dim=2), **_api_options(case, x))
+    return backend.flash_attn_qkvpacked_func(
+        torch.stack([x.q, x.k, x.v], dim=2), **_api_options(case, x)
+    )
 
 
 def _call_kvpacked(backend: Any, case: Case, x: Inputs) -> Any:
-    return backend.flash_attn_kvpacked_func(x.q, torch.stack([x.k, x.v], dim=2), **_api_options(case, x))
+    return backend.flash_attn_kvpacked_func(
+        x.q, torch.stack([x.k, x.v], dim=2), **_api_options(case, x)
+    )
 
 
 def _call_varlen(backend: Any, case: Case, x: Inputs) -> Any:
@@ -107,14 +133,19 @@ def _call_varlen(backend: Any, case: Case, x: Inputs) -> Any:
     q, q_index, cu_q, max_q = reference.unpad(x.q, q_lens)
     k, _, cu_k, max_k = reference.unpad(x.k, k_lens)
     v, _, _, _ = reference.unpad(x.v, k_lens)
-    result = backend.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **_api_options(case, x))
+    result = backend.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, max_q, max_k, **_api_options(case, x)
+    )
     out = result[0] if isinstance(result, tuple) else result
     padded = reference.pad(out, q_index, case.batch, case.seqlen_q)
     return (padded, *result[1:]) if isinstance(result, tuple) else padded
 
 
 CALLS: dict[str, Callable[[Any, Case, Inputs], Any]] = {
-    "func": _call_func, "qkvpacked": _call_qkvpacked, "kvpacked": _call_kvpacked, "varlen": _call_varlen,
+    "func": _call_func,
+    "qkvpacked": _call_qkvpacked,
+    "kvpacked": _call_kvpacked,
+    "varlen": _call_varlen,
 }
 
 
@@ -126,24 +157,48 @@ def check_attention(backend: Any, case: Case, device: torch.device) -> list[Chec
     x = make_inputs(case, device)
     result = CALLS[case.api](backend, case, x)
     out, probs = (result[0], result[2]) if case.dropout_p > 0 else (result, None)
-    keep = reference.keep_from_probs(probs, case.seqlen_q, case.seqlen_k) if probs is not None else None
+    keep = (
+        reference.keep_from_probs(probs, case.seqlen_q, case.seqlen_k)
+        if probs is not None
+        else None
+    )
     options = x.reference_options(case)
     ref_out, _ = reference.attention_ref(x.q, x.k, x.v, keep=keep, **options)
-    low_out, _ = reference.attention_ref(x.q, x.k, x.v, keep=keep, upcast=False, reorder_ops=True, **options)
+    low_out, _ = reference.attention_ref(
+        x.q, x.k, x.v, keep=keep, upcast=False, reorder_ops=True, **options
+    )
     checks = [criterion.relative_to_torch("out", out, ref_out, low_out, criterion.OUTPUT)]
-    if keep is not None and not case.alibi:  # with ALiBi many probabilities are +-0, the count is blurred
-        allowed = reference.allowed_mask(case.batch, case.seqlen_q, case.seqlen_k, q_lens=x.q_lens,
-                                         k_lens=x.k_lens, causal=case.causal, window=case.window, device=device)
+    if (
+        keep is not None and not case.alibi
+    ):  # with ALiBi many probabilities are +-0, the count is blurred
+        allowed = reference.allowed_mask(
+            case.batch,
+            case.seqlen_q,
+            case.seqlen_k,
+            q_lens=x.q_lens,
+            k_lens=x.k_lens,
+            causal=case.causal,
+            window=case.window,
+            device=device,
+        )
         tolerance = criterion.dropout_tolerance(case.window != (-1, -1), case.api == "varlen")
-        checks.append(criterion.dropout_fraction("dropped fraction", reference.dropped_fraction(keep, allowed),
-                                                 case.dropout_p, tolerance))
+        checks.append(
+            criterion.dropout_fraction(
+                "dropped fraction",
+                reference.dropped_fraction(keep, allowed),
+                case.dropout_p,
+                tolerance,
+            )
+        )
     leaves = (x.q, x.k, x.v)
     grad_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, leaves, grad_out, retain_graph=case.deterministic)
     ref_grads = torch.autograd.grad(ref_out, leaves, grad_out)
     low_grads = torch.autograd.grad(low_out, leaves, grad_out)
-    checks += [criterion.relative_to_torch(name, grad, ref, low, criterion.GRADIENT)
-               for name, grad, ref, low in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads)]
+    checks += [
+        criterion.relative_to_torch(name, grad, ref, low, criterion.GRADIENT)
+        for name, grad, ref, low in zip(("dq", "dk", "dv"), grads, ref_grads, low_grads)
+    ]
     if case.deterministic:
         again = torch.autograd.grad(out, leaves, grad_out)
         checks.append(criterion.identical("deterministic backward", list(grads), list(again)))
@@ -157,19 +212,40 @@ def check_kvcache(backend: Any, case: Case, device: torch.device) -> list[Check]
     new = case.new_tokens
     k_new = torch.randn_like(k_cache[:, :new]) if new else None
     v_new = torch.randn_like(v_cache[:, :new]) if new else None
-    cache_seqlens = torch.randint(0 if new else 1, case.seqlen_k - new + 1, (case.batch,), dtype=torch.int32,
-                                  device=device)
-    k_expected, v_expected, k_lens = reference.kvcache_expected(k_cache, v_cache, k_new, v_new, cache_seqlens)
-    out = backend.flash_attn_with_kvcache(x.q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=cache_seqlens,
-                                          causal=case.causal, window_size=case.window, softcap=case.softcap,
-                                          alibi_slopes=x.alibi_slopes)
-    options: dict[str, Any] = dict(k_lens=k_lens, causal=case.causal, window=case.window, softcap=case.softcap,
-                                   alibi_slopes=x.alibi_slopes)
+    cache_seqlens = torch.randint(
+        0 if new else 1, case.seqlen_k - new + 1, (case.batch,), dtype=torch.int32, device=device
+    )
+    k_expected, v_expected, k_lens = reference.kvcache_expected(
+        k_cache, v_cache, k_new, v_new, cache_seqlens
+    )
+    out = backend.flash_attn_with_kvcache(
+        x.q,
+        k_cache,
+        v_cache,
+        k=k_new,
+        v=v_new,
+        cache_seqlens=cache_seqlens,
+        causal=case.causal,
+        window_size=case.window,
+        softcap=case.softcap,
+        alibi_slopes=x.alibi_slopes,
+    )
+    options: dict[str, Any] = dict(
+        k_lens=k_lens,
+        causal=case.causal,
+        window=case.window,
+        softcap=case.softcap,
+        alibi_slopes=x.alibi_slopes,
+    )
     ref_out, _ = reference.attention_ref(x.q, k_expected, v_expected, **options)
-    low_out, _ = reference.attention_ref(x.q, k_expected, v_expected, upcast=False, reorder_ops=True, **options)
+    low_out, _ = reference.attention_ref(
+        x.q, k_expected, v_expected, upcast=False, reorder_ops=True, **options
+    )
     checks = [criterion.relative_to_torch("out", out, ref_out, low_out, criterion.KVCACHE_OUTPUT)]
     if new:
-        checks.append(criterion.identical("cache update", [k_cache, v_cache], [k_expected, v_expected]))
+        checks.append(
+            criterion.identical("cache update", [k_cache, v_cache], [k_expected, v_expected])
+        )
     return checks
 
 
@@ -179,20 +255,41 @@ def run_case(backend: Any, case: Case, device: torch.device) -> CaseResult:
     try:
         if problem:
             raise ValueError(f"invalid case: {problem}")
-        checks = check_kvcache(backend, case, device) if case.api == "kvcache" else \
-            check_attention(backend, case, device)
+        checks = (
+            check_kvcache(backend, case, device)
+            if case.api == "kvcache"
+            else check_attention(backend, case, device)
+        )
     except Exception as exc:  # one broken case is a finding, not the end of the suite
         first_line = (str(exc).strip().splitlines() or [""])[0]
         message = f"{type(exc).__name__}: {first_line}"[:500]
-        return CaseResult(case.name, case.api, case.params(), "error", time.perf_counter() - start,
-                          message=message, traceback=traceback.format_exc()[-4000:])
+        return CaseResult(
+            case.name,
+            case.api,
+            case.params(),
+            "error",
+            time.perf_counter() - start,
+            message=message,
+            traceback=traceback.format_exc()[-4000:],
+        )
     failed = [c for c in checks if not c.passed]
-    return CaseResult(case.name, case.api, case.params(), "failed" if failed else "passed",
-                      time.perf_counter() - start, checks, "; ".join(c.summary() for c in failed))
+    return CaseResult(
+        case.name,
+        case.api,
+        case.params(),
+        "failed" if failed else "passed",
+        time.perf_counter() - start,
+        checks,
+        "; ".join(c.summary() for c in failed),
+    )
 
 
-def run_suite(backend: Any, cases: list[Case], device: torch.device | str,
-              on_result: Callable[[CaseResult], None] = lambda result: None) -> list[CaseResult]:
+def run_suite(
+    backend: Any,
+    cases: list[Case],
+    device: torch.device | str,
+    on_result: Callable[[CaseResult], None] = lambda result: None,
+) -> list[CaseResult]:
     """All cases in order; fp32 matmuls stay true fp32 (no TF32) so the reference is a reference."""
     device = torch.device(device)
     torch.set_float32_matmul_precision("highest")

@@ -36,7 +36,9 @@ class Run:
     report_dir: Path
     command: str  # the command that reproduces the run, recorded in the report
     given_arch: int | None = None  # --arch
-    profile: str | None = None  # the build profile the line's spec names, for a suite that has profiles
+    profile: str | None = (
+        None  # the build profile the line's spec names, for a suite that has profiles
+    )
 
     @property
     def arch(self) -> int:
@@ -77,7 +79,9 @@ class Suite(Protocol):
     def cases(self, level: str) -> list[Case]:
         """The cases of `level` ([] for a level of parity alone)."""
 
-    def judge(self, module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]) -> object:
+    def judge(
+        self, module: Any, cases: list[Case], run: Run, on_result: Callable[[CaseResult], None]
+    ) -> object:
         """Judge `cases` against the imported `module`, calling on_result after each (the caller collects them)."""
 
     def parity(self, level: str) -> list[ParityResult]:
