@@ -1,5 +1,4 @@
-"""FlashAttention-4: its install beside flash-attn 2, its kernel cache, its verbs.
-"""
+"""FlashAttention-4: its install beside flash-attn 2, its kernel cache, its verbs."""
 
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
 # holds every import across wings to this list and every entry to a use).

@@ -55,12 +55,16 @@ MODES = ("fwd", "fwd+bwd")
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128)
 MODEL_WIDTH = 2048  # heads = width / head_dim, as toolkit/verify/bench.py
-CALL_TOKENS = 8192  # batch x seqlen of the call that triggers the compile (the compile key has no seqlen)
+CALL_TOKENS = (
+    8192  # batch x seqlen of the call that triggers the compile (the compile key has no seqlen)
+)
 CALL_SEQLEN = 2048
 # In a cache-install's --dest: the files it wrote there (the rest is FA4's, or the user's, and stays).
 INSTALLED = ".fa-envkit-cache-install.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
-RECORD_SUFFIX = KERNEL_CACHE_RECORD_SUFFIX  # never a build record's: both may share wheelhouse/<line>/
+RECORD_SUFFIX = (
+    KERNEL_CACHE_RECORD_SUFFIX  # never a build record's: both may share wheelhouse/<line>/
+)
 
 
 @dataclass(frozen=True)
@@ -79,17 +83,31 @@ class Variant:
         """fwd-bfloat16-d128[-causal] -> Variant (the form `name` writes); argparse shows the error."""
         parts = text.split("-")
         causal = parts[-1] == "causal"
-        if len(parts) != 3 + causal or parts[0] not in MODES or parts[1] not in DTYPES \
-                or not parts[2].removeprefix("d").isdigit() or not parts[2].startswith("d"):
-            raise argparse.ArgumentTypeError(f"variant {text!r}: expected MODE-DTYPE-dHEADDIM[-causal] with MODE in "
-                                             f"{MODES}, DTYPE in {DTYPES}, e.g. fwd+bwd-bfloat16-d128-causal")
+        if (
+            len(parts) != 3 + causal
+            or parts[0] not in MODES
+            or parts[1] not in DTYPES
+            or not parts[2].removeprefix("d").isdigit()
+            or not parts[2].startswith("d")
+        ):
+            raise argparse.ArgumentTypeError(
+                f"variant {text!r}: expected MODE-DTYPE-dHEADDIM[-causal] with MODE in "
+                f"{MODES}, DTYPE in {DTYPES}, e.g. fwd+bwd-bfloat16-d128-causal"
+            )
         return cls(int(parts[2][1:]), parts[1], causal, parts[0])
 
 
-def default_variants(head_dims: tuple[int, ...] = HEAD_DIMS, dtypes: tuple[str, ...] = DTYPES) -> list[Variant]:
+def default_variants(
+    head_dims: tuple[int, ...] = HEAD_DIMS, dtypes: tuple[str, ...] = DTYPES
+) -> list[Variant]:
     """What users run: head dims 64/128, bf16/fp16, causal or not, forward and forward+backward."""
-    return [Variant(d, dtype, causal, mode) for mode in MODES for dtype in dtypes for d in head_dims
-            for causal in (False, True)]
+    return [
+        Variant(d, dtype, causal, mode)
+        for mode in MODES
+        for dtype in dtypes
+        for d in head_dims
+        for causal in (False, True)
+    ]
 
 
 def training_step(variants: list[Variant]) -> list[Variant]:
@@ -101,8 +119,12 @@ def training_step(variants: list[Variant]) -> list[Variant]:
 # ---------------------------------------------------------------- the child: one fresh process
 
 
-def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = CALL_TOKENS,
-                  seqlen: int = CALL_SEQLEN) -> dict:
+def call_variants(
+    variants: list[Variant],
+    device: str = "cuda",
+    tokens: int = CALL_TOKENS,
+    seqlen: int = CALL_SEQLEN,
+) -> dict:
     """Import FA4, then call each variant twice: first call (compile or cache load + run), second call."""
     started = time.perf_counter()
     import torch
@@ -116,10 +138,14 @@ def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = C
     for variant in variants:
         dtype = getattr(torch, variant.dtype)
         size = (max(1, tokens // seqlen), seqlen, MODEL_WIDTH // variant.head_dim, variant.head_dim)
-        q, k, v = (torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(size, device=device, dtype=dtype, requires_grad=variant.mode != "fwd")
+            for _ in range(3)
+        )
 
-        def once(variant: Variant = variant, q: Any = q, k: Any = k, v: Any = v) -> None:  # bound now: called in this iteration
+        def once(
+            variant: Variant = variant, q: Any = q, k: Any = k, v: Any = v
+        ) -> None:  # bound now: called in this iteration
             if variant.mode == "fwd":
                 with torch.no_grad():
                     flash_attn_func(q, k, v, causal=variant.causal)
@@ -134,24 +160,48 @@ def call_variants(variants: list[Variant], device: str = "cuda", tokens: int = C
             begin = time.perf_counter()
             once()
             times.append(time.perf_counter() - begin)
-        results.append({"variant": variant.name, "first_call_s": round(times[0], 4),
-                        "second_call_s": round(times[1], 4)})
-    return {"import_torch_s": round(import_torch_s, 3), "import_s": round(import_s, 3),
-            "step_s": round(time.perf_counter() - step_start, 4), "calls": results}
+        results.append(
+            {
+                "variant": variant.name,
+                "first_call_s": round(times[0], 4),
+                "second_call_s": round(times[1], 4),
+            }
+        )
+    return {
+        "import_torch_s": round(import_torch_s, 3),
+        "import_s": round(import_s, 3),
+        "step_s": round(time.perf_counter() - step_start, 4),
+        "calls": results,
+    }
 
 
-def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str],
-              timeout: float = 300, call_args: tuple[str, ...] = ()) -> dict:
+def run_child(
+    python: str,
+    variants: list[Variant],
+    cache_dir: Path,
+    env: dict[str, str],
+    timeout: float = 300,
+    call_args: tuple[str, ...] = (),
+) -> dict:
     """One fresh process calling `variants` with the cache at `cache_dir`; its JSON, or an error row.
     `call_args`: the child's --device/--tokens/--seqlen (the CPU tests call small shapes on the CPU)."""
     command = [python, "-m", "toolkit.fa4.jit", "call", *call_args, *[v.name for v in variants]]
     child_env = {**os.environ, **env, **cache_env(cache_dir)}
     begin = time.perf_counter()
     try:
-        done = children.run_tied(command, capture_output=True, text=True, env=child_env, timeout=timeout,
-                                 cwd=Path(__file__).resolve().parents[2])
+        done = children.run_tied(
+            command,
+            capture_output=True,
+            text=True,
+            env=child_env,
+            timeout=timeout,
+            cwd=Path(__file__).resolve().parents[2],
+        )
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s", "wall_s": round(time.perf_counter() - begin, 2)}
+        return {
+            "error": f"timed out after {timeout} s",
+            "wall_s": round(time.perf_counter() - begin, 2),
+        }
     wall = round(time.perf_counter() - begin, 2)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -165,13 +215,20 @@ def run_child(python: str, variants: list[Variant], cache_dir: Path, env: dict[s
 
 def cache_env(cache_dir: Path) -> dict[str, str]:
     """What makes FA4 (and the CuTe DSL under it) read and write the cache at cache_dir."""
-    return {**CACHE_ENV, CACHE_DIR_ENV: str(cache_dir), DSL_CACHE_DIR_ENV: str(cache_dir / DSL_SUBDIR)}
+    return {
+        **CACHE_ENV,
+        CACHE_DIR_ENV: str(cache_dir),
+        DSL_CACHE_DIR_ENV: str(cache_dir / DSL_SUBDIR),
+    }
 
 
 def cache_entries(cache_dir: Path) -> list[Path]:
     """The files worth keeping: not locks, not half-written exports (FA4 writes .HASH.PID.tmp.o, renames)."""
-    return sorted(p for p in cache_dir.rglob("*") if p.is_file() and not p.name.startswith(".")
-                  and not p.name.endswith((".lock", ".tmp")))
+    return sorted(
+        p
+        for p in cache_dir.rglob("*")
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith((".lock", ".tmp"))
+    )
 
 
 def merge_cache(source: Path, dest: Path) -> int:
@@ -185,9 +242,16 @@ def merge_cache(source: Path, dest: Path) -> int:
     return added
 
 
-def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, str],
-         on_row: Callable[[dict[str, Any]], object] = lambda row: None,
-         call_args: tuple[str, ...] = (), budget_s: float | None = None, jobs: int = 1) -> dict:
+def warm(
+    python: str,
+    variants: list[Variant],
+    cache_dir: Path,
+    env: dict[str, str],
+    on_row: Callable[[dict[str, Any]], object] = lambda row: None,
+    call_args: tuple[str, ...] = (),
+    budget_s: float | None = None,
+    jobs: int = 1,
+) -> dict:
     """Per variant: a cold run (fresh process, empty cache of its own), its entries merged into cache_dir,
     then a warm run (fresh process reading cache_dir); `jobs` variants at a time (compiles are CPU-bound
     and single-threaded, so a few share a 16-core machine without slowing each other much; the report
@@ -198,15 +262,26 @@ def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, s
     cache_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     with tempfile.TemporaryDirectory(prefix="fa4-cold-") as scratch:
+
         def one(variant: Variant) -> dict:
             if deadline is not None and time.monotonic() > deadline:
                 skipped = {"error": "not reached: time budget spent"}
-                return {"variant": variant.name, "cold": skipped, "warm": skipped, "cache_entries_added": 0}
+                return {
+                    "variant": variant.name,
+                    "cold": skipped,
+                    "warm": skipped,
+                    "cache_entries_added": 0,
+                }
             cold_dir = Path(scratch) / variant.name
             cold = run_child(python, [variant], cold_dir, env, call_args=call_args)
             added = merge_cache(cold_dir, cache_dir) if cold_dir.is_dir() else 0
             warm_result = run_child(python, [variant], cache_dir, env, call_args=call_args)
-            return {"variant": variant.name, "cold": cold, "warm": warm_result, "cache_entries_added": added}
+            return {
+                "variant": variant.name,
+                "cold": cold,
+                "warm": warm_result,
+                "cache_entries_added": added,
+            }
 
         rows = []
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -215,29 +290,50 @@ def warm(python: str, variants: list[Variant], cache_dir: Path, env: dict[str, s
                 rows.append(row)
         reached = {row["variant"] for row in rows if "error" not in row["cold"]}
         step = [v for v in training_step(variants) if v.name in reached]
-        step_cold = run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args) if step else {}
+        step_cold = (
+            run_child(python, step, Path(scratch) / "step-cold", env, call_args=call_args)
+            if step
+            else {}
+        )
     step_warm = run_child(python, step, cache_dir, env, call_args=call_args) if step else {}
-    return {"variants": rows, "jobs": jobs, "training_step": {"variants": [v.name for v in step], "cold": step_cold,
-                                                             "warm": step_warm}}
+    return {
+        "variants": rows,
+        "jobs": jobs,
+        "training_step": {"variants": [v.name for v in step], "cold": step_cold, "warm": step_warm},
+    }
 
 
 def cache_key(python: str, env: dict[str, str], arch: str) -> dict:
     """(FA4 version, cutlass-dsl version, arch, torch, python) of the interpreter that fills the cache."""
-    probe = ("import importlib.metadata as m, json, sys\n"
-             "v = lambda n: m.version(n)\n"
-             "print(json.dumps({'flash_attn_4': v('flash-attn-4'), 'cutlass_dsl': v('nvidia-cutlass-dsl'),"
-             " 'torch': v('torch'), 'python': '%d.%d' % sys.version_info[:2]}))")
-    done = children.run_tied([python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env})
+    probe = (
+        "import importlib.metadata as m, json, sys\n"
+        "v = lambda n: m.version(n)\n"
+        "print(json.dumps({'flash_attn_4': v('flash-attn-4'), 'cutlass_dsl': v('nvidia-cutlass-dsl'),"
+        " 'torch': v('torch'), 'python': '%d.%d' % sys.version_info[:2]}))"
+    )
+    done = children.run_tied(
+        [python, "-c", probe], capture_output=True, text=True, env={**os.environ, **env}
+    )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"{python}: flash-attn-4 is not installed where this python sees it ({tail}) "
-                           f"(run `toolkit fa4 install` and pass its PYTHONPATH)")
-    answer = parse_json(done.stdout, python, "answer to the version probe", "pass --python of the FA4 install")
+        raise ToolkitError(
+            f"{python}: flash-attn-4 is not installed where this python sees it ({tail}) "
+            f"(run `toolkit fa4 install` and pass its PYTHONPATH)"
+        )
+    answer = parse_json(
+        done.stdout, python, "answer to the version probe", "pass --python of the FA4 install"
+    )
     names = ("flash_attn_4", "cutlass_dsl", "torch", "python")
-    if not (isinstance(answer, dict) and set(answer) == set(names) and all(isinstance(v, str) for v in answer.values())
-            and all(v.isprintable() for v in answer.values())):
-        raise ToolkitError(f"{python}: did not answer the version probe as a Python interpreter does (pass --python "
-                           f"of the FA4 install)")
+    if not (
+        isinstance(answer, dict)
+        and set(answer) == set(names)
+        and all(isinstance(v, str) for v in answer.values())
+        and all(v.isprintable() for v in answer.values())
+    ):
+        raise ToolkitError(
+            f"{python}: did not answer the version probe as a Python interpreter does (pass --python "
+            f"of the FA4 install)"
+        )
     return {**answer, "arch": arch}
 
 
@@ -300,10 +396,15 @@ def pack(cache_dir: Path, artifacts: Path, key: dict, latency: dict) -> tuple[Pa
     with publish_file(archive, 0o644) as staged, tarfile.open(staged, mode="x:gz") as tar:
         for entry in cache_entries(cache_dir):
             tar.add(entry, arcname=str(entry.relative_to(cache_dir)))
-    record = KernelCacheRecord(kind="fa4-kernel-cache", key=CacheKey(**key), artifact=archive.name,
-                               sha256=sha256_file(archive), entries=len(cache_entries(cache_dir)),
-                               variants=[row["variant"] for row in latency["variants"]],
-                               env=sorted(cache_env(Path("DIR"))))
+    record = KernelCacheRecord(
+        kind="fa4-kernel-cache",
+        key=CacheKey(**key),
+        artifact=archive.name,
+        sha256=sha256_file(archive),
+        entries=len(cache_entries(cache_dir)),
+        variants=[row["variant"] for row in latency["variants"]],
+        env=sorted(cache_env(Path("DIR"))),
+    )
     record_path = artifacts / f"{name}{RECORD_SUFFIX}"
     write_atomic(record_path, json.dumps(asdict(record), indent=2) + "\n")
     return archive, record_path
@@ -320,24 +421,41 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     array starting at once) wait for each other instead of refusing each other's files."""
     record = cache_record(record_path)
     if asdict(record.key) != key:
-        raise ToolkitError(f"{display_path(record_path)}: built for {asdict(record.key)}, this env is {key} "
-                           f"(run `toolkit fa4 warm` for this env)")
+        raise ToolkitError(
+            f"{display_path(record_path)}: built for {asdict(record.key)}, this env is {key} "
+            f"(run `toolkit fa4 warm` for this env)"
+        )
     archive, sha256 = record_path.parent / record.artifact, record.sha256
     dest = Path(os.path.abspath(dest))
     if not dest.name:
-        raise ToolkitError(f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)")
+        raise ToolkitError(
+            f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)"
+        )
     try:
         with locked(dest):
-            clean_stale(dest.parent)  # what a killed install left beside dest (publish_dir's folders)
+            clean_stale(
+                dest.parent
+            )  # what a killed install left beside dest (publish_dir's folders)
             ours = _installed_before(dest)
             with publish_dir(dest) as staged:
                 written = _extract(archive, sha256, staged, dest) - {INSTALLED}
                 kept = _carry_over(dest, staged, ours)
-                write_atomic(staged / INSTALLED, json.dumps({"kind": "fa4-cache-install", "record": record_path.name,
-                                                             "files": sorted(written | (ours & kept))}, indent=1))
+                write_atomic(
+                    staged / INSTALLED,
+                    json.dumps(
+                        {
+                            "kind": "fa4-cache-install",
+                            "record": record_path.name,
+                            "files": sorted(written | (ours & kept)),
+                        },
+                        indent=1,
+                    ),
+                )
     except OSError as exc:
-        raise ToolkitError(f"{display_path(dest)}: cannot install the cache there ({exc.strerror or exc}; make "
-                           f"it writable or pass another --dest)") from None
+        raise ToolkitError(
+            f"{display_path(dest)}: cannot install the cache there ({exc.strerror or exc}; make "
+            f"it writable or pass another --dest)"
+        ) from None
     return cache_env(dest)
 
 
@@ -346,11 +464,17 @@ def cache_record(record_path: Path) -> KernelCacheRecord:
     where = display_path(record_path)
     data = read_json(record_path, "cache record", "warm again")
     try:
-        return _RECORD.validate_python(CACHE_RECORD.current(data) if isinstance(data, dict) else data)
+        return _RECORD.validate_python(
+            CACHE_RECORD.current(data) if isinstance(data, dict) else data
+        )
     except pydantic.ValidationError as exc:
-        raise ToolkitError(f"{where}: not a cache record: {first_problem(exc)} (warm again)") from None
+        raise ToolkitError(
+            f"{where}: not a cache record: {first_problem(exc)} (warm again)"
+        ) from None
     except ValueError as exc:  # CACHE_RECORD's: a schema this toolkit does not read
-        raise ToolkitError(f"{where}: not a cache record: {exc} (warm again: `toolkit fa4 warm`)") from None
+        raise ToolkitError(
+            f"{where}: not a cache record: {exc} (warm again: `toolkit fa4 warm`)"
+        ) from None
 
 
 def _installed_before(dest: Path) -> set[str]:
@@ -359,12 +483,16 @@ def _installed_before(dest: Path) -> set[str]:
     if not dest.exists() or not any(dest.iterdir()):
         return set()
     if not (dest / INSTALLED).is_file():
-        raise ToolkitError(f"{where}: --dest holds files no cache-install wrote (pass a new or empty folder)")
+        raise ToolkitError(
+            f"{where}: --dest holds files no cache-install wrote (pass a new or empty folder)"
+        )
     listed = read_json(dest / INSTALLED, "cache-install list", "pass a new or empty --dest")
     files = listed.get("files") if isinstance(listed, dict) else None
     if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
-        raise ToolkitError(f"{display_path(dest / INSTALLED)}: files: not a list of paths "
-                           f"(pass a new or empty --dest)")
+        raise ToolkitError(
+            f"{display_path(dest / INSTALLED)}: files: not a list of paths "
+            f"(pass a new or empty --dest)"
+        )
     return set(files)
 
 
@@ -375,26 +503,44 @@ def _extract(archive: Path, sha256: str, staged: Path, dest: Path) -> set[str]:
     try:
         digest = sha256_file(archive)
     except FileNotFoundError:
-        raise ToolkitError(f"{where}: not found (copy it beside its record, or warm again)") from None
+        raise ToolkitError(
+            f"{where}: not found (copy it beside its record, or warm again)"
+        ) from None
     except OSError as exc:
-        raise ToolkitError(f"{where}: cannot read ({exc.strerror}; make it readable, or warm again)") from None
+        raise ToolkitError(
+            f"{where}: cannot read ({exc.strerror}; make it readable, or warm again)"
+        ) from None
     if digest != sha256:
         raise ToolkitError(f"{where}: sha256 differs from its record (warm again)")
     try:  # an OSError here is writing beside dest (no space): unpack says so
         with tarfile.open(archive) as tar:
-            odd = next((name for member in tar.getmembers() for name in (member.name, member.linkname)
-                        if not name.isprintable()), None)
+            odd = next(
+                (
+                    name
+                    for member in tar.getmembers()
+                    for name in (member.name, member.linkname)
+                    if not name.isprintable()
+                ),
+                None,
+            )
             if odd is not None:  # a newline or ESC would end or colour a listing's line
-                raise ToolkitError(f"{where}: refused member {printable(odd)}: a name with a control character "
-                                   f"(warm again from a cache you trust)")
+                raise ToolkitError(
+                    f"{where}: refused member {printable(odd)}: a name with a control character "
+                    f"(warm again from a cache you trust)"
+                )
             tar.extractall(staged, filter="data")
-    except tarfile.FilterError as exc:  # its text names the member and where it would go (staged: dest)
+    except (
+        tarfile.FilterError
+    ) as exc:  # its text names the member and where it would go (staged: dest)
         reason = printable(str(exc).replace(str(staged), str(dest)))
-        raise ToolkitError(f"{where}: refused member: {reason} (warm again from a cache you trust)") from None
+        raise ToolkitError(
+            f"{where}: refused member: {reason} (warm again from a cache you trust)"
+        ) from None
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as exc:
         reason = printable((str(exc).splitlines() or [""])[0].rstrip(":"))
-        raise ToolkitError(f"{where}: not a readable cache artifact ({type(exc).__name__}: {reason}; warm "
-                           f"again)") from None
+        raise ToolkitError(
+            f"{where}: not a readable cache artifact ({type(exc).__name__}: {reason}; warm again)"
+        ) from None
     return {path.relative_to(staged).as_posix() for path, is_dir in _walk(staged) if not is_dir}
 
 
@@ -414,15 +560,19 @@ def _carry_over(dest: Path, staged: Path, ours: set[str]) -> set[str]:
         if os.path.lexists(target):
             if rel in ours and not is_dir:
                 continue
-            raise ToolkitError(f"{display_path(path)}: the artifact would replace it, and no cache-install wrote "
-                               f"it (move it away or pass another --dest)")
+            raise ToolkitError(
+                f"{display_path(path)}: the artifact would replace it, and no cache-install wrote "
+                f"it (move it away or pass another --dest)"
+            )
         if is_dir:
             target.mkdir()
             shutil.copymode(path, target)
             continue
         try:
             os.link(path, target, follow_symlinks=False)
-        except OSError:  # a filesystem without hard links, or protected_hardlinks on another user's file
+        except (
+            OSError
+        ):  # a filesystem without hard links, or protected_hardlinks on another user's file
             shutil.copy2(path, target, follow_symlinks=False)
         carried.add(rel)
     return carried
@@ -431,6 +581,7 @@ def _carry_over(dest: Path, staged: Path, ours: set[str]) -> set[str]:
 def _walk(folder: Path) -> Iterator[tuple[Path, bool]]:
     """Every path below folder, parents first, and whether it is a folder (symlinks are not followed). A
     folder it cannot list raises: carrying over without its files would lose them."""
+
     def fail(exc: OSError) -> None:
         raise exc
 
@@ -443,14 +594,18 @@ def _walk(folder: Path) -> Iterator[tuple[Path, bool]]:
 def summary_lines(latency: dict) -> list[str]:
     lines = []
     for row in latency["variants"]:
-        cold, warm_ = (row[k].get("calls", [{}])[0].get("first_call_s") if "calls" in row[k] else None
-                       for k in ("cold", "warm"))
+        cold, warm_ = (
+            row[k].get("calls", [{}])[0].get("first_call_s") if "calls" in row[k] else None
+            for k in ("cold", "warm")
+        )
         errors = "; ".join(f"{k}: {row[k]['error']}" for k in ("cold", "warm") if "error" in row[k])
         lines.append(f"{row['variant']:32s} cold {_s(cold)}  warm {_s(warm_)}  {errors}")
     step = latency.get("training_step", {})
     if step.get("variants"):
-        lines.append(f"training step ({len(step['variants'])} fwd+bwd variants): cold {_s(step['cold'].get('step_s'))}"
-                     f"  warm {_s(step['warm'].get('step_s'))}")
+        lines.append(
+            f"training step ({len(step['variants'])} fwd+bwd variants): cold {_s(step['cold'].get('step_s'))}"
+            f"  warm {_s(step['warm'].get('step_s'))}"
+        )
     return lines
 
 
@@ -463,12 +618,18 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m toolkit.fa4.jit call VARIANT...`: the child; prints one JSON line."""
     parser = argparse.ArgumentParser(prog="python -m toolkit.fa4.jit")
     parser.add_argument("step", choices=["call"])
-    parser.add_argument("--device", default="cuda", help="cuda (the CPU tests use cpu with a test double)")
-    parser.add_argument("--tokens", type=int, default=CALL_TOKENS, help="batch x seqlen of each call")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda (the CPU tests use cpu with a test double)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=CALL_TOKENS, help="batch x seqlen of each call"
+    )
     parser.add_argument("--seqlen", type=int, default=CALL_SEQLEN)
     parser.add_argument("variants", nargs="+", type=Variant.parse)
     args = parser.parse_args(argv)
-    print(json.dumps(call_variants(args.variants, args.device, args.tokens, args.seqlen)), flush=True)
+    print(
+        json.dumps(call_variants(args.variants, args.device, args.tokens, args.seqlen)), flush=True
+    )
     return 0
 
 

@@ -23,21 +23,42 @@ from toolkit.base.paths import display_path
 from toolkit.knowledge.fa4_pins import KNOWLEDGE_FILE, Release, WheelPin
 
 # The pinned wheels are built for one interpreter; pip download asks PyPI for exactly these tags.
-DOWNLOAD_TAGS = ("--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3",
-                 "--abi", "none", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
-                 "--platform", "manylinux2014_x86_64", "--platform", "any")
+DOWNLOAD_TAGS = (
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp312",
+    "--abi",
+    "abi3",
+    "--abi",
+    "none",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_24_x86_64",
+    "--platform",
+    "manylinux2014_x86_64",
+    "--platform",
+    "any",
+)
 
 
-PART_BYTES = 34 * 2 ** 20  # chunks of the one wheel too large to carry: 3 of them, 1 + 2 per carry
+PART_BYTES = 34 * 2**20  # chunks of the one wheel too large to carry: 3 of them, 1 + 2 per carry
 
 
 def check_wheel(path: Path, pin: WheelPin) -> None:
     """The file is the pinned one (size, then sha256), or a one-line error naming it."""
     if not path.is_file():
-        raise ToolkitError(f"{path}: missing (run scripts/fetch_fa4_wheels.sh, or carry the folder)")
+        raise ToolkitError(
+            f"{path}: missing (run scripts/fetch_fa4_wheels.sh, or carry the folder)"
+        )
     if path.stat().st_size != pin.size or sha256_file(path) != pin.sha256:
-        raise ToolkitError(f"{path}: does not match the pin in {KNOWLEDGE_FILE.name} (size {pin.size}, "
-                           f"sha256 {pin.sha256[:12]}...): delete it and fetch again")
+        raise ToolkitError(
+            f"{path}: does not match the pin in {KNOWLEDGE_FILE.name} (size {pin.size}, "
+            f"sha256 {pin.sha256[:12]}...): delete it and fetch again"
+        )
 
 
 def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = None) -> list[Path]:
@@ -48,15 +69,32 @@ def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = Non
     paths = []
     for pin in rel.wheels_for(cuda_major):
         path = dest / pin.file
-        if not (path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256):
+        if not (
+            path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256
+        ):
             with owned_dir(dest, "download") as scratch, publish_file(path) as staged:
-                done = children.run_tied([*pip, "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                                       *DOWNLOAD_TAGS, "--dest", scratch, f"{pin.name}=={pin.version}"],
-                                      capture_output=True, text=True)
+                done = children.run_tied(
+                    [
+                        *pip,
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        "--only-binary",
+                        ":all:",
+                        *DOWNLOAD_TAGS,
+                        "--dest",
+                        scratch,
+                        f"{pin.name}=={pin.version}",
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 got = scratch / pin.file
                 if done.returncode != 0 or not got.is_file():
                     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                    raise ToolkitError(f"pip download {pin.name}=={pin.version}: {tail} (is PyPI reachable?)")
+                    raise ToolkitError(
+                        f"pip download {pin.name}=={pin.version}: {tail} (is PyPI reachable?)"
+                    )
                 check_wheel(got, pin)
                 got.rename(staged)
         paths.append(path)
@@ -72,8 +110,12 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
             part = dest / f"{path.name}.part{index:03d}"
             write_atomic(part, block)
             parts.append(part)
-    manifest = {"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path),
-                "parts": [p.name for p in parts]}
+    manifest = {
+        "file": path.name,
+        "size": path.stat().st_size,
+        "sha256": sha256_file(path),
+        "parts": [p.name for p in parts],
+    }
     write_atomic(dest / f"{path.name}.parts.json", json.dumps(manifest, indent=2) + "\n")
     return parts
 
@@ -82,6 +124,7 @@ def split_file(path: Path, dest: Path, part_bytes: int = PART_BYTES) -> list[Pat
 class Joined:
     """One file `fa4 join` writes into --dest: a carried wheel copied as it is, or a file put together from
     the parts its manifest lists. Every source was a regular file of the recorded size when planned."""
+
     name: str
     sources: tuple[Path, ...]
     size: int
@@ -107,10 +150,16 @@ def parts_of(manifest_path: Path, search: list[Path]) -> Joined:
         names = [manifest["file"], *manifest["parts"]]
         if not (isinstance(manifest["sha256"], str) and len(manifest["sha256"]) == 64):
             raise ValueError("sha256")
-        if not isinstance(manifest["size"], int) or isinstance(manifest["size"], bool) or manifest["size"] < 0:
+        if (
+            not isinstance(manifest["size"], int)
+            or isinstance(manifest["size"], bool)
+            or manifest["size"] < 0
+        ):
             raise ValueError("size")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{where}: not a readable parts manifest ({type(exc).__name__}) ({fix})") from None
+        raise ToolkitError(
+            f"{where}: not a readable parts manifest ({type(exc).__name__}) ({fix})"
+        ) from None
     if not all(isinstance(n, str) and _plain_name(n) for n in names):
         raise ToolkitError(f"{where}: file and part names must be plain file names (split again)")
     parts: list[tuple[Path, int]] = []
@@ -118,26 +167,36 @@ def parts_of(manifest_path: Path, search: list[Path]) -> Joined:
     for name in manifest["parts"]:
         found = next((d / name for d in search if os.path.lexists(d / name)), None)
         if found is None:
-            raise ToolkitError(f"{where}: part {name} is in none of {', '.join(map(display_path, search))} "
-                               f"(carry the other part folder too)")
+            raise ToolkitError(
+                f"{where}: part {name} is in none of {', '.join(map(display_path, search))} "
+                f"(carry the other part folder too)"
+            )
         info = _regular(found)
         if (info.st_dev, info.st_ino) in seen:
-            raise ToolkitError(f"{where}: part {name} is the same file as part {seen[(info.st_dev, info.st_ino)]} "
-                               f"(listed twice, or a hard link; {fix})")
+            raise ToolkitError(
+                f"{where}: part {name} is the same file as part {seen[(info.st_dev, info.st_ino)]} "
+                f"(listed twice, or a hard link; {fix})"
+            )
         seen[(info.st_dev, info.st_ino)] = name
         parts.append((found, info.st_size))
     total = sum(size for _, size in parts)
     if total != manifest["size"]:
-        raise ToolkitError(f"{where}: its parts hold {total:,} bytes, the manifest's size is {manifest['size']:,} "
-                           f"({fix})")
-    return Joined(manifest["file"], tuple(p for p, _ in parts), total, manifest["sha256"], manifest_path)
+        raise ToolkitError(
+            f"{where}: its parts hold {total:,} bytes, the manifest's size is {manifest['size']:,} "
+            f"({fix})"
+        )
+    return Joined(
+        manifest["file"], tuple(p for p, _ in parts), total, manifest["sha256"], manifest_path
+    )
 
 
 def carried_wheel(wheel: Path) -> Joined:
     """A wheel in a parts folder, copied as it is: a regular file under a plain name (a symlink is refused,
     not followed: it may name a private file or /dev/zero)."""
     if not _plain_name(wheel.name):
-        raise ToolkitError(f"{display_path(wheel)}: a file name with a control character (rename it or fetch again)")
+        raise ToolkitError(
+            f"{display_path(wheel)}: a file name with a control character (rename it or fetch again)"
+        )
     return Joined(wheel.name, (wheel,), _regular(wheel).st_size, None, wheel)
 
 
@@ -152,8 +211,10 @@ def _open_regular(path: Path) -> int:
         return open_regular(path, follow_symlinks=False)
     except Unreadable as exc:
         reason = exc.detail if exc.why != "missing" else "file not found"
-        raise ToolkitError(f"{display_path(path)}: {reason}, not a regular file (carry the file itself: fetch "
-                           f"and split again)") from None
+        raise ToolkitError(
+            f"{display_path(path)}: {reason}, not a regular file (carry the file itself: fetch "
+            f"and split again)"
+        ) from None
 
 
 def _regular(path: Path) -> os.stat_result:
@@ -170,21 +231,27 @@ def check_join(items: list[Joined], dest: Path) -> None:
     names: dict[str, Path] = {}
     for item in items:
         if item.name in names:
-            raise ToolkitError(f"{display_path(item.origin)}: {item.name} also comes from "
-                               f"{display_path(names[item.name])} (pass each part folder once)")
+            raise ToolkitError(
+                f"{display_path(item.origin)}: {item.name} also comes from "
+                f"{display_path(names[item.name])} (pass each part folder once)"
+            )
         names[item.name] = item.origin
         there = dest / item.name
         if os.path.lexists(there) and not _already_there(item, there):
-            raise ToolkitError(f"{display_path(there)}: already there and not {item.name} of "
-                               f"{display_path(item.origin)}; nothing was written (move it away or pass another "
-                               f"--dest)")
+            raise ToolkitError(
+                f"{display_path(there)}: already there and not {item.name} of "
+                f"{display_path(item.origin)}; nothing was written (move it away or pass another "
+                f"--dest)"
+            )
     needed = sum(item.size for item in items if not os.path.lexists(dest / item.name))
     existing = next(folder for folder in (dest, *dest.parents) if folder.is_dir())
     free = shutil.disk_usage(existing).free
     if needed >= free:
-        raise ToolkitError(f"{display_path(dest)}: the join needs {needed / 2 ** 20:.1f} MiB and "
-                           f"{free / 2 ** 20:.1f} MiB are free; nothing was written (free space or pass another "
-                           f"--dest)")
+        raise ToolkitError(
+            f"{display_path(dest)}: the join needs {needed / 2**20:.1f} MiB and "
+            f"{free / 2**20:.1f} MiB are free; nothing was written (free space or pass another "
+            f"--dest)"
+        )
 
 
 def _already_there(item: Joined, there: Path) -> bool:
@@ -208,10 +275,14 @@ def write_joined(item: Joined, dest: Path) -> Path:
             for source in item.sources:
                 left -= _append(source, joined, left)
         if left:
-            raise ToolkitError(f"{display_path(item.origin)}: a source changed while joining (join again)")
+            raise ToolkitError(
+                f"{display_path(item.origin)}: a source changed while joining (join again)"
+            )
         if item.sha256 and sha256_file(staged) != item.sha256:
-            raise ToolkitError(f"{display_path(item.origin)}: the joined file's sha256 differs from the manifest "
-                               f"(a part is damaged: fetch and split again)")
+            raise ToolkitError(
+                f"{display_path(item.origin)}: the joined file's sha256 differs from the manifest "
+                f"(a part is damaged: fetch and split again)"
+            )
     return out
 
 
@@ -223,17 +294,20 @@ def _append(source: Path, out: BinaryIO, limit: int) -> int:
         if size > limit:
             raise ToolkitError(f"{display_path(source)}: grew while joining (join again)")
         copied = 0
-        while block := handle.read(min(2 ** 20, size - copied)):
+        while block := handle.read(min(2**20, size - copied)):
             out.write(block)
             copied += len(block)
         return copied
 
 
-def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tuple[Path, Path]:
+def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2**20) -> tuple[Path, Path]:
     """Two folders, each under `limit` bytes: part1 = the small wheels + the first chunk of the big one,
     part2 = the other chunks (one carry is at most 64 MiB; docs gpu-machine.md)."""
     part1, part2 = dest / "part1", dest / "part2"
-    with publish_dir(part1) as staged1, publish_dir(part2) as staged2:  # both kept as they were if one is over
+    with (
+        publish_dir(part1) as staged1,
+        publish_dir(part2) as staged2,
+    ):  # both kept as they were if one is over
         big = [p for p in paths if p.stat().st_size > PART_BYTES]
         for path in paths:
             if path not in big:
@@ -245,7 +319,9 @@ def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2 ** 20) -> tup
         for folder, staged in ((part1, staged1), (part2, staged2)):
             size = sum(f.stat().st_size for f in staged.iterdir())
             if size >= limit:
-                raise ToolkitError(f"{folder}: {size / 2 ** 20:.1f} MiB, over the {limit / 2 ** 20:.0f} MiB of one "
-                                   f"carry (lower PART_BYTES)")
-            print(f"{folder}: {size / 2 ** 20:.1f} MiB")
+                raise ToolkitError(
+                    f"{folder}: {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB of one "
+                    f"carry (lower PART_BYTES)"
+                )
+            print(f"{folder}: {size / 2**20:.1f} MiB")
     return part1, part2
