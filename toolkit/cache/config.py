@@ -44,9 +44,16 @@ class CacheSite:
 
 def checked_url(url: str, where: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.netloc) or parts.query or parts.fragment:
-        raise ToolkitError(f"{where}: {url!r} is not a cache URL (file:///path, http://host/path or "
-                           f"https://host/path: the folder `toolkit publish --to` wrote)")
+    if (
+        parts.scheme not in SCHEMES
+        or (parts.scheme != "file" and not parts.netloc)
+        or parts.query
+        or parts.fragment
+    ):
+        raise ToolkitError(
+            f"{where}: {url!r} is not a cache URL (file:///path, http://host/path or "
+            f"https://host/path: the folder `toolkit publish --to` wrote)"
+        )
     return url.rstrip("/")
 
 
@@ -56,8 +63,10 @@ def checked_key(key: object, where: str) -> str:
             return key
     except (binascii.Error, ValueError):
         pass
-    raise ToolkitError(f"{where}: public_key {key!r} is not the base64 of an ed25519 public key (copy the key "
-                       f"`toolkit publish --sign-key` printed)")
+    raise ToolkitError(
+        f"{where}: public_key {key!r} is not the base64 of an ed25519 public key (copy the key "
+        f"`toolkit publish --sign-key` printed)"
+    )
 
 
 def config_file() -> Path:
@@ -73,8 +82,11 @@ def read_config(path: Path) -> list[CacheSite]:
     except Unreadable as exc:
         if exc.why == "missing":
             return []
-        reason = {"error": exc.detail, "special": f"{exc.detail}, not a regular file",
-                  "large": f"larger than {MAX_CONFIG_BYTES:,} bytes"}[exc.why]
+        reason = {
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a regular file",
+            "large": f"larger than {MAX_CONFIG_BYTES:,} bytes",
+        }[exc.why]
         raise ToolkitError(f"{where}: unreadable cache configuration ({reason}; {fix})") from None
     except UnicodeDecodeError:
         raise ToolkitError(f"{where}: cache configuration is not UTF-8 text ({fix})") from None
@@ -88,10 +100,20 @@ def read_config(path: Path) -> list[CacheSite]:
     found = []
     for number, table in enumerate(caches, 1):
         at = f"{where}: cache {number}"
-        if not isinstance(table, dict) or set(table) - {"url", "public_key"} or not isinstance(table.get("url"), str):
-            raise ToolkitError(f"{at}: a [[cache]] table has `url` and an optional `public_key`, nothing else ({fix})")
+        if (
+            not isinstance(table, dict)
+            or set(table) - {"url", "public_key"}
+            or not isinstance(table.get("url"), str)
+        ):
+            raise ToolkitError(
+                f"{at}: a [[cache]] table has `url` and an optional `public_key`, nothing else ({fix})"
+            )
         key = table.get("public_key")
-        found.append(CacheSite(checked_url(table["url"], at), None if key is None else checked_key(key, at), at))
+        found.append(
+            CacheSite(
+                checked_url(table["url"], at), None if key is None else checked_key(key, at), at
+            )
+        )
     return found
 
 

@@ -28,10 +28,28 @@ THEN = "nothing was exported"
 INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # pixi's manifest tables and keys the pixi snippet uses, as pixi documents them:
 # https://pixi.sh/latest/reference/pixi_manifest/#the-pypi-options-table and #pypi-dependencies
-PIXI_PYPI_OPTIONS = ("index-url", "extra-index-urls", "find-links", "no-build-isolation", "no-build", "no-binary",
-                     "index-strategy")
-PIXI_DEPENDENCY_KEYS = ("version", "extras", "index", "git", "rev", "branch", "tag", "subdirectory", "path",
-                        "editable", "url")
+PIXI_PYPI_OPTIONS = (
+    "index-url",
+    "extra-index-urls",
+    "find-links",
+    "no-build-isolation",
+    "no-build",
+    "no-binary",
+    "index-strategy",
+)
+PIXI_DEPENDENCY_KEYS = (
+    "version",
+    "extras",
+    "index",
+    "git",
+    "rev",
+    "branch",
+    "tag",
+    "subdirectory",
+    "path",
+    "editable",
+    "url",
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +59,9 @@ class Pin:
     name: str
     version: str
     index: str | None
-    hashes: tuple[str, ...] = ()  # sha256 of each published file of that version (none for torch: not ours)
+    hashes: tuple[
+        str, ...
+    ] = ()  # sha256 of each published file of that version (none for torch: not ours)
 
     @property
     def requirement(self) -> str:
@@ -64,12 +84,16 @@ class Export:
 
 def gather(line: str, url: str, torch_index: str | None) -> Export:
     """The line's published builds and the pins that install them."""
-    (site,) = [s for s in configured_caches([url]) if s.url == url]  # a URL the config lists keeps its key
+    (site,) = [
+        s for s in configured_caches([url]) if s.url == url
+    ]  # a URL the config lists keeps its key
     builds = line_builds(site, line, THEN)
     torches = {str(build.record.toolchain.get("torch") or "") for build in builds}
     if len(torches) > 1:
-        raise ToolkitError(f"{site.url}: line {line}'s published wheels were built against different torches "
-                           f"({', '.join(sorted(torches))}): export cannot pin one (publish one build of each)")
+        raise ToolkitError(
+            f"{site.url}: line {line}'s published wheels were built against different torches "
+            f"({', '.join(sorted(torches))}): export cannot pin one (publish one build of each)"
+        )
     (torch_built,) = torches
     index = f"{site.url}/simple"
     pins: list[Pin] = []
@@ -84,8 +108,10 @@ def gather(line: str, url: str, torch_index: str | None) -> Export:
         try:
             public = Version(torch_built).public
         except InvalidVersion:
-            raise ToolkitError(f"{builds[0].record_url}: toolchain torch {torch_built!r} is not a version "
-                               f"(tell the cache's publisher; {THEN})") from None
+            raise ToolkitError(
+                f"{builds[0].record_url}: toolchain torch {torch_built!r} is not a version "
+                f"(tell the cache's publisher; {THEN})"
+            ) from None
         torch_index = torch_index or _pytorch_index(builds[0])
         if torch_index:
             torch_index = checked_url(torch_index, "--torch-index")
@@ -117,32 +143,57 @@ def _comment(text: str) -> str:
 
 
 def header(export: Export, how: list[str]) -> list[str]:
-    lines = [_comment(f"flash-attn builds of line {export.line}, published at {export.index}: written by "
-                      f"`toolkit export {export.line} --for ...` from the index (each wheel vouched for by the "
-                      f"publisher's table entry)")]
+    lines = [
+        _comment(
+            f"flash-attn builds of line {export.line}, published at {export.index}: written by "
+            f"`toolkit export {export.line} --for ...` from the index (each wheel vouched for by the "
+            f"publisher's table entry)"
+        )
+    ]
     for build in export.builds:
         toolchain = build.record.toolchain
-        lines.append(_comment(f"{build.link.filename}: sha256 {build.link.sha256}; built against torch "
-                              f"{toolchain.get('torch') or 'unknown'}, python {toolchain.get('python_version') or 'unknown'}, "
-                              f"archs {' '.join(build.record.archs) or 'unknown'}"))
-        report = f"verification report {build.report_url}" if build.report_exists() else \
-            "no verification report published"
+        lines.append(
+            _comment(
+                f"{build.link.filename}: sha256 {build.link.sha256}; built against torch "
+                f"{toolchain.get('torch') or 'unknown'}, python {toolchain.get('python_version') or 'unknown'}, "
+                f"archs {' '.join(build.record.archs) or 'unknown'}"
+            )
+        )
+        report = (
+            f"verification report {build.report_url}"
+            if build.report_exists()
+            else "no verification report published"
+        )
         lines.append(_comment(f"  {report}; build record {build.record_url}"))
     return lines + [_comment(text) for text in how]
 
 
 def uv_snippet(export: Export, index_name: str) -> str:
     adds = " ".join(f'"{pin.requirement}"' for pin in export.pins)
-    how = ["Paste into your project's pyproject.toml, then add the pins (uv keeps these sources):",
-           f"  uv add {adds}"]
+    how = [
+        "Paste into your project's pyproject.toml, then add the pins (uv keeps these sources):",
+        f"  uv add {adds}",
+    ]
     if export.torch_built and not export.torch_index_name:
-        how.append("torch comes from your default index (no PyTorch index is known for its CUDA: --torch-index URL)")
-    out = header(export, how) + ["", "[[tool.uv.index]]", f"name = {_toml(index_name)}",
-                                 f"url = {_toml(export.index)}", "explicit = true"]
+        how.append(
+            "torch comes from your default index (no PyTorch index is known for its CUDA: --torch-index URL)"
+        )
+    out = header(export, how) + [
+        "",
+        "[[tool.uv.index]]",
+        f"name = {_toml(index_name)}",
+        f"url = {_toml(export.index)}",
+        "explicit = true",
+    ]
     torch = export.pins[0] if export.torch_built else None
     if torch and torch.index and export.torch_index_name:
-        out += ["", "[[tool.uv.index]]", f"name = {_toml(export.torch_index_name)}", f"url = {_toml(torch.index)}",
-                "explicit = true"]
+        out += [
+            "",
+            "[[tool.uv.index]]",
+            f"name = {_toml(export.torch_index_name)}",
+            f"url = {_toml(torch.index)}",
+            "explicit = true",
+        ]
     out += ["", "[tool.uv.sources]"]
     out += [f"{pin.name} = {{ index = {_toml(index_name)} }}" for pin in export.published]
     if torch and torch.index and export.torch_index_name:
@@ -154,8 +205,10 @@ def _hashed(pins: list[Pin]) -> list[str]:
     out = []
     for pin in pins:
         out.append(f"{pin.requirement} \\")
-        out += [f"    --hash=sha256:{sha}" + (" \\" if n < len(pin.hashes) - 1 else "")
-                for n, sha in enumerate(pin.hashes)]
+        out += [
+            f"    --hash=sha256:{sha}" + (" \\" if n < len(pin.hashes) - 1 else "")
+            for n, sha in enumerate(pin.hashes)
+        ]
     return out
 
 
@@ -164,29 +217,48 @@ def _torch_step(export: Export, tool: str) -> list[str]:
         return []
     torch = export.pins[0]
     where = f" --index-url {torch.index}" if torch.index else ""
-    return [f"first the torch the wheels were built against (its dependencies are not pinned here): "
-            f"{tool} install \"{torch.requirement}\"{where}"]
+    return [
+        f"first the torch the wheels were built against (its dependencies are not pinned here): "
+        f'{tool} install "{torch.requirement}"{where}'
+    ]
 
 
 def pip_snippet(export: Export) -> str:
-    how = ["Save as requirements-flash-attn.txt: pip checks each wheel against its sha256 (hash-checking mode).",
-           *_torch_step(export, "pip"),
-           "then: pip install -r requirements-flash-attn.txt (uv pip install -r reads it too)"]
-    return "\n".join([*header(export, how), f"--extra-index-url {export.index}", *_hashed(export.published)]) + "\n"
+    how = [
+        "Save as requirements-flash-attn.txt: pip checks each wheel against its sha256 (hash-checking mode).",
+        *_torch_step(export, "pip"),
+        "then: pip install -r requirements-flash-attn.txt (uv pip install -r reads it too)",
+    ]
+    return (
+        "\n".join(
+            [*header(export, how), f"--extra-index-url {export.index}", *_hashed(export.published)]
+        )
+        + "\n"
+    )
 
 
 def requirements_snippet(export: Export) -> str:
-    how = ["Pinned requirements with hashes, without index options: give the index to the installer, e.g.",
-           f"  pip install --extra-index-url {export.index} -r requirements.txt", *_torch_step(export, "pip")]
+    how = [
+        "Pinned requirements with hashes, without index options: give the index to the installer, e.g.",
+        f"  pip install --extra-index-url {export.index} -r requirements.txt",
+        *_torch_step(export, "pip"),
+    ]
     return "\n".join([*header(export, how), *_hashed(export.published)]) + "\n"
 
 
 def pixi_snippet(export: Export) -> str:
-    how = ["Paste into pixi.toml (in pyproject.toml: [tool.pixi.pypi-options], [tool.pixi.pypi-dependencies]); "
-           "pixi resolves PyPI packages with uv, so [dependencies] must hold a python (the builds' python above).",
-           "Tables and keys as pixi documents them: https://pixi.sh/latest/reference/pixi_manifest/"]
-    out = header(export, how) + ["", "[pypi-options]", f"extra-index-urls = [{_toml(export.index)}]", "",
-                                 "[pypi-dependencies]"]
+    how = [
+        "Paste into pixi.toml (in pyproject.toml: [tool.pixi.pypi-options], [tool.pixi.pypi-dependencies]); "
+        "pixi resolves PyPI packages with uv, so [dependencies] must hold a python (the builds' python above).",
+        "Tables and keys as pixi documents them: https://pixi.sh/latest/reference/pixi_manifest/",
+    ]
+    out = header(export, how) + [
+        "",
+        "[pypi-options]",
+        f"extra-index-urls = [{_toml(export.index)}]",
+        "",
+        "[pypi-dependencies]",
+    ]
     for pin in export.pins:
         index = f", index = {_toml(pin.index)}" if pin.index else ""
         out.append(f"{pin.name} = {{ version = {_toml('==' + pin.version)}{index} }}")
@@ -196,29 +268,55 @@ def pixi_snippet(export: Export) -> str:
 def export_command(args: argparse.Namespace) -> int:
     url = checked_url(args.index.rstrip("/").removesuffix("/simple"), "--index")
     if not INDEX_NAME.fullmatch(args.name):
-        raise ToolkitError(f"--name {args.name!r}: uv's index names are letters, digits, '-', '_' and '.'")
+        raise ToolkitError(
+            f"--name {args.name!r}: uv's index names are letters, digits, '-', '_' and '.'"
+        )
     export = gather(args.line, url, args.torch_index)
-    snippets = {"uv": lambda: uv_snippet(export, args.name), "pip": lambda: pip_snippet(export),
-                "pixi": lambda: pixi_snippet(export), "requirements": lambda: requirements_snippet(export)}
+    snippets = {
+        "uv": lambda: uv_snippet(export, args.name),
+        "pip": lambda: pip_snippet(export),
+        "pixi": lambda: pixi_snippet(export),
+        "requirements": lambda: requirements_snippet(export),
+    }
     print(snippets[args.format](), end="")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="print what a project pastes to install a line's published wheels (uv, pip, pixi)",
+        "export",
+        help="print what a project pastes to install a line's published wheels (uv, pip, pixi)",
         description="Read the line's published wheels from a binary cache (`toolkit publish`'s index: its pages, "
-                    "table entries and build records, each checked) and print what a user's project needs to "
-                    "install them: uv's explicit [[tool.uv.index]] and [tool.uv.sources], a pip requirements "
-                    "file with the index and --hash lines, pixi's [pypi-options] and [pypi-dependencies], or "
-                    "plain pinned requirements with hashes; each with the torch the wheels were built against.")
+        "table entries and build records, each checked) and print what a user's project needs to "
+        "install them: uv's explicit [[tool.uv.index]] and [tool.uv.sources], a pip requirements "
+        "file with the index and --hash lines, pixi's [pypi-options] and [pypi-dependencies], or "
+        "plain pinned requirements with hashes; each with the torch the wheels were built against.",
+    )
     add_line(parser, "the line whose published wheels to export")
-    parser.add_argument("--index", required=True, metavar="URL",
-                        help="the published cache (file://, http(s)://: the folder `toolkit publish --to` wrote); "
-                             "a public_key configured for it in .fa-envkit/caches.toml is checked")
-    parser.add_argument("--for", dest="format", required=True, choices=FORMATS, metavar="TOOL",
-                        help=f"the snippet's tool: {', '.join(FORMATS)}")
-    parser.add_argument("--torch-index", metavar="URL",
-                        help="where torch comes from (default: PyTorch's index of the builds' CUDA)")
-    parser.add_argument("--name", default="fa-envkit", metavar="NAME", help="uv's name for the index (default: fa-envkit)")
+    parser.add_argument(
+        "--index",
+        required=True,
+        metavar="URL",
+        help="the published cache (file://, http(s)://: the folder `toolkit publish --to` wrote); "
+        "a public_key configured for it in .fa-envkit/caches.toml is checked",
+    )
+    parser.add_argument(
+        "--for",
+        dest="format",
+        required=True,
+        choices=FORMATS,
+        metavar="TOOL",
+        help=f"the snippet's tool: {', '.join(FORMATS)}",
+    )
+    parser.add_argument(
+        "--torch-index",
+        metavar="URL",
+        help="where torch comes from (default: PyTorch's index of the builds' CUDA)",
+    )
+    parser.add_argument(
+        "--name",
+        default="fa-envkit",
+        metavar="NAME",
+        help="uv's name for the index (default: fa-envkit)",
+    )
     parser.set_defaults(func=export_command)

@@ -43,8 +43,10 @@ def read_url(url: str, limit: int, what: str, then: str) -> bytes | None:
     except urllib.error.HTTPError as exc:
         if exc.code in (404, 410):
             return None
-        raise ToolkitError(f"{url}: the cache answered HTTP {exc.code} for its {what} (check the cache's URL; "
-                           f"{then})") from None
+        raise ToolkitError(
+            f"{url}: the cache answered HTTP {exc.code} for its {what} (check the cache's URL; "
+            f"{then})"
+        ) from None
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, (FileNotFoundError, NotADirectoryError)):
             return None
@@ -64,7 +66,9 @@ class PageLink:
     path: str  # files/<folder>/<wheel>, relative to the index root (unquoted)
     filename: str
     sha256: str
-    metadata_sha256: str | None  # PEP 658/714: sha256 of `<wheel>.metadata`, where the page announces one
+    metadata_sha256: (
+        str | None
+    )  # PEP 658/714: sha256 of `<wheel>.metadata`, where the page announces one
 
     @property
     def folder(self) -> str:
@@ -83,7 +87,9 @@ class PublishedRecord:
 
     inputs_key: str
     inputs: dict[str, Any]
-    finished: str = ""  # the build's end (ISO 8601 UTC): the newest of several builds of the same inputs
+    finished: str = (
+        ""  # the build's end (ISO 8601 UTC): the newest of several builds of the same inputs
+    )
 
     @property
     def toolchain(self) -> dict[str, Any]:
@@ -96,9 +102,15 @@ class PublishedRecord:
     @classmethod
     def from_bytes(cls, data: bytes, url: str, then: str) -> PublishedRecord:
         record = parse_json(data, url, "build record", "tell the cache's publisher")
-        key, inputs = (record.get("inputs_key"), record.get("inputs")) if isinstance(record, dict) else (None, None)
+        key, inputs = (
+            (record.get("inputs_key"), record.get("inputs"))
+            if isinstance(record, dict)
+            else (None, None)
+        )
         if not isinstance(key, str) or not isinstance(inputs, dict) or sha256_json(inputs) != key:
-            raise ToolkitError(f"{url}: not a build record whose inputs hash to its inputs key (refused; {then})")
+            raise ToolkitError(
+                f"{url}: not a build record whose inputs hash to its inputs key (refused; {then})"
+            )
         return cls(key, inputs, str(record.get("finished") or ""))
 
 
@@ -151,10 +163,14 @@ def _anchors(url: str, what: str, then: str) -> list[dict[str, str | None]] | No
 
 def projects(site: CacheSite, then: str) -> list[str]:
     """The projects simple/index.html lists."""
-    found = _anchors(f"{site.url}/simple/index.html", "index page", then)  # named: file:// has no index files
+    found = _anchors(
+        f"{site.url}/simple/index.html", "index page", then
+    )  # named: file:// has no index files
     if found is None:
-        raise ToolkitError(f"{site.url}/simple/index.html: no index page (is {site.url} the folder `toolkit publish --to` "
-                           f"wrote?; {then})")
+        raise ToolkitError(
+            f"{site.url}/simple/index.html: no index page (is {site.url} the folder `toolkit publish --to` "
+            f"wrote?; {then})"
+        )
     return [normalize(href.strip("/")) for anchor in found if (href := anchor.get("href"))]
 
 
@@ -167,19 +183,32 @@ def project_links(site: CacheSite, project: str, then: str) -> list[PageLink]:
         href, _, fragment = (anchor.get("href") or "").partition("#")
         absolute = urljoin(page, href)
         parts = urlsplit(absolute)
-        if (parts.scheme, parts.netloc) != (root.scheme, root.netloc) or not parts.path.startswith(root.path):
+        if (parts.scheme, parts.netloc) != (root.scheme, root.netloc) or not parts.path.startswith(
+            root.path
+        ):
             continue  # only files of this index: what its table entries can vouch for
-        path = unquote(parts.path[len(root.path):])
+        path = unquote(parts.path[len(root.path) :])
         filename = path.rsplit("/", 1)[-1]
-        if not fragment.startswith("sha256=") or len(path.split("/")) != 3 or not path.startswith(f"{FILES_DIR}/"):
+        if (
+            not fragment.startswith("sha256=")
+            or len(path.split("/")) != 3
+            or not path.startswith(f"{FILES_DIR}/")
+        ):
             continue
         try:
             parse_wheel_filename(filename)
         except InvalidWheelFilename:
             continue
         metadata = anchor.get("data-core-metadata") or anchor.get("data-dist-info-metadata") or ""
-        links.append(PageLink(absolute, path, filename, fragment.removeprefix("sha256="),
-                              metadata.removeprefix("sha256=") if metadata.startswith("sha256=") else None))
+        links.append(
+            PageLink(
+                absolute,
+                path,
+                filename,
+                fragment.removeprefix("sha256="),
+                metadata.removeprefix("sha256=") if metadata.startswith("sha256=") else None,
+            )
+        )
     return links
 
 
@@ -189,23 +218,38 @@ def vouched(site: CacheSite, link: PageLink, then: str) -> PublishedBuild:
     record_url = f"{link.url}.build.json"
     data = read_url(record_url, MAX_RECORD_BYTES, "build record", then)
     if data is None:
-        raise ToolkitError(f"{record_url}: the index lists {link.filename} without its build record (not a "
-                           f"published build; {then})")
+        raise ToolkitError(
+            f"{record_url}: the index lists {link.filename} without its build record (not a "
+            f"published build; {then})"
+        )
     record = PublishedRecord.from_bytes(data, record_url, then)
     entry_url = f"{site.url}/{entry_path(record.inputs_key)}"
     entry_data = read_url(entry_url, MAX_RECORD_BYTES, "table entry", then)
     if entry_data is None:
-        raise ToolkitError(f"{entry_url}: no table entry for {link.filename}'s inputs (the index lists a wheel its "
-                           f"publisher did not; {then})")
-    entry = TableEntry.from_json(parse_json(entry_data, entry_url, "substitution table entry",
-                                            "tell the cache's publisher"), entry_url)
-    differs = ("names another wheel" if entry.wheel != link.path else
-               "pins another sha256 for the wheel than the page" if entry.wheel_sha256 != link.sha256 else
-               "is for other inputs" if entry.inputs_key != record.inputs_key else
-               "pins another build record" if entry.record_sha256 != hashlib.sha256(data).hexdigest() else "")
+        raise ToolkitError(
+            f"{entry_url}: no table entry for {link.filename}'s inputs (the index lists a wheel its "
+            f"publisher did not; {then})"
+        )
+    entry = TableEntry.from_json(
+        parse_json(entry_data, entry_url, "substitution table entry", "tell the cache's publisher"),
+        entry_url,
+    )
+    differs = (
+        "names another wheel"
+        if entry.wheel != link.path
+        else "pins another sha256 for the wheel than the page"
+        if entry.wheel_sha256 != link.sha256
+        else "is for other inputs"
+        if entry.inputs_key != record.inputs_key
+        else "pins another build record"
+        if entry.record_sha256 != hashlib.sha256(data).hexdigest()
+        else ""
+    )
     if differs:
-        raise ToolkitError(f"{entry_url}: the table entry {differs} ({link.path}; refused: the index does not "
-                           f"vouch for it; {then})")
+        raise ToolkitError(
+            f"{entry_url}: the table entry {differs} ({link.path}; refused: the index does not "
+            f"vouch for it; {then})"
+        )
     check_signature(entry, site.public_key, entry_url, then)
     return PublishedBuild(site, link, entry, record)
 
@@ -227,6 +271,8 @@ def line_builds(site: CacheSite, line: str, then: str) -> list[PublishedBuild]:
             top = max(link.version for link in links)
             newest[project] = [link for link in links if link.version == top]
     if not newest:
-        raise ToolkitError(f"{site.url}: no published wheels of line {line} (files/{line}/; publish them with "
-                           f"`toolkit publish {line} --to DIR`)")
+        raise ToolkitError(
+            f"{site.url}: no published wheels of line {line} (files/{line}/; publish them with "
+            f"`toolkit publish {line} --to DIR`)"
+        )
     return [vouched(site, link, then) for project in sorted(newest) for link in newest[project]]

@@ -58,32 +58,54 @@ def identify(dist_info: Path, caches: list[CacheSite], downloads: Path) -> Insta
     try:
         wanted = Version(version)
     except InvalidVersion:
-        raise ToolkitError(f"{dist_info / 'METADATA'}: version {version!r} is not a version (reinstall it)") from None
+        raise ToolkitError(
+            f"{dist_info / 'METADATA'}: version {version!r} is not a version (reinstall it)"
+        ) from None
     listed = {row[0] for row in _rows(_bounded(dist_info / "RECORD"), f"{dist_info / 'RECORD'}")}
     metadata_sha = hashlib.sha256(metadata).hexdigest()
-    unknown = InstalledBuild(name, version, False, detail=f"no build of {name} {version} is published at "
-                                                          f"{', '.join(site.url for site in caches)}")
+    unknown = InstalledBuild(
+        name,
+        version,
+        False,
+        detail=f"no build of {name} {version} is published at "
+        f"{', '.join(site.url for site in caches)}",
+    )
     for site in caches:
         for link in project_links(site, name, THEN):
             if link.version != wanted:
                 continue
             if link.metadata_sha256 and link.metadata_sha256 != metadata_sha:
-                unknown = InstalledBuild(name, version, False, detail=f"its METADATA is not that of {link.url}")
+                unknown = InstalledBuild(
+                    name, version, False, detail=f"its METADATA is not that of {link.url}"
+                )
                 continue
             build = vouched(site, link, THEN)
-            wheel = fetch_verified(Pinned(link.url, link.filename, link.sha256), downloads, link.filename,
-                                   pinned_by=f"the index page and table entry of {link.filename}")
+            wheel = fetch_verified(
+                Pinned(link.url, link.filename, link.sha256),
+                downloads,
+                link.filename,
+                pinned_by=f"the index page and table entry of {link.filename}",
+            )
             differs = _first_difference(_wheel_record(wheel), dist_info.parent, listed)
             if not differs:
                 return _published(name, version, build)
-            unknown = InstalledBuild(name, version, False, detail=f"{differs} (compared with {link.url})")
+            unknown = InstalledBuild(
+                name, version, False, detail=f"{differs} (compared with {link.url})"
+            )
     return unknown
 
 
 def _published(name: str, version: str, build: PublishedBuild) -> InstalledBuild:
     report = build.report_url if build.report_exists() else ""
-    return InstalledBuild(name, version, True, build.link.url, str(build.record.inputs.get("line") or ""),
-                          build.entry.inputs_key, report)
+    return InstalledBuild(
+        name,
+        version,
+        True,
+        build.link.url,
+        str(build.record.inputs.get("line") or ""),
+        build.entry.inputs_key,
+        report,
+    )
 
 
 def _first_difference(published: dict[str, str], site_packages: Path, listed: set[str]) -> str:
@@ -106,10 +128,14 @@ def _wheel_record(wheel: Path) -> dict[str, str]:
         with zipfile.ZipFile(wheel) as archive:
             members = [i for i in archive.infolist() if RECORD_MEMBER.fullmatch(i.filename)]
             if len(members) != 1 or members[0].file_size > MAX_DIST_INFO_BYTES:
-                raise ToolkitError(f"{wheel}: a published wheel without one RECORD (tell the cache's publisher)")
+                raise ToolkitError(
+                    f"{wheel}: a published wheel without one RECORD (tell the cache's publisher)"
+                )
             text = archive.read(members[0])
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ToolkitError(f"{wheel}: not a readable wheel ({exc}; tell the cache's publisher)") from None
+        raise ToolkitError(
+            f"{wheel}: not a readable wheel ({exc}; tell the cache's publisher)"
+        ) from None
     hashed = {}
     for row in _rows(text, f"{wheel.name}'s RECORD"):
         if len(row) > 1 and row[1].startswith("sha256=") and ".data/" not in row[0]:
@@ -144,13 +170,19 @@ def _rows(data: bytes, where: str) -> list[list[str]]:
     try:
         return [row for row in csv.reader(io.StringIO(data.decode())) if row]
     except (csv.Error, UnicodeDecodeError) as exc:
-        raise ToolkitError(f"{where}: unreadable RECORD ({exc.__class__.__name__}; reinstall it)") from None
+        raise ToolkitError(
+            f"{where}: unreadable RECORD ({exc.__class__.__name__}; reinstall it)"
+        ) from None
 
 
 def _bounded(path: Path) -> bytes:
     try:
         return regular_file_bytes(path, MAX_DIST_INFO_BYTES)
     except Unreadable as exc:
-        reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
-                  "large": f"larger than {MAX_DIST_INFO_BYTES:,} bytes"}[exc.why]
+        reason = {
+            "missing": "file not found",
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a regular file",
+            "large": f"larger than {MAX_DIST_INFO_BYTES:,} bytes",
+        }[exc.why]
         raise ToolkitError(f"{path}: unreadable ({reason}; reinstall the distribution)") from None

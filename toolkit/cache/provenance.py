@@ -63,7 +63,8 @@ def statement(facts: BuildFacts) -> dict[str, Any]:
     definition.internal_parameters.update(internal)
     for dep in facts.dependencies:
         definition.resolved_dependencies.append(
-            ResourceDescriptor(name=dep.name, uri=dep.uri, digest={"sha256": dep.sha256}).pb)
+            ResourceDescriptor(name=dep.name, uri=dep.uri, digest={"sha256": dep.sha256}).pb
+        )
     details = provenance.run_details
     details.builder.id = BUILDER_ID
     if facts.recipe:
@@ -73,18 +74,28 @@ def statement(facts: BuildFacts) -> dict[str, Any]:
         details.metadata.started_on.FromJsonString(_utc(facts.started))
         details.metadata.finished_on.FromJsonString(_utc(facts.finished))
     except ValueError as exc:
-        raise ToolkitError(f"{facts.wheel_name}: its record's start or finish time is not a timestamp ({exc}; "
-                           f"rebuild it with --force)") from None
+        raise ToolkitError(
+            f"{facts.wheel_name}: its record's start or finish time is not a timestamp ({exc}; "
+            f"rebuild it with --force)"
+        ) from None
     if facts.substituted_from:  # a wheel re-published from a cache: where it came from
-        details.byproducts.append(ResourceDescriptor(name="substituted-from", uri=facts.substituted_from).pb)
-    made = Statement([ResourceDescriptor(name=facts.wheel_name, digest={"sha256": facts.wheel_sha256}).pb],
-                     PREDICATE_TYPE, json_format.MessageToDict(provenance))
+        details.byproducts.append(
+            ResourceDescriptor(name="substituted-from", uri=facts.substituted_from).pb
+        )
+    made = Statement(
+        [ResourceDescriptor(name=facts.wheel_name, digest={"sha256": facts.wheel_sha256}).pb],
+        PREDICATE_TYPE,
+        json_format.MessageToDict(provenance),
+    )
     made.validate()
     data = json_format.MessageToDict(made.pb)
     # protobuf's Struct holds every number as a double (recipe 2 -> 2.0); the parameters go back exactly as the
     # record has them, so anyone can check sha256 of externalParameters.inputs' canonical JSON == inputsKey
     definition_data = data["predicate"]["buildDefinition"]
-    definition_data["externalParameters"], definition_data["internalParameters"] = external, internal
+    definition_data["externalParameters"], definition_data["internalParameters"] = (
+        external,
+        internal,
+    )
     return data
 
 

@@ -80,8 +80,10 @@ def publish(dest: Path, items: list[Publication], signer: Signer | None = None) 
         for files, _entry in plans:
             for file in files:
                 if planned.setdefault(file.path, file.sha256) != file.sha256:
-                    raise ToolkitError(f"{file.path}: two of the wheels to publish give it different bytes "
-                                       f"(publish them to different folders)")
+                    raise ToolkitError(
+                        f"{file.path}: two of the wheels to publish give it different bytes "
+                        f"(publish them to different folders)"
+                    )
                 _refuse_changed(dest, file)
         published = []
         for files, entry in plans:
@@ -107,22 +109,33 @@ def _plan(item: Publication, signer: Signer | None) -> tuple[list[_File], TableE
     """Every file one wheel publishes, each with its sha256, the table entry last."""
     actual = sha256_file(item.wheel)
     if actual != item.wheel_sha256:
-        raise ToolkitError(f"{display_path(item.wheel)}: sha256 {actual} is not its build record's "
-                           f"{item.wheel_sha256} (the wheel changed after its build: rebuild it with --force)")
+        raise ToolkitError(
+            f"{display_path(item.wheel)}: sha256 {actual} is not its build record's "
+            f"{item.wheel_sha256} (the wheel changed after its build: rebuild it with --force)"
+        )
     base = f"{FILES_DIR}/{item.folder}/{item.wheel.name}"
     metadata = wheel_metadata(item.wheel)
     record_sha = sha256_file(item.record)
     provenance = statement_text(item.facts).encode()
-    files = [_File(base, actual, source=item.wheel),
-             _File(f"{base}.metadata", _sha(metadata), data=metadata),
-             _File(f"{base}.build.json", record_sha, source=item.record),
-             _File(f"{base}.provenance.json", _sha(provenance), data=provenance)]
+    files = [
+        _File(base, actual, source=item.wheel),
+        _File(f"{base}.metadata", _sha(metadata), data=metadata),
+        _File(f"{base}.build.json", record_sha, source=item.record),
+        _File(f"{base}.provenance.json", _sha(provenance), data=provenance),
+    ]
     for name, report in sorted(item.reports.items()):
         data = _bounded(report, MAX_REPORT_BYTES, "report")
         files.append(_File(f"{base}{REPORTS_SUFFIX}/{name}", _sha(data), data=data))
-    entry = TableEntry(inputs_key=item.inputs_key, wheel=base, wheel_sha256=actual,
-                       wheel_size=item.wheel.stat().st_size, record=f"{base}.build.json", record_sha256=record_sha,
-                       provenance=f"{base}.provenance.json", provenance_sha256=_sha(provenance))
+    entry = TableEntry(
+        inputs_key=item.inputs_key,
+        wheel=base,
+        wheel_sha256=actual,
+        wheel_size=item.wheel.stat().st_size,
+        record=f"{base}.build.json",
+        record_sha256=record_sha,
+        provenance=f"{base}.provenance.json",
+        provenance_sha256=_sha(provenance),
+    )
     if signer is not None:
         entry = signer.sign(entry)
     text = entry.text().encode()
@@ -135,26 +148,36 @@ def _refuse_changed(dest: Path, file: _File) -> None:
     if not target.exists():
         return
     if not target.is_file() or target.is_symlink():
-        raise ToolkitError(f"{display_path(target)}: not a regular file where the index keeps {file.path} "
-                           f"(remove it, or publish to a new folder)")
+        raise ToolkitError(
+            f"{display_path(target)}: not a regular file where the index keeps {file.path} "
+            f"(remove it, or publish to a new folder)"
+        )
     published = sha256_file(target)
     if published != file.sha256:
-        raise ToolkitError(f"{display_path(target)}: already published with other bytes (sha256 {published}, "
-                           f"this publish's {file.sha256}); a published name never changes (publish to a new "
-                           f"folder, or rebuild under a new version)")
+        raise ToolkitError(
+            f"{display_path(target)}: already published with other bytes (sha256 {published}, "
+            f"this publish's {file.sha256}); a published name never changes (publish to a new "
+            f"folder, or rebuild under a new version)"
+        )
 
 
 def wheel_metadata(wheel: Path) -> bytes:
     """The wheel's `*.dist-info/METADATA`, served as `<wheel>.metadata` (PEP 658)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = [info for info in archive.infolist() if METADATA_MEMBER.fullmatch(info.filename)]
+            members = [
+                info for info in archive.infolist() if METADATA_MEMBER.fullmatch(info.filename)
+            ]
             if len(members) != 1 or members[0].file_size > MAX_METADATA_BYTES:
-                raise ToolkitError(f"{display_path(wheel)}: a wheel has one *.dist-info/METADATA of at most "
-                                   f"{MAX_METADATA_BYTES:,} bytes, this one {len(members)} (rebuild it)")
+                raise ToolkitError(
+                    f"{display_path(wheel)}: a wheel has one *.dist-info/METADATA of at most "
+                    f"{MAX_METADATA_BYTES:,} bytes, this one {len(members)} (rebuild it)"
+                )
             return archive.read(members[0])
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ToolkitError(f"{display_path(wheel)}: not a readable wheel ({exc}; rebuild it)") from None
+        raise ToolkitError(
+            f"{display_path(wheel)}: not a readable wheel ({exc}; rebuild it)"
+        ) from None
 
 
 def requires_python(metadata: bytes) -> str | None:
@@ -165,12 +188,19 @@ def write_index(dest: Path) -> None:
     """(Re)write dest/simple/ from the table's entries: only wheels whose entry is published are listed."""
     links: dict[str, Link] = {}
     for path in sorted((dest / INPUTS_DIR).glob("*.json")):
-        entry = TableEntry.from_json(read_json(path, "substitution table entry", "remove it and publish again"),
-                                     display_path(path))
+        entry = TableEntry.from_json(
+            read_json(path, "substitution table entry", "remove it and publish again"),
+            display_path(path),
+        )
         metadata = dest / f"{entry.wheel}.metadata"
         data = _bounded(metadata, MAX_METADATA_BYTES, "core metadata")
-        links[entry.wheel] = Link(f"../../{quote(entry.wheel)}", entry.wheel_name, entry.wheel_sha256,
-                                  requires_python(data), _sha(data))
+        links[entry.wheel] = Link(
+            f"../../{quote(entry.wheel)}",
+            entry.wheel_name,
+            entry.wheel_sha256,
+            requires_python(data),
+            _sha(data),
+        )
     clean_stale(dest)
     with publish_dir(dest / "simple") as staged:
         write_pages(staged, list(links.values()))
@@ -180,9 +210,15 @@ def _bounded(path: Path, limit: int, what: str) -> bytes:
     try:
         return regular_file_bytes(path, limit)
     except Unreadable as exc:
-        reason = {"missing": "file not found", "error": exc.detail, "special": f"{exc.detail}, not a regular file",
-                  "large": f"larger than {limit:,} bytes"}[exc.why]
-        raise ToolkitError(f"{display_path(path)}: unreadable {what} ({reason}; publish a regular file)") from None
+        reason = {
+            "missing": "file not found",
+            "error": exc.detail,
+            "special": f"{exc.detail}, not a regular file",
+            "large": f"larger than {limit:,} bytes",
+        }[exc.why]
+        raise ToolkitError(
+            f"{display_path(path)}: unreadable {what} ({reason}; publish a regular file)"
+        ) from None
 
 
 def _sha(data: bytes) -> str:

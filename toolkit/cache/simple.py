@@ -50,11 +50,15 @@ def _anchor(link: Link) -> str:
     if link.requires_python:
         attributes += f' data-requires-python="{html.escape(link.requires_python)}"'
     if link.metadata_sha256:  # PEP 714's name, and PEP 658's for older clients
-        attributes += (f' data-core-metadata="sha256={link.metadata_sha256}"'
-                       f' data-dist-info-metadata="sha256={link.metadata_sha256}"')
+        attributes += (
+            f' data-core-metadata="sha256={link.metadata_sha256}"'
+            f' data-dist-info-metadata="sha256={link.metadata_sha256}"'
+        )
     return f"<a {attributes}>{html.escape(link.name)}</a><br>"
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-            f"<title>{title}</title></head>\n<body><h1>{title}</h1>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.0">'
+        f"<title>{title}</title></head>\n<body><h1>{title}</h1>\n{body}\n</body></html>\n"
+    )

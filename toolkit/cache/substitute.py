@@ -48,16 +48,26 @@ def fetch_substitute(site: CacheSite, key: str, downloads: Path) -> Substitute |
     data = read_url(url, MAX_ENTRY_BYTES, "table entry", "the build compiles instead")
     if data is None:
         return None
-    entry = TableEntry.from_json(parse_json(data, url, "substitution table entry", "tell the cache's publisher"),
-                                 url)
+    entry = TableEntry.from_json(
+        parse_json(data, url, "substitution table entry", "tell the cache's publisher"), url
+    )
     if entry.inputs_key != key:
-        raise ToolkitError(f"{url}: a table entry for other inputs ({entry.inputs_key}), served under this "
-                           f"build's key (refused; the build compiles instead)")
+        raise ToolkitError(
+            f"{url}: a table entry for other inputs ({entry.inputs_key}), served under this "
+            f"build's key (refused; the build compiles instead)"
+        )
     check_signature(entry, site.public_key, url)
     pinned_by = f"the table entry {url}"
-    record = fetch_verified(Pinned(f"{site.url}/{entry.record}", entry.record.rsplit("/", 1)[-1],
-                                   entry.record_sha256), downloads, f"build record of {entry.wheel_name}",
-                            pinned_by=pinned_by)
-    wheel = fetch_verified(Pinned(f"{site.url}/{entry.wheel}", entry.wheel_name, entry.wheel_sha256), downloads,
-                           entry.wheel_name, pinned_by=pinned_by)
+    record = fetch_verified(
+        Pinned(f"{site.url}/{entry.record}", entry.record.rsplit("/", 1)[-1], entry.record_sha256),
+        downloads,
+        f"build record of {entry.wheel_name}",
+        pinned_by=pinned_by,
+    )
+    wheel = fetch_verified(
+        Pinned(f"{site.url}/{entry.wheel}", entry.wheel_name, entry.wheel_sha256),
+        downloads,
+        entry.wheel_name,
+        pinned_by=pinned_by,
+    )
     return Substitute(url, entry, wheel, record)

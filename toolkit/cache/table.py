@@ -33,7 +33,9 @@ PUBLISHED_PATH = re.compile(rf"{FILES_DIR}/[A-Za-z0-9][A-Za-z0-9._+-]*/[A-Za-z0-
 @dataclass(frozen=True)
 class Signature:
     public_key: str  # base64 of the raw 32-byte ed25519 public key
-    value: str  # base64 of the 64-byte signature over the entry's canonical JSON without `signature`
+    value: (
+        str  # base64 of the 64-byte signature over the entry's canonical JSON without `signature`
+    )
 
 
 @dataclass(frozen=True)
@@ -72,22 +74,32 @@ class TableEntry:
     @classmethod
     def from_json(cls, data: object, where: str) -> TableEntry:
         fix = "the cache serves a broken entry: tell its publisher; the build compiles instead"
-        if not isinstance(data, dict) or data.get("kind") != TABLE_KIND or data.get("schema") != TABLE_SCHEMA:
-            raise ToolkitError(f"{where}: not a substitution table entry of schema {TABLE_SCHEMA} ({fix})")
+        if (
+            not isinstance(data, dict)
+            or data.get("kind") != TABLE_KIND
+            or data.get("schema") != TABLE_SCHEMA
+        ):
+            raise ToolkitError(
+                f"{where}: not a substitution table entry of schema {TABLE_SCHEMA} ({fix})"
+            )
         try:
             entry = _ADAPTER.validate_python(data)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
-            raise ToolkitError(f"{where}: table entry field {'.'.join(str(p) for p in first['loc'])}: "
-                               f"{first['msg'].lower()} ({fix})") from None
+            raise ToolkitError(
+                f"{where}: table entry field {'.'.join(str(p) for p in first['loc'])}: "
+                f"{first['msg'].lower()} ({fix})"
+            ) from None
         for name in ("inputs_key", "wheel_sha256", "record_sha256", "provenance_sha256"):
             if not SHA256.fullmatch(getattr(entry, name)):
                 raise ToolkitError(f"{where}: table entry field {name}: not a sha256 ({fix})")
         for name in ("wheel", "record", "provenance"):
             value = getattr(entry, name)
             if not PUBLISHED_PATH.fullmatch(value) or ".." in value:
-                raise ToolkitError(f"{where}: table entry field {name}: {value!r} is not a path under "
-                                   f"{FILES_DIR}/ ({fix})")
+                raise ToolkitError(
+                    f"{where}: table entry field {name}: {value!r} is not a path under "
+                    f"{FILES_DIR}/ ({fix})"
+                )
         return entry
 
 
@@ -109,8 +121,10 @@ def _ed25519() -> Any:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise ToolkitError("signing and checking cache entries needs the Python package cryptography "
-                           "(pip install cryptography into the toolkit's environment)") from None
+        raise ToolkitError(
+            "signing and checking cache entries needs the Python package cryptography "
+            "(pip install cryptography into the toolkit's environment)"
+        ) from None
     return ed25519
 
 
@@ -134,10 +148,14 @@ class Signer:
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
-            raise ToolkitError(f"{display_path(path)}: not an unencrypted PEM private key ({exc}; {fix})") from None
+            raise ToolkitError(
+                f"{display_path(path)}: not an unencrypted PEM private key ({exc}; {fix})"
+            ) from None
         if not isinstance(key, ed25519.Ed25519PrivateKey):
             raise ToolkitError(f"{display_path(path)}: not an ed25519 key ({fix})")
-        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        raw = key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
         return cls(key, public_key_text(raw))
 
     def sign(self, entry: TableEntry) -> TableEntry:
@@ -145,25 +163,33 @@ class Signer:
         return replace(entry, signature=Signature(self.public_key, value))
 
 
-def check_signature(entry: TableEntry, trusted_key: str | None, where: str,
-                    then: str = "the build compiles instead") -> None:
+def check_signature(
+    entry: TableEntry, trusted_key: str | None, where: str, then: str = "the build compiles instead"
+) -> None:
     """Nothing to check for a cache configured without a key; with one, the entry must be signed by exactly it.
     `then`: what happens next, for the reader's line (a build compiles; export and runtime locks stop)."""
     if trusted_key is None:
         return
     if entry.signature is None:
-        raise ToolkitError(f"{where}: unsigned, but this cache is configured with public key {trusted_key} "
-                           f"(refused; {then})")
+        raise ToolkitError(
+            f"{where}: unsigned, but this cache is configured with public key {trusted_key} "
+            f"(refused; {then})"
+        )
     if entry.signature.public_key != trusted_key:
-        raise ToolkitError(f"{where}: signed by key {entry.signature.public_key}, not by this cache's configured "
-                           f"key {trusted_key} (refused; {then})")
+        raise ToolkitError(
+            f"{where}: signed by key {entry.signature.public_key}, not by this cache's configured "
+            f"key {trusted_key} (refused; {then})"
+        )
     from cryptography.exceptions import InvalidSignature
 
     ed25519 = _ed25519()
     try:
-        public = ed25519.Ed25519PublicKey.from_public_bytes(base64.b64decode(trusted_key, validate=True))
+        public = ed25519.Ed25519PublicKey.from_public_bytes(
+            base64.b64decode(trusted_key, validate=True)
+        )
         public.verify(base64.b64decode(entry.signature.value, validate=True), entry.signed_bytes())
     except (InvalidSignature, ValueError, binascii.Error):
-        raise ToolkitError(f"{where}: its signature does not verify with the configured key {trusted_key} "
-                           f"(the entry was changed after it was signed; refused, {then})") from None
-
+        raise ToolkitError(
+            f"{where}: its signature does not verify with the configured key {trusted_key} "
+            f"(the entry was changed after it was signed; refused, {then})"
+        ) from None
