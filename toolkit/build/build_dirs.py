@@ -39,7 +39,9 @@ DISK_BUDGET_GB = 20.0
 STATE = "state.json"  # what the next build of these inputs needs to continue (BuildState)
 KEPT = "kept-build"  # the setup.py build tree, set aside while the source is unpacked again
 SCHEDULE = "schedule"  # the ninja shim's folder (builder.build): its object list serves the resumed estimate
-SETUP_BUILD = "build"  # setup.py's build base inside the project folder (build_temp: ninja's folder)
+SETUP_BUILD = (
+    "build"  # setup.py's build base inside the project folder (build_temp: ninja's folder)
+)
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,13 @@ class BuildState:
 @dataclass(frozen=True)
 class BuildFolder:
     path: Path
-    previous: BuildState | None  # what an interrupted build of these inputs left (None: a fresh folder)
+    previous: (
+        BuildState | None
+    )  # what an interrupted build of these inputs left (None: a fresh folder)
 
-    def unpacked(self, source: WheelSource, archs: tuple[str, ...], nvcc_threads: int) -> SourceTree:
+    def unpacked(
+        self, source: WheelSource, archs: tuple[str, ...], nvcc_threads: int
+    ) -> SourceTree:
         """The source unpacked afresh, with the interrupted build's setup.py build tree moved back into it."""
         kept = self.path / KEPT
         if self.previous is not None and not kept.exists():
@@ -86,7 +92,12 @@ def read_state(folder: Path) -> BuildState | None:
     except (ToolkitError, KeyError, TypeError, ValueError):
         return None
     parts = Path(state.project_dir).parts
-    if not parts or Path(state.project_dir).is_absolute() or ".." in parts or state.nvcc_threads < 1:
+    if (
+        not parts
+        or Path(state.project_dir).is_absolute()
+        or ".." in parts
+        or state.nvcc_threads < 1
+    ):
         return None
     return state
 
@@ -107,7 +118,9 @@ def keyed_build_folder(parent: Path, key: str, fresh: bool, keep: bool) -> Itera
         yield BuildFolder(folder.absolute(), state)
         if not keep:
             remove_path(folder)
-            lock_file_for(folder).unlink(missing_ok=True)  # a build waiting on it locks a new one (fslock)
+            lock_file_for(folder).unlink(
+                missing_ok=True
+            )  # a build waiting on it locks a new one (fslock)
 
 
 def discard(folder: Path) -> bool:
@@ -130,14 +143,17 @@ def tree_bytes(folder: Path) -> int:
     return total
 
 
-def prune(parent: Path, in_use: str, max_age_days: float = MAX_AGE_DAYS,
-          budget_gb: float = DISK_BUDGET_GB) -> list[Path]:
+def prune(
+    parent: Path, in_use: str, max_age_days: float = MAX_AGE_DAYS, budget_gb: float = DISK_BUDGET_GB
+) -> list[Path]:
     """Remove the kept build folders unused for max_age_days, then the least recently used while all of them
     (in_use's too, which stays) take more than budget_gb; never one a live build holds. Returns the removed."""
     parent = Path(parent)
     if not parent.is_dir():
         return []
-    folders = [p for p in parent.iterdir() if KEY.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
+    folders = [
+        p for p in parent.iterdir() if KEY.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    ]
     used = {p: p.stat().st_mtime for p in folders}
     sizes = {p: tree_bytes(p) for p in folders}
     total = sum(sizes.values())

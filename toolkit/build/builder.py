@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from toolkit.base.atomic import clean_stale, run_temporaries
@@ -36,7 +44,14 @@ from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build import fa2, fa3, fa4_hooks
 from toolkit.build.build_dirs import SCHEDULE, BuildFolder, keyed_build_folder, prune
 from toolkit.build.diagnose import explain_file
-from toolkit.build.estimate import NINJA_STATUS, CompileProgress, ManifestObjects, Sizing, estimate_line, filled
+from toolkit.build.estimate import (
+    NINJA_STATUS,
+    CompileProgress,
+    ManifestObjects,
+    Sizing,
+    estimate_line,
+    filled,
+)
 from toolkit.build.ninja_shim import (
     BUILD_DIR_ALIAS,
     MANIFEST_OBJECTS,
@@ -44,9 +59,23 @@ from toolkit.build.ninja_shim import (
     install_ninja_shim,
     manifest_outcome,
 )
-from toolkit.build.record import BuildInputs, BuildOutputs, BuildRecord, ObjectTime, Parallelism, Schedule
+from toolkit.build.record import (
+    BuildInputs,
+    BuildOutputs,
+    BuildRecord,
+    ObjectTime,
+    Parallelism,
+    Schedule,
+)
 from toolkit.build.source import SourceTree, WheelSource
-from toolkit.build.timing import ScheduleOrder, children_cpu_s, describe, efficiency, ninja_objects, schedule_order
+from toolkit.build.timing import (
+    ScheduleOrder,
+    children_cpu_s,
+    describe,
+    efficiency,
+    ninja_objects,
+    schedule_order,
+)
 from toolkit.build.wheel_check import install_and_import, verify_wheel
 from toolkit.build.wheelhouse import (
     CachedBuild,
@@ -80,8 +109,16 @@ RECIPE_VERSION = 3
 # -isystem $PREFIX/include" (cuda-nvcc's adds -I $PREFIX/targets/<triple>/include), which distutils appends to
 # every g++ command (CFLAGS, CXXFLAGS, LDFLAGS the build sets itself). The build removes (or overrides) them; the
 # record keeps what it removed. A caller's NINJA_STATUS would change the [n/N] lines the progress bar reads.
-NEUTRALISED_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CPPFLAGS", "NINJA_STATUS")
-REFERENCE_CPUS = 32  # the estimate line also says how long the build takes on a machine of this many cores
+NEUTRALISED_VARIABLES = (
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "CPPFLAGS",
+    "NINJA_STATUS",
+)
+REFERENCE_CPUS = (
+    32  # the estimate line also says how long the build takes on a machine of this many cores
+)
 PLAIN_STEP = 0.05  # without a terminal, a progress line every 5 % of the objects
 ARCH_ARG = re.compile(r"\d{2,3}[af]?")
 
@@ -90,7 +127,9 @@ ARCH_ARG = re.compile(r"\d{2,3}[af]?")
 class BuildOptions:
     workspace: Workspace = DEFAULT  # the lock it builds from, the wheelhouse it places the wheel in
     cache: Path | None = None  # None: the workspace's cache ($TOOLKIT_CACHE or .cache)
-    prefix: Path | None = None  # locked toolchain's conda prefix (default: the workspace's .envs/<line>)
+    prefix: Path | None = (
+        None  # locked toolchain's conda prefix (default: the workspace's .envs/<line>)
+    )
     arch: str | None = None  # "native", "80,90" or None (the spec's archs)
     jobs: int | None = None
     nvcc_threads: int | None = None
@@ -99,8 +138,12 @@ class BuildOptions:
     keep_build_dir: bool = False
     install: bool = True
     install_target: Path | None = None
-    order_from: Path | None = None  # a build record whose object times order this build (default: the newest)
-    caches: tuple[CacheSite, ...] = ()  # binary caches asked, in order, before compiling (cache/config.py)
+    order_from: Path | None = (
+        None  # a build record whose object times order this build (default: the newest)
+    )
+    caches: tuple[
+        CacheSite, ...
+    ] = ()  # binary caches asked, in order, before compiling (cache/config.py)
 
 
 @dataclass(frozen=True)
@@ -122,17 +165,28 @@ def resolve_archs(spec: EnvSpec, arch_arg: str | None, fp: Fingerprint) -> tuple
     if arch_arg == "native":
         found = tuple(sorted({gpu.sm for gpu in fp.gpus}, key=int))
         if not found:
-            raise ToolkitError("nvidia-smi: no GPU visible for --arch native (name the archs instead: --arch 80,90)")
+            raise ToolkitError(
+                "nvidia-smi: no GPU visible for --arch native (name the archs instead: --arch 80,90)"
+            )
         return found
     archs = tuple(a.strip() for a in re.split(r"[,;\s]+", arch_arg) if a.strip())
     bad = [a for a in archs if not ARCH_ARG.fullmatch(a)]
     if bad or not archs:
-        raise ToolkitError(f"--arch {arch_arg}: not an arch list (use native or sm numbers like 80,90,90a)")
+        raise ToolkitError(
+            f"--arch {arch_arg}: not an arch list (use native or sm numbers like 80,90,90a)"
+        )
     return archs
 
 
-def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, threads_per_cpu: float, n_archs: int,
-                     jobs: int | None, nvcc_threads: int | None) -> Parallelism:
+def size_parallelism(
+    cpus: int,
+    mem_gb: float,
+    gb_per_thread: float,
+    threads_per_cpu: float,
+    n_archs: int,
+    jobs: int | None,
+    nvcc_threads: int | None,
+) -> Parallelism:
     """Jobs x threads from cores and RAM: each nvcc thread compiles one arch and peaks near gb_per_thread.
 
     The thread budget is min(cores x threads_per_cpu, RAM / gb_per_thread). A few more threads than cores
@@ -144,9 +198,11 @@ def size_parallelism(cpus: int, mem_gb: float, gb_per_thread: float, threads_per
     budget = max(1, min(math.floor(cpus * threads_per_cpu), math.floor(mem_gb / gb_per_thread)))
     threads = nvcc_threads or max(1, min(n_archs, budget))
     jobs = jobs or max(1, budget // threads)
-    basis = (f"{cpus} cores x {threads_per_cpu:g}, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> "
-             f"budget {budget} threads; {jobs} jobs x {threads} nvcc threads "
-             f"(peak about {jobs * threads * gb_per_thread:.0f} GB)")
+    basis = (
+        f"{cpus} cores x {threads_per_cpu:g}, {mem_gb:.0f} GB / {gb_per_thread:g} GB per nvcc thread -> "
+        f"budget {budget} threads; {jobs} jobs x {threads} nvcc threads "
+        f"(peak about {jobs * threads * gb_per_thread:.0f} GB)"
+    )
     return Parallelism(jobs, threads, cpus, mem_gb, gb_per_thread, basis)
 
 
@@ -157,13 +213,18 @@ def local_version(spec: EnvSpec) -> str:
 
 def torch_arch_list(archs: tuple[str, ...]) -> str:
     """'80', '90a' -> '8.0;9.0a' (TORCH_CUDA_ARCH_LIST's spelling), for setup.py paths that use torch's flags."""
-    return ";".join(f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')):]}" for a in archs)
+    return ";".join(
+        f"{a.rstrip('af')[:-1]}.{a.rstrip('af')[-1]}{a[len(a.rstrip('af')) :]}" for a in archs
+    )
 
 
 def neutralised(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
     """The caller's NEUTRALISED_VARIABLES that the build removes or overrides (for the record)."""
-    return {name: environ[name] for name in NEUTRALISED_VARIABLES
-            if name in environ and environ[name] != env.get(name)}
+    return {
+        name: environ[name]
+        for name in NEUTRALISED_VARIABLES
+        if name in environ and environ[name] != env.get(name)
+    }
 
 
 def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[str, str]:
@@ -171,8 +232,14 @@ def process_environment(environ: dict[str, str], env: dict[str, str]) -> dict[st
     return {**{k: v for k, v in environ.items() if k not in NEUTRALISED_VARIABLES}, **env}
 
 
-def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallelism, local: str, epoch: int,
-                      build_dir: Path) -> dict[str, str]:
+def build_environment(
+    tc: LineEnvironment,
+    archs: tuple[str, ...],
+    par: Parallelism,
+    local: str,
+    epoch: int,
+    build_dir: Path,
+) -> dict[str, str]:
     """Every variable the build sees on top of the caller's environment, each set for a reason."""
     prefix_map = f"-ffile-prefix-map={build_dir}={BUILD_DIR_ALIAS}"
     env = {
@@ -207,7 +274,9 @@ def build_environment(tc: LineEnvironment, archs: tuple[str, ...], par: Parallel
     return env
 
 
-def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tuple[str, ...]) -> dict:
+def keyed_inputs(
+    spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tuple[str, ...]
+) -> dict:
     """What determines the wheel's bytes besides its source's pins (WheelSource.key_inputs: a lock's sha256, a
     commit and its archives), known without reading the lock (so a cache hit stays fast): the environment
     follows from these, and jobs/threads change only the speed, so neither is part of the key; nor are file
@@ -218,10 +287,15 @@ def keyed_inputs(spec: EnvSpec, tc: LineEnvironment, fp: Fingerprint, archs: tup
         "line": spec.line,
         "spec_input_hash": spec.build_input_hash(),
         "toolchain": {
-            "kind": tc.kind, "nvcc": fp.nvcc_version, "cxx": Path(fp.cxx_path).name if fp.cxx_path else None,
-            "gcc": fp.gcc_version, "python_version": fp.python_version,
-            "torch": torch.version if torch else None, "torch_cuda": torch.cuda if torch else None,
-            "cxx11_abi": torch.cxx11_abi if torch else None, "ninja": fp.ninja_version,
+            "kind": tc.kind,
+            "nvcc": fp.nvcc_version,
+            "cxx": Path(fp.cxx_path).name if fp.cxx_path else None,
+            "gcc": fp.gcc_version,
+            "python_version": fp.python_version,
+            "torch": torch.version if torch else None,
+            "torch_cuda": torch.cuda if torch else None,
+            "cxx11_abi": torch.cxx11_abi if torch else None,
+            "ninja": fp.ninja_version,
         },
         "archs": list(archs),
         "local_version": local_version(spec),
@@ -242,32 +316,62 @@ class EtaColumn(ProgressColumn):
         return Text(self.progress.eta_text())
 
 
-def run_logged(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, console: Console,
-               compile_progress: CompileProgress) -> int:
+def run_logged(
+    cmd: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    log_path: Path,
+    console: Console,
+    compile_progress: CompileProgress,
+) -> int:
     """Run the build with its full output in log_path and a live bar of objects compiled (plain lines every
     PLAIN_STEP of them when not a terminal), its total known from the start where costs or an interrupted
     build's object list give it, else from build.ninja once the ninja shim has read it."""
     tracker = compile_progress
-    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TextColumn("objects"),
-               TimeElapsedColumn(), EtaColumn(tracker))
+    columns = (
+        TextColumn("compiling"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("objects"),
+        TimeElapsedColumn(),
+        EtaColumn(tracker),
+    )
     next_report = 0.0
 
     def report() -> None:
         nonlocal next_report
-        if console.is_terminal or tracker.total is None or tracker.completed / max(1, tracker.total) < next_report:
+        if (
+            console.is_terminal
+            or tracker.total is None
+            or tracker.completed / max(1, tracker.total) < next_report
+        ):
             return
         kept = f" ({tracker.kept} kept from the interrupted build)" if tracker.kept else ""
-        console.print(f"compiling {tracker.completed}/{tracker.total} objects{kept}, "
-                      f"{progress.tasks[0].elapsed or 0:.0f} s, {tracker.eta_text()}")
+        console.print(
+            f"compiling {tracker.completed}/{tracker.total} objects{kept}, "
+            f"{progress.tasks[0].elapsed or 0:.0f} s, {tracker.eta_text()}"
+        )
         next_report = tracker.completed / max(1, tracker.total) + PLAIN_STEP
 
-    with open(log_path, "w", buffering=1) as log, Progress(*columns, console=console, transient=False) as progress:
+    with (
+        open(log_path, "w", buffering=1) as log,
+        Progress(*columns, console=console, transient=False) as progress,
+    ):
         task = progress.add_task("compile", total=tracker.total, completed=tracker.completed)
         report()
         log.write(f"$ {' '.join(cmd)}\n")
         # pip and every compiler below it die with this process, even when it is killed with SIGKILL
-        proc = popen_tied(cmd, cwd=cwd, env=process_environment(dict(os.environ), env), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, umask=0o022)
+        proc = popen_tied(
+            cmd,
+            cwd=cwd,
+            env=process_environment(dict(os.environ), env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            umask=0o022,
+        )
         try:
             assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
@@ -294,28 +398,53 @@ DEFAULT_SOURCE = fa2.Fa2Source.of  # what build() compiles when handed no source
 
 def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
     """What `toolkit build LINE` makes: each implementation of WHEEL_SOURCES the line asks for."""
-    return [source for wanted in WHEEL_SOURCES.values() if (source := wanted(spec, workspace)) is not None]
+    return [
+        source
+        for wanted in WHEEL_SOURCES.values()
+        if (source := wanted(spec, workspace)) is not None
+    ]
 
 
-def first_estimate(spec: EnvSpec, source: WheelSource, archs: tuple[str, ...], par: Parallelism,
-                   order: ScheduleOrder, interrupted: ManifestObjects | None, shim_dir: Path,
-                   console: Console) -> CompileProgress:
+def first_estimate(
+    spec: EnvSpec,
+    source: WheelSource,
+    archs: tuple[str, ...],
+    par: Parallelism,
+    order: ScheduleOrder,
+    interrupted: ManifestObjects | None,
+    shim_dir: Path,
+    console: Console,
+) -> CompileProgress:
     """Print the estimate line (the objects left, by their costs, at this sizing and on REFERENCE_CPUS cores)
     and return the progress it starts the bar with. A resumed build knows its objects and which of them are
     done from the interrupted build's object list; a first one its costs from the schedule's order."""
     per_object = source.threads_per_object(archs)
     here = Sizing(par.jobs, min(par.nvcc_threads, per_object), par.cpus)
-    ref = size_parallelism(REFERENCE_CPUS, REFERENCE_CPUS * spec.build.threads_per_cpu * spec.build.gb_per_nvcc_thread,
-                           spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu, per_object, None, None)
+    ref = size_parallelism(
+        REFERENCE_CPUS,
+        REFERENCE_CPUS * spec.build.threads_per_cpu * spec.build.gb_per_nvcc_thread,
+        spec.build.gb_per_nvcc_thread,
+        spec.build.threads_per_cpu,
+        per_object,
+        None,
+        None,
+    )
     reference = Sizing(ref.jobs, min(ref.nvcc_threads, per_object), REFERENCE_CPUS)
     if interrupted is not None:
         finished, costs = interrupted.finished(), filled(interrupted.costs)
         left = None if costs is None else [c for name, c in costs.items() if name not in finished]
-        console.print(estimate_line(left, len(finished), here, "the interrupted build's object costs", reference))
+        console.print(
+            estimate_line(
+                left, len(finished), here, "the interrupted build's object costs", reference
+            )
+        )
         return CompileProgress(shim_dir, len(interrupted.costs), len(finished), here, left)
     known = list(order.object_seconds.values() or order.source_seconds.values()) or None
-    basis = ("the previous build's times on this machine" if order.kind == "record"
-             else "the knowledge's object costs, measured on another machine's CPUs")
+    basis = (
+        "the previous build's times on this machine"
+        if order.kind == "record"
+        else "the knowledge's object costs, measured on another machine's CPUs"
+    )
     console.print(estimate_line(known, 0, here, basis, reference))
     return CompileProgress(shim_dir, len(known) if known else None, 0, here, known)
 
@@ -373,7 +502,9 @@ def step_toolchain(run: BuildRun) -> BuildResult | None:
     """The line's toolchain, the machine's fingerprint and the archs to compile."""
     spec, workspace = run.spec, run.workspace
     found = line_env.resolve(spec, run.options.prefix, workspace=workspace)
-    if found.missing and not workspace.lock_file(spec.line).exists():  # the cause, not `run toolkit install` first
+    if (
+        found.missing and not workspace.lock_file(spec.line).exists()
+    ):  # the cause, not `run toolkit install` first
         raise ToolkitError(missing_lock(spec, workspace))
     run.tc = found.require_installed(spec.line)
     run.build_parent = run.cache / "build"
@@ -402,21 +533,38 @@ def step_cache(run: BuildRun) -> BuildResult | None:
         hit = substitute(site, run.key, run.line_dir, run.cache, run.console)
         if hit:
             write_index(run.workspace.wheelhouse)
-            return BuildResult(hit.wheel, hit.record_path, hit.record, cached=True,
-                               substituted_from=hit.record.substituted_from)
+            return BuildResult(
+                hit.wheel,
+                hit.record_path,
+                hit.record,
+                cached=True,
+                substituted_from=hit.record.substituted_from,
+            )
     return None
 
 
 def step_preflight(run: BuildRun) -> BuildResult | None:
     """Old build folders pruned, then the toolchain checked before anything is fetched or compiled."""
     options = run.options
-    prune(run.build_parent, in_use=run.key)  # build folders unused for long, or beyond the disk budget
+    prune(
+        run.build_parent, in_use=run.key
+    )  # build folders unused for long, or beyond the disk budget
     run.mem_gb = options.mem_gb or run.fp.mem_available_gb
-    compile_env = process_environment(dict(os.environ), {**run.tc.include_environment(), "PATH": run.tc.path_env,
-                                                         "LC_ALL": "C"})
-    run_preflight(preflight_input(run.spec, run.fp, run.archs, run.mem_gb, run.build_parent, compile_env,
-                                  archs_given=None if options.arch is None else f"--arch {options.arch}",
-                                  mem_given=None if options.mem_gb is None else f"--mem-gb {options.mem_gb:g}"))
+    compile_env = process_environment(
+        dict(os.environ), {**run.tc.include_environment(), "PATH": run.tc.path_env, "LC_ALL": "C"}
+    )
+    run_preflight(
+        preflight_input(
+            run.spec,
+            run.fp,
+            run.archs,
+            run.mem_gb,
+            run.build_parent,
+            compile_env,
+            archs_given=None if options.arch is None else f"--arch {options.arch}",
+            mem_given=None if options.mem_gb is None else f"--mem-gb {options.mem_gb:g}",
+        )
+    )
     return None
 
 
@@ -428,22 +576,35 @@ def step_fetch(run: BuildRun) -> BuildResult | None:
 
 def step_folder(run: BuildRun) -> BuildResult | None:
     """The build folder of these inputs (an interrupted build's, to continue), held until the build ends."""
-    run.folder = run.folders.enter_context(keyed_build_folder(run.build_parent, run.key, fresh=run.options.force,
-                                                              keep=run.options.keep_build_dir))
+    run.folder = run.folders.enter_context(
+        keyed_build_folder(
+            run.build_parent, run.key, fresh=run.options.force, keep=run.options.keep_build_dir
+        )
+    )
     return None
 
 
 def step_size(run: BuildRun) -> BuildResult | None:
     """Jobs x nvcc threads from cores and memory (an interrupted build's threads, which its commands carry)."""
     spec, options, folder = run.spec, run.options, run.folder
-    resumed_threads = folder.previous.nvcc_threads if folder.previous else None  # its compile commands'
-    par = size_parallelism(run.fp.cpus, run.mem_gb, spec.build.gb_per_nvcc_thread, spec.build.threads_per_cpu,
-                           run.source.threads_per_object(run.archs), options.jobs or spec.build.jobs,
-                           options.nvcc_threads or spec.build.nvcc_threads or resumed_threads)
+    resumed_threads = (
+        folder.previous.nvcc_threads if folder.previous else None
+    )  # its compile commands'
+    par = size_parallelism(
+        run.fp.cpus,
+        run.mem_gb,
+        spec.build.gb_per_nvcc_thread,
+        spec.build.threads_per_cpu,
+        run.source.threads_per_object(run.archs),
+        options.jobs or spec.build.jobs,
+        options.nvcc_threads or spec.build.nvcc_threads or resumed_threads,
+    )
     if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > run.mem_gb:
-        run.console.print(f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than "
-                          f"{run.mem_gb:.0f} GB (about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM "
-                          f"killer may stop the build")
+        run.console.print(
+            f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than "
+            f"{run.mem_gb:.0f} GB (about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM "
+            f"killer may stop the build"
+        )
     run.par = par
     return None
 
@@ -452,25 +613,41 @@ def step_unpack(run: BuildRun) -> BuildResult | None:
     """The source unpacked into the build folder and the environment the compile runs with."""
     (run.line_dir / "logs").mkdir(parents=True, exist_ok=True)
     run.started = datetime.now(timezone.utc)
-    run.log_path = run.line_dir / "logs" / f"build-{run.started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+    run.log_path = (
+        run.line_dir / "logs" / f"build-{run.started.strftime('%Y%m%dT%H%M%SZ')}-{os.getpid()}.log"
+    )
     run.tree = run.folder.unpacked(run.source, run.archs, run.par.nvcc_threads)
-    run.env = {**build_environment(run.tc, run.archs, run.par, run.inputs["local_version"], run.tree.epoch,
-                                   run.build_dir), **run.tree.environment}
+    run.env = {
+        **build_environment(
+            run.tc, run.archs, run.par, run.inputs["local_version"], run.tree.epoch, run.build_dir
+        ),
+        **run.tree.environment,
+    }
     return None
 
 
 def step_schedule(run: BuildRun) -> BuildResult | None:
     """The object order (the previous build's times or the knowledge's costs), in the ninja shim."""
-    run.order = schedule_order(run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key)
+    run.order = schedule_order(
+        run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key
+    )
     run.shim_dir = run.build_dir / SCHEDULE
-    run.interrupted = ManifestObjects.read(run.shim_dir)  # the object list of the build that stopped here
+    run.interrupted = ManifestObjects.read(
+        run.shim_dir
+    )  # the object list of the build that stopped here
     (run.shim_dir / MANIFEST_OBJECTS).unlink(missing_ok=True)  # this build's shim writes its own
-    plan = ManifestPlan(str(run.build_dir), run.order.object_seconds, str(run.tree.source_root),
-                        run.order.source_seconds,
-                        "previous build's times" if run.order.kind == "record" else "the knowledge's object costs")
+    plan = ManifestPlan(
+        str(run.build_dir),
+        run.order.object_seconds,
+        str(run.tree.source_root),
+        run.order.source_seconds,
+        "previous build's times" if run.order.kind == "record" else "the knowledge's object costs",
+    )
     if not install_ninja_shim(run.shim_dir, plan, run.env["PATH"]):
-        raise ToolkitError(f"{run.tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
-                           "(install ninja into the environment)")
+        raise ToolkitError(
+            f"{run.tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
+            "(install ninja into the environment)"
+        )
     return None
 
 
@@ -478,12 +655,27 @@ def step_compile(run: BuildRun) -> BuildResult | None:
     """`pip wheel --no-build-isolation` with a live bar; Ctrl-C keeps the finished objects for the next build."""
     spec, console, par = run.spec, run.console, run.par
     out_dir = run.build_dir / "dist"
-    cmd = [str(run.tc.python), "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--no-index",
-           "--wheel-dir", str(out_dir), str(run.tree.project_dir)]
-    console.print(f"building {run.source.label} for {spec.line}: archs {', '.join(run.archs)}; {par.basis}")
+    cmd = [
+        str(run.tc.python),
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "--no-index",
+        "--wheel-dir",
+        str(out_dir),
+        str(run.tree.project_dir),
+    ]
+    console.print(
+        f"building {run.source.label} for {spec.line}: archs {', '.join(run.archs)}; {par.basis}"
+    )
     console.print(f"log: {display_path(run.log_path)}")
     console.print(f"schedule: {run.order.summary()}")
-    tracker = first_estimate(spec, run.source, run.archs, par, run.order, run.interrupted, run.shim_dir, console)
+    tracker = first_estimate(
+        spec, run.source, run.archs, par, run.order, run.interrupted, run.shim_dir, console
+    )
     run.before = {o["name"]: o for o in ninja_objects(run.tree.project_dir)}
     t0, cpu0 = time.monotonic(), children_cpu_s()
     run_env = {**run.env, "PATH": f"{run.shim_dir}{os.pathsep}{run.env['PATH']}"}
@@ -491,16 +683,22 @@ def step_compile(run: BuildRun) -> BuildResult | None:
         rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
-        console.print(f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
-                      f"{display_path(run.build_dir)}; `toolkit build {spec.line}` continues from them")
+        console.print(
+            f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
+            f"{display_path(run.build_dir)}; `toolkit build {spec.line}` continues from them"
+        )
         raise
     run.wall, run.cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
     if rc != 0:
-        raise ToolkitError(f"{display_path(run.log_path)}: build failed (pip exit {rc}): "
-                           f"{explain_file(run.log_path, (run.tc.cuda_home,) if run.tc.cuda_home else ())}")
+        raise ToolkitError(
+            f"{display_path(run.log_path)}: build failed (pip exit {rc}): "
+            f"{explain_file(run.log_path, (run.tc.cuda_home,) if run.tc.cuda_home else ())}"
+        )
     built = next(out_dir.glob("*.whl"), None)
     if built is None:
-        raise ToolkitError(f"{display_path(run.log_path)}: pip reported success but wrote no wheel (see the log)")
+        raise ToolkitError(
+            f"{display_path(run.log_path)}: pip reported success but wrote no wheel (see the log)"
+        )
     run.built = built
     return None
 
@@ -508,13 +706,24 @@ def step_compile(run: BuildRun) -> BuildResult | None:
 def step_check(run: BuildRun) -> BuildResult | None:
     """The wheel's local tag and archs, the source's own check, then its install and import."""
     tree = run.tree
-    run.version, run.modules, run.so_archs = verify_wheel(run.built, tree.wheel_archs, run.inputs["local_version"],
-                                                          run.build_dir / "verify", run.log_path)
+    run.version, run.modules, run.so_archs = verify_wheel(
+        run.built,
+        tree.wheel_archs,
+        run.inputs["local_version"],
+        run.build_dir / "verify",
+        run.log_path,
+    )
     if tree.check_wheel:
         tree.check_wheel(run.built)
     if run.options.install:
-        install_and_import(run.tc, run.built, [*run.modules, *tree.imports], run.options.install_target,
-                           run.log_path, tree.after_install)
+        install_and_import(
+            run.tc,
+            run.built,
+            [*run.modules, *tree.imports],
+            run.options.install_target,
+            run.log_path,
+            tree.after_install,
+        )
     return None
 
 
@@ -522,26 +731,45 @@ def step_record(run: BuildRun) -> BuildResult | None:
     """The build record, the wheel and the record placed in the wheelhouse, the index rewritten."""
     par, tree, built = run.par, run.tree, run.built
     objects = ninja_objects(tree.project_dir)
-    compiled = [o for o in objects if run.before.get(o["name"]) != o]  # by this run: efficiency is its own
+    compiled = [
+        o for o in objects if run.before.get(o["name"]) != o
+    ]  # by this run: efficiency is its own
     record = BuildRecord(
         inputs_key=run.key,
         inputs=BuildInputs.from_json(run.inputs),
         files=tree.files,
         sdist=tree.pin,
-        patches=[AppliedPatch(**patch) for patch in tree.patches],  # patches hook: file, sha256, applied
+        patches=[
+            AppliedPatch(**patch) for patch in tree.patches
+        ],  # patches hook: file, sha256, applied
         flash_attn_3=tree.record_section,  # the record's one implementation section (formats: build/record.py)
         environment=run.env,
         neutralised_environment=neutralised(dict(os.environ), run.env),
         parallelism=replace(par, mem_gb=round(par.mem_gb, 1)),
-        schedule=Schedule.model_validate({**run.order.record_fields(), **manifest_outcome(run.shim_dir)}),
+        schedule=Schedule.model_validate(
+            {**run.order.record_fields(), **manifest_outcome(run.shim_dir)}
+        ),
         outputs=BuildOutputs(
-            wheel=built.name, version=run.version, wheel_sha256=sha256_file(built),
-            wheel_size=built.stat().st_size, modules=run.modules, archs_compiled=run.so_archs,
-            imported=run.options.install, wall_s=round(run.wall, 1),
+            wheel=built.name,
+            version=run.version,
+            wheel_sha256=sha256_file(built),
+            wheel_size=built.stat().st_size,
+            modules=run.modules,
+            archs_compiled=run.so_archs,
+            imported=run.options.install,
+            wall_s=round(run.wall, 1),
             efficiency=efficiency(compiled, par.jobs, run.wall, run.cpu_s, par.cpus),
-            objects=[ObjectTime(**o) for o in objects]),
-        resumed=({"objects_kept": len(objects) - len(compiled), "objects_compiled": len(compiled),
-                  "folder": display_path(run.build_dir)} if len(compiled) < len(objects) else {}),
+            objects=[ObjectTime(**o) for o in objects],
+        ),
+        resumed=(
+            {
+                "objects_kept": len(objects) - len(compiled),
+                "objects_compiled": len(compiled),
+                "folder": display_path(run.build_dir),
+            }
+            if len(compiled) < len(objects)
+            else {}
+        ),
         fingerprint=run.fp.to_dict(),
         log=display_path(run.log_path),
         started=run.started.isoformat(timespec="seconds"),
@@ -572,10 +800,14 @@ BUILD_STEPS: tuple[tuple[str, Callable[[BuildRun], BuildResult | None]], ...] = 
 )
 
 
-def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None) -> BuildResult:
+def build(
+    spec: EnvSpec, options: BuildOptions, console: Console, source: WheelSource | None = None
+) -> BuildResult:
     """Build (or find in the cache) one wheel of a line (DEFAULT_SOURCE when none is given): BUILD_STEPS in order."""
     with ExitStack() as folders:
-        run = BuildRun(spec, options, console, source or DEFAULT_SOURCE(spec, options.workspace), folders)
+        run = BuildRun(
+            spec, options, console, source or DEFAULT_SOURCE(spec, options.workspace), folders
+        )
         for _name, step in BUILD_STEPS:
             result = step(run)
             if result is not None:
@@ -583,13 +815,16 @@ def build(spec: EnvSpec, options: BuildOptions, console: Console, source: WheelS
     raise AssertionError("the last build step returns the result")  # step_record always does
 
 
-
-def substitute(site: CacheSite, key: str, line_dir: Path, cache: Path, console: Console) -> CachedBuild | None:
+def substitute(
+    site: CacheSite, key: str, line_dir: Path, cache: Path, console: Console
+) -> CachedBuild | None:
     """The cache's wheel for these inputs, placed; None on a miss or a refusal (one line), and the build compiles."""
     try:
         found = fetch_substitute(site, key, cache / "substitutes")
         if found is None:
-            console.print(f"{site.url}: no published build of these inputs ({key}); compiling", markup=False)
+            console.print(
+                f"{site.url}: no published build of these inputs ({key}); compiling", markup=False
+            )
             return None
         return place_substitute(found, line_dir, key)
     except ToolkitError as exc:
@@ -604,11 +839,20 @@ def build_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     workspace = Workspace.from_args(args)
     spec = checked_spec(resolve_spec_arg(args.line, workspace))
-    options = BuildOptions(workspace=workspace, prefix=args.prefix, arch=args.arch, jobs=args.jobs,
-                           nvcc_threads=args.nvcc_threads, mem_gb=args.mem_gb, force=args.force,
-                           keep_build_dir=args.keep_build_dir, install=not args.no_install,
-                           install_target=args.install_target, order_from=args.order_from,
-                           caches=tuple(configured_caches(args.cache)))
+    options = BuildOptions(
+        workspace=workspace,
+        prefix=args.prefix,
+        arch=args.arch,
+        jobs=args.jobs,
+        nvcc_threads=args.nvcc_threads,
+        mem_gb=args.mem_gb,
+        force=args.force,
+        keep_build_dir=args.keep_build_dir,
+        install=not args.no_install,
+        install_target=args.install_target,
+        order_from=args.order_from,
+        caches=tuple(configured_caches(args.cache)),
+    )
     sources = sources_of(spec, workspace)
     if not sources:
         raise ToolkitError(fa4_hooks.nothing_to_build(spec, workspace))
@@ -617,18 +861,24 @@ def build_command(args: argparse.Namespace) -> int:
         with run_temporaries("build"):  # pip's, nvcc's and the checks' temporary files
             result = build(spec, options, console, source)
         if result.substituted_from:
-            print(f"substituted: {display_path(result.wheel)} from {result.substituted_from} (no compile; sha256 "
-                  f"and inputs verified, {time.monotonic() - t0:.2f} s; --force compiles)")
+            print(
+                f"substituted: {display_path(result.wheel)} from {result.substituted_from} (no compile; sha256 "
+                f"and inputs verified, {time.monotonic() - t0:.2f} s; --force compiles)"
+            )
             continue
         if result.cached:
-            print(f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, "
-                  f"{time.monotonic() - t0:.2f} s; --force rebuilds)")
+            print(
+                f"cached: {display_path(result.wheel)} (same inputs, sha256 verified, "
+                f"{time.monotonic() - t0:.2f} s; --force rebuilds)"
+            )
             continue
         print(f"built: {display_path(result.wheel)}")
         for text in describe(result.record):
             print(f"  {text}")
-        print(f"  record: {display_path(result.record_path)}; index: "
-              f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}")
+        print(
+            f"  record: {display_path(result.record_path)}; index: "
+            f"{(workspace.wheelhouse / 'simple').absolute().as_uri()}"
+        )
     return 0
 
 
@@ -639,7 +889,9 @@ def build_report_command(args: argparse.Namespace) -> int:
     line_dir = workspace.wheel_dir(spec.line)
     found = records(line_dir) if line_dir.is_dir() else []
     if not found:
-        raise ToolkitError(f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)")
+        raise ToolkitError(
+            f"{display_path(line_dir)}: no build records (run `toolkit build {spec.line}` first)"
+        )
     path, record = found[0]
     print(f"{display_path(path)}:")
     for text in describe(record):
@@ -665,42 +917,77 @@ def _positive_float(text: str) -> float:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "build", help="build the flash-attn wheel of a line from its locked sdist",
+        "build",
+        help="build the flash-attn wheel of a line from its locked sdist",
         description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
-                    "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
-                    "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.")
+        "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
+        "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.",
+    )
     parser.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
     add_workspace_options(parser)
-    parser.add_argument("--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)")
-    parser.add_argument("--arch", help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
-                                       "(default: the spec's archs)")
-    parser.add_argument("--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)")
-    parser.add_argument("--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)")
-    parser.add_argument("--mem-gb", type=_positive_float,
-                        help="memory to size jobs against (default: MemAvailable; machines that grow memory "
-                             "on demand show less than they have)")
-    parser.add_argument("--force", action="store_true",
-                        help="rebuild from scratch even when a cached wheel matches (an interrupted build's "
-                             "objects are dropped too)")
-    parser.add_argument("--keep-build-dir", action="store_true",
-                        help="keep the unpacked sdist and objects in .cache/build/KEY/ after a successful build "
-                             "(an interrupted one keeps them anyway, and the next build continues from them)")
-    parser.add_argument("--no-install", action="store_true", help="do not install and import the built wheel")
-    parser.add_argument("--install-target", type=Path, help="install into this directory (pip --target) instead")
-    parser.add_argument("--order-from", type=Path, metavar="RECORD",
-                        help="start objects longest first by the times in this build record of the same sdist "
-                             "(default: the newest record in wheelhouse/LINE/; without one, the object costs "
-                             "in toolkit/knowledge/object_costs.yaml)")
-    parser.add_argument("--cache", action="append", metavar="URL",
-                        help="a binary cache (`toolkit publish --to` folder: file://, http:// or https://) to take "
-                             "a published wheel of the same inputs from instead of compiling; repeatable, after "
-                             "the caches of .fa-envkit/caches.toml ($FA_ENVKIT_CACHES), which may also name their "
-                             "signing keys (docs/binary-cache.md)")
+    parser.add_argument(
+        "--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)"
+    )
+    parser.add_argument(
+        "--arch",
+        help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
+        "(default: the spec's archs)",
+    )
+    parser.add_argument(
+        "--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)"
+    )
+    parser.add_argument(
+        "--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)"
+    )
+    parser.add_argument(
+        "--mem-gb",
+        type=_positive_float,
+        help="memory to size jobs against (default: MemAvailable; machines that grow memory "
+        "on demand show less than they have)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild from scratch even when a cached wheel matches (an interrupted build's "
+        "objects are dropped too)",
+    )
+    parser.add_argument(
+        "--keep-build-dir",
+        action="store_true",
+        help="keep the unpacked sdist and objects in .cache/build/KEY/ after a successful build "
+        "(an interrupted one keeps them anyway, and the next build continues from them)",
+    )
+    parser.add_argument(
+        "--no-install", action="store_true", help="do not install and import the built wheel"
+    )
+    parser.add_argument(
+        "--install-target", type=Path, help="install into this directory (pip --target) instead"
+    )
+    parser.add_argument(
+        "--order-from",
+        type=Path,
+        metavar="RECORD",
+        help="start objects longest first by the times in this build record of the same sdist "
+        "(default: the newest record in wheelhouse/LINE/; without one, the object costs "
+        "in toolkit/knowledge/object_costs.yaml)",
+    )
+    parser.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="a binary cache (`toolkit publish --to` folder: file://, http:// or https://) to take "
+        "a published wheel of the same inputs from instead of compiling; repeatable, after "
+        "the caches of .fa-envkit/caches.toml ($FA_ENVKIT_CACHES), which may also name their "
+        "signing keys (docs/binary-cache.md)",
+    )
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)
-    report = subparsers.add_parser("build-report", help="the newest build record's wall time and parallel efficiency",
-                                   description="Print the figures of the newest build record in wheelhouse/LINE/: "
-                                               "wall time, jobs x nvcc threads and why, parallel efficiency.")
+    report = subparsers.add_parser(
+        "build-report",
+        help="the newest build record's wall time and parallel efficiency",
+        description="Print the figures of the newest build record in wheelhouse/LINE/: "
+        "wall time, jobs x nvcc threads and why, parallel efficiency.",
+    )
     report.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
     add_workspace_options(report)
     report.set_defaults(func=build_report_command)

@@ -50,7 +50,9 @@ class KnownFailure:
     cause: str
     fix: str
     source: str
-    advice: str | None = None  # a name in ADVICE: facts filled into cause/fix, or None when the entry does not apply
+    advice: str | None = (
+        None  # a name in ADVICE: facts filled into cause/fix, or None when the entry does not apply
+    )
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,11 @@ class LogTail:
     numbered: bool = True  # line numbers count from the log's first line (False: from the tail's)
 
     def where(self, number: int) -> str:
-        return f"log line {number}" if self.numbered else f"line {number} of the log's last {TAIL_BYTES >> 20} MB"
+        return (
+            f"log line {number}"
+            if self.numbered
+            else f"line {number} of the log's last {TAIL_BYTES >> 20} MB"
+        )
 
 
 @dataclass(frozen=True)
@@ -105,17 +111,27 @@ class Context:
             for pattern in (INCLUDE_FLAG, COMPILER_PATH):
                 for match in pattern.finditer(piece.text):
                     prefixes.setdefault(Path(match.group(1)))
-        return tuple(d for prefix in list(prefixes)[:MAX_PREFIXES] for d in sorted((prefix / "targets").glob("*/include")))
+        return tuple(
+            d
+            for prefix in list(prefixes)[:MAX_PREFIXES]
+            for d in sorted((prefix / "targets").glob("*/include"))
+        )
 
     def targets_with(self, header: str) -> Path | None:
         if header not in self._targets:
-            self._targets[header] = next((d for d in self.include_dirs if (d / header).is_file()), None)
+            self._targets[header] = next(
+                (d for d in self.include_dirs if (d / header).is_file()), None
+            )
         return self._targets[header]
 
 
-INCLUDE_FLAG = re.compile(r"(?:-I|-isystem[ =]?)(/[^\s'\"]+?)(?:/lib/python3\.\d+/site-packages/torch)?"
-                          r"/include(?:/python3\.\d+)?/?(?=[\s'\"]|$)")
-COMPILER_PATH = re.compile(r"(?:^|[\s'\"])(/[^\s'\"]+)/bin/(?:nvcc|[\w.+-]*(?:gcc|g\+\+|c\+\+))(?=[\s'\"]|$)")
+INCLUDE_FLAG = re.compile(
+    r"(?:-I|-isystem[ =]?)(/[^\s'\"]+?)(?:/lib/python3\.\d+/site-packages/torch)?"
+    r"/include(?:/python3\.\d+)?/?(?=[\s'\"]|$)"
+)
+COMPILER_PATH = re.compile(
+    r"(?:^|[\s'\"])(/[^\s'\"]+)/bin/(?:nvcc|[\w.+-]*(?:gcc|g\+\+|c\+\+))(?=[\s'\"]|$)"
+)
 
 
 # ---------------------------------------------------------------- advice: facts from knowledge and disk
@@ -124,7 +140,7 @@ COMPILER_PATH = re.compile(r"(?:^|[\s'\"])(/[^\s'\"]+)/bin/(?:nvcc|[\w.+-]*(?:gc
 def cuda_span(versions: list[str], lines: list[str]) -> str:
     """'11.8 to 12.9' for a run of consecutive lines, else the versions listed."""
     start = lines.index(versions[0])
-    if versions == lines[start:start + len(versions)]:
+    if versions == lines[start : start + len(versions)]:
         return versions[0] if len(versions) == 1 else f"{versions[0]} to {versions[-1]}"
     return ", ".join(versions)
 
@@ -138,10 +154,13 @@ def arch_lines(match: re.Match, context: Context) -> dict[str, str]:
     if not having:
         top = max(kb.cuda_lines[lines[-1]].archs, key=arch_number)
         newer = arch_number(arch) > arch_number(top)
-        return {"known": f"no CUDA line the toolkit knows compiles sm_{arch} (the newest, {lines[-1]}, goes up to "
-                         f"sm_{top})",
-                "remedy": "use a newer CUDA line once toolkit/knowledge/cuda_lines.yaml has one that compiles it"
-                          if newer else "no known nvcc compiles it"}
+        return {
+            "known": f"no CUDA line the toolkit knows compiles sm_{arch} (the newest, {lines[-1]}, goes up to "
+            f"sm_{top})",
+            "remedy": "use a newer CUDA line once toolkit/knowledge/cuda_lines.yaml has one that compiles it"
+            if newer
+            else "no known nvcc compiles it",
+        }
     span = cuda_span(having, lines)
     if having[0] != lines[0] and having[-1] == lines[-1]:
         remedy = f"use a newer CUDA line (>= {having[0]})"
@@ -179,7 +198,7 @@ def pieces_of(text: str, first_number: int) -> tuple[LogPiece, ...]:
     pieces = []
     for number, line in enumerate(text.split("\n"), start=first_number):
         for start in range(0, max(len(line) - OVERLAP, 1), PIECE - OVERLAP):
-            pieces.append(LogPiece(number, line[start:start + PIECE]))
+            pieces.append(LogPiece(number, line[start : start + PIECE]))
     return tuple(pieces)
 
 
@@ -213,7 +232,9 @@ def read_tail(path: Path) -> LogTail:
             f.seek(skipped)
             data = f.read(TAIL_BYTES)
     except OSError as exc:
-        raise ToolkitError(f"{where}: cannot read ({exc.strerror}; pass a build log file)") from None
+        raise ToolkitError(
+            f"{where}: cannot read ({exc.strerror}; pass a build log file)"
+        ) from None
     text = data.decode("utf-8", errors="replace")
     return LogTail(pieces_of(text, (newlines or 0) + 1), skipped, numbered=newlines is not None)
 
@@ -230,14 +251,21 @@ def load_catalog(path: Path | str = CATALOG.name) -> tuple[KnownFailure, ...]:
 def _catalog(data: dict) -> tuple[KnownFailure, ...]:
     sources = data["sources"]
     return tuple(
-        KnownFailure(id=entry["id"], pattern=re.compile(entry["pattern"]), cause=entry["cause"], fix=entry["fix"],
-                     source=sources[entry["source"]].strip(), advice=entry.get("advice"))
+        KnownFailure(
+            id=entry["id"],
+            pattern=re.compile(entry["pattern"]),
+            cause=entry["cause"],
+            fix=entry["fix"],
+            source=sources[entry["source"]].strip(),
+            advice=entry.get("advice"),
+        )
         for entry in data["failures"]
     )
 
 
 def _fill(template: str, match: re.Match, facts: dict[str, str]) -> str:
     """'{1}' -> the pattern's first group, '{header}' -> a named group or an advice fact (printable, bounded)."""
+
     def value(m: re.Match) -> str:
         key = m.group(1)
         text = facts[key] if key in facts else match.group(int(key) if key.isdigit() else key) or ""
@@ -246,8 +274,9 @@ def _fill(template: str, match: re.Match, facts: dict[str, str]) -> str:
     return re.sub(r"\{(\w+)\}", value, template)
 
 
-def diagnose_tail(tail: LogTail, catalog: tuple[KnownFailure, ...] | None = None,
-                  prefixes: tuple[Path, ...] = ()) -> Diagnosis | None:
+def diagnose_tail(
+    tail: LogTail, catalog: tuple[KnownFailure, ...] | None = None, prefixes: tuple[Path, ...] = ()
+) -> Diagnosis | None:
     """The first catalog entry (in catalog order) that matches some line of the log and applies."""
     context = Context(tail, tuple(Path(p) for p in prefixes))
     for failure in catalog or load_catalog():
@@ -255,28 +284,43 @@ def diagnose_tail(tail: LogTail, catalog: tuple[KnownFailure, ...] | None = None
             match = failure.pattern.search(piece.text)
             facts = ADVICE[failure.advice](match, context) if match and failure.advice else {}
             if match and facts is not None:
-                return Diagnosis(failure, piece.number, printable(piece.text.strip()), _fill(failure.cause, match, facts),
-                                 _fill(failure.fix, match, facts), tail.where(piece.number))
+                return Diagnosis(
+                    failure,
+                    piece.number,
+                    printable(piece.text.strip()),
+                    _fill(failure.cause, match, facts),
+                    _fill(failure.fix, match, facts),
+                    tail.where(piece.number),
+                )
     return None
 
 
-def diagnose(text: str, catalog: tuple[KnownFailure, ...] | None = None,
-             prefixes: tuple[Path, ...] = ()) -> Diagnosis | None:
+def diagnose(
+    text: str, catalog: tuple[KnownFailure, ...] | None = None, prefixes: tuple[Path, ...] = ()
+) -> Diagnosis | None:
     """diagnose_tail of output held in memory."""
     return diagnose_tail(tail_of_text(text), catalog, prefixes)
 
 
 # pip's own wrapping around a failed build: never the cause itself.
-PIP_BOILERPLATE = re.compile(r"subprocess-exited-with-error|Failed (building wheel|to build)|finished with status "
-                             r"'error'|This error originates from a subprocess|^\s*error: metadata-generation-failed")
+PIP_BOILERPLATE = re.compile(
+    r"subprocess-exited-with-error|Failed (building wheel|to build)|finished with status "
+    r"'error'|This error originates from a subprocess|^\s*error: metadata-generation-failed"
+)
 # `\wError: ` finds what `\w+Error: ` does, without retrying a long word from every start (quadratic).
 ERROR_LINE = re.compile(r"\berror\b|\wError: |\bfatal\b", re.IGNORECASE)
 
 
 def first_error_line(tail: LogTail) -> str | None:
     """The first line that looks like an error and is not pip's wrapping: usually the root cause."""
-    return next((printable(piece.text.strip()) for piece in tail.pieces
-                 if ERROR_LINE.search(piece.text) and not PIP_BOILERPLATE.search(piece.text)), None)
+    return next(
+        (
+            printable(piece.text.strip())
+            for piece in tail.pieces
+            if ERROR_LINE.search(piece.text) and not PIP_BOILERPLATE.search(piece.text)
+        ),
+        None,
+    )
 
 
 def describe(tail: LogTail, prefixes: tuple[Path, ...] = ()) -> str:
@@ -308,8 +352,10 @@ def explain_log(path: Path, prefixes: tuple[Path, ...] = ()) -> str:
     first = first_error_line(tail)
     hint = f"; first error line: {first[:300]}" if first else ""
     partial = f"; only its last {TAIL_BYTES >> 20} MB were read" if tail.skipped else ""
-    raise ToolkitError(f"{where}: no known failure matched "
-                       f"(add it to toolkit/knowledge/build_failures.yaml{hint}{partial})")
+    raise ToolkitError(
+        f"{where}: no known failure matched "
+        f"(add it to toolkit/knowledge/build_failures.yaml{hint}{partial})"
+    )
 
 
 def explain_command(args: argparse.Namespace) -> int:
@@ -319,13 +365,22 @@ def explain_command(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "explain", help="diagnose a build or import log against the catalog of known failures",
+        "explain",
+        help="diagnose a build or import log against the catalog of known failures",
         description="Match a log (a failed `toolkit build`, pip or import output) against "
-                    "toolkit/knowledge/build_failures.yaml and print the cause and the fix in one line. "
-                    f"A log longer than {TAIL_BYTES >> 20} MB is explained from its end.")
+        "toolkit/knowledge/build_failures.yaml and print the cause and the fix in one line. "
+        f"A log longer than {TAIL_BYTES >> 20} MB is explained from its end.",
+    )
     parser.add_argument("log", type=Path, metavar="LOG", help="the log file")
-    parser.add_argument("--search-prefix", type=Path, action="append", metavar="DIR",
-                        help="an environment the build used, searched to tell a missing header from one it did "
-                             "not look for (default: the prefixes of the -I paths the log shows; repeatable)")
-    add_renamed_option(parser, "--prefix", "`--search-prefix DIR`")  # --prefix is an environment to use elsewhere
+    parser.add_argument(
+        "--search-prefix",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="an environment the build used, searched to tell a missing header from one it did "
+        "not look for (default: the prefixes of the -I paths the log shows; repeatable)",
+    )
+    add_renamed_option(
+        parser, "--prefix", "`--search-prefix DIR`"
+    )  # --prefix is an environment to use elsewhere
     parser.set_defaults(func=explain_command)

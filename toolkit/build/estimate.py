@@ -33,8 +33,9 @@ COMMAND_OUTPUT = re.compile(r"\s-o\s+(\S+)")
 NINJA_STATUS = "[%f/%t] "
 
 
-def simulated_log(names: list[str], seconds: list[float], jobs: int, cpus: int | None = None,
-                  threads: int = 1) -> list[dict]:
+def simulated_log(
+    names: list[str], seconds: list[float], jobs: int, cpus: int | None = None, threads: int = 1
+) -> list[dict]:
     """ninja's list scheduling as a .ninja_log: each object, in the given order, starts when one of `jobs`
     slots is free and keeps `threads` CPUs busy (nvcc's threads, one per arch). With more threads than CPUs
     the kernel shares the CPUs evenly: a running object advances at min(1, cpus / (running x threads))
@@ -52,7 +53,9 @@ def simulated_log(names: list[str], seconds: list[float], jobs: int, cpus: int |
         now += step
         for r in running:
             r[2] -= step * rate
-        done += [{"name": r[0], "start_s": r[1], "seconds": now - r[1]} for r in running if r[2] <= 1e-9]
+        done += [
+            {"name": r[0], "start_s": r[1], "seconds": now - r[1]} for r in running if r[2] <= 1e-9
+        ]
         running = [r for r in running if r[2] > 1e-9]
     return done
 
@@ -98,16 +101,25 @@ def filled(costs: dict[str, float | None]) -> dict[str, float] | None:
     return {name: median if cost is None else cost for name, cost in costs.items()}
 
 
-def estimate_line(costs: Sequence[float] | None, kept: int, here: Sizing, basis: str,
-                  reference: Sizing | None = None) -> str:
+def estimate_line(
+    costs: Sequence[float] | None,
+    kept: int,
+    here: Sizing,
+    basis: str,
+    reference: Sizing | None = None,
+) -> str:
     """The one line before compiling: how long the objects left take here, and on a reference machine."""
     if costs is None:
-        return ("estimate: unknown (no earlier record of this source, no object costs of it in the knowledge); "
-                "the ETA shows once the first objects finish")
+        return (
+            "estimate: unknown (no earlier record of this source, no object costs of it in the knowledge); "
+            "the ETA shows once the first objects finish"
+        )
     resumed = f", {kept} kept from the interrupted build" if kept else ""
-    line = (f"estimate: about {duration_text(compile_wall(costs, here.jobs, here.threads, here.cpus))} here for "
-            f"{len(costs)} objects{resumed} ({here.jobs} jobs x {here.threads} nvcc threads on {here.cpus} CPUs, "
-            f"by {basis})")
+    line = (
+        f"estimate: about {duration_text(compile_wall(costs, here.jobs, here.threads, here.cpus))} here for "
+        f"{len(costs)} objects{resumed} ({here.jobs} jobs x {here.threads} nvcc threads on {here.cpus} CPUs, "
+        f"by {basis})"
+    )
     if reference is not None and reference.cpus > here.cpus:
         wall = compile_wall(costs, reference.jobs, reference.threads, reference.cpus)
         line += f"; about {duration_text(wall)} on {reference.cpus} cores"
@@ -129,8 +141,10 @@ class ManifestObjects:
             return None
         try:
             data = read_json(path, "ninja shim's object list", "build again")
-            return cls(Path(data["directory"]), {str(k): (None if v is None else float(v))
-                                                 for k, v in data["objects"].items()})
+            return cls(
+                Path(data["directory"]),
+                {str(k): (None if v is None else float(v)) for k, v in data["objects"].items()},
+            )
         except (ToolkitError, ValueError, KeyError, TypeError, AttributeError):
             return None  # a half-written or foreign file: the bar counts without it
 
@@ -149,15 +163,25 @@ class CompileProgress:
     count as done), and the time left by the costs of the objects not yet built, corrected by how long
     the finished ones took against the model's figure for them."""
 
-    def __init__(self, shim_dir: Path, total: int | None, kept: int, sizing: Sizing,
-                 costs_left: Sequence[float] | None) -> None:
+    def __init__(
+        self,
+        shim_dir: Path,
+        total: int | None,
+        kept: int,
+        sizing: Sizing,
+        costs_left: Sequence[float] | None,
+    ) -> None:
         self.shim_dir = shim_dir
         self.total, self.kept, self.sizing = total, kept, sizing
         self.manifest: ManifestObjects | None = None
         self.done: set[str] = set()  # compiled by this run
         self.started: float | None = None  # when ninja started (the shim's file appeared)
         # the ETA computed at eta_at: until ninja starts, the estimate line's
-        self.eta_s = None if costs_left is None else compile_wall(costs_left, sizing.jobs, sizing.threads, sizing.cpus)
+        self.eta_s = (
+            None
+            if costs_left is None
+            else compile_wall(costs_left, sizing.jobs, sizing.threads, sizing.cpus)
+        )
         self.eta_at = time.monotonic()
 
     @property
@@ -188,7 +212,9 @@ class CompileProgress:
         assert self.manifest is not None and self.started is not None
         now = time.monotonic()
         measured = self.manifest.finished()
-        left = [name for name in self.manifest.costs if name not in measured and name not in self.done]
+        left = [
+            name for name in self.manifest.costs if name not in measured and name not in self.done
+        ]
         costs = filled(self.manifest.costs)
         if costs is None:  # count-based: this run's pace so far
             if self.done or not left:
@@ -206,5 +232,7 @@ class CompileProgress:
     def eta_text(self) -> str:
         if self.eta_s is None:
             return "ETA unknown until the first objects finish"
-        counted = 0.0 if self.started is None else time.monotonic() - self.eta_at  # ninja runs: count down
+        counted = (
+            0.0 if self.started is None else time.monotonic() - self.eta_at
+        )  # ninja runs: count down
         return f"ETA about {duration_text(max(0.0, self.eta_s - counted))}"

@@ -33,8 +33,10 @@ def read_current_lock(spec: EnvSpec, lock_file: Path) -> LockedEnv:
     try:
         locked = read_lock(lock_file)
     except ImportError as exc:  # the lock reader validates with conda-lock's own models
-        raise ToolkitError(f"{display_path(lock_file)}: reading it needs the Python package {exc.name} "
-                           f"(pip install conda-lock into the toolkit's environment)") from None
+        raise ToolkitError(
+            f"{display_path(lock_file)}: reading it needs the Python package {exc.name} "
+            f"(pip install conda-lock into the toolkit's environment)"
+        ) from None
     stale = stale_reason(spec, locked)
     if stale:
         raise ToolkitError(f"{display_path(lock_file)}: {stale}")
@@ -74,8 +76,10 @@ class Fa2Source:
     def key_inputs(self) -> dict[str, Any]:
         """The lock's sha256 pins the sdist; each patch the build applies is part of the key too."""
         if not self.lock_file.exists():
-            raise ToolkitError(f"{display_path(self.lock_file)}: no lock file (run `toolkit lock {self.spec.line}` "
-                               f"first)")
+            raise ToolkitError(
+                f"{display_path(self.lock_file)}: no lock file (run `toolkit lock {self.spec.line}` "
+                f"first)"
+            )
         return {"lock_sha256": sha256_file(self.lock_file), **patches.key_inputs(self.spec)}
 
     def threads_per_object(self, archs: tuple[str, ...]) -> int:
@@ -89,19 +93,31 @@ class Fa2Source:
     def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree:
         assert self.locked is not None and self.sdist is not None  # fetch() came first
         src_dir, epoch = extract_sdist(self.sdist, build_dir)
-        applied = patches.apply(src_dir, self.spec, self.locked.sdist.sha256)  # patches hook (patches.yaml)
-        settle_times(src_dir, epoch)  # a resumed build's kept objects stay newer than every patched file
+        applied = patches.apply(
+            src_dir, self.spec, self.locked.sdist.sha256
+        )  # patches hook (patches.yaml)
+        settle_times(
+            src_dir, epoch
+        )  # a resumed build's kept objects stay newer than every patched file
         known = setup_py_archs(src_dir)
         if known is not None and not set(archs) <= known:
             skipped = ", sm_".join(a for a in archs if a not in known)
-            raise ToolkitError(f"{display_path(self.sdist)}: its setup.py compiles only "
-                               f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
-                               f"silently (drop them from archs / --arch)")
-        return SourceTree(src_dir, epoch, self.locked.sdist, archs,
-                          {"spec": display_path(self.spec.path), "lock": display_path(self.lock_file)},
-                          source_root=src_dir, costs_key=CostKey("fa2", self.locked.sdist.sha256),
-                          patches=[asdict(p) for p in applied],
-                          after_install=fa4_hooks.restore_after_flash_attn_2(self.locked))
+            raise ToolkitError(
+                f"{display_path(self.sdist)}: its setup.py compiles only "
+                f"sm_{', sm_'.join(sorted(known, key=arch_number))} and would skip sm_{skipped} "
+                f"silently (drop them from archs / --arch)"
+            )
+        return SourceTree(
+            src_dir,
+            epoch,
+            self.locked.sdist,
+            archs,
+            {"spec": display_path(self.spec.path), "lock": display_path(self.lock_file)},
+            source_root=src_dir,
+            costs_key=CostKey("fa2", self.locked.sdist.sha256),
+            patches=[asdict(p) for p in applied],
+            after_install=fa4_hooks.restore_after_flash_attn_2(self.locked),
+        )
 
 
 def wanted(spec: EnvSpec, workspace: Workspace) -> Fa2Source | None:

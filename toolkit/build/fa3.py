@@ -66,7 +66,9 @@ def unpack_checked(path: Path, archive: fa3_pins.Archive, dest: Path) -> Path:
     problem = pin_problem(top, archive)
     if problem:
         path.unlink(missing_ok=True)
-        raise ToolkitError(f"{display_path(path)}: not {archive.name} at {archive.commit[:12]}: {problem} ({fix})")
+        raise ToolkitError(
+            f"{display_path(path)}: not {archive.name} at {archive.commit[:12]}: {problem} ({fix})"
+        )
     return top
 
 
@@ -79,10 +81,14 @@ def fetch_archive(archive: fa3_pins.Archive, cache: Path) -> Path:
         with tempfile.TemporaryDirectory(dir=download.parent) as scratch:
             unpack_checked(download, archive, Path(scratch))
 
-    return fetch_content_pinned(archive.url, entry, f"FlashAttention-3 {archive.name} archive", check)
+    return fetch_content_pinned(
+        archive.url, entry, f"FlashAttention-3 {archive.name} archive", check
+    )
 
 
-def assemble(paths: list[Path], archives: tuple[fa3_pins.Archive, ...], build_dir: Path) -> tuple[Path, int]:
+def assemble(
+    paths: list[Path], archives: tuple[fa3_pins.Archive, ...], build_dir: Path
+) -> tuple[Path, int]:
     """The source tree setup.py builds, of the pinned paths only: (its root, the newest file time)."""
     root = build_dir / "flash-attention"
     epoch = 0
@@ -116,8 +122,10 @@ def check_beside(wheel: Path, theirs: tuple[str, ...]) -> None:
     """The FA3 wheel installs none of FA2's top-level names, so the two live in one environment."""
     clash = top_level_names(wheel) & set(theirs)
     if clash:
-        raise ToolkitError(f"{wheel.name}: installs {', '.join(sorted(clash))}, which flash-attn 2.x installs too "
-                           f"(set flash_attn_3.with_flash_attn_2: false, or build them into separate environments)")
+        raise ToolkitError(
+            f"{wheel.name}: installs {', '.join(sorted(clash))}, which flash-attn 2.x installs too "
+            f"(set flash_attn_3.with_flash_attn_2: false, or build them into separate environments)"
+        )
 
 
 @dataclass
@@ -135,17 +143,29 @@ class Fa3Source:
         assert spec.flash_attn_3 is not None  # wanted() asks only such a line
         found = fa3_pins.commit(spec.flash_attn_3.commit)
         chosen = fa3_pins.profile(spec.flash_attn_3.profile)
-        return cls(spec, found, chosen, label=f"FlashAttention-3 {found.version} at {found.commit[:12]} "
-                                              f"(profile {chosen.name}, {found.objects.get(chosen.name, '?')} objects)")
+        return cls(
+            spec,
+            found,
+            chosen,
+            label=f"FlashAttention-3 {found.version} at {found.commit[:12]} "
+            f"(profile {chosen.name}, {found.objects.get(chosen.name, '?')} objects)",
+        )
 
     def line_dir(self, workspace: Workspace) -> Path:
         return workspace.wheel_dir(self.spec.line, "flash-attn-3")
 
     def key_inputs(self) -> dict[str, Any]:
-        return {"flash_attn_3": {"commit": self.commit.commit, "profile": self.profile.name,
-                                 "switches": sorted(self.profile.switches),
-                                 "archives": [{"name": a.name, "commit": a.commit, "place": a.place, "pins": a.pins}
-                                              for a in self.commit.archives]}}
+        return {
+            "flash_attn_3": {
+                "commit": self.commit.commit,
+                "profile": self.profile.name,
+                "switches": sorted(self.profile.switches),
+                "archives": [
+                    {"name": a.name, "commit": a.commit, "place": a.place, "pins": a.pins}
+                    for a in self.commit.archives
+                ],
+            }
+        }
 
     def threads_per_object(self, archs: tuple[str, ...]) -> int:
         return 1  # setup.py gives each *_sm90.cu one -gencode (sm_90a), whatever the line's archs
@@ -156,23 +176,47 @@ class Fa3Source:
     def unpack(self, build_dir: Path, archs: tuple[str, ...]) -> SourceTree:
         root, epoch = assemble(self.paths, self.commit.archives, build_dir)
         main = self.commit.archives[0]
-        section = {"commit": self.commit.commit, "version": self.commit.version, "profile": self.profile.name,
-                   "switches": list(self.profile.switches),
-                   "archives": [{"name": a.name, "url": a.url, "filename": a.filename, "sha256": sha256_file(p),
-                                 "commit": a.commit, "place": a.place, "pins": a.pins}
-                                for a, p in zip(self.commit.archives, self.paths)]}
+        section = {
+            "commit": self.commit.commit,
+            "version": self.commit.version,
+            "profile": self.profile.name,
+            "switches": list(self.profile.switches),
+            "archives": [
+                {
+                    "name": a.name,
+                    "url": a.url,
+                    "filename": a.filename,
+                    "sha256": sha256_file(p),
+                    "commit": a.commit,
+                    "place": a.place,
+                    "pins": a.pins,
+                }
+                for a, p in zip(self.commit.archives, self.paths)
+            ],
+        }
         theirs = fa3_pins.fa2_top_level(self.spec.flash_attn_version) or ()
         return SourceTree(
-            project_dir=root / "hopper", epoch=epoch,
+            project_dir=root / "hopper",
+            epoch=epoch,
             pin=LockedSdist(main.url, main.filename, sha256_file(self.paths[0])),
             wheel_archs=(f"{self.commit.required_arch}a", *(("80",) if self.profile.sm80 else ())),
-            files={"spec": display_path(self.spec.path), "knowledge": KNOWLEDGE,
-                   **{a.name: display_path(p) for a, p in zip(self.commit.archives, self.paths)}},
-            source_root=root, costs_key=CostKey("fa3", self.commit.commit, self.profile.name),
+            files={
+                "spec": display_path(self.spec.path),
+                "knowledge": KNOWLEDGE,
+                **{a.name: display_path(p) for a, p in zip(self.commit.archives, self.paths)},
+            },
+            source_root=root,
+            costs_key=CostKey("fa3", self.commit.commit, self.profile.name),
             # setup.py runs `git submodule update --init ../csrc/cutlass`: no repository above the build folder
-            environment={**OFFLINE, **self.profile.environment(), "GIT_CEILING_DIRECTORIES": str(build_dir.parent)},
-            imports=fa3_pins.installs()[1], record_section=section,
-            check_wheel=lambda wheel: check_beside(wheel, theirs))
+            environment={
+                **OFFLINE,
+                **self.profile.environment(),
+                "GIT_CEILING_DIRECTORIES": str(build_dir.parent),
+            },
+            imports=fa3_pins.installs()[1],
+            record_section=section,
+            check_wheel=lambda wheel: check_beside(wheel, theirs),
+        )
 
 
 def wanted(spec: EnvSpec, workspace: Workspace) -> Fa3Source | None:

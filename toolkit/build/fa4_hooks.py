@@ -25,9 +25,11 @@ FA4_WHEEL = "flash-attn-4"  # the lock's pip entry of FA4
 def refuse_target_holding_fa4(target: Path) -> None:
     """pip --target would replace the folder's whole flash_attn/ package, FA4's included."""
     if (target / Fa4Record.FILE).is_file():
-        raise ToolkitError(f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
-                           f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
-                           f"`toolkit fa4 install --target` that folder)")
+        raise ToolkitError(
+            f"{display_path(target)}: holds flash-attn-4; pip --target would replace its whole "
+            f"flash_attn/ package (install flash-attn 2.x into a fresh folder first, then "
+            f"`toolkit fa4 install --target` that folder)"
+        )
 
 
 def restore_after_flash_attn_2(locked: LockedEnv) -> Callable[[str, Path], None] | None:
@@ -39,7 +41,9 @@ def restore_after_flash_attn_2(locked: LockedEnv) -> Callable[[str, Path], None]
     url, sha256 = pin.url, pin.sha256
 
     def restore(python: str, log_path: Path) -> None:
-        from toolkit.fa4.install import restore_after_flash_attn_2 as reinstall  # the fa4 wing: only when needed
+        from toolkit.fa4.install import (
+            restore_after_flash_attn_2 as reinstall,
+        )  # the fa4 wing: only when needed
 
         reinstall(python, url, sha256, log_path)
 
@@ -48,6 +52,8 @@ def restore_after_flash_attn_2(locked: LockedEnv) -> Callable[[str, Path], None]
 
 def nothing_to_build(spec: EnvSpec, workspace: Workspace) -> str:
     """Why a line builds no wheel: FA4 instead of FA2, which is pinned wheels, nothing to compile."""
-    return (f"{spec.where('flash_attn_4.with_flash_attn_2')}: line {spec.line} builds no wheel "
-            f"({spec.flash_attn_2_left_out()}: FlashAttention-4 instead of flash-attn 2.x); install "
-            f"FA4 with `toolkit fa4 install --lock {display_path(workspace.fa4_lock_file(spec.line))}`")
+    return (
+        f"{spec.where('flash_attn_4.with_flash_attn_2')}: line {spec.line} builds no wheel "
+        f"({spec.flash_attn_2_left_out()}: FlashAttention-4 instead of flash-attn 2.x); install "
+        f"FA4 with `toolkit fa4 install --lock {display_path(workspace.fa4_lock_file(spec.line))}`"
+    )

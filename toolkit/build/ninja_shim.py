@@ -41,7 +41,9 @@ from toolkit.base.jsonfile import read_json
 # different directories are byte-identical (gcc's -ffile-prefix-map, for host code and nvcc's host pass).
 BUILD_DIR_ALIAS = "/fa-envkit-build"
 
-BUILD_EDGE = re.compile(r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)")  # output, rule, first input
+BUILD_EDGE = re.compile(
+    r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)"
+)  # output, rule, first input
 # torch's rules start with $nvcc; FlashAttention-3's setup.py writes its own, starting with $nvcc_from_env
 NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$(nvcc(?:_from_env)?)\b")
 
@@ -51,9 +53,13 @@ class ManifestPlan:
     """What the ninja shim does to build.ninja: the build directory's alias and the objects' times."""
 
     build_dir: str
-    object_seconds: dict[str, float]  # by object file name (an earlier record); both empty: file order
+    object_seconds: dict[
+        str, float
+    ]  # by object file name (an earlier record); both empty: file order
     source_dir: str = ""  # the unpacked sdist, which source_seconds' paths are relative to
-    source_seconds: dict[str, float] = field(default_factory=dict)  # by source path (the knowledge's costs)
+    source_seconds: dict[str, float] = field(
+        default_factory=dict
+    )  # by source path (the knowledge's costs)
     order_from: str = "previous build's times"  # for the log line
 
     def seconds(self, output: str, source: str) -> float | None:
@@ -61,7 +67,7 @@ class ManifestPlan:
         by_object = self.object_seconds.get(Path(output).name)
         if by_object is not None or not source.startswith(self.source_dir + "/"):
             return by_object
-        return self.source_seconds.get(source[len(self.source_dir) + 1:])
+        return self.source_seconds.get(source[len(self.source_dir) + 1 :])
 
 
 def _unescape(ninja_path: str) -> str:
@@ -85,10 +91,14 @@ def _nvcc_rules(lines: list[str]) -> dict[str, str]:
 
 def seeded_nvcc_binding(source: str, build_dir: str, variable: str = "nvcc") -> str:
     """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
-    alias = BUILD_DIR_ALIAS + source[len(build_dir):] if source.startswith(build_dir + "/") else source
+    alias = (
+        BUILD_DIR_ALIAS + source[len(build_dir) :] if source.startswith(build_dir + "/") else source
+    )
     quoted = shlex.quote(alias).replace("$", "$$")
-    return f"  {variable} = ${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} " \
-           f"-Xcicc --orig_src_path_name={quoted}"
+    return (
+        f"  {variable} = ${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} "
+        f"-Xcicc --orig_src_path_name={quoted}"
+    )
 
 
 def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int, int]:
@@ -97,15 +107,22 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
     lines = manifest.split("\n")
     nvcc_rules = _nvcc_rules(lines)
     ordering = bool(plan.object_seconds or plan.source_seconds)
-    seeded, timed = 0, []  # timed: (line index, edge text with its binding, seconds) of movable edges
+    seeded, timed = (
+        0,
+        [],
+    )  # timed: (line index, edge text with its binding, seconds) of movable edges
     for i, line in enumerate(lines):
         match = BUILD_EDGE.match(line)
         if not match:
             continue
         output, source = _unescape(match.group(1)), _unescape(match.group(3))
-        own_bindings = i + 1 < len(lines) and lines[i + 1][:1].isspace()  # they would not move with it
+        own_bindings = (
+            i + 1 < len(lines) and lines[i + 1][:1].isspace()
+        )  # they would not move with it
         if match.group(2) in nvcc_rules and output.endswith(".o"):
-            lines[i] = f"{line}\n{seeded_nvcc_binding(source, plan.build_dir, nvcc_rules[match.group(2)])}"
+            lines[i] = (
+                f"{line}\n{seeded_nvcc_binding(source, plan.build_dir, nvcc_rules[match.group(2)])}"
+            )
             seeded += 1
         seconds = plan.seconds(output, source)
         if seconds is None and ordering and output.endswith(".o") and not source.endswith(".o"):
@@ -127,21 +144,28 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
     shim_dir.mkdir(parents=True, exist_ok=True)
     plan_file = shim_dir / "manifest-plan.json"
     plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
-    toolkit_root = str(Path(__file__).resolve().parents[2])  # importable whatever the build's PYTHONPATH
-    prepare = (f"import sys; sys.path.insert(0, {toolkit_root!r}); "
-               "from toolkit.build.ninja_shim import prepare_manifest; prepare_manifest(sys.argv[1:])")
+    toolkit_root = str(
+        Path(__file__).resolve().parents[2]
+    )  # importable whatever the build's PYTHONPATH
+    prepare = (
+        f"import sys; sys.path.insert(0, {toolkit_root!r}); "
+        "from toolkit.build.ninja_shim import prepare_manifest; prepare_manifest(sys.argv[1:])"
+    )
     (shim_dir / "ninja").write_text(
         "#!/bin/sh\n# toolkit build: seed nvcc per object, longest objects first (toolkit/build/ninja_shim.py)\n"
         f'case "$1" in --version) exec {shlex.quote(real)} "$@";; esac\n'
         f'{shlex.quote(sys.executable)} -c {shlex.quote(prepare)} {shlex.quote(str(plan_file))} "$@" '
         '|| echo "toolkit: could not prepare build.ninja; building it unchanged" >&2\n'
-        f'exec {shlex.quote(real)} "$@"\n')
+        f'exec {shlex.quote(real)} "$@"\n'
+    )
     (shim_dir / "ninja").chmod(0o755)
     return True
 
 
 MANIFEST_OUTCOME = "manifest-outcome.json"
-MANIFEST_OBJECTS = "manifest-objects.json"  # the compile objects and their costs, for the build's progress
+MANIFEST_OBJECTS = (
+    "manifest-objects.json"  # the compile objects and their costs, for the build's progress
+)
 
 
 def manifest_objects(manifest: str, plan: ManifestPlan) -> dict[str, float | None]:
@@ -173,10 +197,28 @@ def prepare_manifest(args: list[str]) -> None:
         plan = ManifestPlan(**read_json(plan_file, "manifest plan", "build again"))
         text, seeded, timed, unknown = prepared_manifest(manifest.read_text(), plan)
         write_atomic(manifest, text)
-        write_atomic(plan_file.with_name(MANIFEST_OUTCOME), json.dumps(
-            {"nvcc_objects_seeded": seeded, "edges_ordered": timed, "objects_without_cost": unknown}))
-        write_atomic(plan_file.with_name(MANIFEST_OBJECTS), json.dumps(
-            {"directory": str(Path(directory).absolute()), "objects": manifest_objects(text, plan)}))
-        print(f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
-              f"{timed} object edges ordered longest first ({plan.order_from}), {unknown} without a time "
-              f"or cost first", flush=True)
+        write_atomic(
+            plan_file.with_name(MANIFEST_OUTCOME),
+            json.dumps(
+                {
+                    "nvcc_objects_seeded": seeded,
+                    "edges_ordered": timed,
+                    "objects_without_cost": unknown,
+                }
+            ),
+        )
+        write_atomic(
+            plan_file.with_name(MANIFEST_OBJECTS),
+            json.dumps(
+                {
+                    "directory": str(Path(directory).absolute()),
+                    "objects": manifest_objects(text, plan),
+                }
+            ),
+        )
+        print(
+            f"toolkit: {manifest}: {seeded} nvcc objects seeded for reproducible device code, "
+            f"{timed} object edges ordered longest first ({plan.order_from}), {unknown} without a time "
+            f"or cost first",
+            flush=True,
+        )

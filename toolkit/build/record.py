@@ -32,7 +32,9 @@ from toolkit.spec.patches import AppliedPatch, PatchRecord
 RECORD_SCHEMA = 1
 RECORD_SUFFIX = BUILD_RECORD_SUFFIX
 REBUILD = "delete it and rebuild with --force: `toolkit build LINE --force`"
-EXACT = pydantic.ConfigDict(extra="forbid")  # the inputs are hashed: a key the model would drop is refused
+EXACT = pydantic.ConfigDict(
+    extra="forbid"
+)  # the inputs are hashed: a key the model would drop is refused
 
 
 PATH_FREE_RECIPE = 3  # builder.RECIPE_VERSION from which a key holds no file path (Toolchain)
@@ -89,8 +91,12 @@ class BuildInputs:
     toolchain: Toolchain
     archs: list[str]
     local_version: str
-    lock_sha256: str | None = None  # the lock that pins an FA2 sdist (FA3's sources are pinned by flash_attn_3)
-    patches: list[PatchRecord] | None = None  # only a patched sdist has them: an unpatched line's key stays as it was
+    lock_sha256: str | None = (
+        None  # the lock that pins an FA2 sdist (FA3's sources are pinned by flash_attn_3)
+    )
+    patches: list[PatchRecord] | None = (
+        None  # only a patched sdist has them: an unpatched line's key stays as it was
+    )
     flash_attn_3: Fa3Inputs | None = None
 
     @classmethod
@@ -102,10 +108,16 @@ class BuildInputs:
         """As written: the optional sections only where the build had them (absent, not null, in the key)."""
         data = asdict(self)
         if self.recipe >= PATH_FREE_RECIPE:
-            data["toolchain"] = {name: value for name, value in data["toolchain"].items()
-                                 if name not in ("cuda_home", "python")}
-        return {name: value for name, value in data.items()
-                if value is not None or name not in ("lock_sha256", "patches", "flash_attn_3")}
+            data["toolchain"] = {
+                name: value
+                for name, value in data["toolchain"].items()
+                if name not in ("cuda_home", "python")
+            }
+        return {
+            name: value
+            for name, value in data.items()
+            if value is not None or name not in ("lock_sha256", "patches", "flash_attn_3")
+        }
 
 
 @dataclass(frozen=True)
@@ -155,7 +167,9 @@ class BuildOutputs:
     archs_compiled: dict[str, list[str]]  # extension file -> sm archs read back from it
     imported: bool
     wall_s: float
-    efficiency: dict[str, Any]  # build.efficiency(): figures for reports, not read back by the toolkit
+    efficiency: dict[
+        str, Any
+    ]  # build.efficiency(): figures for reports, not read back by the toolkit
     objects: list[ObjectTime] = field(default_factory=list)
 
 
@@ -177,8 +191,12 @@ class BuildRecord:
     started: str
     finished: str
     schedule: Schedule = field(default_factory=Schedule)  # object order
-    patches: list[AppliedPatch] = field(default_factory=list)  # what the build did with each selected patch
-    neutralised_environment: dict[str, Any] = field(default_factory=dict)  # NVCC_*, CPPFLAGS of an activated env, removed
+    patches: list[AppliedPatch] = field(
+        default_factory=list
+    )  # what the build did with each selected patch
+    neutralised_environment: dict[str, Any] = field(
+        default_factory=dict
+    )  # NVCC_*, CPPFLAGS of an activated env, removed
     # FlashAttention-3 builds: commit, profile, its DISABLE switches, each archive with its sha256 and git ids
     flash_attn_3: dict[str, Any] = field(default_factory=dict)
     # a wheel taken from a binary cache instead of compiled here: its table entry's URL (cache/substitute.py);
@@ -198,13 +216,21 @@ class BuildRecord:
         return self.inputs.toolchain
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "inputs": self.inputs.to_json(), "schedule": self.schedule.to_json()}
+        return {
+            **asdict(self),
+            "inputs": self.inputs.to_json(),
+            "schedule": self.schedule.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: object, where: str) -> BuildRecord:
-        if isinstance(data, dict) and data.get("kind") == "fa4-kernel-cache":  # named so by `fa4 warm` before
-            raise ToolkitError(f"{where}: a kernel cache's record (`toolkit fa4 warm`), not a build record (rename "
-                               f"it to {where.removesuffix(RECORD_SUFFIX)}{KERNEL_CACHE_RECORD_SUFFIX})")
+        if (
+            isinstance(data, dict) and data.get("kind") == "fa4-kernel-cache"
+        ):  # named so by `fa4 warm` before
+            raise ToolkitError(
+                f"{where}: a kernel cache's record (`toolkit fa4 warm`), not a build record (rename "
+                f"it to {where.removesuffix(RECORD_SUFFIX)}{KERNEL_CACHE_RECORD_SUFFIX})"
+            )
         try:
             current = FORMAT.current(data)
         except ValueError as exc:
@@ -214,9 +240,13 @@ class BuildRecord:
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             at = ".".join(str(part) for part in first["loc"])
-            raise ToolkitError(f"{where}: build record field {at}: {first['msg'].lower()} ({REBUILD})") from None
+            raise ToolkitError(
+                f"{where}: build record field {at}: {first['msg'].lower()} ({REBUILD})"
+            ) from None
         if sha256_json(record.inputs.to_json()) != sha256_json(current["inputs"]):
-            raise ToolkitError(f"{where}: build record field inputs: not as `toolkit build` writes them ({REBUILD})")
+            raise ToolkitError(
+                f"{where}: build record field inputs: not as `toolkit build` writes them ({REBUILD})"
+            )
         return record
 
     @classmethod

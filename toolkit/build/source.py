@@ -31,12 +31,22 @@ class SourceTree:
     files: dict[str, str]  # the files it came from, as display paths, for the record
     source_root: Path  # the unpacked source's top: object costs' paths start here
     costs_key: CostKey  # what the knowledge's object costs of this source are looked up by (a first build's order)
-    environment: dict[str, str] = field(default_factory=dict)  # variables on top of builder.build_environment
-    imports: tuple[str, ...] = ()  # modules imported after the install, besides the top-level extensions
+    environment: dict[str, str] = field(
+        default_factory=dict
+    )  # variables on top of builder.build_environment
+    imports: tuple[
+        str, ...
+    ] = ()  # modules imported after the install, besides the top-level extensions
     patches: list[dict[str, Any]] = field(default_factory=list)
-    record_section: dict[str, Any] = field(default_factory=dict)  # the record's section of this implementation
-    after_install: Callable[[str, Path], None] | None = None  # (python, log): a step after the wheel's install
-    check_wheel: Callable[[Path], None] | None = None  # a refusal of the built wheel beyond the shared checks
+    record_section: dict[str, Any] = field(
+        default_factory=dict
+    )  # the record's section of this implementation
+    after_install: Callable[[str, Path], None] | None = (
+        None  # (python, log): a step after the wheel's install
+    )
+    check_wheel: Callable[[Path], None] | None = (
+        None  # a refusal of the built wheel beyond the shared checks
+    )
 
 
 class WheelSource(Protocol):
@@ -66,7 +76,9 @@ class UnreadableArchive(ToolkitError):
     refuses), not the folder it is unpacked into: a cache may remove it."""
 
 
-def extract_sdist(sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "re-lock") -> tuple[Path, int]:
+def extract_sdist(
+    sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "re-lock"
+) -> tuple[Path, int]:
     """Unpack into dest; returns the source tree and its newest file time (the SOURCE_DATE_EPOCH). An archive
     that is no tar or is cut short is one UnreadableArchive line ending in `fix`."""
     where = display_path(sdist)
@@ -75,14 +87,22 @@ def extract_sdist(sdist: Path, dest: Path, kind: str = "an sdist", fix: str = "r
             members = tar.getmembers()
             tops = {m.name.split("/")[0] for m in members}
             if len(tops) != 1:
-                raise UnreadableArchive(f"{where}: not {kind} (expected one top directory, found {len(tops)}; {fix})")
+                raise UnreadableArchive(
+                    f"{where}: not {kind} (expected one top directory, found {len(tops)}; {fix})"
+                )
             try:
                 tar.extractall(dest, filter="data")
-            except OSError as exc:  # writing dest (a read error of the archive is a TarError or EOFError)
-                raise ToolkitError(f"{display_path(dest)}: cannot unpack {where} here ({exc.strerror or exc}; "
-                                   f"free space there or make it writable)") from None
+            except (
+                OSError
+            ) as exc:  # writing dest (a read error of the archive is a TarError or EOFError)
+                raise ToolkitError(
+                    f"{display_path(dest)}: cannot unpack {where} here ({exc.strerror or exc}; "
+                    f"free space there or make it writable)"
+                ) from None
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise UnreadableArchive(f"{where}: cannot unpack {kind} ({_unreadable(exc)}; {fix})") from None
+        raise UnreadableArchive(
+            f"{where}: cannot unpack {kind} ({_unreadable(exc)}; {fix})"
+        ) from None
     return dest / tops.pop(), int(max(m.mtime for m in members))
 
 

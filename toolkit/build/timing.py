@@ -43,9 +43,12 @@ def ninja_log(path: Path) -> dict[str, tuple[float, float]]:
 
 def ninja_objects(src_dir: Path) -> list[dict]:
     """Per-object compile times from ninja's .ninja_log (start/end since the start of the ninja run)."""
-    objects = [{"name": Path(output).name, "start_s": start, "seconds": round(end - start, 3)}
-               for log in src_dir.glob("build/**/.ninja_log")
-               for output, (start, end) in ninja_log(log).items() if output.endswith(".o")]
+    objects = [
+        {"name": Path(output).name, "start_s": start, "seconds": round(end - start, 3)}
+        for log in src_dir.glob("build/**/.ninja_log")
+        for output, (start, end) in ninja_log(log).items()
+        if output.endswith(".o")
+    ]
     return sorted(objects, key=lambda o: o["start_s"])
 
 
@@ -67,8 +70,11 @@ class ScheduleOrder:
 
     def record_fields(self) -> dict[str, str | None]:
         """The build record's `schedule` entries that say which order the build used."""
-        return {"order": self.kind, "from_record": self.origin if self.kind == "record" else None,
-                "from_knowledge": self.origin if self.kind == "knowledge" else None}
+        return {
+            "order": self.kind,
+            "from_record": self.origin if self.kind == "record" else None,
+            "from_knowledge": self.origin if self.kind == "knowledge" else None,
+        }
 
 
 def record_key(record: BuildRecord) -> CostKey:
@@ -80,8 +86,9 @@ def record_key(record: BuildRecord) -> CostKey:
     return CostKey("fa2", record.sdist.sha256)
 
 
-def previous_object_times(candidates: list[tuple[Path, BuildRecord]],
-                          costs_key: CostKey) -> tuple[Path, dict[str, float]] | None:
+def previous_object_times(
+    candidates: list[tuple[Path, BuildRecord]], costs_key: CostKey
+) -> tuple[Path, dict[str, float]] | None:
     """Per-object compile seconds of the first of these records that built the same source, with its path."""
     for path, record in candidates:
         objects = record.outputs.objects
@@ -94,28 +101,39 @@ def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[P
     """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
     if order_from:
         if not order_from.is_file():
-            raise ToolkitError(f"{display_path(order_from)}: no such build record (--order-from takes a "
-                               f"wheelhouse/LINE/*.build.json file)")
+            raise ToolkitError(
+                f"{display_path(order_from)}: no such build record (--order-from takes a "
+                f"wheelhouse/LINE/*.build.json file)"
+            )
         return [(order_from, BuildRecord.read(order_from))]
     return records(line_dir) if line_dir.is_dir() else []
 
 
-def schedule_order(order_from: Path | None, line_dir: Path, sdist: LockedSdist, archs: tuple[str, ...],
-                   costs_key: CostKey) -> ScheduleOrder:
+def schedule_order(
+    order_from: Path | None,
+    line_dir: Path,
+    sdist: LockedSdist,
+    archs: tuple[str, ...],
+    costs_key: CostKey,
+) -> ScheduleOrder:
     """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs under
     costs_key (a first build), else build.ninja's order. A record measured this machine; the knowledge
     measured another, so it comes only where no record is."""
     previous = previous_object_times(schedule_candidates(order_from, line_dir), costs_key)
     if order_from and previous is None:
-        raise ToolkitError(f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
-                           f"cannot order this build (drop --order-from)")
+        raise ToolkitError(
+            f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
+            f"cannot order this build (drop --order-from)"
+        )
     if previous:
         return ScheduleOrder("record", display_path(previous[0]), object_seconds=previous[1])
     costs = load_object_costs().measured(costs_key)
     if costs is None:
         return ScheduleOrder("build.ninja", None)
-    origin = (f"{display_path(knowledge_files.KNOWLEDGE_DIR / KNOWLEDGE_NAME)} (flash-attn {costs.version} {costs.key.label()}, "
-              f"measured on sm_{costs.arch}: {costs.source})")
+    origin = (
+        f"{display_path(knowledge_files.KNOWLEDGE_DIR / KNOWLEDGE_NAME)} (flash-attn {costs.version} {costs.key.label()}, "
+        f"measured on sm_{costs.arch}: {costs.source})"
+    )
     return ScheduleOrder("knowledge", origin, source_seconds=costs.seconds_for(archs))
 
 
@@ -125,17 +143,24 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def efficiency(objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float, cpus: int) -> dict:
+def efficiency(
+    objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float, cpus: int
+) -> dict:
     """How close the compile came to its lower bound max(sum of object times / job slots, longest object),
     and how busy the build kept the CPUs (its processes' CPU time / (wall x CPUs)).
 
     The first is the issue's figure; with more jobs than CPUs every object's time stretches and it flatters
     the build, so the CPU figure is the one that cannot be gamed."""
-    busy = {"cpus": cpus, "cpu_s": round(cpu_s, 1),
-            "cpu_utilization": round(cpu_s / (build_wall_s * cpus), 3) if build_wall_s else None}
+    busy = {
+        "cpus": cpus,
+        "cpu_s": round(cpu_s, 1),
+        "cpu_utilization": round(cpu_s / (build_wall_s * cpus), 3) if build_wall_s else None,
+    }
     if not objects:
         return {"objects": 0, "build_wall_s": round(build_wall_s, 1), **busy}
-    compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(o["start_s"] for o in objects)
+    compile_wall = max(o["start_s"] + o["seconds"] for o in objects) - min(
+        o["start_s"] for o in objects
+    )
     total = sum(o["seconds"] for o in objects)
     longest = max(objects, key=lambda o: o["seconds"])
     slot_bound = total / jobs
@@ -149,8 +174,12 @@ def efficiency(objects: list[dict], jobs: int, build_wall_s: float, cpu_s: float
         "longest_object": longest["name"],
         "longest_object_s": round(longest["seconds"], 1),
         "efficiency_vs_slots": round(slot_bound / compile_wall, 3) if compile_wall else None,
-        "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3) if compile_wall else None,
-        "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3) if compile_wall else None,
+        "efficiency_vs_longest": round(longest["seconds"] / compile_wall, 3)
+        if compile_wall
+        else None,
+        "parallel_efficiency": round(max(slot_bound, longest["seconds"]) / compile_wall, 3)
+        if compile_wall
+        else None,
         **busy,
     }
 
@@ -159,23 +188,30 @@ def describe(record: BuildRecord) -> list[str]:
     """The build figures of a record, for the end of a build and `--report`."""
     out = record.outputs
     eff = out.efficiency
-    lines = [f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
-             f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
-             f"{record.parallelism.basis}"]
+    lines = [
+        f"wheel: {out.wheel} ({out.wheel_size / 1e6:.1f} MB, sha256 {out.wheel_sha256[:16]}...)",
+        f"archs compiled: {', '.join(sorted({a for v in out.archs_compiled.values() for a in v}))}; "
+        f"{record.parallelism.basis}",
+    ]
     if eff.get("objects"):
         lines.append(
             f"build {eff['build_wall_s']} s, compile {eff['compile_wall_s']} s for {eff['objects']} objects; "
             f"bound by slots {eff['slot_bound_s']} s (sum {eff['sum_object_s']} s / {eff['job_slots']} jobs), "
             f"longest object {eff['longest_object_s']} s ({eff['longest_object']}); "
             f"parallel efficiency {eff['parallel_efficiency']:.0%} "
-            f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})")
+            f"(vs slots {eff['efficiency_vs_slots']:.0%}, vs longest {eff['efficiency_vs_longest']:.0%})"
+        )
     schedule = record.schedule
     if schedule.order:
-        lines.append(f"schedule: {schedule.order}, from "
-                     f"{schedule.from_record or schedule.from_knowledge or 'build.ninja'}; "
-                     f"{schedule.edges_ordered} object edges ordered longest first, "
-                     f"{schedule.objects_without_cost} without a cost first")
+        lines.append(
+            f"schedule: {schedule.order}, from "
+            f"{schedule.from_record or schedule.from_knowledge or 'build.ninja'}; "
+            f"{schedule.edges_ordered} object edges ordered longest first, "
+            f"{schedule.objects_without_cost} without a cost first"
+        )
     if eff.get("cpu_utilization") is not None:
-        lines.append(f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
-                     f"{eff['cpu_utilization']:.0%} busy")
+        lines.append(
+            f"CPU time {eff['cpu_s']} s over {eff['build_wall_s']} s x {eff['cpus']} CPUs: "
+            f"{eff['cpu_utilization']:.0%} busy"
+        )
     return lines

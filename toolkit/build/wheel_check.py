@@ -39,47 +39,79 @@ def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[s
     return modules, archs
 
 
-def verify_wheel(wheel: Path, archs: tuple[str, ...], local: str, scratch: Path,
-                 log_path: Path) -> tuple[str, list[str], dict[str, list[str]]]:
+def verify_wheel(
+    wheel: Path, archs: tuple[str, ...], local: str, scratch: Path, log_path: Path
+) -> tuple[str, list[str], dict[str, list[str]]]:
     """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
     version = wheel_version(wheel)
     if not version.endswith("+" + local):
-        raise ToolkitError(f"{wheel.name}: METADATA says version {version}, without +{local} "
-                           f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)")
+        raise ToolkitError(
+            f"{wheel.name}: METADATA says version {version}, without +{local} "
+            f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)"
+        )
     modules, so_archs = wheel_archs(wheel, scratch)
     lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
     if lacking:
-        raise ToolkitError(f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
-                           f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)")
+        raise ToolkitError(
+            f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
+            f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)"
+        )
     return version, modules, so_archs
 
 
-def install_and_import(tc: LineEnvironment, wheel: Path, modules: list[str], target: Path | None,
-                       log_path: Path, after_install: Callable[[str, Path], None] | None = None) -> None:
+def install_and_import(
+    tc: LineEnvironment,
+    wheel: Path,
+    modules: list[str],
+    target: Path | None,
+    log_path: Path,
+    after_install: Callable[[str, Path], None] | None = None,
+) -> None:
     """Install the wheel into the environment (or --install-target) and import its extension modules.
     `after_install(python, log_path)`: the source's step between the install and the import in the environment
     (FA2's: FA4's files back, fa4_hooks); a --target folder is handed over by `toolkit fa4 install` instead."""
     if target:
         fa4_hooks.refuse_target_holding_fa4(target)
-    cmd = [str(tc.python), "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", str(wheel)]
+    cmd = [
+        str(tc.python),
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--force-reinstall",
+        str(wheel),
+    ]
     if target:
         cmd += ["--target", str(target), "--upgrade"]
     elif tc.kind == "locked":
-        cmd += ["--prefix", str(tc.cuda_home)]  # the conda prefix is the environment, whatever python it runs
-    code = ("import importlib, importlib.util, sys\n"
-            "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
-            "for name in sys.argv[1:]: importlib.import_module(name)\n")
+        cmd += [
+            "--prefix",
+            str(tc.cuda_home),
+        ]  # the conda prefix is the environment, whatever python it runs
+    code = (
+        "import importlib, importlib.util, sys\n"
+        "if importlib.util.find_spec('torch'): import torch  # extensions resolve c10/at symbols from it\n"
+        "for name in sys.argv[1:]: importlib.import_module(name)\n"
+    )
     env = {**os.environ, "PATH": tc.path_env, "LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     if target:
         env["PYTHONPATH"] = str(target)
-    with tempfile.TemporaryDirectory() as neutral:  # not the source tree: it would shadow the installed module
+    with (
+        tempfile.TemporaryDirectory() as neutral
+    ):  # not the source tree: it would shadow the installed module
+
         def run(step: str, command: list[str]) -> None:
-            done = run_tied(command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace")
+            done = run_tied(
+                command, cwd=neutral, env=env, capture_output=True, text=True, errors="replace"
+            )
             with open(log_path, "a") as log:
                 log.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
             if done.returncode != 0:
-                raise ToolkitError(f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
-                                   f"(full output in {display_path(log_path)})")
+                raise ToolkitError(
+                    f"{wheel.name}: {step} in {tc.python} failed: {explain(done.stdout + done.stderr)} "
+                    f"(full output in {display_path(log_path)})"
+                )
 
         run("install", cmd)
         if after_install and not target:

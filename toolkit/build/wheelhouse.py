@@ -84,8 +84,12 @@ def place(built_wheel: Path, line_dir: Path, record: BuildRecord) -> Path:
     line_dir.mkdir(parents=True, exist_ok=True)
     dest = line_dir / built_wheel.name
     with locked(line_dir):
-        record_path_for(dest).unlink(missing_ok=True)  # no record may vouch for a wheel being replaced
-        copy_atomic(built_wheel, dest)  # copied, not moved: the build dir may be on another filesystem
+        record_path_for(dest).unlink(
+            missing_ok=True
+        )  # no record may vouch for a wheel being replaced
+        copy_atomic(
+            built_wheel, dest
+        )  # copied, not moved: the build dir may be on another filesystem
         try:
             checkpoint("wheelhouse:record")
             write_atomic(record_path_for(dest), record.text())
@@ -101,12 +105,19 @@ def place_substitute(found: Substitute, line_dir: Path, key: str) -> CachedBuild
     where it came from. Any disagreement is one line and nothing is placed."""
     record = BuildRecord.read(found.record)
     if record.inputs_key != key or inputs_key(record.inputs.to_json()) != key:
-        raise ToolkitError(f"{found.source}: its build record is of other inputs (inputs key "
-                           f"{inputs_key(record.inputs.to_json())}, this build's {key}; refused, the build compiles instead)")
-    if (record.outputs.wheel, record.outputs.wheel_sha256) != (found.entry.wheel_name, found.entry.wheel_sha256):
-        raise ToolkitError(f"{found.source}: its build record names {record.outputs.wheel} with sha256 "
-                           f"{record.outputs.wheel_sha256}, the entry {found.entry.wheel_name} with sha256 "
-                           f"{found.entry.wheel_sha256} (refused; the build compiles instead)")
+        raise ToolkitError(
+            f"{found.source}: its build record is of other inputs (inputs key "
+            f"{inputs_key(record.inputs.to_json())}, this build's {key}; refused, the build compiles instead)"
+        )
+    if (record.outputs.wheel, record.outputs.wheel_sha256) != (
+        found.entry.wheel_name,
+        found.entry.wheel_sha256,
+    ):
+        raise ToolkitError(
+            f"{found.source}: its build record names {record.outputs.wheel} with sha256 "
+            f"{record.outputs.wheel_sha256}, the entry {found.entry.wheel_name} with sha256 "
+            f"{found.entry.wheel_sha256} (refused; the build compiles instead)"
+        )
     record = replace(record, substituted_from=found.source)
     wheel = place(found.wheel, line_dir, record)
     return CachedBuild(wheel, record_path_for(wheel), record)
@@ -127,7 +138,13 @@ def _write_index_locked(wheelhouse: Path) -> Path:
     for record_file in sorted(wheelhouse.glob(f"*/*{RECORD_SUFFIX}")):
         outputs = BuildRecord.read(record_file).outputs
         if (record_file.parent / outputs.wheel).exists():
-            links.append(Link(f"../../{record_file.parent.name}/{outputs.wheel}", outputs.wheel, outputs.wheel_sha256))
+            links.append(
+                Link(
+                    f"../../{record_file.parent.name}/{outputs.wheel}",
+                    outputs.wheel,
+                    outputs.wheel_sha256,
+                )
+            )
     simple = wheelhouse / "simple"
     clean_stale(wheelhouse)
     with publish_dir(simple) as staged:
