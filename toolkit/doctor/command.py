@@ -73,8 +73,13 @@ class DoctorKnowledge:
 
 @cache
 def doctor_knowledge() -> DoctorKnowledge:
-    return knowledge_files.typed("doctor.yaml", lambda data: DoctorKnowledge(
-        minor_version_compat=data["minor_version_compat"], attn_implementations=tuple(data["attn_implementations"])))
+    return knowledge_files.typed(
+        "doctor.yaml",
+        lambda data: DoctorKnowledge(
+            minor_version_compat=data["minor_version_compat"],
+            attn_implementations=tuple(data["attn_implementations"]),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,12 @@ def driver_verdict(driver: str, cuda: str, f: Facts) -> tuple[str, str, str]:
         return "ok", f"driver {driver} >= {need} (CUDA {cuda})", ""
     update = f"update the NVIDIA driver to >= {need}"
     if compat and Version(driver) >= Version(compat):
-        return ("warn", f"driver {driver} is older than CUDA {cuda} needs ({need}): runs through minor version "
-                        f"compatibility only (no PTX JIT of newer code)", update)
+        return (
+            "warn",
+            f"driver {driver} is older than CUDA {cuda} needs ({need}): runs through minor version "
+            f"compatibility only (no PTX JIT of newer code)",
+            update,
+        )
     newest = newest_cuda(driver, f.kb)
     older = f", or use CUDA <= {newest} ({f.kb.cuda_lines[newest].torch_index})" if newest else ""
     return "fail", f"driver {driver} is too old for CUDA {cuda} (needs >= {need})", update + older
@@ -134,7 +143,9 @@ def gpu_runs(sm: str, cubins: tuple[str, ...], ptx: tuple[str, ...]) -> bool:
     gpu = int(sm)
     for arch in cubins:
         base = arch_number(arch)
-        if base == gpu or (not arch.endswith("a") and base // 10 == gpu // 10 and base % 10 <= gpu % 10):
+        if base == gpu or (
+            not arch.endswith("a") and base // 10 == gpu // 10 and base % 10 <= gpu % 10
+        ):
             return True
     return any(arch_number(arch) <= gpu and not arch.endswith(("a", "f")) for arch in ptx)
 
@@ -152,7 +163,10 @@ def explain_import_error(text: str, f: Facts) -> tuple[str, str]:
 
     found = diagnose(text)
     if found is None:
-        return "flash_attn does not import", f"rebuild flash-attn in this environment (toolkit build {_line_name(f)})"
+        return (
+            "flash_attn does not import",
+            f"rebuild flash-attn in this environment (toolkit build {_line_name(f)})",
+        )
     return found.cause, found.fix.replace("LINE", _line_name(f))
 
 
@@ -165,7 +179,11 @@ def torch_install_hint(f: Facts) -> str:
     if spec:
         return f"pip install torch=={spec.torch_version} --index-url {spec.torch_index}"
     line = f.kb.cuda_lines.get(f.fingerprint.nvcc_line or "")
-    return f"pip install torch --index-url {line.torch_index}" if line else "pip install torch (a CUDA build)"
+    return (
+        f"pip install torch --index-url {line.torch_index}"
+        if line
+        else "pip install torch (a CUDA build)"
+    )
 
 
 def flash_attn_problem(f: Facts) -> str | None:
@@ -194,15 +212,27 @@ def finding_row(check: str, finding: checks.Finding | None) -> Row | None:
 def check_driver(f: Facts) -> Row:
     driver = f.fingerprint.driver_version
     if not driver:
-        return Row("driver", "warn", "no NVIDIA driver (nvidia-smi not found or no GPU)",
-                   "building works here; running flash-attn needs a machine with an NVIDIA GPU and driver")
+        return Row(
+            "driver",
+            "warn",
+            "no NVIDIA driver (nvidia-smi not found or no GPU)",
+            "building works here; running flash-attn needs a machine with an NVIDIA GPU and driver",
+        )
     newest = newest_cuda(driver, f.kb)
-    majors = [m for m, floor in f.dk.minor_version_compat.items() if Version(driver) >= Version(floor)]
-    compat = f", any CUDA {max(majors, key=int)}.x through minor version compatibility" if majors else ""
+    majors = [
+        m for m, floor in f.dk.minor_version_compat.items() if Version(driver) >= Version(floor)
+    ]
+    compat = (
+        f", any CUDA {max(majors, key=int)}.x through minor version compatibility" if majors else ""
+    )
     if newest is None and not majors:
         oldest = min(f.kb.cuda_lines.values(), key=lambda line: Version(line.min_driver))
-        return Row("driver", "fail", f"{driver}: older than every CUDA line here needs",
-                   f"update the NVIDIA driver to >= {oldest.min_driver}")
+        return Row(
+            "driver",
+            "fail",
+            f"{driver}: older than every CUDA line here needs",
+            f"update the NVIDIA driver to >= {oldest.min_driver}",
+        )
     return Row("driver", "ok", f"{driver}: runs CUDA <= {newest or 'none of the lines'}{compat}")
 
 
@@ -213,17 +243,25 @@ def check_gpus(f: Facts) -> Row:
     value = "; ".join(f"{g.index}: {g.name} (sm_{g.sm})" for g in gpus)
     old = [g for g in gpus if int(g.sm) < f.kb.fa_min_arch]
     if old:
-        return Row("gpus", "fail", value,
-                   f"FlashAttention-2 needs sm_{f.kb.fa_min_arch}+ (Ampere or newer); GPU "
-                   f"{', '.join(str(g.index) for g in old)} cannot run it: use attn_implementation='sdpa' there")
+        return Row(
+            "gpus",
+            "fail",
+            value,
+            f"FlashAttention-2 needs sm_{f.kb.fa_min_arch}+ (Ampere or newer); GPU "
+            f"{', '.join(str(g.index) for g in old)} cannot run it: use attn_implementation='sdpa' there",
+        )
     return Row("gpus", "ok", value)
 
 
 def check_cuda_home(f: Facts) -> Row:
     fp = f.fingerprint
     if not fp.cuda_home:
-        return Row("cuda-home", "fail", "not set, and no nvcc on PATH",
-                   "install a CUDA toolkit (conda cuda-nvcc, or the system's) and export CUDA_HOME=<its root>")
+        return Row(
+            "cuda-home",
+            "fail",
+            "not set, and no nvcc on PATH",
+            "install a CUDA toolkit (conda cuda-nvcc, or the system's) and export CUDA_HOME=<its root>",
+        )
     return Row("cuda-home", "ok", f"{fp.cuda_home} (from {f.probe.cuda_home_from})")
 
 
@@ -242,9 +280,15 @@ def check_gcc(f: Facts) -> Row | None:
 def check_python(f: Facts) -> Row | None:
     fp = f.fingerprint
     if fp.python_version and f.probe.error:
-        return Row("python", "fail", f"{fp.python_version} at {fp.python_path}: probe failed ({f.probe.error})",
-                   "run the python by hand: `python -c 'import flash_attn'` shows what hangs or crashes")
-    return finding_row("python", checks.python_runs(fp, f.line.spec if f.line else None, _line_name(f)))
+        return Row(
+            "python",
+            "fail",
+            f"{fp.python_version} at {fp.python_path}: probe failed ({f.probe.error})",
+            "run the python by hand: `python -c 'import flash_attn'` shows what hangs or crashes",
+        )
+    return finding_row(
+        "python", checks.python_runs(fp, f.line.spec if f.line else None, _line_name(f))
+    )
 
 
 def check_torch(f: Facts) -> Row | None:
@@ -258,12 +302,23 @@ def check_torch_cuda(f: Facts) -> Row | None:
     if not fp.torch.cuda:
         return finding_row("torch-cuda", checks.torch_cuda_build(fp, torch_install_hint(f)))
     if not fp.driver_version:
-        return Row("torch-cuda", "warn", "no: no NVIDIA driver here", "building works; run on a GPU machine")
+        return Row(
+            "torch-cuda",
+            "warn",
+            "no: no NVIDIA driver here",
+            "building works; run on a GPU machine",
+        )
     if usable:
-        return Row("torch-cuda", "ok", f"yes ({len(fp.gpus)} GPU{'s' if len(fp.gpus) != 1 else ''})")
+        return Row(
+            "torch-cuda", "ok", f"yes ({len(fp.gpus)} GPU{'s' if len(fp.gpus) != 1 else ''})"
+        )
     if usable is False:
-        return Row("torch-cuda", "fail", f"no: torch.cuda.is_available() is False with driver {fp.driver_version}",
-                   "see the torch-vs-driver row; check CUDA_VISIBLE_DEVICES and `nvidia-smi`")
+        return Row(
+            "torch-cuda",
+            "fail",
+            f"no: torch.cuda.is_available() is False with driver {fp.driver_version}",
+            "see the torch-vs-driver row; check CUDA_VISIBLE_DEVICES and `nvidia-smi`",
+        )
     return Row("torch-cuda", "info", "not probed")
 
 
@@ -286,7 +341,12 @@ def check_flash_attn(f: Facts) -> Row:
     dist = f.probe.python_packages.get("flash-attn", "unknown")
     if fa.import_error:
         cause, fix = explain_import_error(fa.import_error, f)
-        return Row("flash-attn", "fail", f"{dist}: import fails: {first_line(fa.import_error)}", f"{cause}: {fix}")
+        return Row(
+            "flash-attn",
+            "fail",
+            f"{dist}: import fails: {first_line(fa.import_error)}",
+            f"{cause}: {fix}",
+        )
     return Row("flash-attn", "ok", f"{dist} (flash_attn {fa.version}), extension {fa.extension}")
 
 
@@ -297,26 +357,42 @@ def check_flash_attn_build(f: Facts) -> Row | None:
     if f.probe.flash_attn is None or torch is None or _version(torch.version) is None:
         return None  # nothing installed to compare, or a torch whose version is unknown (its row says so)
     if not local:
-        return Row("flash-attn-build", "info", "no local version tag (torch/CUDA it was built for not recorded)")
+        return Row(
+            "flash-attn-build",
+            "info",
+            "no local version tag (torch/CUDA it was built for not recorded)",
+        )
     built_cuda = re.search(r"cu\d+", local)
     built_torch = re.search(r"torch(\d+)\.(\d+)", local)
     built_abi = re.search(r"cxx11abi(true|false)", local)
     torch_minor = minor_of(torch.version)
     fails, warns = [], []
     if built_torch and f"{built_torch.group(1)}.{built_torch.group(2)}" != torch_minor:
-        fails.append(f"torch {built_torch.group(1)}.{built_torch.group(2)}, installed torch is {torch.version}")
-    if built_abi and torch.cxx11_abi is not None and (built_abi.group(1) == "true") != torch.cxx11_abi:
+        fails.append(
+            f"torch {built_torch.group(1)}.{built_torch.group(2)}, installed torch is {torch.version}"
+        )
+    if (
+        built_abi
+        and torch.cxx11_abi is not None
+        and (built_abi.group(1) == "true") != torch.cxx11_abi
+    ):
         fails.append(f"C++11 ABI {built_abi.group(1).upper()}, torch's is {torch.cxx11_abi}")
     if built_cuda and torch.cuda:
         cuda = cuda_of_tag(built_cuda.group(0))
         if cuda.split(".")[0] != torch.cuda.split(".")[0]:
             fails.append(f"CUDA {cuda}, torch's CUDA is {torch.cuda}")
         elif "." in cuda and cuda != minor_of(torch.cuda):
-            warns.append(f"CUDA {cuda}, torch's CUDA is {torch.cuda} (runs; the lock keeps them equal)")
+            warns.append(
+                f"CUDA {cuda}, torch's CUDA is {torch.cuda} (runs; the lock keeps them equal)"
+            )
     if not fails and not warns:
         return Row("flash-attn-build", "ok", f"built for {local}, matches torch {torch.version}")
-    return Row("flash-attn-build", "fail" if fails else "warn", f"built for {'; '.join(fails + warns)}",
-               f"rebuild flash-attn against the installed torch {torch.version} (toolkit build {_line_name(f)})")
+    return Row(
+        "flash-attn-build",
+        "fail" if fails else "warn",
+        f"built for {'; '.join(fails + warns)}",
+        f"rebuild flash-attn against the installed torch {torch.version} (toolkit build {_line_name(f)})",
+    )
 
 
 def check_published(f: Facts, distribution: str) -> Row | None:
@@ -324,18 +400,34 @@ def check_published(f: Facts, distribution: str) -> Row | None:
     its wheel's RECORD lists), naming it and its verification report; only where caches are configured."""
     check = f"{distribution}-published"
     if f.probe.installed_builds_error and distribution in f.probe.dist_info:
-        return Row(check, "warn", f.probe.installed_builds_error, "check the cache's URL (--cache, "
-                                                                  ".fa-envkit/caches.toml)")
+        return Row(
+            check,
+            "warn",
+            f.probe.installed_builds_error,
+            "check the cache's URL (--cache, .fa-envkit/caches.toml)",
+        )
     found = [b for b in f.probe.installed_builds if b.distribution == distribution]
     if not found:
         return None
     build = found[0]
     if not build.published:
-        return Row(check, "warn", f"{distribution} {build.version}: an unknown build ({build.detail})",
-                   "install a published build (toolkit export LINE --index URL) or build it here (toolkit build LINE)")
-    report = f"verification report {build.report}" if build.report else "no verification report published"
-    return Row(check, "ok", f"{distribution} {build.version}: the published build {build.wheel} (line {build.line}, "
-                            f"inputs {build.inputs_key}); {report}")
+        return Row(
+            check,
+            "warn",
+            f"{distribution} {build.version}: an unknown build ({build.detail})",
+            "install a published build (toolkit export LINE --index URL) or build it here (toolkit build LINE)",
+        )
+    report = (
+        f"verification report {build.report}"
+        if build.report
+        else "no verification report published"
+    )
+    return Row(
+        check,
+        "ok",
+        f"{distribution} {build.version}: the published build {build.wheel} (line {build.line}, "
+        f"inputs {build.inputs_key}); {report}",
+    )
 
 
 def check_flash_attn_published(f: Facts) -> Row | None:
@@ -351,26 +443,36 @@ def check_flash_attn_archs(f: Facts) -> Row | None:
     if fa is None or not fa.extension:
         return None
     if fa.cubins is None:
-        return Row("flash-attn-archs", "warn", f"cannot read the archs of {fa.extension}: {fa.archs_error}",
-                   "reinstall flash-attn (the extension looks damaged)")
-    value = (f"sm_{', sm_'.join(fa.cubins)}" if fa.cubins else "no cubins") + \
-        (f"; PTX compute_{', compute_'.join(fa.ptx)}" if fa.ptx else "")
+        return Row(
+            "flash-attn-archs",
+            "warn",
+            f"cannot read the archs of {fa.extension}: {fa.archs_error}",
+            "reinstall flash-attn (the extension looks damaged)",
+        )
+    value = (f"sm_{', sm_'.join(fa.cubins)}" if fa.cubins else "no cubins") + (
+        f"; PTX compute_{', compute_'.join(fa.ptx)}" if fa.ptx else ""
+    )
     if not f.fingerprint.gpus:
         return Row("flash-attn-archs", "info", f"{value} (no GPU here to compare)")
     missing = gpus_without_kernels(f)
     if missing:
         sms = sorted({g.sm for g in missing}, key=int)
-        return Row("flash-attn-archs", "fail",
-                   f"{value}: no kernels for GPU {', '.join(f'{g.index} (sm_{g.sm})' for g in missing)} "
-                   f"('no kernel image is available for execution on the device')",
-                   f"rebuild with the GPU's arch: add {', '.join(repr(s) for s in sms)} to archs in the line's "
-                   f"spec (FLASH_ATTN_CUDA_ARCHS={';'.join(list(fa.cubins) + sms)})")
+        return Row(
+            "flash-attn-archs",
+            "fail",
+            f"{value}: no kernels for GPU {', '.join(f'{g.index} (sm_{g.sm})' for g in missing)} "
+            f"('no kernel image is available for execution on the device')",
+            f"rebuild with the GPU's arch: add {', '.join(repr(s) for s in sms)} to archs in the line's "
+            f"spec (FLASH_ATTN_CUDA_ARCHS={';'.join(list(fa.cubins) + sms)})",
+        )
     return Row("flash-attn-archs", "ok", f"{value}: covers every GPU here")
 
 
 def _satisfies(installed: str | None, specifier: str) -> bool:
     version = _version(installed)
-    return version is not None and SpecifierSet(specifier).contains(version.public, prereleases=True)
+    return version is not None and SpecifierSet(specifier).contains(
+        version.public, prereleases=True
+    )
 
 
 def needs_torch(f: Facts, specifier: str) -> str | None:
@@ -379,8 +481,11 @@ def needs_torch(f: Facts, specifier: str) -> str | None:
 
 
 def needs_packages(f: Facts, wanted: dict[str, str]) -> str | None:
-    missing = [f"{name}{spec}" for name, spec in wanted.items()
-               if not _satisfies(f.probe.python_packages.get(name), spec)]
+    missing = [
+        f"{name}{spec}"
+        for name, spec in wanted.items()
+        if not _satisfies(f.probe.python_packages.get(name), spec)
+    ]
     return f"needs {', '.join(missing)}" if missing else None
 
 
@@ -406,18 +511,33 @@ REQUIREMENTS: dict[str, Callable[[Facts, Any], str | None]] = {
 
 def _applying(f: Facts, name: str, transformers: Version) -> dict | None:
     """The first entry of doctor.yaml's table for `name` whose transformers range holds (None: no such value)."""
-    return next((e for e in f.dk.attn_implementations
-                 if e["name"] == name and SpecifierSet(e["transformers"]).contains(transformers, True)), None)
+    return next(
+        (
+            e
+            for e in f.dk.attn_implementations
+            if e["name"] == name and SpecifierSet(e["transformers"]).contains(transformers, True)
+        ),
+        None,
+    )
 
 
 def _unmet(f: Facts, entry: dict) -> str | None:
-    return ", ".join(reason for key, want in entry["needs"].items() if (reason := REQUIREMENTS[key](f, want))) or None
+    return (
+        ", ".join(
+            reason for key, want in entry["needs"].items() if (reason := REQUIREMENTS[key](f, want))
+        )
+        or None
+    )
 
 
 def attn_implementation_problem(f: Facts, name: str, transformers: Version) -> str | None:
     """Why attn_implementation `name` would not load here, None where it would."""
     entry = _applying(f, name, transformers)
-    return f"transformers {transformers} has no attn_implementation {name}" if entry is None else _unmet(f, entry)
+    return (
+        f"transformers {transformers} has no attn_implementation {name}"
+        if entry is None
+        else _unmet(f, entry)
+    )
 
 
 def attn_implementations(f: Facts, transformers: Version) -> tuple[list[str], list[str]]:
@@ -442,14 +562,31 @@ def check_transformers(f: Facts) -> Row | None:
     works, not_working = attn_implementations(f, version)
     if not works and not not_working:
         return Row("transformers", "info", f"{version}: predates attn_implementation (4.36)")
-    return Row("transformers", "info", f"{version}: attn_implementation works: {', '.join(works) or 'none'}",
-               "; ".join(not_working))
+    return Row(
+        "transformers",
+        "info",
+        f"{version}: attn_implementation works: {', '.join(works) or 'none'}",
+        "; ".join(not_working),
+    )
 
 
 MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
-    check_driver, check_gpus, check_cuda_home, check_nvcc, check_cuda_headers, check_gcc, check_python,
-    check_torch, check_torch_cuda, check_torch_vs_nvcc, check_torch_vs_driver, check_flash_attn,
-    check_flash_attn_build, check_flash_attn_archs, check_flash_attn_published, check_flash_attn_3_published,
+    check_driver,
+    check_gpus,
+    check_cuda_home,
+    check_nvcc,
+    check_cuda_headers,
+    check_gcc,
+    check_python,
+    check_torch,
+    check_torch_cuda,
+    check_torch_vs_nvcc,
+    check_torch_vs_driver,
+    check_flash_attn,
+    check_flash_attn_build,
+    check_flash_attn_archs,
+    check_flash_attn_published,
+    check_flash_attn_3_published,
     check_transformers,
 )
 
@@ -460,16 +597,29 @@ MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
 def check_line(line: LineFacts) -> Row:
     """The LINE's spec, or why it could not be read (then no other line check runs)."""
     if line.spec is None:
-        return Row("line", "fail", line.spec_error or "unreadable spec", f"fix the spec (toolkit check {line.name})")
+        return Row(
+            "line",
+            "fail",
+            line.spec_error or "unreadable spec",
+            f"fix the spec (toolkit check {line.name})",
+        )
     spec = line.spec
-    return Row("line", "ok", f"{display_path(spec.path)}: CUDA {spec.cuda}, python {spec.python}, gcc {spec.gcc}, "
-                             f"torch {spec.torch_version}, flash-attn {spec.flash_attn_version}, "
-                             f"archs {' '.join(spec.archs)}, {spec.toolchain.kind} toolchain")
+    return Row(
+        "line",
+        "ok",
+        f"{display_path(spec.path)}: CUDA {spec.cuda}, python {spec.python}, gcc {spec.gcc}, "
+        f"torch {spec.torch_version}, flash-attn {spec.flash_attn_version}, "
+        f"archs {' '.join(spec.archs)}, {spec.toolchain.kind} toolchain",
+    )
 
 
 def line_comparisons(f: Facts, line: LineFacts, spec: EnvSpec) -> list[Row]:
     """This machine against the spec: the table `toolkit build` refuses by (checks.SPEC_FACTS), one row each."""
-    return [row for check, finding in checks.against_spec(spec, f.fingerprint) if (row := finding_row(check, finding))]
+    return [
+        row
+        for check, finding in checks.against_spec(spec, f.fingerprint)
+        if (row := finding_row(check, finding))
+    ]
 
 
 def check_line_driver(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
@@ -489,21 +639,43 @@ def check_line_archs(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
         return Row("line-archs", "ok", f"archs {' '.join(spec.archs)} cover every GPU here")
     sms = sorted({g.sm for g in missing}, key=int)
     untargetable = [sm for sm in sms if sm not in f.kb.cuda_lines[spec.cuda].archs]
-    first_line = [v for sm in untargetable[:1] for v, line in f.kb.cuda_lines.items() if sm in line.archs]
-    needs = f" (nvcc {spec.cuda} cannot emit sm_{untargetable[0]}: use a CUDA {first_line[0]}+ line)" \
-        if first_line else ""
-    return Row("line-archs", "fail", f"archs {' '.join(spec.archs)} leave out GPU "
-                                     f"{', '.join(f'{g.index} (sm_{g.sm})' for g in missing)}",
-               f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.path)}{needs}")
+    first_line = [
+        v for sm in untargetable[:1] for v, line in f.kb.cuda_lines.items() if sm in line.archs
+    ]
+    needs = (
+        f" (nvcc {spec.cuda} cannot emit sm_{untargetable[0]}: use a CUDA {first_line[0]}+ line)"
+        if first_line
+        else ""
+    )
+    return Row(
+        "line-archs",
+        "fail",
+        f"archs {' '.join(spec.archs)} leave out GPU "
+        f"{', '.join(f'{g.index} (sm_{g.sm})' for g in missing)}",
+        f"add {', '.join(repr(s) for s in sms)} to archs in {display_path(spec.path)}{needs}",
+    )
 
 
 def check_lock(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     if line.lock_problem:
-        return Row("lock", "fail" if line.locked is None else "warn", line.lock_problem,
-                   f"toolkit lock {line.name}")
+        return Row(
+            "lock",
+            "fail" if line.locked is None else "warn",
+            line.lock_problem,
+            f"toolkit lock {line.name}",
+        )
     if line.locked is None:
-        return Row("lock", "info", f"no lock yet ({display_path(line.lock_file)})", f"toolkit lock {line.name}")
-    return Row("lock", "ok", f"{display_path(line.lock_file)}: {len(line.locked)} packages, matches the spec")
+        return Row(
+            "lock",
+            "info",
+            f"no lock yet ({display_path(line.lock_file)})",
+            f"toolkit lock {line.name}",
+        )
+    return Row(
+        "lock",
+        "ok",
+        f"{display_path(line.lock_file)}: {len(line.locked)} packages, matches the spec",
+    )
 
 
 def conda_build(package: LockedPackage) -> str:
@@ -513,7 +685,9 @@ def conda_build(package: LockedPackage) -> str:
     return stem.rsplit("-", 2)[-1] if stem.count("-") >= 2 else ""
 
 
-def _differences(locked: list[LockedPackage], installed: dict[str, str], with_build: bool) -> list[str]:
+def _differences(
+    locked: list[LockedPackage], installed: dict[str, str], with_build: bool
+) -> list[str]:
     diffs = []
     for pkg in locked:
         have = installed.get(pkg.name)
@@ -525,7 +699,9 @@ def _differences(locked: list[LockedPackage], installed: dict[str, str], with_bu
     return diffs
 
 
-def _lock_rows(f: Facts, line: LineFacts, manager: str, installed: dict[str, str] | None, where: str) -> Row | None:
+def _lock_rows(
+    f: Facts, line: LineFacts, manager: str, installed: dict[str, str] | None, where: str
+) -> Row | None:
     platform = CONDA_PLATFORMS.get(f.fingerprint.machine)
     locked = [p for p in line.locked or () if p.manager == manager]
     if not locked or installed is None:
@@ -533,18 +709,33 @@ def _lock_rows(f: Facts, line: LineFacts, manager: str, installed: dict[str, str
     diffs = _differences(locked, installed, with_build=manager == "conda")
     check = f"lock-{manager}"
     if not diffs:
-        return Row(check, "ok", f"{len(locked)} {manager} packages of {where} as locked ({platform})")
+        return Row(
+            check, "ok", f"{len(locked)} {manager} packages of {where} as locked ({platform})"
+        )
     more = f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else ""
-    return Row(check, "fail", f"{where} differs from the lock: {'; '.join(diffs[:5])}{more}",
-               f"re-install from the lock: toolkit install {line.name}")
+    return Row(
+        check,
+        "fail",
+        f"{where} differs from the lock: {'; '.join(diffs[:5])}{more}",
+        f"re-install from the lock: toolkit install {line.name}",
+    )
 
 
 def check_lock_conda(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     """The conda prefix against the lock's conda packages; nothing for a lock without any (a pypi line's venv)."""
-    if line.locked is None or line.env_prefix is None or not any(p.manager == "conda" for p in line.locked):
+    if (
+        line.locked is None
+        or line.env_prefix is None
+        or not any(p.manager == "conda" for p in line.locked)
+    ):
         return None
     if f.probe.conda_packages is None:
-        return Row("lock-conda", "info", f"no env at {display_path(line.env_prefix)}", f"toolkit install {line.name}")
+        return Row(
+            "lock-conda",
+            "info",
+            f"no env at {display_path(line.env_prefix)}",
+            f"toolkit install {line.name}",
+        )
     return _lock_rows(f, line, "conda", f.probe.conda_packages, display_path(line.env_prefix))
 
 
@@ -555,34 +746,60 @@ def check_install_record(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
         return None
     where, record = display_path(prefix), line.install_record
     if record is None:
-        return Row("install-record", "warn", f"{where}: no toolkit install record (etc/fa-envkit/lock.json): not "
-                                             f"made by `toolkit install`, so nothing ties it to the lock",
-                   f"move it away, then toolkit install {line.name}")
+        return Row(
+            "install-record",
+            "warn",
+            f"{where}: no toolkit install record (etc/fa-envkit/lock.json): not "
+            f"made by `toolkit install`, so nothing ties it to the lock",
+            f"move it away, then toolkit install {line.name}",
+        )
     if record.lock_sha256 != line.lock_digest:
-        return Row("install-record", "warn", f"{where}: installed from a lock with digest {record.lock_sha256[:12]}, "
-                                             f"{display_path(line.lock_file)} is now {line.lock_digest[:12]}",
-                   f"toolkit install {line.name}")
-    return Row("install-record", "ok", f"installed by `toolkit install` from this lock ({record.platform}, "
-                                       f"digest {record.lock_sha256[:12]})")
+        return Row(
+            "install-record",
+            "warn",
+            f"{where}: installed from a lock with digest {record.lock_sha256[:12]}, "
+            f"{display_path(line.lock_file)} is now {line.lock_digest[:12]}",
+            f"toolkit install {line.name}",
+        )
+    return Row(
+        "install-record",
+        "ok",
+        f"installed by `toolkit install` from this lock ({record.platform}, "
+        f"digest {record.lock_sha256[:12]})",
+    )
 
 
 def check_lock_pip(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
-    return _lock_rows(f, line, "pip", f.probe.python_packages, f.fingerprint.python_path or "python")
+    return _lock_rows(
+        f, line, "pip", f.probe.python_packages, f.fingerprint.python_path or "python"
+    )
 
 
 def check_record(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     where = display_path(line.wheel_dir)
     if line.record_error:
-        return Row("record", "fail", line.record_error, f"rebuild: toolkit build {line.name} --force")
+        return Row(
+            "record", "fail", line.record_error, f"rebuild: toolkit build {line.name} --force"
+        )
     if line.record is None:
-        return Row("record", "info", f"no build yet (no build record in {where}/)", f"toolkit build {line.name}")
+        return Row(
+            "record",
+            "info",
+            f"no build yet (no build record in {where}/)",
+            f"toolkit build {line.name}",
+        )
     wheel, built = line.record.outputs.wheel, line.record.outputs.version
     installed = f.probe.python_packages.get("flash-attn")
     install = f"pip install {display_path(line.wheel_dir / wheel)}"
     if installed is None:
         return Row("record", "info", f"built {wheel}, not installed in this environment", install)
     if _version(installed) != _version(built):
-        return Row("record", "warn", f"installed flash-attn {installed} is not the line's build {wheel}", install)
+        return Row(
+            "record",
+            "warn",
+            f"installed flash-attn {installed} is not the line's build {wheel}",
+            install,
+        )
     return Row("record", "ok", f"installed flash-attn is the line's build {wheel}")
 
 
@@ -604,16 +821,28 @@ def check_record_toolchain(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | No
     try:
         built_with = from_dict(recorded)
     except (TypeError, ValueError, AttributeError):  # a hand-edited record
-        return Row("record-toolchain", "warn", "the build record's fingerprint is not one `toolkit build` writes",
-                   f"rebuild: toolkit build {line.name} --force")
-    diffs = [(status, f"{what} {have} (built with {want})") for what, value_of, status in RECORD_FIELDS
-             if (want := value_of(built_with)) is not None and (have := value_of(f.fingerprint)) is not None
-             and str(want) != str(have)]
+        return Row(
+            "record-toolchain",
+            "warn",
+            "the build record's fingerprint is not one `toolkit build` writes",
+            f"rebuild: toolkit build {line.name} --force",
+        )
+    diffs = [
+        (status, f"{what} {have} (built with {want})")
+        for what, value_of, status in RECORD_FIELDS
+        if (want := value_of(built_with)) is not None
+        and (have := value_of(f.fingerprint)) is not None
+        and str(want) != str(have)
+    ]
     if not diffs:
         return Row("record-toolchain", "ok", "this toolchain is the one the wheel was built with")
     status = "fail" if any(s == "fail" for s, _ in diffs) else "warn"
-    return Row("record-toolchain", status, "; ".join(text for _, text in diffs),
-               f"rebuild here (toolkit build {line.name}) or use the toolchain the record names")
+    return Row(
+        "record-toolchain",
+        status,
+        "; ".join(text for _, text in diffs),
+        f"rebuild here (toolkit build {line.name}) or use the toolchain the record names",
+    )
 
 
 def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
@@ -628,17 +857,30 @@ def check_env(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
         fix = f"toolkit install {name}{where} (or nox -s env-{name})"
     else:
         fix = f"toolkit lock {name} && toolkit install {name}{where} (or nox -s lock-{name} env-{name})"
-    return Row("env", "fail", f"{missing}: {name}'s environment is not installed (the toolchain checks need it; "
-                              "this shell's own tools are not what the line builds with)", fix)
+    return Row(
+        "env",
+        "fail",
+        f"{missing}: {name}'s environment is not installed (the toolchain checks need it; "
+        "this shell's own tools are not what the line builds with)",
+        fix,
+    )
 
 
 def describe_venv(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     if spec.toolchain.kind != "pypi" or line.env_prefix is None:
         return None
     fp, where = f.fingerprint, display_path(line.env_prefix)
-    compiler = f"the machine's g++ {fp.cxx_path}" if fp.cxx_path else "no g++ on PATH (the machine's is used)"
-    return Row("env", "ok", f"venv {where}: python {fp.python_path}, CUDA_HOME {fp.cuda_home} (NVIDIA's wheels), "
-                            f"host compiler {compiler}")
+    compiler = (
+        f"the machine's g++ {fp.cxx_path}"
+        if fp.cxx_path
+        else "no g++ on PATH (the machine's is used)"
+    )
+    return Row(
+        "env",
+        "ok",
+        f"venv {where}: python {fp.python_path}, CUDA_HOME {fp.cuda_home} (NVIDIA's wheels), "
+        f"host compiler {compiler}",
+    )
 
 
 def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
@@ -647,7 +889,9 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
     from toolkit.attention.recommend import summary
 
     if line.recommendation_error:
-        return Row("attention", "warn", line.recommendation_error, f"toolkit recommend {line.name} ...")
+        return Row(
+            "attention", "warn", line.recommendation_error, f"toolkit recommend {line.name} ..."
+        )
     rec = line.recommendation
     if rec is None:
         return None
@@ -655,8 +899,12 @@ def check_recommendation(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None
     text = "; ".join(summary(rec)) or "no bf16 d128 shape in it"
     here = {gpu.name for gpu in f.fingerprint.gpus}
     if here and rec.gpu not in here:
-        return Row("attention", "warn", f"{text} ({where}; this machine has {', '.join(sorted(here))})",
-                   f"measure here: toolkit bench {line.name}, then toolkit recommend {line.name}")
+        return Row(
+            "attention",
+            "warn",
+            f"{text} ({where}; this machine has {', '.join(sorted(here))})",
+            f"measure here: toolkit bench {line.name}, then toolkit recommend {line.name}",
+        )
     return Row("attention", "ok" if here else "info", f"{text} ({where})")
 
 
@@ -667,28 +915,48 @@ def check_verl(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     A warning where verl is installed here, information where it is not."""
     default = attention_backends.verl().default_attn_implementation
     installed = f.probe.python_packages.get("verl")
-    who, status = (f"verl {installed}", "warn") if installed else ("verl (not installed here)", "info")
+    who, status = (
+        (f"verl {installed}", "warn") if installed else ("verl (not installed here)", "info")
+    )
     transformers = _version(f.probe.python_packages.get("transformers"))
-    problem = attn_implementation_problem(f, default, transformers) if transformers else "transformers is not installed"
+    problem = (
+        attn_implementation_problem(f, default, transformers)
+        if transformers
+        else "transformers is not installed"
+    )
     fix = f"set {' and '.join(overrides(_verl_instead(f, line, transformers)))}"
     if problem:
-        return Row("verl", status, f"{who}: its default attn_implementation {default} would not load here: {problem}",
-                   fix)
+        return Row(
+            "verl",
+            status,
+            f"{who}: its default attn_implementation {default} would not load here: {problem}",
+            fix,
+        )
     unverified = _verl_default_unverified(line, default)
     if unverified:
-        return Row("verl", status, f"{who}: its default attn_implementation {default} loads here but {unverified}",
-                   f"{_verify_and_recommend(line.name, default)}; or {fix}")
+        return Row(
+            "verl",
+            status,
+            f"{who}: its default attn_implementation {default} loads here but {unverified}",
+            f"{_verify_and_recommend(line.name, default)}; or {fix}",
+        )
     rec = line.recommendation
     where = f"on {rec.gpu} ({display_path(rec.path)})" if rec else ""
-    return Row("verl", "ok", f"{who}: its default attn_implementation {default} loads here and was verified {where}")
+    return Row(
+        "verl",
+        "ok",
+        f"{who}: its default attn_implementation {default} loads here and was verified {where}",
+    )
 
 
 def _verify_and_recommend(name: str, attn_implementation: str) -> str:
     """The commands that verify the backend behind `attn_implementation` for the line and record it."""
     backend = attention_backends.by_attn_implementation(attn_implementation)
     reports = display_path(Workspace().report_dir(name))
-    return (f"toolkit verify {name} && toolkit bench {name} && toolkit recommend {name} --bench {reports}/bench.json "
-            f"--verified {backend.name if backend else attn_implementation}={reports}/verify.json")
+    return (
+        f"toolkit verify {name} && toolkit bench {name} && toolkit recommend {name} --bench {reports}/bench.json "
+        f"--verified {backend.name if backend else attn_implementation}={reports}/verify.json"
+    )
 
 
 def _verl_default_unverified(line: LineFacts, default: str) -> str | None:
@@ -701,7 +969,9 @@ def _verl_default_unverified(line: LineFacts, default: str) -> str | None:
     verified = rec.verified.get(name)
     if verified is None:
         return f"{name} was not verified on {rec.gpu} ({display_path(rec.path)})"
-    if verified.shapes is not None and (shape.dtype, shape.head_dim, shape.causal) not in map(tuple, verified.shapes):
+    if verified.shapes is not None and (shape.dtype, shape.head_dim, shape.causal) not in map(
+        tuple, verified.shapes
+    ):
         return f"{name}'s verification on {rec.gpu} did not cover verl's training shape ({shape})"
     return None
 
@@ -710,29 +980,67 @@ def _verl_instead(f: Facts, line: LineFacts, transformers: Version | None) -> st
     """What verl should be told: the line's recommendation at verl's shape where it loads here, else the first of
     torch's own (sdpa, then eager) that does."""
     shape = VerlShape()
-    rule = lookup_rules(list(line.recommendation.rules), shape.dtype, shape.head_dim, shape.causal, shape.mode,
-                        shape.seqlen) if line.recommendation else None
-    torch_own = [attention_backends.backends()[name].attn_implementation for name in attention_backends.torch_backends()]
+    rule = (
+        lookup_rules(
+            list(line.recommendation.rules),
+            shape.dtype,
+            shape.head_dim,
+            shape.causal,
+            shape.mode,
+            shape.seqlen,
+        )
+        if line.recommendation
+        else None
+    )
+    torch_own = [
+        attention_backends.backends()[name].attn_implementation
+        for name in attention_backends.torch_backends()
+    ]
     candidates = [rule.attn_implementation["name"]] if rule else []
-    return next((name for name in [*candidates, *torch_own]
-                 if transformers and not attn_implementation_problem(f, name, transformers)), torch_own[-1])
+    return next(
+        (
+            name
+            for name in [*candidates, *torch_own]
+            if transformers and not attn_implementation_problem(f, name, transformers)
+        ),
+        torch_own[-1],
+    )
 
 
 LineCheck = Callable[[Facts, LineFacts, EnvSpec], Row | list[Row] | None]
 LINE_CHECKS: tuple[LineCheck, ...] = (
-    check_env, line_comparisons, check_line_driver, check_line_archs, check_lock, check_lock_conda,
-    check_install_record, check_lock_pip,
-    check_record, check_record_toolchain, check_recommendation, check_verl,
+    check_env,
+    line_comparisons,
+    check_line_driver,
+    check_line_archs,
+    check_lock,
+    check_lock_conda,
+    check_install_record,
+    check_lock_pip,
+    check_record,
+    check_record_toolchain,
+    check_recommendation,
+    check_verl,
 )
 # What can be judged while a locked line's environment is missing: the machine and the line's own files.
-WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset({check_driver, check_gpus, check_env, check_line_driver,
-                                                           check_line_archs, check_lock, check_recommendation})
+WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset(
+    {
+        check_driver,
+        check_gpus,
+        check_env,
+        check_line_driver,
+        check_line_archs,
+        check_lock,
+        check_recommendation,
+    }
+)
 
 
 def evaluate(f: Facts) -> list[Row]:
     """Every row, failing rows first (stable within a status)."""
-    applies: Callable[[Callable[..., object]], bool] = \
+    applies: Callable[[Callable[..., object]], bool] = (
         (lambda check: check in WITHOUT_ENV) if f.probe.env_missing else (lambda check: True)
+    )
     rows = [row for check in MACHINE_CHECKS if applies(check) and (row := check(f))]
     if f.line:
         rows.append(check_line(f.line))
@@ -755,14 +1063,22 @@ def gather(args: argparse.Namespace) -> Facts:
     workspace = Workspace.from_args(args)
     spec, spec_error = load_line(line_name, workspace) if line_name else (None, None)
     machine = fp.machine if args.fingerprint else platform.machine()
-    line = gather_line(line_name, spec, spec_error, machine, workspace, args.prefix) if line_name else None
+    line = (
+        gather_line(line_name, spec, spec_error, machine, workspace, args.prefix)
+        if line_name
+        else None
+    )
     if not args.fingerprint:
         if args.prefix is not None and not args.prefix.is_dir():
-            raise ToolkitError(f"{args.prefix}: no such environment prefix (pass the directory of a conda env, or of "
-                               f"a pypi line's venv with its LINE)")
+            raise ToolkitError(
+                f"{args.prefix}: no such environment prefix (pass the directory of a conda env, or of "
+                f"a pypi line's venv with its LINE)"
+            )
         env = line_env.resolve(spec, args.prefix, python=args.python)
         fp = env.fingerprint()
-        locked_pip = tuple(p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip")
+        locked_pip = tuple(
+            p.name for p in (line.locked if line and line.locked else ()) if p.manager == "pip"
+        )
         found = probe_environment(fp, env, tuple(dict.fromkeys(PROBED_PACKAGES + locked_pip)))
         try:
             caches = configured_caches(args.cache)
@@ -778,31 +1094,52 @@ def gather(args: argparse.Namespace) -> Facts:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "doctor", help="explain this machine/environment: versions, mismatches, fixes",
+        "doctor",
+        help="explain this machine/environment: versions, mismatches, fixes",
         description="Gather driver, GPUs, CUDA_HOME/nvcc, gcc, python, torch, flash-attn and transformers, "
-                    "compare them with each other and (given a LINE) with the line's spec, lock and build "
-                    "record. One row per check with a fix where wrong; failing rows first. Exit 0 when "
-                    "all is well, 1 when something would break a build or a run.")
+        "compare them with each other and (given a LINE) with the line's spec, lock and build "
+        "record. One row per check with a fix where wrong; failing rows first. Exit 0 when "
+        "all is well, 1 when something would break a build or a run.",
+    )
     add_line(parser, "also compare with this line's spec, lock and build record", optional=True)
     add_renamed_option(parser, "--line", "`toolkit doctor LINE`")
-    add_prefix(parser, "check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH); with a pypi LINE, "
-                       "the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)")
-    add_json(parser, "print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table")
-    add_python(parser, "check the environment of this python (a venv's bin/python) instead of the shell's")
-    parser.add_argument("--cache", action="append", metavar="URL",
-                        help="name the installed flash-attn / FA3 against this published cache (besides those "
-                             "of .fa-envkit/caches.toml): a published build, with its verification report, or an "
-                             "unknown build")
-    parser.add_argument("--fingerprint", type=Path, metavar="REPORT",
-                        help="evaluate a recorded `toolkit doctor --json` report instead of this machine")
+    add_prefix(
+        parser,
+        "check this conda env (CUDA_HOME=DIR, DIR/bin/python, DIR/bin first on PATH); with a pypi LINE, "
+        "the line's venv there (CUDA_HOME=DIR's site-packages/nvidia/cu13)",
+    )
+    add_json(
+        parser, "print JSON {ok, line, rows, fingerprint, probe} (stable keys) instead of a table"
+    )
+    add_python(
+        parser, "check the environment of this python (a venv's bin/python) instead of the shell's"
+    )
+    parser.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="name the installed flash-attn / FA3 against this published cache (besides those "
+        "of .fa-envkit/caches.toml): a published build, with its verification report, or an "
+        "unknown build",
+    )
+    parser.add_argument(
+        "--fingerprint",
+        type=Path,
+        metavar="REPORT",
+        help="evaluate a recorded `toolkit doctor --json` report instead of this machine",
+    )
     add_workspace_options(parser)
     parser.set_defaults(func=doctor_command)
 
 
 def report(facts: Facts, rows: list[Row]) -> dict:
-    return {"ok": not any(r.status == "fail" for r in rows), "line": facts.line.name if facts.line else None,
-            "rows": [asdict(r) for r in rows], "fingerprint": facts.fingerprint.to_dict(),
-            "probe": asdict(facts.probe)}
+    return {
+        "ok": not any(r.status == "fail" for r in rows),
+        "line": facts.line.name if facts.line else None,
+        "rows": [asdict(r) for r in rows],
+        "fingerprint": facts.fingerprint.to_dict(),
+        "probe": asdict(facts.probe),
+    }
 
 
 def print_table(rows: list[Row], facts: Facts) -> None:
@@ -819,8 +1156,10 @@ def print_table(rows: list[Row], facts: Facts) -> None:
     console = Console()
     console.print(table)
     counts = {s: sum(r.status == s for r in rows) for s in ("fail", "warn")}
-    console.print(f"{counts['fail']} failing, {counts['warn']} warning{'' if counts['warn'] == 1 else 's'}: "
-                  f"{'something would break a build or a run' if counts['fail'] else 'all is well'}")
+    console.print(
+        f"{counts['fail']} failing, {counts['warn']} warning{'' if counts['warn'] == 1 else 's'}: "
+        f"{'something would break a build or a run' if counts['fail'] else 'all is well'}"
+    )
 
 
 def doctor_command(args: argparse.Namespace) -> int:
@@ -834,4 +1173,3 @@ def doctor_command(args: argparse.Namespace) -> int:
     else:
         print_table(rows, facts)
     return 0 if not any(r.status == "fail" for r in rows) else 1
-

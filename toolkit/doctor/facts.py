@@ -84,7 +84,9 @@ class FlashAttnProbe:
     version: str | None  # flash_attn.__version__ (None when the import failed)
     extension: str | None  # path of flash_attn_2_cuda*.so
     import_error: str | None  # "ImportError: ...undefined symbol: _ZN3c10..."
-    cubins: tuple[str, ...] | None = None  # sm archs with machine code in the extension (None: unread)
+    cubins: tuple[str, ...] | None = (
+        None  # sm archs with machine code in the extension (None: unread)
+    )
     ptx: tuple[str, ...] | None = None  # archs with PTX the driver can JIT-compile
     archs_error: str | None = None
 
@@ -95,14 +97,24 @@ class Probe:
 
     cuda_home_from: str  # where CUDA_HOME came from: --prefix, the spec, CUDA_HOME, nvcc on PATH
     python_packages: dict[str, str] = field(default_factory=dict)  # probed distribution -> version
-    cuda_available: bool | None = None  # torch.cuda.is_available(), False for CPU torch or no driver
+    cuda_available: bool | None = (
+        None  # torch.cuda.is_available(), False for CPU torch or no driver
+    )
     flash_attn: FlashAttnProbe | None = None
     nvcc_max_gcc: int | None = None  # from nvcc's crt/host_config.h
-    conda_packages: dict[str, str] | None = None  # name -> "version=build" of the conda prefix, if any
+    conda_packages: dict[str, str] | None = (
+        None  # name -> "version=build" of the conda prefix, if any
+    )
     error: str | None = None  # the probe itself failed (timeout, broken python)
-    env_missing: str | None = None  # the locked line's prefix, not installed: its toolchain was not probed
-    dist_info: dict[str, str] = field(default_factory=dict)  # flash-attn / flash-attn-3 -> its .dist-info folder
-    installed_builds: tuple[InstalledBuild, ...] = ()  # each one's published build, where caches are configured
+    env_missing: str | None = (
+        None  # the locked line's prefix, not installed: its toolchain was not probed
+    )
+    dist_info: dict[str, str] = field(
+        default_factory=dict
+    )  # flash-attn / flash-attn-3 -> its .dist-info folder
+    installed_builds: tuple[
+        InstalledBuild, ...
+    ] = ()  # each one's published build, where caches are configured
     installed_builds_error: str | None = None  # the caches could not be asked (one line)
 
     @staticmethod
@@ -112,7 +124,9 @@ class Probe:
         if fa:
             fa = {**fa, "cubins": _tuple(fa.get("cubins")), "ptx": _tuple(fa.get("ptx"))}
         data["flash_attn"] = FlashAttnProbe(**fa) if fa else None
-        data["installed_builds"] = tuple(InstalledBuild(**build) for build in data.get("installed_builds") or ())
+        data["installed_builds"] = tuple(
+            InstalledBuild(**build) for build in data.get("installed_builds") or ()
+        )
         return Probe(**data)
 
 
@@ -134,9 +148,13 @@ class LineFacts:
     wheel_dir: Path  # wheelhouse/<line>: built wheels and their build records
     record: BuildRecord | None  # the newest build record
     record_error: str | None
-    install_record: PrefixRecord | None = None  # what `toolkit install` recorded in the line's prefix
+    install_record: PrefixRecord | None = (
+        None  # what `toolkit install` recorded in the line's prefix
+    )
     lock_digest: str | None = None  # the lock file's own digest, to compare with the record's
-    recommendation: Recommendation | None = None  # reports/<line>/recommendation.json (toolkit recommend)
+    recommendation: Recommendation | None = (
+        None  # reports/<line>/recommendation.json (toolkit recommend)
+    )
     recommendation_error: str | None = None
 
 
@@ -150,49 +168,82 @@ def _conda_packages(prefix: Path | None) -> dict[str, str] | None:
         try:
             packages[data["name"]] = f"{data['version']}={data['build']}"
         except (KeyError, TypeError) as exc:
-            raise ToolkitError(f"{record}: unreadable conda package record ({exc.__class__.__name__}; "
-                               f"re-install the env)") from None
+            raise ToolkitError(
+                f"{record}: unreadable conda package record ({exc.__class__.__name__}; "
+                f"re-install the env)"
+            ) from None
     return packages
 
 
 def _extension_archs(extension: str | None) -> dict:
     if not extension:
         return {}
-    from toolkit.knowledge.archs import fatbin_entries  # reads the .so's .nv_fatbin section, no cuobjdump needed
+    from toolkit.knowledge.archs import (
+        fatbin_entries,
+    )  # reads the .so's .nv_fatbin section, no cuobjdump needed
 
     try:
         entries = fatbin_entries(Path(extension))
     except ToolkitError as exc:
         return {"archs_error": str(exc)}
-    by_kind = lambda kind: tuple(sorted({e.arch for e in entries if e.kind == kind}, key=arch_number))  # noqa: E731
+    by_kind = lambda kind: tuple(
+        sorted({e.arch for e in entries if e.kind == kind}, key=arch_number)
+    )  # noqa: E731
     return {"cubins": by_kind("elf"), "ptx": by_kind("ptx")}
 
 
 def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str, ...]) -> Probe:
     """One run of the environment's python: package versions, the flash_attn import, CUDA usability."""
-    facts = Probe(cuda_home_from=env.source, nvcc_max_gcc=host_config_cap(fp.host_config_h),
-                  conda_packages=None if env.missing else _conda_packages(env.root),
-                  env_missing=display_path(env.root) if env.missing and env.root else None)
+    facts = Probe(
+        cuda_home_from=env.source,
+        nvcc_max_gcc=host_config_cap(fp.host_config_h),
+        conda_packages=None if env.missing else _conda_packages(env.root),
+        env_missing=display_path(env.root) if env.missing and env.root else None,
+    )
     if not fp.python_version or not fp.python_path:
         return facts
     could_see_gpu = bool(fp.torch and fp.torch.cuda and fp.driver_version)
     try:
-        done = run_tied([fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
-                        capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        done = run_tied(
+            [fp.python_path, "-c", PROBE_SCRIPT, "1" if could_see_gpu else "0", *packages],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return replace(facts, error=f"timed out after {PROBE_TIMEOUT_S} s")
     except OSError as exc:
         return replace(facts, error=str(exc))
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):  # it crashed (a segfault in an extension's import, a broken site-packages)
-        return replace(facts, error=first_line(done.stderr.strip().splitlines()[-1] if done.stderr.strip()
-                                           else f"exit status {done.returncode}"))
+    except (
+        ValueError,
+        IndexError,
+    ):  # it crashed (a segfault in an extension's import, a broken site-packages)
+        return replace(
+            facts,
+            error=first_line(
+                done.stderr.strip().splitlines()[-1]
+                if done.stderr.strip()
+                else f"exit status {done.returncode}"
+            ),
+        )
     fa = found["flash_attn"]
-    flash_attn = FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
-    cuda = found["cuda_available"] if found["cuda_available"] is not None else (False if fp.torch else None)
-    return replace(facts, python_packages=found["python_packages"], cuda_available=cuda, flash_attn=flash_attn,
-                   dist_info=found.get("dist_info") or {})
+    flash_attn = (
+        FlashAttnProbe(**fa, **_extension_archs(fa["extension"])) if fa is not None else None
+    )
+    cuda = (
+        found["cuda_available"]
+        if found["cuda_available"] is not None
+        else (False if fp.torch else None)
+    )
+    return replace(
+        facts,
+        python_packages=found["python_packages"],
+        cuda_available=cuda,
+        flash_attn=flash_attn,
+        dist_info=found.get("dist_info") or {},
+    )
 
 
 def published_builds(probe: Probe, caches: list[CacheSite], downloads: Path) -> Probe:
@@ -200,14 +251,22 @@ def published_builds(probe: Probe, caches: list[CacheSite], downloads: Path) -> 
     if not caches or not probe.dist_info:
         return probe
     try:
-        found = tuple(identify(Path(path), caches, downloads) for _, path in sorted(probe.dist_info.items()))
+        found = tuple(
+            identify(Path(path), caches, downloads) for _, path in sorted(probe.dist_info.items())
+        )
     except ToolkitError as exc:
         return replace(probe, installed_builds_error=str(exc))
     return replace(probe, installed_builds=found)
 
 
-def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine: str,
-                workspace: Workspace = DEFAULT, prefix: Path | None = None) -> LineFacts:
+def gather_line(
+    name: str,
+    spec: EnvSpec | None,
+    spec_error: str | None,
+    machine: str,
+    workspace: Workspace = DEFAULT,
+    prefix: Path | None = None,
+) -> LineFacts:
     """The line's lock, env prefix (`prefix`, else the workspace's) and build record, each tolerated absent."""
     from toolkit.build.wheelhouse import records
     from toolkit.env.lockfile import read_lock, stale_reason
@@ -236,8 +295,22 @@ def gather_line(name: str, spec: EnvSpec | None, spec_error: str | None, machine
         recommendation = read_if_any(workspace.recommendation_file(name))
     except ToolkitError as exc:
         recommendation_error = str(exc)
-    return LineFacts(name, spec, spec_error, lock_file, lock_problem, locked, env_prefix, wheel_dir,
-                     record, record_error, install_record, lock_digest, recommendation, recommendation_error)
+    return LineFacts(
+        name,
+        spec,
+        spec_error,
+        lock_file,
+        lock_problem,
+        locked,
+        env_prefix,
+        wheel_dir,
+        record,
+        record_error,
+        install_record,
+        lock_digest,
+        recommendation,
+        recommendation_error,
+    )
 
 
 def load_line(name: str, workspace: Workspace) -> tuple[EnvSpec | None, str | None]:
@@ -257,11 +330,13 @@ def read_report(path: Path) -> tuple[Fingerprint, Probe, str | None]:
     try:
         return from_dict(data["fingerprint"]), Probe.from_dict(data["probe"]), data.get("line")
     except (AttributeError, ValueError, KeyError, TypeError) as exc:
-        raise ToolkitError(f"{path}: not a doctor report ({exc.__class__.__name__}: {first_line(str(exc), 80)}; "
-                           f"write one with `toolkit doctor --json > FILE`)") from None
+        raise ToolkitError(
+            f"{path}: not a doctor report ({exc.__class__.__name__}: {first_line(str(exc), 80)}; "
+            f"write one with `toolkit doctor --json > FILE`)"
+        ) from None
 
 
 def first_line(text: str, limit: int = 160) -> str:
     """The first line of an error or a traceback's tail, cut to fit a row."""
     first = text.strip().splitlines()[0] if text.strip() else text
-    return first if len(first) <= limit else first[:limit - 3] + "..."
+    return first if len(first) <= limit else first[: limit - 3] + "..."
