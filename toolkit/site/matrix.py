@@ -47,7 +47,9 @@ class MatrixRow:
     driver_floor: str
     toolchain: str
     platforms: list[str]
-    patches: list[str]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
+    patches: list[
+        str
+    ]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
     status: str  # current | old stack
     status_note: str  # why, from the torch release knowledge
 
@@ -67,9 +69,15 @@ def line_status(spec: EnvSpec, kb: Knowledge) -> tuple[str, str]:
         return "old stack", f"no torch release ships {tag}"
     newest = serving[-1]
     if minor_of(spec.torch_version) != newest:
-        return "old stack", f"torch {newest} ships {tag} (this line keeps torch {minor_of(spec.torch_version)})"
+        return (
+            "old stack",
+            f"torch {newest} ships {tag} (this line keeps torch {minor_of(spec.torch_version)})",
+        )
     if newest not in minors[-2:]:
-        return "old stack", f"torch {newest} is the last with {tag} wheels (newest torch: {minors[-1]})"
+        return (
+            "old stack",
+            f"torch {newest} is the last with {tag} wheels (newest torch: {minors[-1]})",
+        )
     return "current", f"torch {newest} is the newest with {tag} wheels"
 
 
@@ -78,10 +86,22 @@ def matrix_row(spec: EnvSpec) -> MatrixRow:
     line = kb.cuda_lines[spec.cuda]
     experimental = spec.cuda in kb.torch_releases[minor_of(spec.torch_version)].experimental
     status, note = line_status(spec, kb)
-    return MatrixRow(spec.line, spec.cuda, spec.python, spec.torch_version, experimental, spec.gcc,
-                     spec.flash_attn_version,
-                     list(spec.archs), line.min_driver, spec.toolchain.kind, list(spec.platforms),
-                     [p.file.name for p in patches.spec_plan(spec).patches], status, note)
+    return MatrixRow(
+        spec.line,
+        spec.cuda,
+        spec.python,
+        spec.torch_version,
+        experimental,
+        spec.gcc,
+        spec.flash_attn_version,
+        list(spec.archs),
+        line.min_driver,
+        spec.toolchain.kind,
+        list(spec.platforms),
+        [p.file.name for p in patches.spec_plan(spec).patches],
+        status,
+        note,
+    )
 
 
 def selected_specs(names: list[str], workspace: Workspace) -> list[EnvSpec]:
@@ -91,38 +111,63 @@ def selected_specs(names: list[str], workspace: Workspace) -> list[EnvSpec]:
 
 def github_matrix(specs: list[EnvSpec]) -> dict:
     """The `strategy.matrix` of a GitHub Actions workflow that builds these lines (one job per line)."""
-    return {"include": [{"line": s.line, "cuda": s.cuda, "python": s.python, "torch": s.torch_version,
-                         "archs": ";".join(s.archs)} for s in specs]}
+    return {
+        "include": [
+            {
+                "line": s.line,
+                "cuda": s.cuda,
+                "python": s.python,
+                "torch": s.torch_version,
+                "archs": ";".join(s.archs),
+            }
+            for s in specs
+        ]
+    }
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_verb_with_default_step(
-        subparsers, "matrix", "show", help="the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
+        subparsers,
+        "matrix",
+        "show",
+        help="the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
         description="`toolkit matrix [show] [LINE...]`: one row per CUDA line (`show` is the default step: "
-                    "`toolkit matrix --json` is `toolkit matrix show --json`). `toolkit matrix run [LINE...]`: "
-                    "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "
-                    "--executor local) and a summary.")
-    verbs = parser.add_subparsers(title="steps", metavar="STEP", parser_class=argparse.ArgumentParser)
+        "`toolkit matrix --json` is `toolkit matrix show --json`). `toolkit matrix run [LINE...]`: "
+        "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "
+        "--executor local) and a summary.",
+    )
+    verbs = parser.add_subparsers(
+        title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
+    )
     show = verbs.add_parser(
-        "show", help="every line side by side (a table, JSON, a GitHub Actions matrix)",
+        "show",
+        help="every line side by side (a table, JSON, a GitHub Actions matrix)",
         description="One row per CUDA line: status (current, or old stack kept for older torch), CUDA, python, torch, "
-                    "gcc, flash-attn, the patches its build applies, archs, driver floor, and where its nvcc comes "
-                    "from (toolchain.kind: conda for locked, from the spec's channels; machine for external; PyPI for pypi).")
+        "gcc, flash-attn, the patches its build applies, archs, driver floor, and where its nvcc comes "
+        "from (toolchain.kind: conda for locked, from the spec's channels; machine for external; PyPI for pypi).",
+    )
     add_lines(show, "lines (default: all)")
     add_json(show)
-    show.add_argument("--github", action="store_true",
-                      help="print a GitHub Actions matrix, one JSON line: {\"include\": [{line, cuda, python, "
-                           "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)")
+    show.add_argument(
+        "--github",
+        action="store_true",
+        help='print a GitHub Actions matrix, one JSON line: {"include": [{line, cuda, python, '
+        "torch, archs}]} (for `matrix=$(...)` in $GITHUB_OUTPUT)",
+    )
     add_workspace_options(show)
     add_run_options(show, hidden=True)  # given here, refused with the verb they belong to
     show.set_defaults(func=matrix_show_command)
     run = verbs.add_parser(
-        "run", help="build and verify the lines as Slurm jobs (or here) and print a summary",
+        "run",
+        help="build and verify the lines as Slurm jobs (or here) and print a summary",
         description="Run lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, "
-                    "with --executor local) and print a summary.")
+        "with --executor local) and print a summary.",
+    )
     add_lines(run, "lines (default: all)")
     add_json(run, "print the summary as JSON instead of a table")
-    run.add_argument("--github", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--github", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     add_workspace_options(run)
     add_run_options(run)
     run.set_defaults(func=matrix_run_command)
@@ -135,38 +180,105 @@ def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> No
     d = RunOptions()
 
     def option(flag: str, help: str, **kwargs: Any) -> None:
-        group.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS if hidden else help, **kwargs)
+        group.add_argument(
+            flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS if hidden else help, **kwargs
+        )
 
-    option("--executor", choices=EXECUTORS, metavar="EXECUTOR", help="slurm: a build job array and per-line verification jobs "
-           f"after it; local: the same batch scripts on this machine (default: {d.executor})")
-    option("--verify", choices=VERIFY_MODES, metavar="MODE", help="always: verification must pass; if-gpu: where no GPU is "
-           "visible it is 'skipped (no GPU)', not a failure; never: build only "
-           f"(default: {d.verify})")
-    option("--stages", type=Path, metavar="FILE", help="stage commands per phase (default: the toolkit's "
-           "toolkit/site/templates/matrix-stages.yaml: lock if stale, install, build; verify)")
-    option("--runs-dir", type=Path, metavar="DIR", help=f"where runs/<timestamp>/ goes (default: {d.runs_dir})")
-    option("--cpus", type=int, metavar="N", help="build jobs = cpus per build task, for lines whose "
-           f"build.jobs is auto (default: {BATCH_CPUS} for Slurm; local: sized from this machine, as `toolkit "
-           "build` does)")
-    option("--nvcc-threads", type=int, metavar="N", help="threads per nvcc, for lines whose build.nvcc_threads "
-           f"is auto (default: {BATCH_NVCC_THREADS} for Slurm; local: sized from this machine)")
-    option("--verify-cpus", type=int, metavar="N", help=f"cpus of a verification job (default: {d.verify_cpus})")
-    option("--verify-mem-gb", type=float, metavar="GB",
-           help=f"memory of a verification job (default: {d.verify_mem_gb:g})")
-    option("--gres", metavar="GRES", help="what a verification job asks for, '' for nothing, e.g. when a "
-           f"--verify-partition has GPUs without gres (default: {d.gres})")
-    option("--partition", metavar="NAME", help="Slurm partition of every job (default: the cluster's default)")
-    option("--verify-partition", metavar="NAME", help="partition of the verification jobs (default: --partition)")
+    option(
+        "--executor",
+        choices=EXECUTORS,
+        metavar="EXECUTOR",
+        help="slurm: a build job array and per-line verification jobs "
+        f"after it; local: the same batch scripts on this machine (default: {d.executor})",
+    )
+    option(
+        "--verify",
+        choices=VERIFY_MODES,
+        metavar="MODE",
+        help="always: verification must pass; if-gpu: where no GPU is "
+        "visible it is 'skipped (no GPU)', not a failure; never: build only "
+        f"(default: {d.verify})",
+    )
+    option(
+        "--stages",
+        type=Path,
+        metavar="FILE",
+        help="stage commands per phase (default: the toolkit's "
+        "toolkit/site/templates/matrix-stages.yaml: lock if stale, install, build; verify)",
+    )
+    option(
+        "--runs-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"where runs/<timestamp>/ goes (default: {d.runs_dir})",
+    )
+    option(
+        "--cpus",
+        type=int,
+        metavar="N",
+        help="build jobs = cpus per build task, for lines whose "
+        f"build.jobs is auto (default: {BATCH_CPUS} for Slurm; local: sized from this machine, as `toolkit "
+        "build` does)",
+    )
+    option(
+        "--nvcc-threads",
+        type=int,
+        metavar="N",
+        help="threads per nvcc, for lines whose build.nvcc_threads "
+        f"is auto (default: {BATCH_NVCC_THREADS} for Slurm; local: sized from this machine)",
+    )
+    option(
+        "--verify-cpus",
+        type=int,
+        metavar="N",
+        help=f"cpus of a verification job (default: {d.verify_cpus})",
+    )
+    option(
+        "--verify-mem-gb",
+        type=float,
+        metavar="GB",
+        help=f"memory of a verification job (default: {d.verify_mem_gb:g})",
+    )
+    option(
+        "--gres",
+        metavar="GRES",
+        help="what a verification job asks for, '' for nothing, e.g. when a "
+        f"--verify-partition has GPUs without gres (default: {d.gres})",
+    )
+    option(
+        "--partition",
+        metavar="NAME",
+        help="Slurm partition of every job (default: the cluster's default)",
+    )
+    option(
+        "--verify-partition",
+        metavar="NAME",
+        help="partition of the verification jobs (default: --partition)",
+    )
     option("--account", metavar="NAME", help="Slurm account to charge")
     option("--time", metavar="LIMIT", help="time limit of every job, e.g. 2:00:00")
-    option("--verify-time", metavar="LIMIT", help="time limit of a verification job (default: --time)")
-    option("--sbatch", action="append", metavar="OPTION",
-           help="one more sbatch option for every job, written as --sbatch=--qos=long or --sbatch=--exclusive "
-           "(repeatable; a plain value: letters, digits and _.,:/@%%+=&|!*^~-)")
-    option("--max-parallel", type=int, metavar="N",
-           help=f"--executor local: lines built at the same time (default: {d.max_parallel})")
-    option("--poll", type=float, metavar="SECONDS",
-           help=f"seconds between progress checks (default: {d.poll:g})")
+    option(
+        "--verify-time", metavar="LIMIT", help="time limit of a verification job (default: --time)"
+    )
+    option(
+        "--sbatch",
+        action="append",
+        metavar="OPTION",
+        help="one more sbatch option for every job, written as --sbatch=--qos=long or --sbatch=--exclusive "
+        "(repeatable; a plain value: letters, digits and _.,:/@%%+=&|!*^~-)",
+    )
+    option(
+        "--max-parallel",
+        type=int,
+        metavar="N",
+        help=f"--executor local: lines built at the same time (default: {d.max_parallel})",
+    )
+    option(
+        "--poll",
+        type=float,
+        metavar="SECONDS",
+        help=f"seconds between progress checks (default: {d.poll:g})",
+    )
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -183,15 +295,22 @@ def command_line(lines: list[str], options: RunOptions, workspace: Workspace) ->
     for f in fields(RunOptions):
         value = getattr(options, f.name)
         if value != getattr(default, f.name):
-            words += [f"--{f.name.replace('_', '-')}={v}" for v in (value if isinstance(value, tuple) else (value,))]
+            words += [
+                f"--{f.name.replace('_', '-')}={v}"
+                for v in (value if isinstance(value, tuple) else (value,))
+            ]
     return shlex.join(words)
 
 
 def matrix_show_command(args: argparse.Namespace) -> int:
-    misplaced = ["--" + f.name.replace("_", "-") for f in fields(RunOptions) if hasattr(args, f.name)]
+    misplaced = [
+        "--" + f.name.replace("_", "-") for f in fields(RunOptions) if hasattr(args, f.name)
+    ]
     if misplaced:
-        raise ToolkitError(f"toolkit matrix show: {', '.join(misplaced)} belong to `toolkit matrix run` "
-                           "(write `toolkit matrix run [LINE...]`)")
+        raise ToolkitError(
+            f"toolkit matrix show: {', '.join(misplaced)} belong to `toolkit matrix run` "
+            "(write `toolkit matrix run [LINE...]`)"
+        )
     specs = selected_specs(args.lines, Workspace.from_args(args))
     if args.github:
         print(json.dumps(github_matrix(specs)))
@@ -213,28 +332,68 @@ def print_table(rows: list[MatrixRow]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title="FlashAttention build matrix", box=box.SIMPLE_HEAD, padding=0, show_edge=False,
-                  collapse_padding=True)
-    for column in ("line", "CUDA", "python", "torch", "gcc", "flash-attn", "archs", "driver >=", "nvcc from"):
+    table = Table(
+        title="FlashAttention build matrix",
+        box=box.SIMPLE_HEAD,
+        padding=0,
+        show_edge=False,
+        collapse_padding=True,
+    )
+    for column in (
+        "line",
+        "CUDA",
+        "python",
+        "torch",
+        "gcc",
+        "flash-attn",
+        "archs",
+        "driver >=",
+        "nvcc from",
+    ):
         table.add_column(column, no_wrap=column not in ("torch", "archs"))
     for r in rows:
         torch = r.torch.replace("+", "\n+", 1) + ("\n(exp.)" if r.torch_experimental else "")
-        table.add_row(r.line, r.cuda, r.python, torch, r.gcc, r.flash_attn, " ".join(r.archs), r.driver_floor,
-                      TOOLCHAIN_FROM[r.toolchain])
+        table.add_row(
+            r.line,
+            r.cuda,
+            r.python,
+            torch,
+            r.gcc,
+            r.flash_attn,
+            " ".join(r.archs),
+            r.driver_floor,
+            TOOLCHAIN_FROM[r.toolchain],
+        )
     console.print(table)
     for r in rows:
-        note = f"{r.line}: {r.status}: {r.status_note}" + (f"; patches {', '.join(r.patches)}" if r.patches else "")
-        print(textwrap.fill(note, width=console.width, subsequent_indent="    ", break_long_words=False,
-                            break_on_hyphens=False))
+        note = f"{r.line}: {r.status}: {r.status_note}" + (
+            f"; patches {', '.join(r.patches)}" if r.patches else ""
+        )
+        print(
+            textwrap.fill(
+                note,
+                width=console.width,
+                subsequent_indent="    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
 
 
 def matrix_run_command(args: argparse.Namespace) -> int:
     if hasattr(args, "github"):
-        raise ToolkitError("toolkit matrix run: --github prints the matrix for CI and runs nothing "
-                           "(write `toolkit matrix show --github`)")
+        raise ToolkitError(
+            "toolkit matrix run: --github prints the matrix for CI and runs nothing "
+            "(write `toolkit matrix show --github`)"
+        )
     options = run_options(args)
     workspace = Workspace.from_args(args)
     specs = selected_specs(args.lines, workspace)
-    plan = plan_matrix(specs, options, verification_gres(options), command_line(args.lines, options, workspace),
-                       workspace)
+    plan = plan_matrix(
+        specs,
+        options,
+        verification_gres(options),
+        command_line(args.lines, options, workspace),
+        workspace,
+    )
     return run_plan(plan, options, args.json)

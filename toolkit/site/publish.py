@@ -31,16 +31,25 @@ def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
     if not lines:
         found = sorted({path.parent for path in workspace.wheelhouse.glob(f"*/*{RECORD_SUFFIX}")})
         if not found:
-            raise ToolkitError(f"{display_path(workspace.wheelhouse)}: no build records to publish "
-                               f"(run `toolkit build LINE` first)")
+            raise ToolkitError(
+                f"{display_path(workspace.wheelhouse)}: no build records to publish "
+                f"(run `toolkit build LINE` first)"
+            )
         return found
     chosen = []
     for line in lines:
-        present = [d for d in (workspace.wheel_dir(line, implementation) for implementation in wheel_folders(line))
-                   if any(d.glob(f"*{RECORD_SUFFIX}"))]
+        present = [
+            d
+            for d in (
+                workspace.wheel_dir(line, implementation) for implementation in wheel_folders(line)
+            )
+            if any(d.glob(f"*{RECORD_SUFFIX}"))
+        ]
         if not present:
-            raise ToolkitError(f"{display_path(workspace.wheel_dir(line))}: no build records of line {line} to "
-                               f"publish (run `toolkit build {line}` first)")
+            raise ToolkitError(
+                f"{display_path(workspace.wheel_dir(line))}: no build records of line {line} to "
+                f"publish (run `toolkit build {line}` first)"
+            )
         chosen += present
     return chosen
 
@@ -56,16 +65,29 @@ def facts_of(record: BuildRecord) -> BuildFacts:
     dependencies = [Dependency(record.sdist.filename, record.sdist.sha256, record.sdist.url)]
     for archive in record.flash_attn_3.get("archives") or []:
         if archive.get("filename") != record.sdist.filename:
-            dependencies.append(Dependency(str(archive.get("filename")), str(archive.get("sha256")),
-                                           str(archive.get("url") or "")))
-    dependencies += [Dependency(patch.file, patch.sha256) for patch in record.patches if patch.applied]
+            dependencies.append(
+                Dependency(
+                    str(archive.get("filename")),
+                    str(archive.get("sha256")),
+                    str(archive.get("url") or ""),
+                )
+            )
+    dependencies += [
+        Dependency(patch.file, patch.sha256) for patch in record.patches if patch.applied
+    ]
     return BuildFacts(
-        wheel_name=record.outputs.wheel, wheel_sha256=record.outputs.wheel_sha256, inputs_key=record.inputs_key,
-        inputs=record.inputs.to_json(), dependencies=dependencies,
+        wheel_name=record.outputs.wheel,
+        wheel_sha256=record.outputs.wheel_sha256,
+        inputs_key=record.inputs_key,
+        inputs=record.inputs.to_json(),
+        dependencies=dependencies,
         machine={name: record.fingerprint.get(name) for name in MACHINE_FIELDS},
         run={"parallelism": asdict(record.parallelism), "wall_s": record.outputs.wall_s},
-        started=record.started, finished=record.finished, recipe=str(record.inputs.recipe),
-        substituted_from=record.substituted_from)
+        started=record.started,
+        finished=record.finished,
+        recipe=str(record.inputs.recipe),
+        substituted_from=record.substituted_from,
+    )
 
 
 def publications(workspace: Workspace, folder: Path) -> list[Publication]:
@@ -77,37 +99,62 @@ def publications(workspace: Workspace, folder: Path) -> list[Publication]:
         if not wheel.is_file():
             continue
         reports = reports_of(workspace, folder) if not found else {}
-        found.append(Publication(folder.name, wheel, record.outputs.wheel_sha256, path, record.inputs_key,
-                                 facts_of(record), reports))
+        found.append(
+            Publication(
+                folder.name,
+                wheel,
+                record.outputs.wheel_sha256,
+                path,
+                record.inputs_key,
+                facts_of(record),
+                reports,
+            )
+        )
     return found
 
 
 def publish_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
     signer = Signer.from_pem(args.sign_key) if args.sign_key else None
-    items = [item for folder in folders(workspace, args.lines) for item in publications(workspace, folder)]
+    items = [
+        item
+        for folder in folders(workspace, args.lines)
+        for item in publications(workspace, folder)
+    ]
     for done in publish(args.to, items, signer):
         state = "published" if done.new else "already published (no change)"
         print(f"{state}: {done.entry.wheel} (inputs {done.entry.inputs_key})")
     index = args.to.absolute() / "simple"
-    print(f"index: {index} (serve {display_path(args.to)} with any web server: pip/uv --index-url URL/simple; "
-          f"toolkit build --cache URL)")
+    print(
+        f"index: {index} (serve {display_path(args.to)} with any web server: pip/uv --index-url URL/simple; "
+        f"toolkit build --cache URL)"
+    )
     if signer:
-        print(f"signed with public key {signer.public_key} (consumers put it in .fa-envkit/caches.toml)")
+        print(
+            f"signed with public key {signer.public_key} (consumers put it in .fa-envkit/caches.toml)"
+        )
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "publish", help="publish the wheelhouse's built wheels as a static binary cache (PEP 503 index)",
+        "publish",
+        help="publish the wheelhouse's built wheels as a static binary cache (PEP 503 index)",
         description="Copy each recorded wheel of the lines (default: every line in the wheelhouse) into DIR: a "
-                    "static, relocatable, immutable PEP 503 index with PEP 658 metadata, the build record, an "
-                    "in-toto/SLSA provenance statement and the line's reports beside each wheel, and "
-                    "inputs/<inputs key>.json for `toolkit build --cache`. Serve DIR with any web server.")
+        "static, relocatable, immutable PEP 503 index with PEP 658 metadata, the build record, an "
+        "in-toto/SLSA provenance statement and the line's reports beside each wheel, and "
+        "inputs/<inputs key>.json for `toolkit build --cache`. Serve DIR with any web server.",
+    )
     add_lines(parser, "line names (default: every line with records)")
-    parser.add_argument("--to", type=Path, required=True, metavar="DIR", help="the index folder to publish into")
-    parser.add_argument("--sign-key", type=Path, metavar="KEY",
-                        help="ed25519 private key (PEM: `openssl genpkey -algorithm ed25519 -out KEY`) signing "
-                             "each table entry")
+    parser.add_argument(
+        "--to", type=Path, required=True, metavar="DIR", help="the index folder to publish into"
+    )
+    parser.add_argument(
+        "--sign-key",
+        type=Path,
+        metavar="KEY",
+        help="ed25519 private key (PEM: `openssl genpkey -algorithm ed25519 -out KEY`) signing "
+        "each table entry",
+    )
     add_workspace_options(parser)
     parser.set_defaults(func=publish_command)
