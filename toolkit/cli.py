@@ -32,7 +32,8 @@ STAGE_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolkit",
-        description="Declarative, locked, verified FlashAttention build environments for every CUDA line.")
+        description="Declarative, locked, verified FlashAttention build environments for every CUDA line.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
     for name in STAGE_MODULES:
@@ -48,7 +49,9 @@ def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
     from toolkit.cache.runtime_lock import install_runtime_command, lock_runtime_command
 
     for verb, command in (("lock", lock_runtime_command), ("install", install_runtime_command)):
-        if verb in subparsers.choices:  # a parser of some verbs only (tests register a few) has nothing to hand
+        if (
+            verb in subparsers.choices
+        ):  # a parser of some verbs only (tests register a few) has nothing to hand
             subparsers.choices[verb].set_defaults(runtime_command=command)
 
 
