@@ -59,7 +59,11 @@ def toolkit(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
 def fixture(tmp: Path) -> dict:
     """The real nvcc fixture build, then its substitution into a second checkout, both whole toolkit runs."""
     from conda_channel import build_simple_index, serve_directory
-    from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
+    from fixtures.fa_fixture_project import (
+        make_stub_torch_env,
+        pack_fixture_sdist,
+        write_external_spec,
+    )
 
     first, second = tmp / "first", tmp / "second"
     python = make_stub_torch_env(tmp / "venv", "2.13.0", "13.0")

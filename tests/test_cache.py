@@ -406,7 +406,11 @@ def test_a_second_checkout_builds_the_published_fixture_with_no_compile_and_a_ch
 
     from conda_channel import build_simple_index, serve_directory
     from cuda_toolchain import require_nvcc
-    from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
+    from fixtures.fa_fixture_project import (
+        make_stub_torch_env,
+        pack_fixture_sdist,
+        write_external_spec,
+    )
 
     require_nvcc()
     first = tmp_path / "first"

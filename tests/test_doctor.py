@@ -33,7 +33,13 @@ from toolkit.doctor.facts import LineFacts, gather_line, read_report
 from toolkit.env.lockfile import KEY_DIGEST, LockedPackage, lock_digest
 from toolkit.machine.checks import SPEC_FACTS
 from toolkit.machine.fingerprint import TorchInfo
-from toolkit.machine.preflight import BUILD_CHECKS, PreflightInput, problems, run_preflight, warnings
+from toolkit.machine.preflight import (
+    BUILD_CHECKS,
+    PreflightInput,
+    problems,
+    run_preflight,
+    warnings,
+)
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 

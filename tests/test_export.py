@@ -21,7 +21,16 @@ from pathlib import Path
 
 import pytest
 from conda_channel import build_simple_index
-from test_cache import UV, canonical_key, demo_record, one_error_line, serve, sha256_of, toolchain, toolkit
+from test_cache import (
+    UV,
+    canonical_key,
+    demo_record,
+    one_error_line,
+    serve,
+    sha256_of,
+    toolchain,
+    toolkit,
+)
 
 from toolkit.build.wheelhouse import place
 

@@ -34,7 +34,14 @@ from toolkit.base.workspace import Workspace
 from toolkit.cli import main
 from toolkit.env.download import cache_entry
 from toolkit.env.lock import lock_line
-from toolkit.env.lockfile import KEY_DIGEST, KEY_SDIST_FILENAME, KEY_SDIST_SHA256, LockedSdist, lock_digest, read_lock
+from toolkit.env.lockfile import (
+    KEY_DIGEST,
+    KEY_SDIST_FILENAME,
+    KEY_SDIST_SHA256,
+    LockedSdist,
+    lock_digest,
+    read_lock,
+)
 from toolkit.spec.rules import checked_spec
 
 TEMP_MARK = ".fa-envkit-tmp"

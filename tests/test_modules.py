@@ -24,7 +24,14 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 
 import toolkit.cli
-from toolkit.build.record import RECORD_SUFFIX, BuildInputs, BuildOutputs, BuildRecord, Parallelism, Toolchain
+from toolkit.build.record import (
+    RECORD_SUFFIX,
+    BuildInputs,
+    BuildOutputs,
+    BuildRecord,
+    Parallelism,
+    Toolchain,
+)
 from toolkit.env.lockfile import KEY_DIGEST, LockedSdist, lock_digest
 from toolkit.spec.envspec import load_spec, spec_paths
 

@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.knowledge.facts import load_knowledge
-from toolkit.knowledge.nvcc_gcc import CUDA_LINES_FILE, GccCap, gcc_cap, host_config_cap, lines_accepting
+from toolkit.knowledge.nvcc_gcc import (
+    CUDA_LINES_FILE,
+    GccCap,
+    gcc_cap,
+    host_config_cap,
+    lines_accepting,
+)
 from toolkit.machine import checks as machine_checks
 from toolkit.machine.fingerprint import Fingerprint, from_dict
 from toolkit.spec import rules

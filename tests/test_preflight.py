@@ -25,7 +25,13 @@ from toolkit.doctor.facts import gather_line, read_report
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.nvcc_gcc import host_config_cap
 from toolkit.machine.fingerprint import TorchInfo, from_dict, probe
-from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems, run_preflight, warnings
+from toolkit.machine.preflight import (
+    nvcc_gpu_codes,
+    preflight_input,
+    problems,
+    run_preflight,
+    warnings,
+)
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,7 +38,12 @@ from conda_forge_replica.replica import (
     payload,
 )
 from conftest import missing
-from fixtures.fa_fixture_project import make_stub_torch_env, make_torch_double_wheel, pack_fixture_sdist, site_packages
+from fixtures.fa_fixture_project import (
+    make_stub_torch_env,
+    make_torch_double_wheel,
+    pack_fixture_sdist,
+    site_packages,
+)
 from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError

@@ -336,7 +336,11 @@ def test_slurm_matrix_of_fixture_lines_through_the_real_verbs(tmp_path, monkeypa
     spec says, so its build stops at the preflight. The default stages run: lock (current, so not re-run),
     build, verify (no GPU here: skipped). A second run of fxa and fxb hits the build cache."""
     from conda_channel import build_simple_index, serve_directory
-    from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
+    from fixtures.fa_fixture_project import (
+        make_stub_torch_env,
+        pack_fixture_sdist,
+        write_external_spec,
+    )
 
     monkeypatch.chdir(tmp_path)
     for line, torch in (("fxa", "2.13.0"), ("fxb", "2.13.0"), ("fxbad", "2.12.0")):

@@ -186,10 +186,10 @@ def _extension_archs(extension: str | None) -> dict:
         entries = fatbin_entries(Path(extension))
     except ToolkitError as exc:
         return {"archs_error": str(exc)}
-    by_kind = lambda kind: tuple(
-        sorted({e.arch for e in entries if e.kind == kind}, key=arch_number)
-    )  # noqa: E731
-    return {"cubins": by_kind("elf"), "ptx": by_kind("ptx")}
+    return {
+        name: tuple(sorted({e.arch for e in entries if e.kind == kind}, key=arch_number))
+        for name, kind in (("cubins", "elf"), ("ptx", "ptx"))
+    }
 
 
 def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str, ...]) -> Probe:
