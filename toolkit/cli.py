@@ -9,7 +9,7 @@ from toolkit import __version__
 from toolkit.base.entry import parse_verb_args, program
 
 # Each wing module exposes register(verbs); each verb it adds sets `func` to its handler, named for the verb's
-# words: `toolkit fa4 cache-install` -> fa4_cache_install_command(args) -> int (tests/test_cli.py walks the tree).
+# words: `toolkit matrix show` -> matrix_show_command(args) -> int (tests/test_cli.py walks the tree).
 STAGE_MODULES = (
     "toolkit.spec.rules",
     "toolkit.site.matrix",

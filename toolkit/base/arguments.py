@@ -46,7 +46,7 @@ def add_python(
     default: str | None = None,
 ) -> None:
     """--python PYTHON: the interpreter of the environment a verb looks at. `type=str` where the value is looked up
-    on PATH as a shell would (`toolkit fa4`: a Path would drop the `./` of `./python`)."""
+    on PATH as a shell would (a Path would drop the `./` of `./python`)."""
     parser.add_argument("--python", type=type, default=default, metavar="PYTHON", help=help)
 
 

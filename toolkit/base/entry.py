@@ -168,7 +168,7 @@ def add_renamed_verb(verbs: argparse._SubParsersAction, old: str, now: str) -> N
     in one line that says what to write now, instead of argparse's usage block or an unknown-verb error."""
     parser = verbs.add_parser(
         old, add_help=False
-    )  # its prog ("toolkit fa4 recommend"); no help: not listed
+    )  # its prog ("toolkit VERB OLD"); no help: not listed
     renamed = RenamedVerb(prog=parser.prog, add_help=False)
     renamed.now = now
     verbs.choices[old] = renamed

@@ -1,6 +1,6 @@
 """What one `toolkit build` compiles, behind one interface (WheelSource), so every implementation's wheel goes
 through the same sizing, progress, schedule, checks, record, cache and wheelhouse (builder.build). Each
-implementation is one module beside this one (fa2.py, fa3.py), named in builder.WHEEL_SOURCES.
+implementation is one module beside this one, named in builder.WHEEL_SOURCES.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Layout of the folder (`toolkit publish --to DIR`), every path relative so the folder can move:
   simple/index.html, simple/<project>/index.html   PEP 503 pages: `#sha256=` on every link, data-requires-python,
                                                     PEP 658/714 data-core-metadata (and data-dist-info-metadata)
-  files/<folder>/<wheel>                            the wheel (folder: the wheelhouse's, `cu126` or `cu126+fa3`)
+  files/<folder>/<wheel>                            the wheel (folder: the wheelhouse's, base.workspace.wheel_folders)
   files/<folder>/<wheel>.metadata                   its METADATA, so resolvers need not fetch the wheel
   files/<folder>/<wheel>.build.json                 its build record, as the build wrote it
   files/<folder>/<wheel>.provenance.json            in-toto Statement v1 / SLSA provenance v1 (cache/provenance.py)

@@ -1,5 +1,5 @@
 """Runtime locks of a pypi line: the environment users run in (torch, its runtime dependencies and the published
-flash-attn / FA3 wheels), without the compiler and build tools the line's build lock carries.
+published wheels), without the compiler and build tools the line's build lock carries.
 
 `toolkit lock LINE --runtime --index URL` reads the published index (`toolkit publish`) for a wheel of this line
 built from its current lock: each link of simple/<project>/ in the line's folders is vouched for by the index as

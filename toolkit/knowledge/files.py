@@ -7,8 +7,8 @@ builder, which turns it into its dataclasses; a KeyError or a bad value raised t
 the file too.
 
 Kept apart from knowledge.py (which needs `packaging`), and importing only the standard library until a
-file is read, because modules of the measuring side import it: FA4's verification runs in the line's own
-python with only torch and pyyaml and reads flash_attn_4.yaml through here.
+file is read, because modules of the measuring side import it: a verification suite runs in the line's own
+python with only torch and pyyaml and reads its implementation's knowledge file through here.
 Lock files (lockfile.py) and specs (spec.py, with its strict loader) are not knowledge and have readers of
 their own.
 """

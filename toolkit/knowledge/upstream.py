@@ -1,6 +1,6 @@
 """`toolkit knowledge check-updates`: is the knowledge current? Names every release the indexes list that it does not cover.
 
-Asks PyPI's JSON API (torch, flash-attn, flash-attn-4, NVIDIA's nvcc/runtime wheels) and PyTorch's per-line
+Asks PyPI's JSON API (the packages the knowledge pins: torch, the attention packages, NVIDIA's wheels) and PyTorch's per-line
 wheel indexes, as toolkit/knowledge/upstream.yaml says, and judges each release against the knowledge files.
 `--recorded DIR` answers from files recorded earlier (tests, offline); `--record DIR` writes what it fetched,
 trimmed, with the URL and date, into a new folder, so a test can replay today's answers.

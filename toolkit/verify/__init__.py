@@ -1,5 +1,5 @@
-"""The verification wing: `toolkit verify` (command.py, one suite per implementation behind suite.py's Suite:
-fa2.py, fa3.py, fa4.py) and `toolkit bench` (bench.py), measured in the line's own python.
+"""The verification wing: `toolkit verify` (command.py, one suite per implementation behind suite.py's Suite,
+named in command.SUITES) and `toolkit bench` (bench.py), measured in the line's own python.
 
 This package stays light (no torch at import): the CLI loads its verbs' modules to register them.
 """

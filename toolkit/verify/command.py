@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toolkit.attention import backends
 from toolkit.base.arguments import add_arch, add_line, add_report_dir
 from toolkit.base.entry import add_option_alias, program, renamed_choice
 from toolkit.verify import fa2, fa3, fa4
@@ -22,10 +23,6 @@ from toolkit.verify.suite import Run, Suite
 
 SUITES: dict[str, Suite] = {"flash-attn-2": fa2, "flash-attn-3": fa3, "flash-attn-4": fa4}
 DEFAULT = "flash-attn-2"
-RENAMED = {
-    "flash-attn": "flash-attn-2",
-    "fa4": "flash-attn-4",
-}  # --backend's earlier values, still read
 LEVELS = ("smoke", "full", "parity")
 
 
@@ -36,7 +33,7 @@ def add_suite_options(parser: argparse.ArgumentParser, prog: str) -> None:
         choices=tuple(SUITES),
         default=DEFAULT,
         metavar="NAME",
-        type=renamed_choice(tuple(SUITES), RENAMED, prog),
+        type=renamed_choice(tuple(SUITES), backends.renamed(), prog),  # earlier names, still read
         help=f"the implementation to verify: {', '.join(SUITES)} (default: {DEFAULT}); each one's "
         "cases its build or GPU cannot take are recorded as unsupported",
     )

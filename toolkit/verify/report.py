@@ -25,7 +25,12 @@ if TYPE_CHECKING:  # no torch needed to render a report
     from toolkit.verify.parity import ParityResult
     from toolkit.verify.runner import CaseResult
 
-STATUSES = ("passed", "failed", "error", "unsupported")  # unsupported: not listed for the GPU (FA4)
+STATUSES = (
+    "passed",
+    "failed",
+    "error",
+    "unsupported",
+)  # unsupported: not listed for the GPU or the build
 
 
 def build_report(

@@ -1,6 +1,6 @@
 """The seam between `toolkit verify` and each attention implementation it checks: a `Suite`.
 
-Each implementation's suite is a module (fa2.py, fa3.py, fa4.py) that offers what the protocol lists: its cases
+Each implementation's suite is a module beside this one, named in command.SUITES, that offers what the protocol lists: its cases
 for a level, how to import the implementation, how to run a case list, its parity if any, where its reports go.
 toolkit/verify/command.py names them in SUITES and holds what they share (the verb, the child re-executed under
 the line's python, the GPU gate, environment, progress and reports), so a new implementation is one module here
@@ -53,11 +53,12 @@ class Run:
 
 
 class Suite(Protocol):
-    """What `toolkit verify LINE --impl NAME` needs of an implementation's suite (fa2.py, fa3.py, fa4.py)."""
+    """What `toolkit verify LINE --impl NAME` needs of an implementation's suite (a module named in command.SUITES)."""
 
     @property
     def LEVEL_PREFIX(self) -> str:
-        """What the report's level starts with ("fa4-" in "fa4-smoke"), so a report says which suite wrote it."""
+        """What the report's level starts with ("" for the first suite, a prefix for each later one), so a
+        report says which suite wrote it."""
 
     @property
     def WITH_PARITY(self) -> tuple[str, ...]:
