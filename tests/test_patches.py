@@ -220,6 +220,8 @@ def setup_py_flags(src: Path, torch_version: str, cuda_home: str) -> dict[str, l
     return flags
 
 
+@pytest.mark.nvcc
+@pytest.mark.torch
 @pytest.mark.network
 def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
     torch = pytest.importorskip("torch")

@@ -29,7 +29,7 @@ from toolkit.machine.preflight import nvcc_gpu_codes, preflight_input, problems,
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.torch]
 
 
 @pytest.fixture(scope="module")
