@@ -37,6 +37,8 @@ from toolkit.machine.preflight import BUILD_CHECKS, PreflightInput, problems, ru
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = ROOT / "envs"
 RECORDED = ROOT / "tests" / "fingerprints"

@@ -25,6 +25,8 @@ from test_cache import UV, canonical_key, demo_record, one_error_line, serve, sh
 
 from toolkit.build.wheelhouse import place
 
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency there)
