@@ -29,6 +29,8 @@ from toolkit.fa4 import install as fa4
 from toolkit.fa4 import wheels as fa4_wheels
 from toolkit.knowledge import fa4_pins
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 FETCHED = ROOT / ".whl-fa4"
 

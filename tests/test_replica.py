@@ -49,6 +49,8 @@ from toolkit.env.lockfile import LockedSdist
 from toolkit.machine.line_env import include_environment
 from toolkit.spec.envspec import load_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REPLICA = ROOT / "tests" / "conda_forge_replica"
 CUDA_ROOT = Path("/usr/local/cuda")

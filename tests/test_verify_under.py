@@ -26,6 +26,8 @@ from conftest import missing
 
 from toolkit.verify import machine
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
