@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 from toolkit.cli import main  # noqa: E402
 from toolkit.verify import bench  # noqa: E402

@@ -52,6 +52,8 @@ from toolkit.knowledge.object_costs import load_object_costs
 from toolkit.machine.fingerprint import Gpu, from_dict
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_TAG = "+cu130torch2.13"
 

@@ -28,6 +28,8 @@ from toolkit.build.build_dirs import keyed_build_folder, prune
 from toolkit.build.estimate import CompileProgress, Sizing, compile_wall, duration_text
 from toolkit.build.ninja_shim import MANIFEST_OBJECTS
 
+pytestmark = pytest.mark.slow
+
 STEP = re.compile(r"^\s*\[\d+/\d+\] .* -o (\S+\.o)\b", re.MULTILINE)  # a compile ninja ran, in the build log
 
 

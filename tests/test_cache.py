@@ -35,6 +35,8 @@ from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.env.lockfile import LockedSdist
 from toolkit.spec.patches import AppliedPatch
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "fa-cache-demo"
 VERSION = "1.0+cu130torch2.13"

@@ -21,6 +21,8 @@ import yaml
 from toolkit.base.entry import RenamedVerb
 from toolkit.cli import build_parser, main
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

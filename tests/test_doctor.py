@@ -43,6 +43,8 @@ from toolkit.machine.preflight import (
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = ROOT / "envs"
 RECORDED = ROOT / "tests" / "fingerprints"
@@ -153,6 +155,7 @@ def test_this_machine_real_rows_and_speed(tmp_path):
     assert report["fingerprint"]["nvcc_version"] in nvcc_text and report["line"] is None
 
 
+@pytest.mark.nvcc
 def test_cuda_home_unset_is_inferred_from_nvcc_like_torch_does(tmp_path):
     """Without CUDA_HOME, torch's extension builder uses the nvcc on PATH's grandparent directory; a
     wrapper script there (as on these machines) leaves it without headers, and the row says so."""
@@ -180,6 +183,7 @@ def test_table_output_and_json_agree(workdir, capsys, monkeypatch):
     assert table.rstrip().endswith("2 failing, 0 warnings: something would break a build or a run")
 
 
+@pytest.mark.nvcc
 def test_a_report_replays_to_the_same_rows(tmp_path, capsys, monkeypatch):
     """--json of this machine is itself a recording: replaying it gives the same rows."""
     done, _ = run_doctor(tmp_path, "--json")

@@ -34,6 +34,8 @@ from test_cache import (
 
 from toolkit.build.wheelhouse import place
 
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency there)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 from toolkit.attention import formats, recommend  # noqa: E402
 from toolkit.cli import main  # noqa: E402

@@ -29,6 +29,8 @@ from toolkit.fa4 import install as fa4
 from toolkit.fa4 import wheels as fa4_wheels
 from toolkit.knowledge import fa4_pins
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 FETCHED = ROOT / ".whl-fa4"
 
@@ -96,6 +98,7 @@ def test_if_missing_wheels_are_left_out_when_the_python_has_them():
     assert "flash-attn-4" in planned
 
 
+@pytest.mark.fa4_wheels
 def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
     """protobuf is installed only where missing, unless the python's copy is older than libs-base needs."""
     rel = fa4_pins.release()
@@ -109,6 +112,7 @@ def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
     assert {"protobuf", "typing-extensions"} <= chosen and "cuda-bindings" not in chosen
 
 
+@pytest.mark.fa4_wheels
 @needs_wheels
 def test_fetched_wheels_match_the_pins_and_each_carry_fits(joined):
     rel = fa4_pins.release()
@@ -142,6 +146,7 @@ def test_split_and_join_round_trip_and_a_damaged_part_is_caught(tmp_path):
         fa4_wheels.join_parts(manifest, [tmp_path / "parts"], tmp_path / "again")
 
 
+@pytest.mark.fa4_wheels
 @needs_wheels
 def test_the_meta_package_requires_libs_cu12_and_libs_cu13_replaces_it(joined):
     """The trap from the H200: nvidia-cutlass-dsl's METADATA wants libs-cu12 even for CUDA 13."""
@@ -237,6 +242,7 @@ def test_fa4_beside_an_unread_fa2_or_an_ownerless_package_is_refused(tmp_path):
                                                           "flash_attn-2.8.3.dist-info"]  # nothing touched
 
 
+@pytest.mark.fa4_wheels
 def test_a_python_without_torch_is_refused_in_one_line(tmp_path, capsys, joined):
     python = tmp_path / "bare" / "bin" / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
@@ -350,6 +356,8 @@ def python312_base(tmp_path: Path) -> Path:
     return python
 
 
+@pytest.mark.python312
+@pytest.mark.fa4_wheels
 def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp_path, joined):
     """A real --target install for a real Python 3.12; torch is a dist-info stand-in (see the module doc)."""
     python = python312_base(tmp_path)
@@ -369,6 +377,8 @@ def test_install_into_a_target_imports_cutlass_only_through_the_toolkit_path(tmp
     assert again.installed == record.installed and not list(target.glob(".fa-envkit-tmp-*"))
 
 
+@pytest.mark.python312
+@pytest.mark.fa4_wheels
 def test_install_beside_fa2_records_what_fa2_gave_way(tmp_path, joined, pinned_sdist):
     python = python312_base(tmp_path)
     target = tmp_path / "site"
@@ -690,6 +700,8 @@ def test_beside_fa2_only_its_recorded_cute_files_are_owned(tmp_path, pinned_sdis
     assert fa4.foreign_entries(staging, target, set()) == ["flash_attn (a symlink)"]
 
 
+@pytest.mark.python312
+@pytest.mark.fa4_wheels
 def test_install_into_a_folder_with_a_users_files_of_the_same_name_changes_nothing(tmp_path, joined):
     python = python312_base(tmp_path)
     target = tmp_path / "site"

@@ -24,6 +24,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.env.install_record import Fa4Record
 from toolkit.fa4 import jit as fa4_jit
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).parent / "fa4_double"
 COMPILE_S = 3.0  # large against the CPU first-call noise of a loaded machine

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 sys.path.insert(0, str(Path(__file__).parent / "fa4_double"))
 from flash_attn.cute import Fa4Double  # noqa: E402

@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "tests" / "nix_stubs" / "nixpkgs"
 SYSTEM_OF = {"linux-64": "x86_64-linux", "linux-aarch64": "aarch64-linux"}
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.nix, pytest.mark.skipif(
     shutil.which("nix") is None or shutil.which("nix-instantiate") is None,
     reason="nix is not installed (CI installs Debian's nix-bin; here: apt-get install nix-bin)",
-)
+)]
 
 
 def run_nix(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

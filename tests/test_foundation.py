@@ -415,6 +415,7 @@ def test_knowledge_has_sources_for_every_file():
         assert yaml.safe_load(path.read_text()).get("sources"), f"{path.name} names no sources"
 
 
+@pytest.mark.nvcc
 def test_knowledge_archs_of_13_0_match_the_real_nvcc():
     done = subprocess.run([tool_on_path("nvcc"), "--list-gpu-code"], capture_output=True, text=True, check=True)
     real = {line.removeprefix("sm_") for line in done.stdout.split()}

@@ -358,6 +358,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.python312
+@pytest.mark.fa4_wheels
 def test_a_killed_install_leaves_no_pip_running_and_a_rerun_no_staging_folder(tmp_path):
     """SIGKILL while pip fills the staging folder: pip dies with the verb, and the next install removes it."""
     wheels = tmp_path / "wheels"

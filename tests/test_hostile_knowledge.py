@@ -16,6 +16,8 @@ import pytest
 
 from toolkit.knowledge import upstream
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / "tests/data/upstream"
 TORCH = "https://pypi.org/pypi/torch/json"

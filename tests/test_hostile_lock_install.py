@@ -544,6 +544,8 @@ def test_a_rerun_keeps_another_prefixs_old_env(fresh, tmp_path):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 HOSTILE_TEXT = st.one_of(
     st.text(max_size=40),
     st.sampled_from(["../../../victim.txt", "/etc/passwd", "..", ".", "", "a/b", "a\nb", "x\x00y", "ab" * 32,

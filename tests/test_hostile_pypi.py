@@ -144,9 +144,13 @@ def test_a_package_without_a_wheel_for_the_target_is_refused():
                                  "installs wheels only: pin a version that has one)")
 
 
-def test_a_broken_pylock_is_one_line():
+@pytest.mark.parametrize("text", [
+    "[[packages]\n",  # not TOML
+    'lock-version = "1.0"\n\n[[packages]]\nname = "Multi"\nversion = "1.0"\n',  # not PEP 751 (packaging.pylock says)
+], ids=["toml", "pep751"])
+def test_a_broken_pylock_is_one_line(text):
     with pytest.raises(ToolkitError) as caught:
-        pypi_lock.pylock_entries("[[packages]\n", "locks/pylock.x.toml", "linux-64", "3.11", "2.28")
+        pypi_lock.pylock_entries(text, "locks/pylock.x.toml", "linux-64", "3.11", "2.28")
     assert str(caught.value).startswith("locks/pylock.x.toml: not a pylock.toml uv wrote (")
 
 
@@ -239,7 +243,7 @@ def test_the_wheel_chosen_is_the_most_specific_one_the_target_installs(platform,
     manylinux the target's glibc accepts): the entry is the one this target's pip would install."""
     wheels = ", ".join(f'{{ url = "https://files.example/multi-1.0-{tags}.whl", hashes = {{ sha256 = "{n * 64}" }} }}'
                        for n, tags in MULTI.items())
-    pylock = f'lock-version = "1.0"\n\n[[packages]]\nname = "Multi"\nversion = "1.0"\nwheels = [{wheels}]\n'
+    pylock = f'lock-version = "1.0"\ncreated-by = "uv"\n\n[[packages]]\nname = "multi"\nversion = "1.0"\nwheels = [{wheels}]\n'
     [picked] = pypi_lock.pylock_entries(pylock, "locks/pylock.x.toml", platform, python, glibc)
     assert (picked.name, picked.version, picked.platform) == ("multi", "1.0", platform)
     assert (picked.url, picked.hash.sha256) == (f"https://files.example/multi-1.0-{MULTI[chosen]}.whl", chosen * 64)

@@ -33,6 +33,8 @@ from toolkit.env.pypi_install import VenvBuild, make_symlinks, site_packages
 from toolkit.env.standin import StandIn, copy_in
 from toolkit.knowledge.facts import load_knowledge
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 

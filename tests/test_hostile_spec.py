@@ -35,6 +35,8 @@ from toolkit.base.errors import ToolkitError
 from toolkit.spec.envspec import PLATFORMS, EnvSpec, load_spec
 from toolkit.spec.rules import violations
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REAL = {p.name: p.read_text() for p in sorted((ROOT / "envs").glob("*.yaml"))}
 GOOD = REAL["cu126.yaml"]

@@ -33,6 +33,8 @@ from toolkit.env.lock import lock_line
 from toolkit.env.lockfile import LockedPackage
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

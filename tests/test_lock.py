@@ -42,6 +42,8 @@ from toolkit.env.lockfile import lock_path
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "cu126.conda-lock.yml"
 CONSOLE = Console(stderr=True, highlight=False)

@@ -35,6 +35,8 @@ from toolkit.build.record import (
 from toolkit.env.lockfile import KEY_DIGEST, LockedSdist, lock_digest
 from toolkit.spec.envspec import load_spec, spec_paths
 
+pytestmark = pytest.mark.lmod
+
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "modules"
 FA_VERSION = "2.8.3.post2"

@@ -23,6 +23,8 @@ from toolkit.base.errors import ToolkitError
 from toolkit.spec import patches
 from toolkit.spec.envspec import load_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REAL_SETUP = ROOT / "tests/data/flash_attn-2.8.3.post2/setup.py"  # see tests/data/README.md
 REAL_SETUP_SHA256 = "152570de3092218ebbb0969281b6e0f58fea62ec65fd6029c7a20ea6589aacf4"
@@ -220,6 +222,8 @@ def setup_py_flags(src: Path, torch_version: str, cuda_home: str) -> dict[str, l
     return flags
 
 
+@pytest.mark.nvcc
+@pytest.mark.torch
 @pytest.mark.network
 def test_the_real_patched_setup_py_under_real_torch(tmp_path, pinned_sdist):
     torch = pytest.importorskip("torch")

@@ -35,7 +35,7 @@ from toolkit.machine.preflight import (
 from toolkit.spec.rules import checked_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.torch]
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from toolkit.machine.line_env import include_environment
 ROOT = Path(__file__).resolve().parent.parent
 LINE = "py-cu130"
 PYTHON = "3.11"  # the spec's
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 @dataclass

@@ -29,6 +29,8 @@ from toolkit.knowledge.files import KNOWLEDGE_DIR
 from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:

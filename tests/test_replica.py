@@ -54,6 +54,8 @@ from toolkit.env.lockfile import LockedSdist
 from toolkit.machine.line_env import include_environment
 from toolkit.spec.envspec import load_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REPLICA = ROOT / "tests" / "conda_forge_replica"
 CUDA_ROOT = Path("/usr/local/cuda")
@@ -118,6 +120,7 @@ def test_published_records_are_the_lockfiles_own():
                                 "sysroot_linux-64 >=2.17,<3.0a0"]
 
 
+@pytest.mark.image_cuda
 @needs_cuda
 def test_nvcc_profile_is_the_wheels_with_conda_forges_patch():
     profile = patched_profile((CUDA_ROOT / "bin" / "nvcc.profile").read_text(),
@@ -305,6 +308,7 @@ def replica_project(replica_channel, tmp_path_factory):
         yield tmp / "project", prefix, env  # the index stays up: the build fetches the locked sdist from it
 
 
+@pytest.mark.image_cuda
 def test_installed_prefix_has_conda_forges_layout(replica_project):
     _, prefix, _ = replica_project
     assert not (prefix / "include").exists()  # conda-forge puts no CUDA header at the prefix root
@@ -431,6 +435,7 @@ def activate_d_of_build(prefix: Path, build: int, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.image_cuda
 @pytest.mark.parametrize("build", [0, 4])
 def test_conda_activation_exports_every_variable_of_the_real_scripts(replica_project, tmp_path, build):
     """cuda-nvcc 13.0.88's activation (builds 0 and 4 differ: TORCH_CUDA_ARCH_LIST, CUDAARCHS) after conda-forge's
@@ -442,6 +447,7 @@ def test_conda_activation_exports_every_variable_of_the_real_scripts(replica_pro
     assert changed == expected_activation(prefix, build)
 
 
+@pytest.mark.image_cuda
 @pytest.mark.parametrize("activated", [False, True], ids=["plain", "conda-activated"])
 def test_locked_build_of_the_fixture_with_the_real_nvcc(replica_project, activated):
     """`toolkit build`, in a plain shell and inside `conda activate` (every variable of the real scripts)."""
@@ -487,6 +493,7 @@ def _torch_include_flags(torch_dir: str, cuda_home: Path) -> list[str]:
     return [f"-I{p}" for p in done.stdout.split()]
 
 
+@pytest.mark.image_cuda
 @needs_cuda
 @needs_cuda_torch
 def test_flash_api_cpp_needs_the_targets_headers(tmp_path):
@@ -537,6 +544,7 @@ def probe_project(replica_channel, tmp_path_factory):
         yield tmp / "project", locked_line(tmp / "project", replica_channel, "2.14.1", url, env), env, sdist
 
 
+@pytest.mark.image_cuda
 def test_pip_wheel_in_the_conda_activated_env_compiles_flash_api_cpp(probe_project, tmp_path):
     """The user's way without the toolkit: `conda activate` (every variable of the real scripts), then `pip wheel
     --no-build-isolation` of the sdist, torch's CUDAExtension through ninja. g++ finds cuda_runtime.h under
@@ -560,6 +568,7 @@ def test_pip_wheel_in_the_conda_activated_env_compiles_flash_api_cpp(probe_proje
     assert {arch for found in wheel_archs(wheel, tmp_path / "so")[1].values() for arch in found} == {"90"}
 
 
+@pytest.mark.image_cuda
 def test_toolkit_build_compiles_flash_api_cpp_without_activation(probe_project):
     """`toolkit build` in a plain shell (no conda activation: nothing puts targets/ on the compile line), the probe
     sdist: the build's CPATH is what lets g++ find cuda_runtime.h. Not installed: the probe does not import."""
@@ -594,6 +603,7 @@ def header_problem(prefix: Path, spec_version: str, compile_env: dict[str, str])
                                            prefix, compile_env))
 
 
+@pytest.mark.image_cuda
 def test_preflight_asks_the_compilers_not_the_filesystem(replica_project):
     """The prefix has cuda_runtime.h (under targets/, where conda-forge puts it): the old glob passed. g++ given
     what torch gives it does not find it, and preflight now says where it is and that g++ cannot see it."""
@@ -606,6 +616,7 @@ def test_preflight_asks_the_compilers_not_the_filesystem(replica_project):
     assert header_problem(prefix, "2.8.3.post2", {**bare, **include_environment(prefix)}) is None
 
 
+@pytest.mark.image_cuda
 def test_preflight_wants_the_library_headers_for_flash_attn_that_reaches_them(replica_project):
     """flash-attn <= 2.7.0.post2 includes ATen/cuda/CUDAContext.h (-> cublas_v2.h, cusparse.h, cusolverDn.h)."""
     _, prefix, _ = replica_project
@@ -642,6 +653,7 @@ def test_an_activated_envs_nvcc_variables_are_removed_and_recorded():
     assert neutralised(caller, build) == {k: v for k, v in caller.items() if k.startswith("NVCC_")}
 
 
+@pytest.mark.image_cuda
 def test_the_build_takes_no_compile_flags_from_a_conda_activation(replica_project):
     """Inside `conda activate` the compilers' scripts export CPPFLAGS (-DNDEBUG -D_FORTIFY_SOURCE=2 -O2 -isystem
     $PREFIX/include, and cuda-nvcc's -I targets/...), which distutils appends to every g++ command of torch's build:

@@ -31,6 +31,8 @@ from toolkit.cli import main
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.knowledge.files import KNOWLEDGE_DIR
 
+pytestmark = pytest.mark.slow
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:

@@ -35,6 +35,8 @@ from toolkit.site.scaleout import (
 from toolkit.spec.envspec import spec_paths
 from toolkit.spec.rules import checked_spec
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / "tests" / "fixtures" / "matrix_stage.py"
 FIXTURE_LINE = "extends: cu126\nbuild:\n  jobs: 1\n  nvcc_threads: 1\n  gb_per_nvcc_thread: 0.5\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 from toolkit.cli import main  # noqa: E402
 from toolkit.verify import cases, criterion, reference, report, runner  # noqa: E402

@@ -26,6 +26,8 @@ from conftest import missing
 
 from toolkit.verify import machine
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -140,6 +142,7 @@ def other_python() -> str | None:
     return None
 
 
+@pytest.mark.python312
 def test_another_python_version_is_refused_in_one_line_naming_the_missing_dependency(tmp_path, capfd):
     other = other_python()
     if other is None:
@@ -181,6 +184,7 @@ def test_the_toolkits_dependencies_are_not_lent_ahead_of_pythonpath(tmp_path, ca
     assert os.environ["PYTHONPATH"] == str(tmp_path / "mine")  # the parent's own environment untouched
 
 
+@pytest.mark.torch
 def test_torchs_numpy_warning_never_comes_before_verifys_answer(tmp_path):
     """A line's venv without numpy: torch's import warns "Failed to initialize NumPy" (seen here with numpy hidden,
     as torch itself reports it), which printed before verify's one line and read as its cause."""

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 if sys.version_info >= (3, 11):
@@ -28,6 +28,9 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
+
+if TYPE_CHECKING:
+    from packaging.pylock import Pylock
 
 MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a lock's exclude-newer time
@@ -206,49 +209,59 @@ class PylockWheel:
     sha256: str
 
 
+def read_pylock(text: str, where: str) -> Pylock:
+    """A pylock as packaging.pylock validates it (PEP 751: its keys, normalised names, wheel file names that
+    match their package); TOML or PEP 751 it is not, one line naming `where`."""
+    from packaging.pylock import Pylock, PylockValidationError
+
+    try:
+        return Pylock.from_dict(tomllib.loads(text))
+    except (tomllib.TOMLDecodeError, PylockValidationError) as exc:
+        raise ToolkitError(f"{where}: not a pylock.toml uv wrote ({exc}; lock again)") from None
+
+
 def pylock_wheels(
     text: str, where: str, platform: str, python: str, glibc: str
 ) -> list[PylockWheel]:
     """Per package of a pylock that applies to the target, the wheel it installs (the most specific tag the
     target accepts). A package without such a wheel is refused: the layer installs wheels only."""
-    from packaging.markers import Marker
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
     supported = {tag: rank for rank, tag in enumerate(_supported_tags(python, platform, glibc))}
     markers = target_markers(platform, python)
-    try:
-        packages = tomllib.loads(text)["packages"]
-    except (tomllib.TOMLDecodeError, KeyError) as exc:
-        raise ToolkitError(f"{where}: not a pylock.toml uv wrote ({exc}; lock again)") from None
     chosen = []
-    for package in packages:
-        if "marker" in package and not Marker(package["marker"]).evaluate(markers):
+    for package in read_pylock(text, where).packages:
+        if package.marker is not None and not package.marker.evaluate(markers):
             continue
+        if package.version is None:
+            raise ToolkitError(
+                f"{where}: {package.name} has no version (the layer installs pinned wheels only: "
+                f"lock again)"
+            )
         ranked = []
-        for wheel in package.get("wheels") or []:
+        for wheel in package.wheels or []:
+            url = wheel.url or ""  # the file the layer downloads, whatever the entry's `name` says
             try:
-                file_tags = parse_wheel_filename(unquote(wheel["url"].rsplit("/", 1)[-1]))[
+                file_tags = parse_wheel_filename(unquote(url.rsplit("/", 1)[-1]))[
                     3
                 ]  # %2B: a local +
             except InvalidWheelFilename:
                 continue
             rank = min((supported[t] for t in file_tags if t in supported), default=None)
             if rank is not None:
-                ranked.append((rank, wheel))
+                ranked.append((rank, url, wheel.hashes.get("sha256")))
         if not ranked:
             raise ToolkitError(
-                f"{where}: {package['name']} {package['version']} has no wheel for {platform} python "
+                f"{where}: {package.name} {package.version} has no wheel for {platform} python "
                 f"{python} (the layer installs wheels only: pin a version that has one)"
             )
-        wheel = min(ranked, key=lambda item: item[0])[1]
-        chosen.append(
-            PylockWheel(
-                canonicalize_name(package["name"]),
-                package["version"],
-                wheel["url"],
-                wheel["hashes"]["sha256"],
+        _, url, sha256 = min(ranked, key=lambda item: item[0])
+        if sha256 is None:
+            raise ToolkitError(
+                f"{where}: {package.name} {package.version}: {url} has no sha256 (the layer checks "
+                f"each wheel's sha256: lock again)"
             )
-        )
+        chosen.append(PylockWheel(package.name, str(package.version), url, sha256))
     return chosen
 
 
