@@ -62,6 +62,7 @@ def test_a_parent_killed_by_sigkill_takes_everything_below_with_it():
     sleepers = read_pids(parent.stdout, 2)
     parent.kill()
     parent.wait()
+    parent.stdout.close()
     assert wait_gone(sleepers) == []
 
 
@@ -69,6 +70,7 @@ def test_kill_group_ends_what_left_the_group():
     proc = popen_tied(["sh", "-c", TWO_SLEEPERS], stdout=subprocess.PIPE, text=True)
     sleepers = read_pids(proc.stdout, 2)
     kill_group(proc)
+    proc.stdout.close()
     assert proc.returncode is not None
     assert wait_gone(sleepers, timeout=1) == []
 
@@ -79,6 +81,7 @@ def test_orphans_end_when_the_command_ends():
     (orphan,) = read_pids(proc.stdout, 1)
     proc.stdin.close()  # `read` ends, and the command with it
     assert proc.wait(timeout=30) == 0
+    proc.stdout.close()
     assert wait_gone([orphan], timeout=1) == []
 
 
@@ -130,6 +133,7 @@ def test_kill_group_kills_a_group_whose_supervisor_cannot_answer():
         assert proc.returncode == -signal.SIGKILL
         assert wait_gone([sleeper, *command], timeout=5) == []
     finally:
+        proc.stdout.close()
         wait_gone([proc.pid, sleeper, *command], timeout=0)  # what a failed kill_group left
 
 

@@ -132,6 +132,7 @@ def test_a_live_answer_is_read_bounded():
             upstream.live_fetch(url)
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_record_never_overwrites_a_users_files(tmp_path):

@@ -361,7 +361,7 @@ def run_logged(
         report()
         log.write(f"$ {' '.join(cmd)}\n")
         # pip and every compiler below it die with this process, even when it is killed with SIGKILL
-        proc = popen_tied(
+        with popen_tied(  # its pipe closed on the way out, whichever way that is
             cmd,
             cwd=cwd,
             env=process_environment(dict(os.environ), env),
@@ -371,18 +371,18 @@ def run_logged(
             errors="replace",
             bufsize=1,
             umask=0o022,
-        )
-        try:
-            assert proc.stdout is not None  # stdout=PIPE
-            for line in proc.stdout:
-                log.write(line)
-                if tracker.feed(line):
-                    progress.update(task, completed=tracker.completed, total=tracker.total)
-                    report()
-            return proc.wait()
-        except BaseException:
-            kill_group(proc)
-            raise
+        ) as proc:
+            try:
+                assert proc.stdout is not None  # stdout=PIPE
+                for line in proc.stdout:
+                    log.write(line)
+                    if tracker.feed(line):
+                        progress.update(task, completed=tracker.completed, total=tracker.total)
+                        report()
+                return proc.wait()
+            except BaseException:
+                kill_group(proc)
+                raise
 
 
 # ---------------------------------------------------------------- the wheel sources

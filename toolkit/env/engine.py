@@ -444,7 +444,7 @@ def rattler_solve(
                 sources=[rattler.Channel(c) for c in channels],
                 specs=list(specs),
                 gateway=gateway or rattler.Gateway(),
-                platforms=[rattler.Platform(platform), rattler.Platform("noarch")],
+                platforms=[rattler.Subdir(platform), rattler.Subdir("noarch")],
                 virtual_packages=rattler_virtual_packages(virtual),
             )
         )
@@ -545,7 +545,7 @@ def rattler_install(
             records,
             target_prefix=prefix,
             cache_dir=Path(package_cache),
-            platform=rattler.Platform(platform),
+            platform=rattler.Subdir(platform),
             alternative_target_prefix=final_prefix,
             show_progress=sys.stderr.isatty(),
         )
