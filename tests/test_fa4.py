@@ -548,6 +548,19 @@ def test_fetch_publishes_only_a_wheel_matching_its_pin(tmp_path):
     assert [p.name for p in dest.iterdir()] == [pin.file] and (dest / pin.file).read_bytes() == good
 
 
+def test_fetch_beside_another_release_leaves_out_the_wheels_it_carries(tmp_path):
+    """`toolkit fa4 fetch --beside`: only the wheels the other release's carried folders lack are downloaded."""
+    import hashlib
+
+    own, shared = b"own wheel", b"shared wheel"
+    pins = [fa4_pins.WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl", hashlib.sha256(data).hexdigest(), len(data),
+                              cuda="12", replaces=f"{name}-cu12") for name, data in (("own", own), ("shared", shared))]
+    rel = fa4_pins.Release("1.0", "3.12", 80, ("80",), ("12",), "2.9", tuple(pins), ())
+    dest = tmp_path / "beside"
+    got = fa4_wheels.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, own, pins[0].file), leave_out={pins[1].file})
+    assert got == [dest / pins[0].file] and [p.name for p in dest.iterdir()] == [pins[0].file]
+
+
 @needs_wheels
 def test_fa2_installed_into_an_env_holding_fa4_gives_fa4_its_files_back(tmp_path, pinned_sdist):
     """A locked line's prefix gets FA4 from the lock's pip layer, then the build pip-installs FA2 over it, which
