@@ -71,7 +71,7 @@ def joined(tmp_path_factory) -> Path:
 
 def test_every_pin_is_exact_and_hash_pinned():
     rel = fa4_pins.release()
-    assert rel.version == "4.0.0b36"
+    assert rel.version == "4.0.0b40"
     for pin in rel.wheels:
         assert len(pin.sha256) == 64 and int(pin.sha256, 16) >= 0 and pin.size > 0
         assert pin.file.startswith(pin.name.replace("-", "_") + "-" + pin.version + "-")
@@ -226,7 +226,7 @@ def test_fa4_takes_over_fa2s_cute_copy_and_fa2_keeps_the_rest(tmp_path, pinned_s
     assert all((target / row.split(",")[0]).is_file() for row in record.splitlines())  # uninstall = FA2's only
     local = dist_info.rename(target / "flash_attn-2.8.3.post2+cu130torch2.11.dist-info")  # as the toolkit builds it
     assert fa4.flash_attn_2_beside(target) == fa4.Fa2Install("2.8.3.post2+cu130torch2.11", local)
-    assert (target / "flash_attn_4-4.0.0b36.dist-info" / "RECORD").is_file()
+    assert (target / "flash_attn_4-4.0.0b40.dist-info" / "RECORD").is_file()
 
 
 def test_fa4_beside_an_unread_fa2_or_an_ownerless_package_is_refused(tmp_path):
@@ -425,8 +425,8 @@ def test_gpu_hold_refuses_to_poll_a_machine_that_did_not_start_its_pipeline(tmp_
 
 
 # ---------------------------------------------------------------- the line's FA4 lock
-# Real data: PyPI's PEP 691 JSON for each pinned project, recorded 2026-12-01 and trimmed to the pinned files
-# (tests/fixtures/fa4_pypi/<project>.json).
+# Real data: PyPI's PEP 691 JSON for each pinned project, recorded 2026-12-01 (flash-attn-4's b40 file on 2026-12-05)
+# and trimmed to the pinned files (tests/fixtures/fa4_pypi/<project>.json).
 PYPI_FIXTURE = Path(__file__).parent / "fixtures" / "fa4_pypi"
 
 
@@ -443,7 +443,7 @@ def test_lock_pins_each_wheel_with_its_pypi_url_and_install_reads_it_back(tmp_pa
     assert [w["name"] for w in data["wheels"]] == [p.name for p in fa4_pins.release().wheels_for("13")]
     assert all(w["url"].startswith("https://files.pythonhosted.org/") and w["url"].endswith(w["file"])
                for w in data["wheels"])
-    assert fa4_lock.read_fa4_lock(path)[0].version == "4.0.0b36"
+    assert fa4_lock.read_fa4_lock(path)[0].version == "4.0.0b40"
     assert path.read_text() == (ROOT / "locks" / path.name).read_text()  # the committed lock is this one
     data["wheels"][0]["version"] = "4.0.0b37"
     path.write_text(json.dumps(data))
@@ -556,6 +556,19 @@ def test_fetch_publishes_only_a_wheel_matching_its_pin(tmp_path):
     assert list(dest.iterdir()) == []
     assert fa4_wheels.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, good, pin.file)) == [dest / pin.file]
     assert [p.name for p in dest.iterdir()] == [pin.file] and (dest / pin.file).read_bytes() == good
+
+
+def test_fetch_beside_another_release_leaves_out_the_wheels_it_carries(tmp_path):
+    """`toolkit fa4 fetch --beside`: only the wheels the other release's carried folders lack are downloaded."""
+    import hashlib
+
+    own, shared = b"own wheel", b"shared wheel"
+    pins = [fa4_pins.WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl", hashlib.sha256(data).hexdigest(), len(data),
+                              cuda="12", replaces=f"{name}-cu12") for name, data in (("own", own), ("shared", shared))]
+    rel = fa4_pins.Release("1.0", "3.12", 80, ("80",), ("12",), "2.9", tuple(pins), ())
+    dest = tmp_path / "beside"
+    got = fa4_wheels.fetch(rel, "12", dest, pip=_stand_in_pip(tmp_path, own, pins[0].file), leave_out={pins[1].file})
+    assert got == [dest / pins[0].file] and [p.name for p in dest.iterdir()] == [pins[0].file]
 
 
 @needs_wheels

@@ -30,7 +30,7 @@ def messages(path: Path) -> dict[str, str]:
 
 def test_the_fa4_line_of_the_gpu_machine_passes_every_rule():
     spec = load_spec(ROOT / "envs" / "gpu-machine-fa4.yaml")
-    assert spec.flash_attn_4 == Fa4Request("4.0.0b36", with_flash_attn_2=False)
+    assert spec.flash_attn_4 == Fa4Request("4.0.0b40", with_flash_attn_2=False)
     assert rules.violations(spec) == []
     assert load_spec(ROOT / "envs" / "gpu-machine.yaml").flash_attn_4 is None
 

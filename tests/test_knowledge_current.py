@@ -168,7 +168,7 @@ def test_record_then_replay_gives_the_same_findings(tmp_path):
 
 
 # A release of each watched package that the knowledge does not cover, as PyPI's JSON lists it: a wheel and an sdist.
-UNCOVERED = {"torch": "2.16.0", "flash-attn": "2.8.4", "flash-attn-4": "4.0.0b37", "nvidia-cuda-nvcc": "13.6.20",
+UNCOVERED = {"torch": "2.16.0", "flash-attn": "2.8.4", "flash-attn-4": "4.0.0b41", "nvidia-cuda-nvcc": "13.6.20",
              "nvidia-cuda-runtime": "13.6.20"}
 
 

@@ -352,7 +352,7 @@ def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp
         url="https://files.example/typing_extensions-4.16.0-py3-none-any.whl", hash=HashModel(sha256="ab" * 32),
         categories={"main"})])
     layer = with_flash_attn_4(spec, torch_layer, recorded_fa4_pypi)
-    pins = {p.name: p for p in fa4_pins.release().wheels_for("13")}
+    pins = {p.name: p for p in fa4_pins.release("4.0.0b36").wheels_for("13")}  # the release FA4_LINE names
     added = {p.name: p for p in layer.packages[1:]}
     assert set(added) == set(pins) - {"typing-extensions"} and "nvidia-cutlass-dsl-libs-cu12" not in added
     assert all(added[n].hash.sha256 == pins[n].sha256 and added[n].url.endswith(pins[n].file) for n in added)

@@ -31,7 +31,15 @@ from toolkit.fa4.jit import (
     unpack,
     warm,
 )
-from toolkit.fa4.wheels import carried_wheel, carry_split, check_join, fetch, parts_of, write_joined
+from toolkit.fa4.wheels import (
+    carried_wheel,
+    carry_check,
+    carry_split,
+    check_join,
+    fetch,
+    parts_of,
+    write_joined,
+)
 from toolkit.knowledge.fa4_pins import DEFAULT_RELEASE, release
 
 
@@ -60,6 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="DIR",
         help="also cut the wheels into two carryable folders, DIR/part1 and DIR/part2",
+    )
+    fetch_parser.add_argument(
+        "--beside",
+        metavar="VERSION",
+        help="only the wheels of --release that VERSION's pins lack (e.g. --release 4.0.0b36 "
+        "--beside 4.0.0b40: b36's own flash-attn-4 wheel), one carryable folder for a "
+        "second install next to VERSION's joined wheels",
     )
     fetch_parser.set_defaults(func=fa4_fetch_command)
     lock_parser = verbs.add_parser(
@@ -164,11 +179,20 @@ def _release_options(parser: argparse.ArgumentParser) -> None:
 
 def fa4_fetch_command(args: argparse.Namespace) -> int:
     rel = release(args.release)
-    paths = fetch(rel, args.cuda_major, args.dest)
+    if args.beside and args.split_into:
+        raise ToolkitError(
+            "--beside and --split-into: pass one (--beside writes one small carryable folder)"
+        )
+    carried = (
+        {p.file for p in release(args.beside).wheels_for(args.cuda_major)} if args.beside else set()
+    )
+    paths = fetch(rel, args.cuda_major, args.dest, leave_out=carried)
     for path in paths:
         print(f"ok {path.name} sha256 {sha256_file(path)[:16]}")
     if args.split_into:
         carry_split(paths, args.split_into)
+    if args.beside:
+        carry_check(paths, args.dest)
     return 0
 
 

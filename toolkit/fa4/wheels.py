@@ -61,13 +61,20 @@ def check_wheel(path: Path, pin: WheelPin) -> None:
         )
 
 
-def fetch(rel: Release, cuda_major: str, dest: Path, pip: list[str] | None = None) -> list[Path]:
-    """Download each pinned wheel from PyPI (exact version, --no-deps, binary only) and check its hash."""
+def fetch(
+    rel: Release,
+    cuda_major: str,
+    dest: Path,
+    pip: list[str] | None = None,
+    leave_out: set[str] | frozenset[str] = frozenset(),
+) -> list[Path]:
+    """Download each pinned wheel from PyPI (exact version, --no-deps, binary only) and check its hash; a file
+    named in `leave_out` is skipped (another release's carried folders hold it)."""
     pip = pip or [sys.executable, "-m", "pip"]
     dest.mkdir(parents=True, exist_ok=True)
     clean_stale(dest)  # what a killed fetch left
     paths = []
-    for pin in rel.wheels_for(cuda_major):
+    for pin in (p for p in rel.wheels_for(cuda_major) if p.file not in leave_out):
         path = dest / pin.file
         if not (
             path.is_file() and path.stat().st_size == pin.size and sha256_file(path) == pin.sha256
@@ -300,7 +307,26 @@ def _append(source: Path, out: BinaryIO, limit: int) -> int:
         return copied
 
 
-def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2**20) -> tuple[Path, Path]:
+CARRY_LIMIT = 60 * 2**20  # one carry is at most 64 MiB (docs gpu-machine.md), with room to spare
+
+
+def carry_check(
+    paths: list[Path],
+    folder: Path,
+    limit: int = CARRY_LIMIT,
+    fix: str = "fetch it with --split-into instead",
+) -> None:
+    """One folder's files fit one carry, or one line saying by how much they do not."""
+    size = sum(path.stat().st_size for path in paths)
+    if size >= limit:
+        raise ToolkitError(
+            f"{folder}: {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB of one "
+            f"carry ({fix})"
+        )
+    print(f"{folder}: {size / 2**20:.1f} MiB")
+
+
+def carry_split(paths: list[Path], dest: Path, limit: int = CARRY_LIMIT) -> tuple[Path, Path]:
     """Two folders, each under `limit` bytes: part1 = the small wheels + the first chunk of the big one,
     part2 = the other chunks (one carry is at most 64 MiB; docs gpu-machine.md)."""
     part1, part2 = dest / "part1", dest / "part2"
@@ -317,11 +343,5 @@ def carry_split(paths: list[Path], dest: Path, limit: int = 60 * 2**20) -> tuple
             chunks[0].rename(staged1 / chunks[0].name)
             shutil.copy2(staged2 / f"{path.name}.parts.json", staged1 / f"{path.name}.parts.json")
         for folder, staged in ((part1, staged1), (part2, staged2)):
-            size = sum(f.stat().st_size for f in staged.iterdir())
-            if size >= limit:
-                raise ToolkitError(
-                    f"{folder}: {size / 2**20:.1f} MiB, over the {limit / 2**20:.0f} MiB of one "
-                    f"carry (lower PART_BYTES)"
-                )
-            print(f"{folder}: {size / 2**20:.1f} MiB")
+            carry_check(list(staged.iterdir()), folder, limit, fix="lower PART_BYTES")
     return part1, part2

@@ -12,7 +12,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.knowledge import files as knowledge_files
 
 KNOWLEDGE_FILE = knowledge_files.KNOWLEDGE_DIR / "flash_attn_4.yaml"
-DEFAULT_RELEASE = "4.0.0b36"
+DEFAULT_RELEASE = "4.0.0b40"
 DSL_PACKAGES = Path("nvidia_cutlass_dsl") / "dsl_packages"  # where `cutlass` lives (knowledge: pth)
 
 
