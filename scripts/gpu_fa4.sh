@@ -14,6 +14,7 @@
 #                                                                               #   verify smoke, parity
 #   run(command="bash scripts/gpu_fa4.sh b36", carry=[".whl-fa4/b36"])          # ~5 min: b36 installed beside, warm, smoke
 #   run(command="bash scripts/gpu_fa4.sh bench")                                # ~6-8 min: bench b40, bench b36, recommend
+#   run(command="bash scripts/gpu_fa4.sh dq-probe")                             # ~3 min: dQ at head dims 40/80/112 (sm_90)
 #   run(command="bash scripts/gpu_fa4.sh verify-full")                          # ~9 min: the default release, full level
 #
 # Every phase writes under $OUT: steps.txt (each step's rc and seconds), the step logs, the JSON reports and
@@ -116,13 +117,17 @@ case "${1:-}" in
     fi
     fa4_env "$TARGET" "$CACHE"
     step recommend 30 "$PY" -m toolkit recommend --bench "$RESULTS/bench/bench.json" \
-      --verified "fa4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
+      --verified "flash-attn-4=$RESULTS/verify-fa4-smoke/verify.json" --out "$RESULTS/recommendation.json"
+    ;;
+  dq-probe)  # the sm_90 backward's head dims the knowledge lists as wrong (bwd_sm90_padding), measured again
+    fa4_env "$TARGET" "$CACHE"
+    step dq-probe 300 "$PY" scripts/fa4_dq_probe.py "$RESULTS/dq-probe.json"
     ;;
   verify-full)
     fa4_env "$TARGET" "$CACHE"
     step verify-fa4-full 520 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level full \
       --report-dir "$RESULTS/verify-fa4-full"
     ;;
-  *) echo "usage: $0 deps|carry1|carry2|b36|bench|verify-full"; exit 2 ;;
+  *) echo "usage: $0 deps|carry1|carry2|b36|bench|dq-probe|verify-full"; exit 2 ;;
 esac
 pack
