@@ -74,8 +74,8 @@ bench() {  # bench SUFFIX LIMIT: the line's bench with the FA4 that fa4_env chos
 
 case "${1:-}" in
   deps)  # the toolkit's own dependencies, from the carried .whl (no index here)
-    step deps 120 "$PY" -m pip install --no-index --find-links .whl zstandard pydantic py-rattler in-toto-attestation
-    step deps-import 30 "$PY" -c "import pydantic, zstandard, rattler, in_toto_attestation; print('toolkit deps ok')"
+    step deps 120 "$PY" -m pip install --no-index --find-links .whl zstandard pydantic py-rattler
+    step deps-import 30 "$PY" -c "import pydantic, zstandard, rattler; print('toolkit deps ok')"
     ;;
   carry1)
     cp -r .whl-fa4/part1 "$WHEELS"/ && echo "part1: $(ls "$WHEELS/part1" | wc -l) files"

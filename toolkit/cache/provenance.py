@@ -16,11 +16,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
-from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
-from in_toto_attestation.v1.statement import Statement
-
 from toolkit.base.errors import ToolkitError
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -53,7 +48,14 @@ class BuildFacts:
 
 
 def statement(facts: BuildFacts) -> dict[str, Any]:
-    """The statement as JSON data (in-toto's JSON field names: `_type`, `predicateType`, camelCase)."""
+    """The statement as JSON data (in-toto's JSON field names: `_type`, `predicateType`, camelCase). Its models
+    (protobuf) are imported here, where a statement is made: every verb's module imports this one, and a build
+    or GPU machine that never publishes need not have them."""
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+    from in_toto_attestation.v1.statement import Statement
+
     provenance = provenance_pb2.Provenance()
     definition = provenance.build_definition
     definition.build_type = BUILD_TYPE
