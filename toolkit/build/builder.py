@@ -34,6 +34,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from toolkit.base.arguments import add_arch, add_line, add_prefix
 from toolkit.base.atomic import clean_stale, run_temporaries
 from toolkit.base.children import kill_group, popen_tied
 from toolkit.base.digest import sha256_file
@@ -923,25 +924,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
         "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.",
     )
-    parser.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
+    add_line(parser)
     add_workspace_options(parser)
-    parser.add_argument(
-        "--prefix", type=Path, help="installed environment of a locked line (default: .envs/LINE)"
+    add_prefix(parser, "installed environment of a locked line (default: .envs/LINE)")
+    add_arch(
+        parser,
+        "archs to compile: `native` (the GPUs present) or a list like 80,90 (default: the spec's archs)",
     )
     parser.add_argument(
-        "--arch",
-        help="archs to compile: `native` (the GPUs present) or a list like 80,90 "
-        "(default: the spec's archs)",
+        "--jobs",
+        type=_positive_int,
+        metavar="N",
+        help="parallel compile jobs (MAX_JOBS; default: sized)",
     )
     parser.add_argument(
-        "--jobs", type=_positive_int, help="parallel compile jobs (MAX_JOBS; default: sized)"
-    )
-    parser.add_argument(
-        "--nvcc-threads", type=_positive_int, help="threads per nvcc (NVCC_THREADS; default: sized)"
+        "--nvcc-threads",
+        type=_positive_int,
+        metavar="N",
+        help="threads per nvcc (NVCC_THREADS; default: sized)",
     )
     parser.add_argument(
         "--mem-gb",
         type=_positive_float,
+        metavar="GB",
         help="memory to size jobs against (default: MemAvailable; machines that grow memory "
         "on demand show less than they have)",
     )
@@ -961,7 +966,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-install", action="store_true", help="do not install and import the built wheel"
     )
     parser.add_argument(
-        "--install-target", type=Path, help="install into this directory (pip --target) instead"
+        "--install-target",
+        type=Path,
+        metavar="DIR",
+        help="install into this directory (pip --target) instead",
     )
     parser.add_argument(
         "--order-from",
@@ -988,6 +996,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print the figures of the newest build record in wheelhouse/LINE/: "
         "wall time, jobs x nvcc threads and why, parallel efficiency.",
     )
-    report.add_argument("line", metavar="LINE", help="line name (cu126) or spec file")
+    add_line(report)
     add_workspace_options(report)
     report.set_defaults(func=build_report_command)
