@@ -309,8 +309,9 @@ def pack(cache_dir: Path, artifacts: Path, key: dict, latency: dict) -> tuple[Pa
     return archive, record_path
 
 
-def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
-    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it.
+def unpack(record_path: Path, key: dict, dest: Path, archive: Path | None = None) -> dict[str, str]:
+    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it. The artifact
+    is the one beside the record, or `archive` (a published one, downloaded apart from its record).
 
     All or nothing: the archive is extracted into a folder beside dest, which then replaces dest
     (atomic.publish_dir) with dest's own files carried into it, so a refused member or an interruption
@@ -322,7 +323,7 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
     if asdict(record.key) != key:
         raise ToolkitError(f"{display_path(record_path)}: built for {asdict(record.key)}, this env is {key} "
                            f"(run `toolkit fa4 warm` for this env)")
-    archive, sha256 = record_path.parent / record.artifact, record.sha256
+    archive, sha256 = archive or record_path.parent / record.artifact, record.sha256
     dest = Path(os.path.abspath(dest))
     if not dest.name:
         raise ToolkitError(f"{dest}: --dest: not a folder cache-install can fill (pass a new or empty folder)")
@@ -334,7 +335,8 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
                 written = _extract(archive, sha256, staged, dest) - {INSTALLED}
                 kept = _carry_over(dest, staged, ours)
                 write_atomic(staged / INSTALLED, json.dumps({"kind": "fa4-cache-install", "record": record_path.name,
-                                                             "files": sorted(written | (ours & kept))}, indent=1))
+                                                             "key": key, "files": sorted(written | (ours & kept))},
+                                                            indent=1))
     except OSError as exc:
         raise ToolkitError(f"{display_path(dest)}: cannot install the cache there ({exc.strerror or exc}; make "
                            f"it writable or pass another --dest)") from None
