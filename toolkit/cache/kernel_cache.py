@@ -26,7 +26,6 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import parse_json
-from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.cache.config import CacheSite, configured_caches
 from toolkit.cache.index import read_url
@@ -129,7 +128,7 @@ def identify_kernel_cache(folder: Path, caches: list[CacheSite], downloads: Path
     it is downloaded (and checked as cache-install checks it), and each of its files must be in the folder with
     the same sha256 (files FA4 compiled since may lie beside them). The recorded key only picks the artifact to
     compare; the verdict is the bytes on disk."""
-    where = display_path(folder)
+    where = str(folder)  # as $FLASH_ATTENTION_CUTE_DSL_CACHE_DIR names it
     key = _installed_key(folder)
     if key is None:
         return InstalledKernelCache(where, False, detail=f"no {INSTALLED} naming its key: not filled by `toolkit fa4 "
