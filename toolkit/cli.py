@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in STAGE_MODULES:
         importlib.import_module(name).register(subparsers)
     hand_down_runtime_locks(subparsers)
+    hand_down_kernel_cache(subparsers)
     return parser
 
 
@@ -53,6 +54,15 @@ def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
             verb in subparsers.choices
         ):  # a parser of some verbs only (tests register a few) has nothing to hand
             subparsers.choices[verb].set_defaults(runtime_command=command)
+
+
+def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
+    """`toolkit fa4 cache-install --cache URL` is fa4's verb taking the cache wing's published kernel cache; fa4
+    sits below cache, so the entry hands the handler down as `args.kernel_cache_command`."""
+    from toolkit.cache.kernel_cache import install_kernel_cache_command
+
+    if "fa4" in subparsers.choices:
+        subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
 @program

@@ -113,7 +113,7 @@ def _first_difference(published: dict[str, str], site_packages: Path, listed: se
     for path, wanted in sorted(published.items()):
         if path not in listed:
             return f"{path} of the published wheel is not in the installed RECORD"
-        actual = _disk_hash(site_packages, path)
+        actual = disk_hash(site_packages, path)
         if actual is None:
             return f"{path} is not installed as a regular file"
         if actual != wanted:
@@ -143,7 +143,7 @@ def _wheel_record(wheel: Path) -> dict[str, str]:
     return hashed
 
 
-def _disk_hash(site_packages: Path, relative: str) -> str | None:
+def disk_hash(site_packages: Path, relative: str) -> str | None:
     """The file's sha256 in RECORD's form, read as a regular file inside site-packages (a FIFO never blocks, a
     link out of it is not followed); None where there is none."""
     path = site_packages / relative

@@ -9,6 +9,8 @@ Layout of the folder (`toolkit publish --to DIR`), every path relative so the fo
   files/<folder>/<wheel>.provenance.json            in-toto Statement v1 / SLSA provenance v1 (cache/provenance.py)
   files/<folder>/<wheel>.reports/<report>           the line's verification and bench reports, where it has them
   inputs/<inputs key>.json                          the substitution table's entry (cache/table.py)
+  kernel-caches/<artifact>, <key id>.kernel-cache.json   FA4's warmed kernel cache (`toolkit fa4 warm`) and its record
+  kernel-caches/<key>.json                          its table entry (key: sha256 of the record's key, cache/kernel_cache.py)
 
 Immutable: a published name never changes. Publishing the same files again is a no-op; a different file under
 a published name is refused in one line, before anything is written. Readers never see half a publish: each
@@ -21,21 +23,32 @@ from __future__ import annotations
 import hashlib
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
 from urllib.parse import quote
 
 from toolkit.base.atomic import clean_stale, copy_atomic, publish_dir, write_atomic
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
-from toolkit.base.digest import sha256_file
+from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.workspace import KERNEL_CACHE_RECORD_SUFFIX
 from toolkit.cache.provenance import BuildFacts, statement_text
 from toolkit.cache.simple import Link, write_pages
-from toolkit.cache.table import FILES_DIR, INPUTS_DIR, Signer, TableEntry, entry_path
+from toolkit.cache.table import (
+    FILES_DIR,
+    INPUTS_DIR,
+    KERNEL_CACHES_DIR,
+    KernelCacheEntry,
+    SignedEntry,
+    Signer,
+    TableEntry,
+    entry_path,
+)
+from toolkit.fa4.jit import cache_record, key_id
 
 METADATA_MEMBER = re.compile(r"[^/]+\.dist-info/METADATA")
 MAX_METADATA_BYTES = 16 << 20
@@ -58,8 +71,15 @@ class Publication:
 
 @dataclass(frozen=True)
 class Published:
-    entry: TableEntry
-    new: bool  # False: this wheel was already published with these files (nothing was written)
+    entry: TableEntry | KernelCacheEntry
+    new: bool  # False: this wheel (or kernel cache) was already published with these files (nothing was written)
+
+    @property
+    def label(self) -> str:
+        """What publish prints of it: the wheel or artifact's path and the key it is looked up by."""
+        if isinstance(self.entry, TableEntry):
+            return f"{self.entry.wheel} (inputs {self.entry.inputs_key})"
+        return f"{self.entry.artifact} (FA4 kernel cache {self.entry.key})"
 
 
 @dataclass(frozen=True)
@@ -70,12 +90,19 @@ class _File:
     source: Path | None = None  # ...or copied from this file
 
 
-def publish(dest: Path, items: list[Publication], signer: Signer | None = None) -> list[Published]:
-    """Publish every item into `dest`, or nothing: each file is checked against what `dest` already holds
-    before the first one is written. Publishers take turns (a file lock beside inputs/)."""
+def publish(
+    dest: Path,
+    items: list[Publication],
+    signer: Signer | None = None,
+    kernel_caches: list[Path] | None = None,
+) -> list[Published]:
+    """Publish every item (and every FA4 kernel-cache record's artifact) into `dest`, or nothing: each file is
+    checked against what `dest` already holds before the first one is written. Publishers take turns (a file
+    lock beside inputs/)."""
     dest.mkdir(parents=True, exist_ok=True)
     with locked(dest / INPUTS_DIR):
-        plans = [_plan(item, signer) for item in items]
+        plans: list[tuple[list[_File], SignedEntry]] = [_plan(item, signer) for item in items]
+        plans += [_plan_kernel_cache(record, signer) for record in kernel_caches or []]
         planned: dict[str, str] = {}
         for files, _entry in plans:
             for file in files:
@@ -100,6 +127,7 @@ def publish(dest: Path, items: list[Publication], signer: Signer | None = None) 
                     assert file.data is not None
                     write_atomic(target, file.data)
                 new = True
+            assert isinstance(entry, (TableEntry, KernelCacheEntry))
             published.append(Published(entry, new))
         write_index(dest)
     return published
@@ -140,6 +168,46 @@ def _plan(item: Publication, signer: Signer | None) -> tuple[list[_File], TableE
         entry = signer.sign(entry)
     text = entry.text().encode()
     files.append(_File(entry_path(item.inputs_key), _sha(text), data=text))
+    return files, entry
+
+
+def _plan_kernel_cache(
+    record_path: Path, signer: Signer | None
+) -> tuple[list[_File], KernelCacheEntry]:
+    """An FA4 kernel cache's artifact and record (published under the names its key gives), its entry last."""
+    record = cache_record(record_path)  # a damaged record is one line naming it
+    artifact = record_path.parent / record.artifact
+    try:
+        actual = sha256_file(artifact)
+    except OSError as exc:
+        raise ToolkitError(
+            f"{display_path(artifact)}: cannot read the artifact its record "
+            f"{display_path(record_path)} names ({exc.strerror or exc}; warm again)"
+        ) from None
+    if actual != record.sha256:
+        raise ToolkitError(
+            f"{display_path(artifact)}: sha256 {actual} is not its record's {record.sha256} (the "
+            f"artifact changed after `toolkit fa4 warm` packed it: warm again)"
+        )
+    key = asdict(record.key)
+    base = f"{KERNEL_CACHES_DIR}/{key_id(key)}"
+    record_sha = sha256_file(record_path)
+    entry = KernelCacheEntry(
+        key=sha256_json(key),
+        artifact=f"{KERNEL_CACHES_DIR}/{record.artifact}",
+        artifact_sha256=actual,
+        artifact_size=artifact.stat().st_size,
+        record=f"{base}{KERNEL_CACHE_RECORD_SUFFIX}",
+        record_sha256=record_sha,
+    )
+    if signer is not None:
+        entry = signer.sign(entry)
+    text = entry.text().encode()
+    files = [
+        _File(entry.artifact, actual, source=artifact),
+        _File(entry.record, record_sha, source=record_path),
+        _File(entry_path(entry.key, KERNEL_CACHES_DIR), _sha(text), data=text),
+    ]
     return files, entry
 
 

@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import pydantic
 
@@ -26,8 +26,15 @@ TABLE_KIND = "fa-envkit-substitution"
 INPUTS_DIR = "inputs"
 FILES_DIR = "files"
 SHA256 = re.compile(r"[0-9a-f]{64}")
-# files/<wheelhouse folder>/<file>: plain names only, so no entry can point a consumer outside the index
-PUBLISHED_PATH = re.compile(rf"{FILES_DIR}/[A-Za-z0-9][A-Za-z0-9._+-]*/[A-Za-z0-9][A-Za-z0-9._+-]*")
+# FA4's kernel caches: their entries kernel-caches/<key>.json, artifacts and records beside them
+KERNEL_CACHES_DIR = "kernel-caches"
+KERNEL_CACHE_KIND = "fa-envkit-kernel-cache"
+_NAME = "[A-Za-z0-9][A-Za-z0-9._+-]*"
+# where an entry's files may lie: plain names only, so no entry can point a consumer outside the index
+PUBLISHED_PATHS = {
+    FILES_DIR: re.compile(rf"{FILES_DIR}/{_NAME}/{_NAME}"),  # files/<wheelhouse folder>/<file>
+    KERNEL_CACHES_DIR: re.compile(rf"{KERNEL_CACHES_DIR}/{_NAME}"),
+}
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,69 @@ class Signature:
     )
 
 
+class SignedEntry:
+    """What every signed entry of the index shares (a wheel's TableEntry, FA4's KernelCacheEntry): one canonical
+    form that the signature covers, so signing and checking are written once."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    signature: Signature | None
+
+    def unsigned(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["signature"]
+        return data
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of the entry without its signature."""
+        return json.dumps(self.unsigned(), sort_keys=True, separators=(",", ":")).encode()
+
+    def text(self) -> str:
+        data = self.unsigned() if self.signature is None else asdict(self)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+Entry = TypeVar("Entry", bound=SignedEntry)
+
+
+def parse_entry(
+    adapter: pydantic.TypeAdapter[Entry],
+    data: object,
+    where: str,
+    kind: str,
+    hashes: tuple[str, ...],
+    paths: tuple[str, ...],
+    root: str,
+    then: str = "the build compiles instead",
+) -> Entry:
+    """An entry of `kind`, every field typed, each of `hashes` a sha256 and each of `paths` a file of the index
+    (`root`/<name>, or files/<folder>/<name>): one line naming the first field that is not."""
+    fix = f"the cache serves a broken entry: tell its publisher; {then}"
+    if not isinstance(data, dict) or data.get("kind") != kind or data.get("schema") != TABLE_SCHEMA:
+        raise ToolkitError(
+            f"{where}: not a substitution table entry of schema {TABLE_SCHEMA} ({fix})"
+        )
+    try:
+        entry = adapter.validate_python(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        raise ToolkitError(
+            f"{where}: table entry field {'.'.join(str(p) for p in first['loc'])}: "
+            f"{first['msg'].lower()} ({fix})"
+        ) from None
+    for name in hashes:
+        if not SHA256.fullmatch(getattr(entry, name)):
+            raise ToolkitError(f"{where}: table entry field {name}: not a sha256 ({fix})")
+    for name in paths:
+        value = getattr(entry, name)
+        if not PUBLISHED_PATHS[root].fullmatch(value) or ".." in value:
+            raise ToolkitError(
+                f"{where}: table entry field {name}: {value!r} is not a path under {root}/ ({fix})"
+            )
+    return entry
+
+
 @dataclass(frozen=True)
-class TableEntry:
+class TableEntry(SignedEntry):
     """One build's inputs -> the published wheel and the files that vouch for it, each by sha256."""
 
     inputs_key: str
@@ -58,59 +126,62 @@ class TableEntry:
     def wheel_name(self) -> str:
         return self.wheel.rsplit("/", 1)[-1]
 
-    def unsigned(self) -> dict[str, Any]:
-        data = asdict(self)
-        del data["signature"]
-        return data
-
-    def signed_bytes(self) -> bytes:
-        """What a signature covers: the canonical JSON of the entry without its signature."""
-        return json.dumps(self.unsigned(), sort_keys=True, separators=(",", ":")).encode()
-
-    def text(self) -> str:
-        data = self.unsigned() if self.signature is None else asdict(self)
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
     @classmethod
     def from_json(cls, data: object, where: str) -> TableEntry:
-        fix = "the cache serves a broken entry: tell its publisher; the build compiles instead"
-        if (
-            not isinstance(data, dict)
-            or data.get("kind") != TABLE_KIND
-            or data.get("schema") != TABLE_SCHEMA
-        ):
-            raise ToolkitError(
-                f"{where}: not a substitution table entry of schema {TABLE_SCHEMA} ({fix})"
-            )
-        try:
-            entry = _ADAPTER.validate_python(data)
-        except pydantic.ValidationError as exc:
-            first = exc.errors()[0]
-            raise ToolkitError(
-                f"{where}: table entry field {'.'.join(str(p) for p in first['loc'])}: "
-                f"{first['msg'].lower()} ({fix})"
-            ) from None
-        for name in ("inputs_key", "wheel_sha256", "record_sha256", "provenance_sha256"):
-            if not SHA256.fullmatch(getattr(entry, name)):
-                raise ToolkitError(f"{where}: table entry field {name}: not a sha256 ({fix})")
-        for name in ("wheel", "record", "provenance"):
-            value = getattr(entry, name)
-            if not PUBLISHED_PATH.fullmatch(value) or ".." in value:
-                raise ToolkitError(
-                    f"{where}: table entry field {name}: {value!r} is not a path under "
-                    f"{FILES_DIR}/ ({fix})"
-                )
-        return entry
+        return parse_entry(
+            _ADAPTER,
+            data,
+            where,
+            TABLE_KIND,
+            ("inputs_key", "wheel_sha256", "record_sha256", "provenance_sha256"),
+            ("wheel", "record", "provenance"),
+            FILES_DIR,
+        )
+
+
+@dataclass(frozen=True)
+class KernelCacheEntry(SignedEntry):
+    """FA4's warmed kernel cache for one key (GPU arch, FA4 and cutlass-dsl pins, torch, python): the artifact
+    `toolkit fa4 warm` packed and its kernel-cache record, each by sha256 (published by cache/publish.py, taken by
+    cache/kernel_cache.py)."""
+
+    key: str  # sha256 of the canonical JSON of the record's key, as an inputs key is of a build's inputs
+    artifact: str  # kernel-caches/<artifact>.tar.gz, relative to the index root
+    artifact_sha256: str
+    artifact_size: int
+    record: str  # kernel-caches/<key id>.kernel-cache.json, beside the artifact
+    record_sha256: str
+    kind: str = KERNEL_CACHE_KIND
+    schema: int = TABLE_SCHEMA
+    signature: Signature | None = None
+
+    @property
+    def artifact_name(self) -> str:
+        return self.artifact.rsplit("/", 1)[-1]
+
+    @classmethod
+    def from_json(cls, data: object, where: str, then: str) -> KernelCacheEntry:
+        return parse_entry(
+            _KERNEL_ADAPTER,
+            data,
+            where,
+            KERNEL_CACHE_KIND,
+            ("key", "artifact_sha256", "record_sha256"),
+            ("artifact", "record"),
+            KERNEL_CACHES_DIR,
+            then,
+        )
 
 
 _ADAPTER = pydantic.TypeAdapter(TableEntry)
+_KERNEL_ADAPTER = pydantic.TypeAdapter(KernelCacheEntry)
 
 
-def entry_path(key: str) -> str:
-    """inputs/<key>.json, relative to the index root."""
+def entry_path(key: str, table: str = INPUTS_DIR) -> str:
+    """<table>/<key>.json, relative to the index root: inputs/ for wheels, kernel-caches/ for FA4's caches."""
     if not SHA256.fullmatch(key):
         raise ToolkitError(f"{key!r}: not an inputs key (64 lowercase hex digits)")
-    return f"{INPUTS_DIR}/{key}.json"
+    return f"{table}/{key}.json"
 
 
 # ---------------------------------------------------------------- signing
@@ -158,13 +229,16 @@ class Signer:
         )
         return cls(key, public_key_text(raw))
 
-    def sign(self, entry: TableEntry) -> TableEntry:
+    def sign(self, entry: Entry) -> Entry:
         value = base64.b64encode(self.key.sign(entry.signed_bytes())).decode()
         return replace(entry, signature=Signature(self.public_key, value))
 
 
 def check_signature(
-    entry: TableEntry, trusted_key: str | None, where: str, then: str = "the build compiles instead"
+    entry: SignedEntry,
+    trusted_key: str | None,
+    where: str,
+    then: str = "the build compiles instead",
 ) -> None:
     """Nothing to check for a cache configured without a key; with one, the entry must be signed by exactly it.
     `then`: what happens next, for the reader's line (a build compiles; export and runtime locks stop)."""

@@ -438,6 +438,28 @@ def check_flash_attn_3_published(f: Facts) -> Row | None:
     return check_published(f, "flash-attn-3")
 
 
+def check_fa4_kernel_cache_published(f: Facts) -> Row | None:
+    """Whether the FA4 kernel cache in use holds a published artifact's files (by sha256), beside the wheels'
+    rows; only where caches are configured and the shell points FA4 at a cache folder."""
+    found = f.probe.fa4_kernel_cache
+    if found is None:
+        return None
+    if not found.published:
+        return Row(
+            "fa4-kernel-cache-published",
+            "warn",
+            f"{found.folder}: an unknown FA4 kernel cache ({found.detail})",
+            "install the published one (toolkit fa4 cache-install --cache URL --target DIR --arch SM --dest "
+            "DIR) or warm it here (toolkit fa4 warm)",
+        )
+    return Row(
+        "fa4-kernel-cache-published",
+        "ok",
+        f"{found.folder}: the published FA4 kernel cache {found.artifact} "
+        f"(key {found.key}, {found.files} files, each with its sha256)",
+    )
+
+
 def check_flash_attn_archs(f: Facts) -> Row | None:
     fa = f.probe.flash_attn
     if fa is None or not fa.extension:
@@ -587,6 +609,7 @@ MACHINE_CHECKS: tuple[Callable[[Facts], Row | None], ...] = (
     check_flash_attn_archs,
     check_flash_attn_published,
     check_flash_attn_3_published,
+    check_fa4_kernel_cache_published,
     check_transformers,
 )
 
@@ -1118,7 +1141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cache",
         action="append",
         metavar="URL",
-        help="name the installed flash-attn / FA3 against this published cache (besides those "
+        help="name the installed flash-attn / FA3 (and the FA4 kernel cache "
+        "$FLASH_ATTENTION_CUTE_DSL_CACHE_DIR names) against this published cache (besides those "
         "of .fa-envkit/caches.toml): a published build, with its verification report, or an "
         "unknown build",
     )

@@ -9,6 +9,7 @@ the conda prefix's packages and the line's lock and newest build record, each to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,8 +23,10 @@ from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.build.record import BuildRecord
 from toolkit.cache.config import CacheSite
 from toolkit.cache.installed import InstalledBuild, identify
+from toolkit.cache.kernel_cache import InstalledKernelCache, identify_kernel_cache
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedPackage
+from toolkit.fa4.jit import CACHE_DIR_ENV
 from toolkit.knowledge.facts import arch_number
 from toolkit.knowledge.nvcc_gcc import host_config_cap
 from toolkit.machine import line_env
@@ -116,6 +119,9 @@ class Probe:
         InstalledBuild, ...
     ] = ()  # each one's published build, where caches are configured
     installed_builds_error: str | None = None  # the caches could not be asked (one line)
+    fa4_kernel_cache: InstalledKernelCache | None = (
+        None  # the FA4 kernel cache in use, where caches are configured
+    )
 
     @staticmethod
     def from_dict(data: dict) -> Probe:
@@ -127,6 +133,8 @@ class Probe:
         data["installed_builds"] = tuple(
             InstalledBuild(**build) for build in data.get("installed_builds") or ()
         )
+        kernel_cache = data.get("fa4_kernel_cache")
+        data["fa4_kernel_cache"] = InstalledKernelCache(**kernel_cache) if kernel_cache else None
         return Probe(**data)
 
 
@@ -247,8 +255,12 @@ def probe_environment(fp: Fingerprint, env: LineEnvironment, packages: tuple[str
 
 
 def published_builds(probe: Probe, caches: list[CacheSite], downloads: Path) -> Probe:
-    """The probe with each installed flash-attn / FA3 named against the configured caches (none: unchanged)."""
-    if not caches or not probe.dist_info:
+    """The probe with each installed flash-attn / FA3, and the FA4 kernel cache in use, named against the
+    configured caches (none: unchanged)."""
+    if not caches:
+        return probe
+    probe = replace(probe, fa4_kernel_cache=published_kernel_cache(caches, downloads))
+    if not probe.dist_info:
         return probe
     try:
         found = tuple(
@@ -257,6 +269,20 @@ def published_builds(probe: Probe, caches: list[CacheSite], downloads: Path) -> 
     except ToolkitError as exc:
         return replace(probe, installed_builds_error=str(exc))
     return replace(probe, installed_builds=found)
+
+
+def published_kernel_cache(caches: list[CacheSite], downloads: Path) -> InstalledKernelCache | None:
+    """The FA4 kernel cache folder this shell points FA4 at ($FLASH_ATTENTION_CUTE_DSL_CACHE_DIR, what the
+    environment's python reads), named against the caches; None where none is set."""
+    folder = os.environ.get(CACHE_DIR_ENV)
+    if not folder:
+        return None
+    if not Path(folder).is_dir():
+        return InstalledKernelCache(folder, False, detail=f"${CACHE_DIR_ENV} names no folder")
+    try:
+        return identify_kernel_cache(Path(folder), caches, downloads)
+    except ToolkitError as exc:
+        return InstalledKernelCache(folder, False, detail=f"could not be told: {exc}")
 
 
 def gather_line(

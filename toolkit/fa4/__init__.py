@@ -5,4 +5,10 @@
 PUBLIC = (
     "cli.register",
     "install.restore_after_flash_attn_2",
+    "jit.CACHE_DIR_ENV",
+    "jit.INSTALLED",
+    "jit.cache_entries",
+    "jit.cache_record",
+    "jit.key_id",
+    "jit.unpack",
 )

@@ -324,15 +324,24 @@ def _register_cache_verbs(verbs: argparse._SubParsersAction) -> None:
         help="unpack a warmed cache artifact for an install whose key matches",
         description="Unpack a `toolkit fa4 warm` artifact into --dest when its record's key matches the --target "
         "install, its python and --arch (refused otherwise), all or nothing, and print the NAME=VALUE "
-        "lines that make FA4 use the cache.",
+        "lines that make FA4 use the cache. Without --cache-record, the artifact `toolkit publish` "
+        "published for this key is taken from --cache URL (and the caches of .fa-envkit/caches.toml), "
+        "its sha256, key and signature checked; a miss or a refusal is one line, nothing is unpacked "
+        "and the exit is 1 (then `toolkit fa4 warm` compiles).",
     )
     _target_and_arch(use)
     use.add_argument(
         "--cache-record",
         type=Path,
-        required=True,
         metavar="RECORD",
-        help="the artifact's .kernel-cache.json record",
+        help="the artifact's .kernel-cache.json record (a local artifact)",
+    )
+    use.add_argument(
+        "--cache",
+        action="append",
+        metavar="URL",
+        help="a published binary cache (file://, http(s)://) to take this key's kernel cache from "
+        "(besides those of .fa-envkit/caches.toml)",
     )
     add_renamed_option(
         use, "--record", "--cache-record (--record is check-updates' recording folder)"
@@ -415,8 +424,26 @@ def _target_and_arch(parser: argparse.ArgumentParser) -> None:
 
 
 def fa4_cache_install_command(args: argparse.Namespace) -> int:
+    if args.cache_record and args.cache:
+        raise ToolkitError(
+            "cache-install: --cache-record (a local artifact) or --cache URL (a published one), not "
+            "both"
+        )
     record = load_record(args.target, python_argument(args.python))
     folder_argument(args.dest, "--dest")
+    if args.cache_record is None:
+        # the cache wing's (above this one): toolkit/cli.py hands it down
+        substitute = getattr(args, "kernel_cache_command", None)
+        if substitute is None:
+            raise ToolkitError(
+                "cache-install: pass --cache-record (`python -m toolkit.fa4` takes no --cache: run "
+                "`toolkit fa4 cache-install --cache URL`)"
+            )
+        return int(
+            substitute(
+                args, cache_key(record.python, record.env(), args.arch), args.dest.absolute()
+            )
+        )
     cache_record(args.cache_record)  # a damaged record is refused before any program runs
     env = unpack(
         args.cache_record, cache_key(record.python, record.env(), args.arch), args.dest.absolute()

@@ -410,8 +410,9 @@ def pack(cache_dir: Path, artifacts: Path, key: dict, latency: dict) -> tuple[Pa
     return archive, record_path
 
 
-def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
-    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it.
+def unpack(record_path: Path, key: dict, dest: Path, archive: Path | None = None) -> dict[str, str]:
+    """Unpack a cache artifact whose record matches `key` into dest; the env that makes FA4 use it. The artifact
+    is the one beside the record, or `archive` (a published one, downloaded apart from its record).
 
     All or nothing: the archive is extracted into a folder beside dest, which then replaces dest
     (atomic.publish_dir) with dest's own files carried into it, so a refused member or an interruption
@@ -425,7 +426,7 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
             f"{display_path(record_path)}: built for {asdict(record.key)}, this env is {key} "
             f"(run `toolkit fa4 warm` for this env)"
         )
-    archive, sha256 = record_path.parent / record.artifact, record.sha256
+    archive, sha256 = archive or record_path.parent / record.artifact, record.sha256
     dest = Path(os.path.abspath(dest))
     if not dest.name:
         raise ToolkitError(
@@ -446,6 +447,7 @@ def unpack(record_path: Path, key: dict, dest: Path) -> dict[str, str]:
                         {
                             "kind": "fa4-cache-install",
                             "record": record_path.name,
+                            "key": key,
                             "files": sorted(written | (ours & kept)),
                         },
                         indent=1,

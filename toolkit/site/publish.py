@@ -13,7 +13,13 @@ from pathlib import Path
 from toolkit.base.arguments import add_lines
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.base.workspace import Workspace, add_workspace_options, folder_line, wheel_folders
+from toolkit.base.workspace import (
+    KERNEL_CACHE_RECORD_SUFFIX,
+    Workspace,
+    add_workspace_options,
+    folder_line,
+    wheel_folders,
+)
 from toolkit.build.record import RECORD_SUFFIX, BuildRecord
 from toolkit.build.wheelhouse import records
 from toolkit.cache.provenance import BuildFacts, Dependency
@@ -25,12 +31,12 @@ REPORT_NAMES = ("verify.json", "verify.xml", "bench.json", "bench.png", "recomme
 MACHINE_FIELDS = ("machine", "cpus", "mem_available_gb", "gpus", "driver_version")
 
 
-def folders(workspace: Workspace, lines: list[str]) -> list[Path]:
+def folders(workspace: Workspace, lines: list[str], required: bool = True) -> list[Path]:
     """Each named line's wheel folders (one per implementation: wheel_folders) that hold records; every such
-    folder without lines."""
+    folder without lines (none at all is refused when `required`: nothing else is published)."""
     if not lines:
         found = sorted({path.parent for path in workspace.wheelhouse.glob(f"*/*{RECORD_SUFFIX}")})
-        if not found:
+        if not found and required:
             raise ToolkitError(
                 f"{display_path(workspace.wheelhouse)}: no build records to publish "
                 f"(run `toolkit build LINE` first)"
@@ -113,21 +119,43 @@ def publications(workspace: Workspace, folder: Path) -> list[Publication]:
     return found
 
 
+def kernel_cache_records(line_folders: list[Path], given: list[Path]) -> list[Path]:
+    """FA4's kernel-cache records to publish: those in the published lines' wheel folders (where `toolkit fa4 warm
+    --artifacts wheelhouse/<line>` puts them) and in each `--kernel-cache DIR` (any --artifacts folder)."""
+    for folder in given:
+        if not folder.is_dir():
+            raise ToolkitError(
+                f"--kernel-cache {display_path(folder)}: not a folder (pass the --artifacts folder of "
+                f"`toolkit fa4 warm`)"
+            )
+    found = [
+        path for folder in given for path in sorted(folder.glob(f"*{KERNEL_CACHE_RECORD_SUFFIX}"))
+    ]
+    if given and not found:
+        raise ToolkitError(
+            f"--kernel-cache {', '.join(map(display_path, given))}: no *{KERNEL_CACHE_RECORD_SUFFIX} "
+            f"record there (run `toolkit fa4 warm --artifacts DIR` first)"
+        )
+    found += [
+        path
+        for folder in line_folders
+        for path in sorted(folder.glob(f"*{KERNEL_CACHE_RECORD_SUFFIX}"))
+    ]
+    return list(dict.fromkeys(path.absolute() for path in found))
+
+
 def publish_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
     signer = Signer.from_pem(args.sign_key) if args.sign_key else None
-    items = [
-        item
-        for folder in folders(workspace, args.lines)
-        for item in publications(workspace, folder)
-    ]
-    for done in publish(args.to, items, signer):
+    chosen = folders(workspace, args.lines, required=not args.kernel_cache)
+    items = [item for folder in chosen for item in publications(workspace, folder)]
+    for done in publish(args.to, items, signer, kernel_cache_records(chosen, args.kernel_cache)):
         state = "published" if done.new else "already published (no change)"
-        print(f"{state}: {done.entry.wheel} (inputs {done.entry.inputs_key})")
+        print(f"{state}: {done.label}")
     index = args.to.absolute() / "simple"
     print(
         f"index: {index} (serve {display_path(args.to)} with any web server: pip/uv --index-url URL/simple; "
-        f"toolkit build --cache URL)"
+        f"toolkit build --cache URL; toolkit fa4 cache-install --cache URL)"
     )
     if signer:
         print(
@@ -155,6 +183,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY",
         help="ed25519 private key (PEM: `openssl genpkey -algorithm ed25519 -out KEY`) signing "
         "each table entry",
+    )
+    parser.add_argument(
+        "--kernel-cache",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="also publish the FA4 kernel caches `toolkit fa4 warm --artifacts DIR` packed there (those "
+        "in the lines' wheelhouse folders are published without it), for `toolkit fa4 "
+        "cache-install --cache URL`",
     )
     add_workspace_options(parser)
     parser.set_defaults(func=publish_command)
