@@ -633,9 +633,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"PyPI's simple index or a site mirror of it, for the sdist pin and the pip layer "
                              f"(default: {PYPI_SIMPLE})")
     parser.add_argument("--runtime", action="store_true",
-                        help="a pypi line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, "
-                             "no build-only package): locks/pylock.<line>-runtime.toml and "
-                             "locks/<line>.runtime.conda-lock.yml")
+                        help="a line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, a conda "
+                             "line's conda layer, no build-only package): locks/<line>.runtime.conda-lock.yml and, for "
+                             "a pypi line, locks/pylock.<line>-runtime.toml")
     parser.add_argument("--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote")
     add_workspace_options(parser)
     parser.set_defaults(func=lock_command)
