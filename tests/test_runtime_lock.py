@@ -101,18 +101,18 @@ class Project:
         return tomllib.loads((self.root / "locks" / f"pylock.{LINE}-runtime.toml").read_text())
 
 
-def publish_build(root: Path, wheel: Path, dest: Path, lock_sha256: str) -> Path:
-    """The wheel placed in root's wheelhouse with a build record of LINE from the lock of `lock_sha256`, and
+def publish_build(root: Path, wheel: Path, dest: Path, lock_sha256: str, line: str = LINE, kind: str = "pypi") -> Path:
+    """The wheel placed in root's wheelhouse with a build record of `line` from the lock of `lock_sha256`, and
     published to dest: the published copy."""
-    inputs = {"recipe": 2, "line": LINE, "spec_input_hash": "0" * 64, "lock_sha256": lock_sha256, "archs": ["90"],
-              "toolchain": toolchain(kind="pypi"), "local_version": f"+{LOCAL}"}
+    inputs = {"recipe": 2, "line": line, "spec_input_hash": "0" * 64, "lock_sha256": lock_sha256, "archs": ["90"],
+              "toolchain": toolchain(kind=kind), "local_version": f"+{LOCAL}"}
     record = demo_record(wheel, inputs)
     version = wheel.name.split("-")[1]
     record = dataclasses.replace(record, inputs_key=canonical_key(inputs),
                                  outputs=dataclasses.replace(record.outputs, version=version))
-    place(wheel, root / "wheelhouse" / LINE, record)
-    assert main(["publish", LINE, "--to", str(dest)]) == 0
-    return dest / "files" / LINE / wheel.name
+    place(wheel, root / "wheelhouse" / line, record)
+    assert main(["publish", line, "--to", str(dest)]) == 0
+    return dest / "files" / line / wheel.name
 
 
 @pytest.fixture
@@ -286,3 +286,160 @@ def test_a_published_wheel_the_index_does_not_vouch_for_is_refused_in_one_line(p
         assert runtime_lock(project) == 0
         (published,) = {p["name"]: p for p in project.pylock()["packages"]}["flash-attn"]["wheels"]
         assert published["hashes"]["sha256"] == sha256_of(project.wheel)
+
+
+# ---------------------------------------------------------------- a conda line (toolchain kind locked)
+
+CONDA_LINE = "cu130"
+CONDA_SPEC = """extends: base
+cuda: "13.0"
+python: "3.11"
+gcc: 14
+platforms: [linux-64]
+channels: [{channel}]
+torch: {{version: "2.14.1", index: "{index}/simple"}}
+archs: ["90"]
+"""
+CONDA_BUILD_ONLY = yaml.safe_load((KNOWLEDGE_DIR / "conda_forge_nvcc.yaml").read_text())["runtime"]["build_only"]
+
+
+def conda_build_only(platform: str) -> set[str]:
+    return {name.replace("{platform}", platform) for name in CONDA_BUILD_ONLY}
+
+
+def test_every_conda_build_only_name_is_a_published_conda_forge_record():
+    """Each name of conda_forge_nvcc.yaml runtime.build_only is a package conda-forge publishes, on each platform
+    (the replica's records: real published ones and the recipe-derived -dev outputs and ninja)."""
+    from conda_forge_replica.replica import load_records
+
+    names = {(record["name"], record["subdir"]) for record in load_records()}
+    for platform in ("linux-64", "linux-aarch64"):
+        for name in conda_build_only(platform):
+            assert (name, platform) in names or (name, "noarch") in names, (name, platform)
+
+
+@pytest.fixture(scope="module")
+def replica_records_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """conda-forge's real records of linux-64 and noarch (tests/conda_forge_replica), without payload but python's
+    (its wrapper runs $FIXTURE_PYTHON, so the pip layer installs for real)."""
+    from conda_channel import build_channel
+    from conda_forge_replica.replica import PayloadRoots, channel_folder, packages, wrapper
+
+    chosen = []
+    for package in packages(PayloadRoots(), with_payload=False):
+        if package.subdir not in ("linux-64", "noarch"):
+            continue
+        if package.name == "python":
+            minor = ".".join(package.version.split(".")[:2])
+            package = dataclasses.replace(package, files={"bin/python": wrapper("python"),
+                                                          f"bin/python{minor}": wrapper("python")})
+        chosen.append(package)
+    return build_channel(tmp_path_factory.mktemp("replica") / channel_folder("conda-forge"), chosen)
+
+
+@dataclass
+class CondaProject:
+    root: Path
+    index: str
+    wheel: Path
+
+    def runtime_lock(self) -> Path:
+        return self.root / "locks" / f"{CONDA_LINE}.runtime.conda-lock.yml"
+
+    def build_lock(self) -> Path:
+        return self.root / "locks" / f"{CONDA_LINE}.conda-lock.yml"
+
+
+@pytest.fixture
+def conda_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture_wheel: Path,
+                  replica_records_channel: Path) -> Iterator[CondaProject]:
+    """A CUDA 13.0 conda line locked (py-rattler) against conda-forge's records and a loopback stand-in of its
+    torch index (torch requiring filelock; base.yaml's build requirements), its fixture wheel published."""
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    shutil.copy(ROOT / "envs" / "base.yaml", root / "envs")
+    monkeypatch.chdir(root)
+    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
+                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.setenv("FIXTURE_PYTHON", sys.executable)
+    dist = tmp_path / "stand-in" / "dist"
+    files = [make_wheel(dist, "torch", "2.14.1", ("filelock",)), make_sdist(dist, "flash-attn", "2.8.3.post2"),
+             *(make_wheel(dist, name, "1.0") for name in ("filelock", "packaging", "psutil", "einops", "setuptools",
+                                                          "wheel"))]
+    build_simple_index(tmp_path / "stand-in", files)
+    with serve_directory(tmp_path / "stand-in") as pypi, serve(tmp_path / "published") as (url, _):
+        (root / "envs" / f"{CONDA_LINE}.yaml").write_text(CONDA_SPEC.format(channel=replica_records_channel.as_uri(),
+                                                                             index=pypi))
+        assert main(["lock", CONDA_LINE, "--engine", "rattler", "--pypi", f"{pypi}/simple"]) == 0
+        lock_sha256 = sha256_of(root / "locks" / f"{CONDA_LINE}.conda-lock.yml")
+        wheel = publish_build(root, fixture_wheel, tmp_path / "published", lock_sha256, CONDA_LINE, "locked")
+        yield CondaProject(root, url, wheel)
+
+
+def test_a_conda_lines_runtime_lock_is_its_build_locks_records_without_build_only_packages(conda_project):
+    assert main(["lock", CONDA_LINE, "--runtime", "--index", conda_project.index]) == 0
+    build = yaml.safe_load(conda_project.build_lock().read_text())["package"]
+    runtime = yaml.safe_load(conda_project.runtime_lock().read_text())["package"]
+    build_conda = {p["name"]: p for p in build if p["manager"] == "conda"}
+    runtime_conda = {p["name"]: p for p in runtime if p["manager"] == "conda"}
+    removed = conda_build_only("linux-64")
+    assert {"cuda-nvcc", "cuda-nvcc-impl", "cuda-cudart-dev", "gxx_linux-64", "gcc_impl_linux-64", "ninja",
+            "sysroot_linux-64", "libcublas-dev"} <= set(build_conda) & removed
+    assert set(runtime_conda) == set(build_conda) - removed
+    assert {"python", "cuda-version", "cuda-cudart", "libcublas", "libstdcxx", "pip"} <= set(runtime_conda)
+    for name, entry in runtime_conda.items():  # the build lock's record exactly, less dependencies on what left
+        locked = build_conda[name]
+        assert (entry["url"], entry["hash"], entry["version"]) == (locked["url"], locked["hash"], locked["version"])
+        assert entry["dependencies"] == {d: v for d, v in locked["dependencies"].items() if d not in removed}
+        assert set(entry["dependencies"]) <= set(runtime_conda) | {d for d in entry["dependencies"] if d[:2] == "__"}
+    pruned = [n for n, e in runtime_conda.items() if set(build_conda[n]["dependencies"]) & removed]
+    assert not pruned or all(runtime_conda[n]["dependencies"] != build_conda[n]["dependencies"] for n in pruned)
+
+    pip = {p["name"]: p for p in runtime if p["manager"] == "pip"}
+    build_pip = {p["name"]: p for p in build if p["manager"] == "pip"}
+    assert set(pip) == {"flash-attn", "torch", "filelock", "einops"}  # not psutil, wheel, packaging, setuptools
+    assert pip["flash-attn"]["hash"]["sha256"] == sha256_of(conda_project.wheel)
+    assert pip["flash-attn"]["url"].endswith(f"/files/{CONDA_LINE}/{conda_project.wheel.name.replace('+', '%2B')}")
+    for name in ("torch", "filelock", "einops"):
+        assert (pip[name]["url"], pip[name]["hash"]) == (build_pip[name]["url"], build_pip[name]["hash"])
+
+    # conda-lock's own parser and renderer: the explicit file `conda-lock install` hands micromamba
+    from conda_lock.conda_lock import render_lockfile_for_platform
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    parsed = parse_conda_lock_file(conda_project.runtime_lock())
+    explicit = render_lockfile_for_platform(lockfile=parsed, kind="explicit", platform="linux-64",
+                                            include_dev_dependencies=False, extras=None,
+                                            suppress_warning_for_pip_and_explicit=True)
+    urls = {line.split("#")[0] for line in explicit if line.startswith("file:")}
+    assert urls == {p["url"] for p in runtime_conda.values()}
+    assert sum(line.startswith("# pip ") for line in explicit) == len(pip)
+
+
+def test_toolkit_install_runtime_installs_a_conda_lines_runtime_lock_and_refuses_an_edited_one(conda_project,
+                                                                                                tmp_path, capsys):
+    assert main(["lock", CONDA_LINE, "--runtime", "--index", conda_project.index]) == 0
+    prefix = tmp_path / "runtime-env"
+    assert main(["install", CONDA_LINE, "--runtime", "--engine", "rattler", "--prefix", str(prefix)]) == 0
+    runtime = yaml.safe_load(conda_project.runtime_lock().read_text())["package"]
+    installed = {json.loads(p.read_text())["name"] for p in (prefix / "conda-meta").glob("*.json")}
+    assert installed == {p["name"] for p in runtime if p["manager"] == "conda"}
+    assert not installed & conda_build_only("linux-64")
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    done = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, fa_fixture, einops; "
+                           "print(m.version('flash-attn'), bool(fa_fixture.kernels))"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [conda_project.wheel.name.split("-")[1], "True"]
+
+    lock = conda_project.runtime_lock()
+    text = lock.read_text()
+    (entry,) = [p for p in runtime if p["name"] == "cuda-cudart"]
+    lock.write_text(text.replace(entry["hash"]["sha256"], "0" * 64))
+    capsys.readouterr()
+    assert main(["install", CONDA_LINE, "--runtime", "--engine", "rattler", "--prefix", str(tmp_path / "b")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: locks/{CONDA_LINE}.runtime.conda-lock.yml: edited after locking (contents do not match "
+                    f"fa-envkit.lock-sha256; toolkit lock {CONDA_LINE} --runtime --index URL)")
+    assert not (tmp_path / "b").exists()

@@ -1,5 +1,6 @@
-"""Runtime locks of a pypi line: the environment users run in (torch, its runtime dependencies and the published
-published wheels), without the compiler and build tools the line's build lock carries.
+"""Runtime locks of a pypi or conda line: the environment users run in (torch, its runtime dependencies and the
+published flash-attn / FA3 wheels, and a conda line's conda layer), without the compiler and build tools the line's
+build lock carries.
 
 `toolkit lock LINE --runtime --index URL` reads the published index (`toolkit publish`) for a wheel of this line
 built from its current lock: each link of simple/<project>/ in the line's folders is vouched for by the index as
@@ -15,7 +16,16 @@ Not resolved as of the lock's time (uv --exclude-newer): uv drops every file wit
 and a PEP 503 page (the published index's) has none, so the published wheel would be filtered out (uv 0.13.9).
 The pins do that job: each package is pinned to the build lock's version and checked against its file.
 
-`toolkit install LINE --runtime` makes a venv (uv venv) and `uv pip sync`s the pylock into it.
+A conda line (toolchain kind locked) is not resolved again: its runtime lock is the build lock's own records. The
+conda layer is the build lock's conda entries minus the build-only ones (toolkit/knowledge/conda_forge_nvcc.yaml
+`runtime.build_only`, by name), each kept exactly (url, md5, sha256), its `dependencies` on a package left out
+dropped; what stays is decided by name alone, so a package whose dependencies were all build-only stays. The pip
+layer is the published wheels plus the build lock's pip entries that torch and their Requires-Dist (the index's
+PEP 658 `.metadata`) reach through the lock's dependencies. No pylock is written for it: its python is the conda
+layer's.
+
+`toolkit install LINE --runtime` makes a venv (uv venv) and `uv pip sync`s the pylock into it; for a conda line, the
+line's conda engine (py-rattler, or `conda-lock install`) installs the runtime lock into a new prefix.
 
 Both verbs are env's (`toolkit lock`, `toolkit install`), but a runtime lock reads a published index, which is
 the cache wing's, above env: toolkit/cli.py hands lock_runtime_command and install_runtime_command down to them
@@ -25,26 +35,29 @@ the cache wing's, above env: toolkit/cli.py hands lock_runtime_command and insta
 from __future__ import annotations
 
 import argparse
+import email.parser
+import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from toolkit.base.atomic import checkpoint, owned_dir
+from toolkit.base.atomic import checkpoint, owned_dir, run_temporaries
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import locked
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace, checked_line
 from toolkit.cache.config import CacheSite, checked_url, configured_caches
-from toolkit.cache.index import PublishedBuild, line_links, vouched
+from toolkit.cache.index import MAX_RECORD_BYTES, PublishedBuild, line_links, read_url, vouched
 from toolkit.cache.simple import normalize
 from toolkit.env import pypi_lock
 from toolkit.env.engine import locking_environment
@@ -53,7 +66,11 @@ from toolkit.env.lockfile import (
     KEY_DIGEST,
     KEY_LINE,
     KEY_PYLOCK_SHA256,
+    KEY_TOOLCHAIN,
+    LockedEnv,
+    LockedPackage,
     lock_digest,
+    locked_packages,
     read_lock,
 )
 from toolkit.knowledge import files as knowledge_files
@@ -71,15 +88,29 @@ MARKER = ".fa-envkit-runtime"  # in a prefix `install --runtime` made: the runti
 THEN = "no runtime lock was written"
 
 
+PLATFORM = "{platform}"  # in conda_forge_nvcc.yaml's build-only names: the lock's platform (cuda-nvcc_{platform})
+
+
 @dataclass(frozen=True)
 class RuntimeFacts:
-    """pypi_cuda.yaml `runtime`: the projects asked of a published index, and the build-only packages (why)."""
+    """pypi_cuda.yaml `runtime`: the projects asked of a published index, and the build-only pip packages (why);
+    conda_forge_nvcc.yaml `runtime`: the build-only conda packages (why), names with {platform} in them."""
 
     projects: tuple[str, ...]
     build_only: dict[str, str]
+    conda_build_only: dict[str, str] = field(default_factory=dict)
+
+    def conda_build_only_for(self, platform: str) -> dict[str, str]:
+        return {
+            name.replace(PLATFORM, platform): why for name, why in self.conda_build_only.items()
+        }
 
 
 def runtime_facts() -> RuntimeFacts:
+    conda = knowledge_files.typed(
+        "conda_forge_nvcc.yaml",
+        lambda data: {str(k): str(v) for k, v in data["runtime"]["build_only"].items()},
+    )
     return knowledge_files.typed(
         "pypi_cuda.yaml",
         lambda data: RuntimeFacts(
@@ -87,8 +118,21 @@ def runtime_facts() -> RuntimeFacts:
             build_only={
                 normalize(str(k)): str(v) for k, v in data["runtime"]["build_only"].items()
             },
+            conda_build_only=conda,
         ),
     )
+
+
+@dataclass(frozen=True)
+class RuntimeLayers:
+    """What a runtime lock holds before it is written: its entries (conda-lock models), the published wheels taken,
+    how it was made, a pypi line's pylock text (None for a conda line) and a conda line's channels."""
+
+    entries: list[Any]
+    wheels: list[PublishedBuild]
+    resolver: str
+    pylock: str | None = None
+    channels: list[Any] = field(default_factory=list)
 
 
 def runtime_lock_file(workspace: Workspace, line: str) -> Path:
@@ -137,19 +181,26 @@ def published_builds(
 # ---------------------------------------------------------------- the resolve and its checks
 
 
-def resolve_runtime(
-    spec: EnvSpec, workspace: Workspace, index: str
-) -> tuple[str, list[Any], list[PublishedBuild], str]:
-    """(the runtime pylock's text, its conda-lock pip entries, the published wheels taken, how it was resolved)."""
-    from toolkit.env.lock import PipTarget, virtual_packages
+@dataclass(frozen=True)
+class Published:
+    """The line's build lock and the published wheels built from it (the start of either kind's runtime lock)."""
 
-    if spec.toolchain.kind != "pypi":
+    build_lock: Path
+    locked: LockedEnv
+    root: str  # the index's URL
+    wheels: list[PublishedBuild]
+    facts: RuntimeFacts
+
+
+def published_for(spec: EnvSpec, workspace: Workspace, index: str) -> Published:
+    """The line's build lock, read and verified, and the index's wheels of this line built from it; one line if none."""
+    if spec.toolchain.kind not in ("pypi", "locked"):
         raise ToolkitError(
-            f"{display_path(spec.path)}: a runtime lock is made for pypi lines (toolchain kind pypi); "
-            f"{spec.line} is kind {spec.toolchain.kind}"
+            f"{display_path(spec.path)}: a runtime lock is made for pypi and locked (conda) lines; "
+            f"{spec.line} is kind {spec.toolchain.kind} (the machine provides its environment)"
         )
     build_lock = workspace.lock_file(spec.line)
-    locked = read_lock(build_lock)
+    locked_env = read_lock(build_lock)
     facts = runtime_facts()
     root = index_root(index)
     (site,) = [
@@ -161,6 +212,33 @@ def resolve_runtime(
             f"no published build of {spec.line} for its current lock at {root}: toolkit publish "
             f"{spec.line} --to DIR on the machine that built it"
         )
+    return Published(build_lock, locked_env, root, wheels, facts)
+
+
+def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> RuntimeLayers:
+    """A line's runtime layers: a pypi line's resolved by uv (resolve_pypi_runtime), a conda line's taken from its
+    build lock (conda_runtime)."""
+    published = published_for(spec, workspace, index)
+    return (
+        resolve_pypi_runtime(spec, workspace, published)
+        if spec.toolchain.kind == "pypi"
+        else conda_runtime(spec, published)
+    )
+
+
+def resolve_pypi_runtime(
+    spec: EnvSpec, workspace: Workspace, published: Published
+) -> RuntimeLayers:
+    """The runtime pylock (uv's resolve of torch and the published wheels within the build lock) and its entries."""
+    from toolkit.env.lock import PipTarget, virtual_packages
+
+    build_lock, locked, root, wheels, facts = (
+        published.build_lock,
+        published.locked,
+        published.root,
+        published.wheels,
+        published.facts,
+    )
     platform = locked.platforms[0]  # a pypi line locks one platform
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     pip = {p.name: p for p in locked.packages_for(platform, "pip")}
@@ -219,7 +297,136 @@ def resolve_runtime(
         f"{target.python_platform} --python-version {target.python}; {', '.join(requirements)}; every "
         f"package constrained to {display_path(build_lock)}'s version)"
     )
-    return text, entries, wheels, resolver
+    return RuntimeLayers(entries, wheels, resolver, pylock=text)
+
+
+def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
+    """A conda line's runtime layers, per platform: the build lock's conda records minus the build-only ones (their
+    dependency entries on what was left out dropped: conda-lock and py-rattler read `dependencies` as the lock's
+    graph), and the pip entries torch and the published wheels need, each the build lock's own record."""
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    from toolkit.env.lock import PipTarget, virtual_packages
+
+    build_lock, where = published.build_lock, display_path(published.build_lock)
+    models = parse_conda_lock_file(
+        build_lock
+    ).package  # read_lock verified the file (digest, strict forms)
+    entries: list[Any] = []
+    for platform in published.locked.platforms:
+        build_only = published.facts.conda_build_only_for(platform)
+        conda = [
+            m
+            for m in models
+            if (m.platform, m.manager) == (platform, "conda") and m.name not in build_only
+        ]
+        pythons = [m.version for m in conda if m.name == "python"]
+        if not pythons:
+            raise ToolkitError(
+                f"{where}: no python among {platform}'s conda packages (re-run `toolkit lock "
+                f"{spec.line}`)"
+            )
+        target = PipTarget(platform, pythons[0], virtual_packages(spec)[platform]["__glibc"])
+        pip_models = {m.name: m for m in models if (m.platform, m.manager) == (platform, "pip")}
+        wheels = [published_entry(w, target, pip_models, where) for w in published.wheels]
+        pip = [
+            *wheels,
+            *pip_closure(
+                ["torch", *(d for w in wheels for d in w.dependencies)], pip_models, where
+            ),
+        ]
+        problem = runtime_problem(
+            pip,
+            {p.name: p for p in published.locked.packages_for(platform, "pip")},
+            published.wheels,
+            published.facts,
+            where,
+        )
+        if problem:
+            raise ToolkitError(f"{where}: {platform}: {problem} (no runtime lock was written)")
+        kept = {m.name for m in conda}
+        entries += [
+            m.model_copy(
+                update={
+                    "dependencies": {
+                        name: version
+                        for name, version in m.dependencies.items()
+                        if name in kept or name.startswith("__")
+                    }
+                }
+            )
+            for m in conda
+        ]
+        entries += pip
+    resolver = (
+        f"taken from {where} (not resolved again): its conda records less "
+        f"toolkit/knowledge/conda_forge_nvcc.yaml runtime.build_only, and the pip records torch and the "
+        f"published wheels' Requires-Dist reach"
+    )
+    return RuntimeLayers(
+        entries,
+        published.wheels,
+        resolver,
+        channels=list(parse_conda_lock_file(build_lock).metadata.channels),
+    )
+
+
+def published_entry(build: PublishedBuild, target: Any, pip: dict[str, Any], where: str) -> Any:
+    """The published wheel as a conda-lock pip entry: its page URL and sha256, and the dependencies its Requires-Dist
+    names for the target (read from the index's PEP 658 `<wheel>.metadata`, checked against the page's sha256);
+    each must be in the build lock's pip layer."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    then, url = THEN, f"{build.link.url}.metadata"
+    data = read_url(url, MAX_RECORD_BYTES, "core metadata", then)
+    if data is None or hashlib.sha256(data).hexdigest() != build.link.metadata_sha256:
+        raise ToolkitError(
+            f"{url}: missing, or not the metadata file the index's page pins for "
+            f"{build.link.filename} (refused; {then})"
+        )
+    markers = target.markers()
+    dependencies = {}
+    for line in (
+        email.parser.BytesParser().parsebytes(data, headersonly=True).get_all("Requires-Dist") or []
+    ):
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate(markers):
+            name = canonicalize_name(requirement.name)
+            if name not in pip:
+                raise ToolkitError(
+                    f"{where}: {build.link.filename} requires {requirement}, which the line's pip "
+                    f"layer does not hold ({then}; add it to pip_packages and lock again)"
+                )
+            dependencies[name] = str(requirement.specifier) or "*"
+    return LockedDependency(
+        name=canonicalize_name(build.project),
+        version=str(build.link.version),
+        manager="pip",
+        platform=target.platform,
+        dependencies=dependencies,
+        url=build.link.url,
+        hash=HashModel(sha256=build.link.sha256),
+        categories={"main"},
+    )
+
+
+def pip_closure(roots: list[str], pip: dict[str, Any], where: str) -> list[Any]:
+    """The build lock's pip records `roots` reach through their dependencies, in the lock's order."""
+    reached: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        if name not in pip:
+            raise ToolkitError(
+                f"{where}: {name} is not among its pip packages (re-run `toolkit lock`)"
+            )
+        reached.add(name)
+        todo += [d for d in pip[name].dependencies if d in pip]
+    return [model for name, model in pip.items() if name in reached]
 
 
 def runtime_problem(
@@ -270,45 +477,47 @@ def runtime_problem(
 
 
 def write_runtime_lock(
-    spec: EnvSpec,
-    workspace: Workspace,
-    text: str,
-    entries: list[Any],
-    wheels: list[PublishedBuild],
-    resolver: str,
-) -> tuple[Path, Path]:
-    """locks/pylock.<line>-runtime.toml and locks/<line>.runtime.conda-lock.yml, staged and renamed (lock last)."""
+    spec: EnvSpec, workspace: Workspace, layers: RuntimeLayers
+) -> tuple[Path, Path | None]:
+    """locks/<line>.runtime.conda-lock.yml and, for a pypi line, locks/pylock.<line>-runtime.toml, staged and
+    renamed (the lock last: it names the pylock's sha256)."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
     build_lock = workspace.lock_file(spec.line)
-    pylock, path = (
-        runtime_pylock_file(workspace, spec.line),
-        runtime_lock_file(workspace, spec.line),
-    )
+    path = runtime_lock_file(workspace, spec.line)
+    pylock = runtime_pylock_file(workspace, spec.line) if layers.pylock is not None else None
     custom = {
         KEY_LINE: spec.line,
         KEY_KIND: RUNTIME,
+        KEY_TOOLCHAIN: spec.toolchain.kind,
         KEY_BUILD_LOCK: sha256_file(build_lock),
-        KEY_RESOLVER: resolver,
-        **{KEY_PUBLISHED + w.project: w.record_url for w in wheels},
+        KEY_RESOLVER: layers.resolver,
+        **{KEY_PUBLISHED + w.project: w.record_url for w in layers.wheels},
     }
     sources = [os.path.relpath(build_lock.resolve(), workspace.locks.resolve())]
+    platforms = sorted({e.platform for e in layers.entries})
     lockfile = Lockfile(
-        package=entries,
+        package=layers.entries,
         metadata=LockMeta(
-            content_hash={entries[0].platform: custom[KEY_BUILD_LOCK]},
-            channels=[],
-            platforms=sorted({e.platform for e in entries}),
+            content_hash=dict.fromkeys(platforms, custom[KEY_BUILD_LOCK]),
+            channels=layers.channels,
+            platforms=platforms,
             sources=sources,
             custom_metadata=custom,
         ),
     )
     custom = lockfile.metadata.custom_metadata  # pydantic's copy: what the writer writes
     assert custom is not None
+    install = (
+        f"uv pip sync / pip install -r {pylock.name}"
+        if pylock
+        else f"conda-lock install --prefix DIR {path.name}"
+    )
     with owned_dir(workspace.locks, "runtime-lock") as tmp:
-        (tmp / pylock.name).write_text(text)
-        custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / pylock.name)
+        if pylock and layers.pylock is not None:
+            (tmp / pylock.name).write_text(layers.pylock)
+            custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / pylock.name)
         draft = tmp / path.name
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         custom[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
@@ -317,18 +526,29 @@ def write_runtime_lock(
             f"# fa-envkit runtime lock of {spec.line} (torch and the published flash-attn, no build-only "
             f"packages) in conda-lock's format.\n# Written by `toolkit lock {spec.line} --runtime`; do not "
             f"edit ({KEY_DIGEST} refuses edits).\n# Install: toolkit install {spec.line} --runtime, or "
-            f"uv pip sync / pip install -r {pylock.name}\n" + draft.read_text()
+            f"{install}\n" + draft.read_text()
         )
         checkpoint("runtime-lock:write")
-        os.replace(tmp / pylock.name, pylock)
+        if pylock:
+            os.replace(tmp / pylock.name, pylock)
         os.replace(draft, path)  # last: it names the pylock's sha256
-    read_runtime_lock(workspace, spec.line)
+    read_runtime_lock(workspace, spec.line, spec.toolchain.kind)
     return path, pylock
 
 
-def read_runtime_lock(workspace: Workspace, line: str) -> dict[str, Any]:
-    """The runtime lock's custom metadata, after its digest and its pylock's sha256 matched; one line if not."""
-    path, pylock = runtime_lock_file(workspace, line), runtime_pylock_file(workspace, line)
+@dataclass(frozen=True)
+class RuntimeLock:
+    """A runtime lock read back and verified: its custom metadata and its package entries."""
+
+    path: Path
+    custom: dict[str, Any]
+    packages: tuple[LockedPackage, ...]
+
+
+def read_runtime_lock(workspace: Workspace, line: str, kind: str) -> RuntimeLock:
+    """The runtime lock of a line of toolchain `kind`, after its digest (and a pypi line's pylock's sha256) matched
+    and every entry has its strict form (lockfile.locked_packages); one line if not."""
+    path = runtime_lock_file(workspace, line)
     where, fix = display_path(path), f"toolkit lock {line} --runtime --index URL"
     try:
         text = regular_file_bytes(path, MAX_LOCK_BYTES).decode()
@@ -349,10 +569,12 @@ def read_runtime_lock(workspace: Workspace, line: str) -> dict[str, Any]:
         if isinstance(document, dict)
         else None
     )
+    # runtime locks written before conda lines had them name no kind: pypi
     if (
         not isinstance(custom, dict)
         or custom.get(KEY_KIND) != RUNTIME
         or custom.get(KEY_LINE) != line
+        or custom.get(KEY_TOOLCHAIN, "pypi") != kind
     ):
         raise ToolkitError(f"{where}: not a runtime lock of {line} ({fix})")
     try:
@@ -363,11 +585,13 @@ def read_runtime_lock(workspace: Workspace, line: str) -> dict[str, Any]:
         raise ToolkitError(
             f"{where}: edited after locking (contents do not match {KEY_DIGEST}; {fix})"
         )
-    if not pylock.is_file() or sha256_file(pylock) != custom.get(KEY_PYLOCK_SHA256):
-        raise ToolkitError(
-            f"{display_path(pylock)}: missing or not the pylock written with {where} ({fix})"
-        )
-    return custom
+    if kind == "pypi":
+        pylock = runtime_pylock_file(workspace, line)
+        if not pylock.is_file() or sha256_file(pylock) != custom.get(KEY_PYLOCK_SHA256):
+            raise ToolkitError(
+                f"{display_path(pylock)}: missing or not the pylock written with {where} ({fix})"
+            )
+    return RuntimeLock(path, custom, locked_packages(document, path, fix))
 
 
 def lock_runtime_command(args: argparse.Namespace, workspace: Workspace, paths: list[Path]) -> int:
@@ -380,12 +604,17 @@ def lock_runtime_command(args: argparse.Namespace, workspace: Workspace, paths: 
         )
     for path in paths:
         spec = checked_spec(path)
-        text, entries, wheels, resolver = resolve_runtime(spec, workspace, args.index)
-        lock, pylock = write_runtime_lock(spec, workspace, text, entries, wheels, resolver)
-        taken = ", ".join(w.link.filename for w in wheels)
-        print(
-            f"{display_path(lock)}, {display_path(pylock)}: written ({len(entries)} wheels; published: {taken})"
+        layers = resolve_runtime(spec, workspace, args.index)
+        lock, pylock = write_runtime_lock(spec, workspace, layers)
+        taken = ", ".join(w.link.filename for w in layers.wheels)
+        written = f"{display_path(lock)}, {display_path(pylock)}" if pylock else display_path(lock)
+        counts = {m: sum(e.manager == m for e in layers.entries) for m in ("conda", "pip")}
+        what = (
+            f"{counts['pip']} wheels"
+            if pylock
+            else f"{counts['conda']} conda packages, {counts['pip']} wheels"
         )
+        print(f"{written}: written ({what}; published: {taken})")
     return 0
 
 
@@ -397,12 +626,9 @@ SAFE_PREFIX = re.compile(
 )  # as toolkit modules takes paths: nothing a shell reads as code
 
 
-def install_runtime(
-    line: str, workspace: Workspace, prefix: Path | None, python: Path | None
-) -> Path:
-    """A venv at prefix (default .envs/<line>-runtime) holding exactly the runtime pylock, by `uv pip sync`."""
-    custom = read_runtime_lock(workspace, line)
-    pylock = runtime_pylock_file(workspace, line)
+def runtime_prefix(workspace: Workspace, line: str, prefix: Path | None) -> Path:
+    """Where `install --runtime` goes (default .envs/<line>-runtime): refused in one line unless a plain path that is
+    new, empty or an environment it made before (its MARKER)."""
     prefix = Path(prefix or workspace.prefix(f"{line}-{RUNTIME}")).absolute()
     if not SAFE_PREFIX.fullmatch(str(prefix)):
         raise ToolkitError(
@@ -419,6 +645,17 @@ def install_runtime(
             f"{display_path(prefix)}: exists and is not an environment `toolkit install --runtime` "
             f"made (choose a new or empty --prefix)"
         )
+    return prefix
+
+
+def install_runtime(
+    line: str, workspace: Workspace, prefix: Path | None, python: Path | None
+) -> Path:
+    """A venv at prefix (default .envs/<line>-runtime) holding exactly the runtime pylock, by `uv pip sync`."""
+    custom = read_runtime_lock(workspace, line, "pypi").custom
+    pylock = runtime_pylock_file(workspace, line)
+    prefix = runtime_prefix(workspace, line, prefix)
+    marker = prefix / MARKER
     uv = pypi_lock.uv_executable()
     env = locking_environment()
     if not marker.is_file():
@@ -426,7 +663,7 @@ def install_runtime(
         spec_python = (
             str(python)
             if python
-            else shutil.which(f"python{_spec_python(workspace, line)}") or "python3"
+            else shutil.which(f"python{_spec(workspace, line).python}") or "python3"
         )
         pypi_lock.run_uv(
             [
@@ -464,14 +701,66 @@ def install_runtime(
     return prefix
 
 
-def _spec_python(workspace: Workspace, line: str) -> str:
+def install_conda_runtime(
+    line: str, workspace: Workspace, prefix: Path | None, args: argparse.Namespace
+) -> Path:
+    """A conda prefix (default .envs/<line>-runtime) of the runtime lock, by the line's conda engine: py-rattler
+    from hash-checked archives, built beside the prefix and swapped in, or `conda-lock install` in place."""
+    from rich.console import Console
+
+    from toolkit.env.engine import InstallJob, choose_engine
+    from toolkit.env.install import old_env_aside, replace_prefix, running_platform
+
+    lock = read_runtime_lock(workspace, line, "locked")
+    if args.python:
+        raise ToolkitError(
+            f"--python: {line} is a conda line, whose python comes from "
+            f"{display_path(lock.path)} (drop --python)"
+        )
+    platform = running_platform()
+    if not any(p.platform == platform for p in lock.packages):
+        raise ToolkitError(
+            f"{display_path(lock.path)}: not locked for {platform} (lock the line for it, then "
+            f"toolkit lock {line} --runtime --index URL)"
+        )
+    prefix = runtime_prefix(workspace, line, prefix)
+    engine = choose_engine(args.engine, args.conda, Console(stderr=True, highlight=False))
+    job = InstallJob(
+        lock_file=lock.path,
+        platform=platform,
+        staging=prefix,
+        prefix=prefix,
+        conda=tuple(p for p in lock.packages if (p.platform, p.manager) == (platform, "conda")),
+        pip=tuple(p for p in lock.packages if (p.platform, p.manager) == (platform, "pip")),
+    )
+    marker = json.dumps({"lock_sha256": lock.custom[KEY_DIGEST]}) + "\n"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with run_temporaries("install"), locked(prefix):
+        if not engine.relocates:
+            with old_env_aside(prefix):
+                engine.install(job)
+                (prefix / MARKER).write_text(marker)
+            return prefix
+        with owned_dir(prefix.parent, f"runtime-{prefix.name}") as work:
+            staging = work / "env"
+            staging.mkdir()
+            engine.install(replace(job, staging=staging))
+            (staging / MARKER).write_text(marker)  # last: a prefix without it is not a finished one
+            replace_prefix(staging, prefix)
+    return prefix
+
+
+def _spec(workspace: Workspace, line: str) -> EnvSpec:
     from toolkit.spec.envspec import load_spec
 
-    return load_spec(workspace.spec_file(line)).python
+    return load_spec(workspace.spec_file(line))
 
 
 def install_runtime_command(line: str, args: argparse.Namespace, workspace: Workspace) -> int:
-    prefix = install_runtime(line, workspace, args.prefix, args.python)
+    if _spec(workspace, line).toolchain.kind == "locked":
+        prefix = install_conda_runtime(line, workspace, args.prefix, args)
+    else:
+        prefix = install_runtime(line, workspace, args.prefix, args.python)
     print(
         f"{display_path(prefix)}: runtime environment of {display_path(runtime_lock_file(workspace, line))} "
         f"installed"

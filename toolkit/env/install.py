@@ -449,8 +449,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runtime",
         action="store_true",
-        help="install the line's runtime lock (`toolkit lock LINE --runtime`) into a venv with uv pip "
-        "sync (default prefix: .envs/LINE-runtime)",
+        help="install the line's runtime lock (`toolkit lock LINE --runtime`): a pypi line's into a "
+        "venv with uv pip sync, a conda line's with the conda engine (default prefix: "
+        ".envs/LINE-runtime)",
     )
     add_engine_options(parser)
     add_workspace_options(parser)

@@ -898,9 +898,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runtime",
         action="store_true",
-        help="a pypi line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, "
-        "no build-only package): locks/pylock.<line>-runtime.toml and "
-        "locks/<line>.runtime.conda-lock.yml",
+        help="a line's runtime lock (torch and the published flash-attn/FA3 wheels of --index, a conda "
+        "line's conda layer, no build-only package): locks/<line>.runtime.conda-lock.yml and, for "
+        "a pypi line, locks/pylock.<line>-runtime.toml",
     )
     parser.add_argument(
         "--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote"

@@ -270,16 +270,9 @@ def read_lock(path: Path) -> LockedEnv:
     value without its strict form. Nothing is touched before this returns."""
     path = Path(path)
     document = load_lock_document(path)
-    where, relock = display_path(path), relock_hint(path)
+    relock = relock_hint(path)
     custom = document["metadata"]["custom_metadata"]
-
-    def check(field: str, value: object, ok: bool, what: str) -> None:
-        if not ok:
-            raise ToolkitError(
-                f"{where}: {field}: {value!r} is not {what} ({relock}; a lock must come from "
-                f"`toolkit lock` and a reviewed commit)"
-            )
-
+    check = _checker(path, relock)
     for key, pattern, what in (
         (KEY_LINE, NAME, "a line name"),
         (KEY_INPUT_HASH, SHA256, _FORM["sha256"]),
@@ -350,7 +343,9 @@ def read_lock(path: Path) -> LockedEnv:
     if pypi:
         problem = pypi_release_problem(packages, custom[KEY_CUDA])
         if problem:
-            raise ToolkitError(f"{where}: {problem} (a pypi lock is one CUDA release: {relock})")
+            raise ToolkitError(
+                f"{display_path(path)}: {problem} (a pypi lock is one CUDA release: {relock})"
+            )
     for package in packages:
         if package.manager == "pip":
             check_wheel_name(package, path)
@@ -372,6 +367,26 @@ def read_lock(path: Path) -> LockedEnv:
         pylock_sha256=custom.get(KEY_PYLOCK_SHA256, "") if pypi else "",
         exclude_newer=custom.get(KEY_EXCLUDE_NEWER, "") if pypi else "",
     )
+
+
+def _checker(path: Path, relock: str) -> Check:
+    where = display_path(path)
+
+    def check(field: str, value: object, ok: bool, what: str) -> None:
+        if not ok:
+            raise ToolkitError(
+                f"{where}: {field}: {value!r} is not {what} ({relock}; a lock must come from "
+                f"`toolkit lock` and a reviewed commit)"
+            )
+
+    return check
+
+
+def locked_packages(document: dict, path: Path, relock: str) -> tuple[LockedPackage, ...]:
+    """The package entries of a conda-lock document read_lock's way (every value in its strict form; one line
+    naming the file and `relock` if not), for a lock of another kind than a build lock (a runtime lock)."""
+    platforms = (document.get("metadata") or {}).get("platforms") or []
+    return tuple(_packages(document, platforms, _checker(path, relock)))
 
 
 def brief(text: str, limit: int = 64) -> str:
