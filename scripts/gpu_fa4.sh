@@ -78,7 +78,7 @@ case "${1:-}" in
     step deps-import 30 "$PY" -c "import pydantic, zstandard, rattler; print('toolkit deps ok')"
     ;;
   carry1)
-    cp -r .whl-fa4/part1 "$WHEELS"/ && echo "part1: $(ls "$WHEELS/part1" | wc -l) files"
+    for part in .whl-fa4/part1*; do [ -d "$part" ] && cp -r "$part" "$WHEELS"/ && echo "$part: $(ls "$part" | wc -l) files"; done
     { date -u; nvidia-smi; nproc; free -g; "$PY" -c 'import torch, sys; print(sys.version, torch.__version__, torch.version.cuda)'
       "$PY" -m pip list 2>/dev/null | grep -iE 'cuda|torch|triton|einops|protobuf|typing|packaging|yaml|rich|pydantic'; } \
       > "$RESULTS/machine.txt" 2>&1
@@ -86,7 +86,7 @@ case "${1:-}" in
     ;;
   carry2)
     cp -r .whl-fa4/part2 "$WHEELS"/ && echo "part2: $(ls "$WHEELS/part2" | wc -l) files"
-    step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS/part1" "$WHEELS/part2"
+    step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS"/part1* "$WHEELS/part2"
     step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
       --target "$TARGET" --python "$PY"
     if [ -z "$NO_GPU" ]; then
