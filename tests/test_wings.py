@@ -5,6 +5,7 @@ inside functions included), so a new import that breaks either shows here."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,61 @@ def test_the_face_check_catches_a_private_import(monkeypatch):
     monkeypatch.setitem(globals(), "public", lambda w: real(w) - {"errors.ToolkitError"})
     with pytest.raises(AssertionError, match="errors.ToolkitError"):
         test_an_import_across_wings_names_a_public_entry()
+
+
+# ---------------------------------------------------------------- the implementations' seam
+
+# A line naming an attention implementation other than the default (FA2 is every generic module's default).
+NAMES_AN_IMPLEMENTATION = re.compile(r"fa3|fa4|flash.attn.?3|flash.attn.?4|flash_attn_[34]|FlashAttention-[34]", re.I)
+# One module per implementation in each stage wing (spec/, build/, verify/: fa2.py, fa3.py, fa4.py), the FA4 wing,
+# FA3's and FA4's pins, FA4's hooks into FA2's build, its lock beside a line's lock, its kernel cache in the cache wing.
+IMPLEMENTATION_MODULE = re.compile(
+    r"(^|/)(fa[234]|fa[34]_pins|fa4_hooks|fa4_lock|kernel_cache)\.py$|^fa4/")
+# The generic modules that may name one, and why (docs/architecture.md, "Attention implementations").
+ALLOWED = {
+    # the registries: each wing's one table of implementations, and the entry that registers the wings
+    "attention/backends.py": "the implementations' names and their earlier spellings",
+    "build/builder.py": "WHEEL_SOURCES, and the calls into build/fa4_hooks.py",
+    "spec/rules.py": "CHECKS",
+    "verify/command.py": "SUITES",
+    "verify/bench.py": "PACKAGED, the bench's columns",
+    "base/workspace.py": "WHEEL_FOLDER_SUFFIXES and the report folder of each implementation",
+    "cli.py": "the entry: the fa4 wing's verbs, and FA4's kernel cache handed down from the cache wing",
+    "knowledge/__init__.py": "the wing's face lists the implementation modules other wings import",
+    "env/__init__.py": "the wing's face lists FA4's lock and install record",
+    "spec/__init__.py": "the wing's face lists spec/fa4.py, which env's lock asks",
+    # the named hooks, where the next implementation looks
+    "spec/envspec.py": "each implementation's spec section (Fa3Request, Fa4Request)",
+    "env/lock.py": "FA4's pinned wheels in a line's lock (with_flash_attn_4)",
+    "env/install_record.py": "FA4's install record (Fa4Record)",
+    "knowledge/object_costs.py": "FA3's object costs, keyed by commit and profile",
+    "build/record.py": "FA3's sources in the record and its key (pinned by git ids)",
+    "build/timing.py": "FA3's builds found by their record section for object costs",
+    "build/wheel_check.py": "FA4's files handed back after FA2's install (fa4_hooks)",
+    "build/ninja_shim.py": "FA3's setup.py writes its own nvcc rule",
+    "attention/recommend.py": "FA4's targets are ratios against other implementations",
+    "attention/formats.py": "schema-1 reports spelled the implementations the old way",
+    "doctor/facts.py": "the distributions doctor probes, FA4's kernel cache in use",
+    "doctor/command.py": "a published-build row per distribution, FA4's kernel-cache row",
+    "cache/publish.py": "FA4's kernel caches published beside the wheels",
+    "cache/table.py": "FA4's kernel-cache entries beside the wheels' entries",
+    "site/publish.py": "FA3's archives in the provenance, FA4's kernel caches found for publish",
+}
+
+
+def naming_modules() -> dict[str, int]:
+    """Each generic module (not an implementation module) -> how many of its lines name an implementation."""
+    found = {}
+    for path in sorted(TOOLKIT.rglob("*.py")):
+        name = path.relative_to(TOOLKIT).as_posix()
+        if not IMPLEMENTATION_MODULE.search(name):
+            lines = sum(bool(NAMES_AN_IMPLEMENTATION.search(line)) for line in path.read_text().splitlines())
+            if lines:
+                found[name] = lines
+    return found
+
+
+def test_only_implementation_modules_registries_and_named_hooks_name_an_implementation():
+    found = naming_modules()
+    assert sorted(set(found) - set(ALLOWED)) == []  # a new mention: move it to its implementation's module
+    assert sorted(set(ALLOWED) - set(found)) == []  # a hook that no longer names one leaves the list

@@ -1,4 +1,4 @@
-"""Which published build an installed flash-attn (or FA3) is, if any: `toolkit doctor` names it.
+"""Which published build an installed attention package is, if any: `toolkit doctor` names it.
 
 The installed distribution's RECORD lists its files; each is hashed here, on disk, and compared with the RECORD
 inside a published wheel of the same name and version (downloaded through the hash-verified download cache,
@@ -40,7 +40,7 @@ RECORD_MEMBER = re.compile(r"[^/]+\.dist-info/RECORD")
 class InstalledBuild:
     """What doctor says of one installed distribution: the published build it is, or why it is not one."""
 
-    distribution: str  # flash-attn, flash-attn-3
+    distribution: str  # the PyPI distribution's name
     version: str
     published: bool
     wheel: str = ""  # the published wheel's URL

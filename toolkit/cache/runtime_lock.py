@@ -1,5 +1,5 @@
 """Runtime locks of a pypi or conda line: the environment users run in (torch, its runtime dependencies and the
-published flash-attn / FA3 wheels, and a conda line's conda layer), without the compiler and build tools the line's
+published wheels, and a conda line's conda layer), without the compiler and build tools the line's
 build lock carries.
 
 `toolkit lock LINE --runtime --index URL` reads the published index (`toolkit publish`) for a wheel of this line

@@ -440,7 +440,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check = verbs.add_parser(
         "check-updates",
         help="name releases the knowledge does not cover",
-        description="Name every newer release (torch, flash-attn, flash-attn-4, NVIDIA's CUDA "
+        description="Name every newer release (torch, the attention packages, NVIDIA's CUDA "
         "wheels, torch per CUDA line) the knowledge does not cover.",
     )
     check.add_argument(
