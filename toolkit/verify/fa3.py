@@ -19,7 +19,6 @@ torch's own FP8 run is loose.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -394,37 +393,9 @@ def run_fa3_suite(
 
 def run_fp8_case(module: Any, case: Case, device: Device, bound: Fp8Bound) -> CaseResult:
     """One FP8 case, judged and isolated as runner.run_case judges the others."""
-    import traceback
+    from toolkit.verify.runner import judged
 
-    from toolkit.verify.runner import CaseResult
-
-    start = time.perf_counter()
-    try:
-        checks = check_fp8(module, case, device, bound)
-    except Exception as exc:  # one broken case is a finding, not the end of the suite
-        message = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:500]
-        return CaseResult(
-            case.name,
-            case.api,
-            case.params(),
-            "error",
-            time.perf_counter() - start,
-            message=message,
-            traceback=traceback.format_exc()[-4000:],
-        )
-    failed = [c for c in checks if not c.passed]
-    return CaseResult(
-        case.name,
-        case.api,
-        case.params(),
-        "failed" if failed else "passed",
-        time.perf_counter() - start,
-        checks,
-        "; ".join(c.summary() for c in failed),
-    )
-
-
-# ---------------------------------------------------------------- the measuring side (the line's python)
+    return judged(case, lambda: check_fp8(module, case, device, bound))
 
 
 def import_fa3() -> tuple[ModuleType | None, str]:

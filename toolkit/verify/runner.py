@@ -250,17 +250,25 @@ def check_kvcache(backend: Any, case: Case, device: torch.device) -> list[Check]
 
 
 def run_case(backend: Any, case: Case, device: torch.device) -> CaseResult:
-    start = time.perf_counter()
     problem = case.problem()
-    try:
+
+    def checks() -> list[Check]:
         if problem:
             raise ValueError(f"invalid case: {problem}")
-        checks = (
-            check_kvcache(backend, case, device)
-            if case.api == "kvcache"
-            else check_attention(backend, case, device)
-        )
-    except Exception as exc:  # one broken case is a finding, not the end of the suite
+        if case.api == "kvcache":
+            return check_kvcache(backend, case, device)
+        return check_attention(backend, case, device)
+
+    return judged(case, checks)
+
+
+def judged(case: Case, checks: Callable[[], list[Check]]) -> CaseResult:
+    """The case's result from its checks: passed, failed (naming the failed checks) or an error, isolated (one
+    broken case is a finding, not the end of the suite). Every suite's cases are judged here."""
+    start = time.perf_counter()
+    try:
+        found = checks()
+    except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         message = f"{type(exc).__name__}: {first_line}"[:500]
         return CaseResult(
@@ -272,14 +280,14 @@ def run_case(backend: Any, case: Case, device: torch.device) -> CaseResult:
             message=message,
             traceback=traceback.format_exc()[-4000:],
         )
-    failed = [c for c in checks if not c.passed]
+    failed = [c for c in found if not c.passed]
     return CaseResult(
         case.name,
         case.api,
         case.params(),
         "failed" if failed else "passed",
         time.perf_counter() - start,
-        checks,
+        found,
         "; ".join(c.summary() for c in failed),
     )
 
