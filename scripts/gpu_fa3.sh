@@ -12,14 +12,16 @@
 #     `toolkit check gpu-machine-fa3`
 #   .whl/: zstandard, pydantic (+ pydantic-core, annotated-types, typing-inspection, typing-extensions), py-rattler
 #     0.28.0 for cp312 (the machine lacks them; `toolkit build` needs py-rattler)
-#   .whl-fa4/part1, .whl-fa4/part2: bash scripts/fetch_fa4_wheels.sh (each part under 60 MiB)
+#   .whl-fa4/part1, part2, part3: bash scripts/fetch_fa4_wheels.sh (each part under 44 MiB, one carry each)
 #   locks/gpu-machine-fa4.fa4-lock.json: the FA4 lock gpu_fa4.sh uses (committed)
 # Then, each call at once after the last (the machine goes back 30 s after a call; check each reply's "warm"):
 #   run(kind="nvidia-h200", carry=[".whl", ".cache/flash-attn-3"], command="bash scripts/gpu_fa3.sh start")
-#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_fa3.sh carry1")
-#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_fa3.sh carry2")   # joins, installs FA4 beside the build
+#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_fa3.sh carry")    # one call per .whl-fa4/partN
+#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_fa3.sh carry")    #   folder (3 for b40)
+#   run(carry=[".whl-fa4/part3"], command="bash scripts/gpu_fa3.sh carry")
+#   run(command="bash scripts/gpu_fa3.sh fa4")                                # joins, installs FA4 beside the build
 #   run(command="WAIT_S=560 bash scripts/gpu_fa3.sh wait")                     # again while it says RUNNING
-# FA4_REPORT=<an FA4 full verification report of the same GPU and pins> on start and carry2 skips FA4's verification
+# FA4_REPORT=<an FA4 full verification report of the same GPU and pins> on start and fa4 skips FA4's verification
 # (about 15 minutes) and gives the recommendation that report.
 # Budget: 30 min of device time, each call under 9.5 min, carry under 64 MiB per call. Results under $OUT
 # (steps.txt, step logs, the build record, verify.json/xml, bench.json/png, recommendation.json).
@@ -104,8 +106,9 @@ case "${1:-}" in
   check)  # no GPU needed: the line, the archives and the carried folders as the calls above would see them
     "$PY" -m toolkit check "$LINE" || exit 1
     ls .cache/flash-attn-3/*/ 2>/dev/null || echo "missing: .cache/flash-attn-3/<commit>/ (docs/fa3.md)"
-    for d in .whl .cache/flash-attn-3 .whl-fa4/part1 .whl-fa4/part2; do
-      [ -d "$d" ] && echo "$d: $(du -sm "$d" | cut -f1) MiB (carry limit 64)" || echo "missing: $d"
+    for d in .whl .cache/flash-attn-3 .whl-fa4/part[0-9]*; do
+      [ -d "$d" ] && echo "$d: $(du -sm "$d" | cut -f1) MiB (carry limit 64, the working tree included)" \
+        || echo "missing: $d"
     done
     [ -f locks/gpu-machine-fa4.fa4-lock.json ] || echo "missing: locks/gpu-machine-fa4.fa4-lock.json"
     ;;
@@ -122,15 +125,14 @@ case "${1:-}" in
     sleep 25
     report
     ;;
-  carry1)
+  carry)
     fresh
-    cp -r .whl-fa4/part1 "$STATE/wheels/" && echo "part1: $(ls "$STATE/wheels/part1" | wc -l) files"
+    fa4_carry_parts "$STATE/wheels"
     report
     ;;
-  carry2)
+  fa4)
     fresh
-    cp -r .whl-fa4/part2 "$STATE/wheels/" && echo "part2: $(ls "$STATE/wheels/part2" | wc -l) files"
-    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels/part1" "$STATE/wheels/part2" \
+    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels"/part[0-9]* \
       && detach fa4_pipeline fa4.sid
     sleep 5
     report
@@ -145,5 +147,5 @@ case "${1:-}" in
   wait)
     fresh
     wait_until "${WAIT_S:-540}" ;;
-  *) echo "usage: $0 check|start|carry1|carry2|wait|bench"; exit 2 ;;
+  *) echo "usage: $0 check|start|carry|fa4|wait|bench"; exit 2 ;;
 esac

@@ -3,15 +3,17 @@
 # locks/gpu-machine-fa4.fa4-lock.json pins) through the toolkit from carried wheels, warm the kernel cache, time
 # first calls cold vs warm (fresh processes), verify, then an earlier release (B36_RELEASE) in a second --target
 # for one bench of both side by side, recommend. The machine has no network: prepare here first (git-ignored):
-#   bash scripts/fetch_fa4_wheels.sh --also 4.0.0b36   # .whl-fa4/part1, part2 (the default's), b36 (< 60 MiB each)
+#   bash scripts/fetch_fa4_wheels.sh --also 4.0.0b36   # .whl-fa4/part1, 2, 3 (the default's), b36 (< 44 MiB each)
 #   .whl/: the toolkit's dependencies the machine's python lacks (zstandard, pydantic, py-rattler, in-toto-attestation
 #     and theirs, cp312 manylinux; the pip download line in scripts/gpu_cache.sh's header)
 # Phases, in this order, each one `run` call under 9 minutes, on ONE warm machine (check each reply's "warm"):
 #
 #   run(command="bash scripts/gpu_fa4.sh deps", carry=[".whl"])                 # ~30 s: the toolkit's dependencies
-#   run(command="bash scripts/gpu_fa4.sh carry1", carry=[".whl-fa4/part1"])     # ~10 s: copy part1 to $STATE
-#   run(command="bash scripts/gpu_fa4.sh carry2", carry=[".whl-fa4/part2"])     # ~6 min: join, install, warm, latency,
-#                                                                               #   verify smoke, parity
+#   run(command="bash scripts/gpu_fa4.sh carry", carry=[".whl-fa4/part1"])      # ~10 s each: copy the part to $STATE;
+#   run(command="bash scripts/gpu_fa4.sh carry", carry=[".whl-fa4/part2"])      #   one call per .whl-fa4/partN folder
+#   run(command="bash scripts/gpu_fa4.sh carry", carry=[".whl-fa4/part3"])      #   the fetch printed (3 for b40)
+#   run(command="bash scripts/gpu_fa4.sh install")                              # ~6 min: join every part, install,
+#                                                                               #   warm, latency, verify smoke, parity
 #   run(command="bash scripts/gpu_fa4.sh b36", carry=[".whl-fa4/b36"])          # ~5 min: b36 installed beside, warm, smoke
 #   run(command="bash scripts/gpu_fa4.sh bench")                                # ~6-8 min: bench b40, bench b36, recommend
 #   run(command="bash scripts/gpu_fa4.sh dq-probe")                             # ~3 min: dQ at head dims 40/80/112 (sm_90)
@@ -39,7 +41,7 @@ mkdir -p "$OUT" "$RESULTS" "$WHEELS"
 export PYTHONUNBUFFERED=1
 
 # shellcheck source=scripts/gpu_steps.sh
-source scripts/gpu_steps.sh  # step, fa4_env
+source scripts/gpu_steps.sh  # step, fa4_carry_parts, fa4_env
 
 pack() {  # steps.txt, the logs and the reports (small) straight into $OUT, everything in one archive as well
   cp "$RESULTS"/steps.txt "$RESULTS"/*.log "$RESULTS"/machine.txt "$OUT"/ 2>/dev/null
@@ -77,16 +79,15 @@ case "${1:-}" in
     step deps 120 "$PY" -m pip install --no-index --find-links .whl zstandard pydantic py-rattler
     step deps-import 30 "$PY" -c "import pydantic, zstandard, rattler; print('toolkit deps ok')"
     ;;
-  carry1)
-    for part in .whl-fa4/part1*; do [ -d "$part" ] && cp -r "$part" "$WHEELS"/ && echo "$part: $(ls "$part" | wc -l) files"; done
-    { date -u; nvidia-smi; nproc; free -g; "$PY" -c 'import torch, sys; print(sys.version, torch.__version__, torch.version.cuda)'
+  carry)  # one carried part folder (or several) into $WHEELS; the machine's facts on the first
+    fa4_carry_parts "$WHEELS"
+    [ -f "$RESULTS/machine.txt" ] || { date -u; nvidia-smi; nproc; free -g; "$PY" -c 'import torch, sys; print(sys.version, torch.__version__, torch.version.cuda)'
       "$PY" -m pip list 2>/dev/null | grep -iE 'cuda|torch|triton|einops|protobuf|typing|packaging|yaml|rich|pydantic'; } \
       > "$RESULTS/machine.txt" 2>&1
     tail -n 25 "$RESULTS/machine.txt"
     ;;
-  carry2)
-    cp -r .whl-fa4/part2 "$WHEELS"/ && echo "part2: $(ls "$WHEELS/part2" | wc -l) files"
-    step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS"/part1* "$WHEELS/part2"
+  install)  # every carried part folder joined (a missing one: join names it), installed, warmed, verified
+    step join 120 "$PY" -m toolkit.fa4 join --dest "$WHEELS/all" "$WHEELS"/part[0-9]*
     step install 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$WHEELS/all" \
       --target "$TARGET" --python "$PY"
     if [ -z "$NO_GPU" ]; then
@@ -128,6 +129,6 @@ case "${1:-}" in
     step verify-fa4-full 520 "$PY" -m toolkit verify "$LINE" --impl flash-attn-4 --python "$PY" --level full \
       --report-dir "$RESULTS/verify-fa4-full"
     ;;
-  *) echo "usage: $0 deps|carry1|carry2|b36|bench|dq-probe|verify-full"; exit 2 ;;
+  *) echo "usage: $0 deps|carry|install|b36|bench|dq-probe|verify-full"; exit 2 ;;
 esac
 pack

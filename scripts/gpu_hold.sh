@@ -2,7 +2,7 @@
 # One hold of the lent H200 for issues 13 and 16 together. Two detached pipelines share the machine:
 #  - the FA2 pipeline (from `start`): the whole flash-attn 2.8.3.post2 build through the toolkit on the machine's
 #    CUDA 13.0 laid out as conda-forge's packages (scripts/gpu_replica_build.sh), 16 CPUs for about 20 minutes;
-#  - the FA4 pipeline (from `carry2`, once its wheels are joined): FlashAttention-4 installed by the toolkit in a
+#  - the FA4 pipeline (from `fa4`, once its wheels are joined): FlashAttention-4 installed by the toolkit in a
 #    folder of its own, its kernel cache warmed, its full verification. It needs the GPU and a few CPUs, so it
 #    runs while the build compiles (a 30-minute hold has no room for the two one after the other).
 # When the build ends, the FA2 pipeline imports and verifies FA2, stops the FA4 verification if it is still
@@ -10,8 +10,10 @@
 # of FA2, FA4 and torch's SDPA backends together (the GPU otherwise idle), then the recommendation.
 #
 #   run(kind="nvidia-h200", carry=[".whl", ".cache/sdist", ".gpu-carry"], command="bash scripts/gpu_hold.sh start")
-#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_hold.sh carry1")
-#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_hold.sh carry2")      # joins; starts the FA4 pipeline
+#   run(carry=[".whl-fa4/part1"], command="bash scripts/gpu_hold.sh carry")       # one call per .whl-fa4/partN
+#   run(carry=[".whl-fa4/part2"], command="bash scripts/gpu_hold.sh carry")       #   folder (3 for b40)
+#   run(carry=[".whl-fa4/part3"], command="bash scripts/gpu_hold.sh carry")
+#   run(command="bash scripts/gpu_hold.sh fa4")                                   # joins; starts the FA4 pipeline
 #   run(command="WAIT_S=560 bash scripts/gpu_hold.sh wait")                       # again while it says RUNNING
 # The machine is given back 30 s after a call returns: make the next call at once, and check each reply's "warm".
 #
@@ -32,7 +34,7 @@ mkdir -p "$OUT" "$RESULTS" "$STATE/wheels"
 export PYTHONUNBUFFERED=1
 
 # shellcheck source=scripts/gpu_steps.sh
-source scripts/gpu_steps.sh  # step, fa4_env
+source scripts/gpu_steps.sh  # step, fa4_carry_parts, fa4_env
 
 fa4_install() {  # fa4_install TARGET LOGNAME: the toolkit's hash-checked install of the lock's FA4 pins
   step "$2" 240 "$PY" -m toolkit.fa4 install --lock "locks/$LINE.fa4-lock.json" --wheels "$STATE/wheels/all" \
@@ -118,15 +120,14 @@ case "${1:-}" in
     sleep 25
     report
     ;;
-  carry1)
+  carry)
     [ -f "$STATE/pipeline.started" ] || { echo "FRESH MACHINE: no pipeline here; start again"; exit 3; }
-    cp -r .whl-fa4/part1 "$STATE/wheels/" && echo "part1: $(ls "$STATE/wheels/part1" | wc -l) files"
+    fa4_carry_parts "$STATE/wheels"
     report
     ;;
-  carry2)
+  fa4)
     [ -f "$STATE/pipeline.started" ] || { echo "FRESH MACHINE: no pipeline here; start again"; exit 3; }
-    cp -r .whl-fa4/part2 "$STATE/wheels/" && echo "part2: $(ls "$STATE/wheels/part2" | wc -l) files"
-    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels/part1" "$STATE/wheels/part2" \
+    PYTHONPATH=$PWD "$PY" -m toolkit.fa4 join --dest "$STATE/wheels/all" "$STATE/wheels"/part[0-9]* \
       && detach fa4_pipeline fa4.sid
     sleep 5
     report
@@ -137,5 +138,5 @@ case "${1:-}" in
       exit 3
     fi
     wait_until "${WAIT_S:-540}" ;;
-  *) echo "usage: $0 start|carry1|carry2|wait"; exit 2 ;;
+  *) echo "usage: $0 start|carry|fa4|wait"; exit 2 ;;
 esac

@@ -12,6 +12,18 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $RESULTS
   tail -n "${TAIL:-12}" "$RESULTS/$name.log"
 }
 
+fa4_carry_parts() {  # fa4_carry_parts WHEELS: copy each .whl-fa4/partN folder present into WHEELS, where the
+  # install phase joins them (each part is one `run` carry of its own: 64 MiB a call, the working tree included)
+  local part found=
+  for part in .whl-fa4/part[0-9]*; do
+    [ -d "$part" ] || continue
+    rm -rf "${1:?}/${part##*/}" && cp -r "$part" "$1"/ && found=1
+    echo "${part##*/}: $(ls "$1/${part##*/}" | wc -l) files"
+  done
+  [ -n "$found" ] || echo "no .whl-fa4/partN folder here: carry one, e.g. carry=[\".whl-fa4/part1\"]"
+  echo "carried so far: $(cd "$1" && ls -d part[0-9]* 2>/dev/null | tr '\n' ' ')"
+}
+
 fa4_env() {  # fa4_env TARGET CACHE: export what an FA4 install and its kernel cache need. The toolkit prints
   # NAME=VALUE lines; they are read as data (only these names, never eval'd)
   local name value

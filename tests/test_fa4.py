@@ -10,8 +10,10 @@ the install reads); `import flash_attn.cute` itself needs torch + CUDA and is ch
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +50,17 @@ def fetched_part1() -> Path:
     return fetched("part1")
 
 
+def fetched_parts() -> list[Path]:
+    """Every part folder scripts/fetch_fa4_wheels.sh cut (part1, part2, ...; their number is the split's)."""
+    fetched("part1")
+    return sorted((d for d in FETCHED.glob("part*") if d.name[4:].isdigit()), key=lambda d: int(d.name[4:]))
+
+
+def fetched_wheel(prefix: str) -> Path:
+    """The real wheel named `prefix`-*.whl, in whichever part folder the split put it."""
+    return next(w for part in fetched_parts() for w in part.glob(f"{prefix}-*.whl"))
+
+
 needs_wheels = pytest.mark.usefixtures("fetched_part1")
 
 
@@ -63,9 +76,9 @@ PY312 = _python312()
 
 @pytest.fixture(scope="module")
 def joined(tmp_path_factory) -> Path:
-    """The carried part folders joined back into one wheel folder, as gpu_fa4.sh carry2 does."""
+    """The carried part folders joined back into one wheel folder, as gpu_fa4.sh's install phase does."""
     dest = tmp_path_factory.mktemp("wheels")
-    assert main(["fa4", "join", "--dest", str(dest), str(fetched("part1")), str(fetched("part2"))]) == 0
+    assert main(["fa4", "join", "--dest", str(dest), *map(str, fetched_parts())]) == 0
     return dest
 
 
@@ -115,12 +128,19 @@ def test_an_old_present_distribution_gets_the_pinned_wheel(joined):
 @pytest.mark.fa4_wheels
 @needs_wheels
 def test_fetched_wheels_match_the_pins_and_each_carry_fits(joined):
+    """Each part folder is one `run` carry: 64 MiB with the working tree (tracked and untracked files git does
+    not ignore) laid beside it, measured here with os.stat."""
     rel = fa4_pins.release()
     for pin in rel.wheels_for("13"):
         fa4_wheels.check_wheel(joined / pin.file, pin)
-    for part in ("part1", "part2"):
-        size = sum(f.stat().st_size for f in (FETCHED / part).iterdir())
-        assert size < 60 * 2 ** 20, part
+        assert hashlib.sha256((joined / pin.file).read_bytes()).hexdigest() == pin.sha256
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    tree = sum(os.stat(ROOT / name).st_size for name in listed if name and (ROOT / name).is_file())
+    for part in fetched_parts():
+        size = sum(os.stat(f).st_size for f in part.iterdir())
+        assert size < 44 * 2 ** 20 and tree + size < 64 * 2 ** 20, (part, size, tree)
+    assert gpu_fa4_carries() == [part.name for part in fetched_parts()]  # the GPU script carries each
 
 
 def test_a_tampered_wheel_is_refused(tmp_path):
@@ -196,7 +216,7 @@ def fa4_wheel_files(dest: Path) -> Path:
     """The files of the real flash_attn_4 wheel, unpacked into a staging folder as pip would."""
     import zipfile
 
-    wheel = next((FETCHED / "part1").glob("flash_attn_4-*.whl"))
+    wheel = fetched_wheel("flash_attn_4")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(dest)
     return dest
@@ -404,13 +424,49 @@ def test_env_without_an_install_is_one_line(tmp_path, capsys):
     assert "unreadable install record" in capsys.readouterr().err
 
 
-def test_gpu_script_is_valid_bash_and_names_its_carries():
+def gpu_fa4_carries() -> list[str]:
+    """The part folders scripts/gpu_fa4.sh's header carries, one `carry` call each, in its order."""
+    text = (ROOT / "scripts" / "gpu_fa4.sh").read_text()
+    return re.findall(r'run\(command="bash scripts/gpu_fa4\.sh carry", carry=\["\.whl-fa4/(part\d+)"\]\)', text)
+
+
+def test_gpu_script_is_valid_bash_and_names_its_carries(tmp_path):
+    """The header's calls: one `carry` per part folder (part1, part2, ...), then `install`, and every phase its
+    usage line names. Then the two phases run here (NO_GPU=1, this python): each part folder carry_split cut is
+    carried alone in a call of its own, and the install phase's join gives back every file that was split."""
     script = ROOT / "scripts" / "gpu_fa4.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    text = script.read_text()
-    for phase, carry in (("carry1", '[".whl-fa4/part1"]'), ("carry2", '[".whl-fa4/part2"]')):
-        assert f'run(command="bash scripts/gpu_fa4.sh {phase}", carry={carry})' in text
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "fetch_fa4_wheels.sh")]).returncode == 0
+    text = script.read_text()
+    carries = gpu_fa4_carries()
+    assert len(carries) >= 3 and carries == [f"part{index}" for index in range(1, len(carries) + 1)]
+    assert 'run(command="bash scripts/gpu_fa4.sh install")' in text
+    for phase in re.search(r"usage: \$0 ([\w|-]+)", text).group(1).split("|"):
+        assert f'bash scripts/gpu_fa4.sh {phase}"' in text, phase
+
+    wheels = [tmp_path / "a.whl", tmp_path / "big.whl"]
+    wheels[0].write_bytes(os.urandom(300))
+    wheels[1].write_bytes(os.urandom(5000))
+    parts = fa4_wheels.carry_split(wheels, tmp_path / "split", limit=2500, part_bytes=1000)
+    tree = tmp_path / "tree"  # the working tree a call lays out: the scripts, and the carried folder
+    tree.mkdir()
+    for name in ("scripts", "locks"):
+        (tree / name).symlink_to(ROOT / name)
+    env = {**os.environ, "STATE": str(tmp_path / "state"), "PY": sys.executable, "NO_GPU": "1",
+           "PYTHONPATH": str(ROOT)}
+    for part in parts:
+        shutil.rmtree(tree / ".whl-fa4", ignore_errors=True)
+        shutil.copytree(part, tree / ".whl-fa4" / part.name)
+        env["OUT"] = str(tmp_path / f"out-{part.name}")
+        done = subprocess.run(["bash", str(script), "carry"], cwd=tree, env=env, capture_output=True, text=True)
+        assert done.returncode == 0 and f"{part.name}: " in done.stdout, done.stdout + done.stderr
+    shutil.rmtree(tree / ".whl-fa4")
+    env["OUT"] = str(tmp_path / "out-install")
+    done = subprocess.run(["bash", str(script), "install"], cwd=tree, env=env, capture_output=True, text=True)
+    assert re.search(r" join rc=0 ", (tmp_path / "state" / "results" / "steps.txt").read_text()), done.stdout
+    for wheel in wheels:
+        joined = tmp_path / "state" / "wheels" / "all" / wheel.name
+        assert hashlib.sha256(joined.read_bytes()).digest() == hashlib.sha256(wheel.read_bytes()).digest()
 
 
 def test_gpu_hold_refuses_to_poll_a_machine_that_did_not_start_its_pipeline(tmp_path):
@@ -418,7 +474,7 @@ def test_gpu_hold_refuses_to_poll_a_machine_that_did_not_start_its_pipeline(tmp_
     once instead of spending the hold polling for a pipeline that is not there."""
     script = ROOT / "scripts" / "gpu_hold.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    for phase in ("carry1", "carry2", "wait"):
+    for phase in ("carry", "fa4", "wait"):
         done = subprocess.run(["bash", str(script), phase], cwd=ROOT, capture_output=True, text=True,
                               env={**os.environ, "STATE": str(tmp_path / "state"), "OUT": str(tmp_path / "out")})
         assert done.returncode == 3 and "FRESH MACHINE" in done.stdout, (phase, done.stdout, done.stderr)
@@ -523,16 +579,46 @@ def test_a_joined_wheel_is_readable_by_the_group_as_a_downloaded_one_is(tmp_path
     assert out.stat().st_mode & 0o777 == 0o644
 
 
-def test_a_carry_over_the_limit_keeps_the_folders_it_would_replace(tmp_path):
-    wheels = []
-    for name in ("a.whl", "b.whl", "c.whl"):
-        wheels.append(tmp_path / name)
-        wheels[-1].write_bytes(os.urandom(100))
-    part1, part2 = fa4_wheels.carry_split(wheels[:2], tmp_path / "carry")
-    with pytest.raises(ToolkitError, match="over the"):
-        fa4_wheels.carry_split(wheels[2:], tmp_path / "carry", limit=50)
-    assert sorted(p.name for p in part1.iterdir()) == ["a.whl", "b.whl"] and part2.is_dir()
-    assert sorted(p.name for p in (tmp_path / "carry").iterdir()) == ["part1", "part2"]
+def folder_sizes(folders: list[Path]) -> list[int]:
+    return [sum(os.stat(f).st_size for f in folder.iterdir()) for folder in folders]
+
+
+def test_carry_split_cuts_as_many_folders_as_needed_each_under_the_limit(tmp_path):
+    """Two small wheels and one cut into 5 chunks, 2500 bytes a folder: part1 = the small wheels + the first chunk,
+    then the chunks in order, each chunk's folder with the manifest; every folder joined gives back each file."""
+    wheels = [tmp_path / "a.whl", tmp_path / "b.whl", tmp_path / "big.whl"]
+    for wheel, size in zip(wheels, (300, 300, 5000)):
+        wheel.write_bytes(os.urandom(size))
+    folders = fa4_wheels.carry_split(wheels, tmp_path / "carry", limit=2500, part_bytes=1000)
+    assert [f.name for f in folders] == ["part1", "part2", "part3"]
+    assert all(size < 2500 for size in folder_sizes(folders)), folder_sizes(folders)
+    chunks = [sorted(f.name[len("big.whl."):] for f in folder.glob("big.whl.part0*")) for folder in folders]
+    assert chunks == [["part000"], ["part001", "part002"], ["part003", "part004"]]
+    assert {"a.whl", "b.whl"} < {f.name for f in folders[0].iterdir()}
+    assert all((folder / "big.whl.parts.json").is_file() for folder in folders)
+    out = tmp_path / "joined"
+    assert main(["fa4", "join", "--dest", str(out), *map(str, folders)]) == 0
+    for wheel in wheels:
+        assert hashlib.sha256((out / wheel.name).read_bytes()).digest() == hashlib.sha256(wheel.read_bytes()).digest()
+
+
+def test_a_carry_over_the_limit_keeps_the_folders_and_a_shorter_split_removes_the_stale_ones(tmp_path):
+    big = tmp_path / "big.whl"
+    big.write_bytes(os.urandom(5000))
+    dest = tmp_path / "carry"
+    folders = fa4_wheels.carry_split([big], dest, limit=2500, part_bytes=1000)
+    assert [f.name for f in folders] == ["part1", "part2", "part3"]
+    for other in ("all", "part2x", "partial"):  # not a split's folder: kept
+        (dest / other).mkdir()
+    before = {f: f.read_bytes() for folder in folders for f in folder.iterdir()}
+    with pytest.raises(ToolkitError, match="over the"):  # one chunk and its manifest are over 900 bytes
+        fa4_wheels.carry_split([big], dest, limit=900, part_bytes=1000)
+    assert {f: f.read_bytes() for folder in folders for f in folder.iterdir()} == before
+    assert [f.name for f in fa4_wheels.carry_split([big], dest, limit=6000, part_bytes=3000)] == ["part1"]
+    assert sorted(p.name for p in dest.iterdir()) == ["all", "part1", "part2x", "partial"]
+    out = tmp_path / "joined"
+    assert main(["fa4", "join", "--dest", str(out), str(dest / "part1")]) == 0
+    assert hashlib.sha256((out / "big.whl").read_bytes()).digest() == hashlib.sha256(big.read_bytes()).digest()
 
 
 def _stand_in_pip(tmp_path: Path, payload: bytes, name: str) -> list[str]:
@@ -579,7 +665,7 @@ def test_fa2_installed_into_an_env_holding_fa4_gives_fa4_its_files_back(tmp_path
     import hashlib
     import zipfile
 
-    wheel = next((FETCHED / "part1").glob("flash_attn_4-*.whl"))
+    wheel = fetched_wheel("flash_attn_4")
     env = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
     python = str(env / "bin" / "python")
@@ -663,7 +749,7 @@ def pip_target(wheels: list[Path], dest: Path) -> Path:
 
 @needs_wheels
 def test_an_install_replaces_only_what_an_earlier_install_wrote(tmp_path):
-    wheels = [next((FETCHED / "part1").glob(f"{name}-*.whl")) for name in ("flash_attn_4", "einops")]
+    wheels = [fetched_wheel(name) for name in ("flash_attn_4", "einops")]
     staging = pip_target(wheels, tmp_path / "staging")
     target = pip_target(wheels, tmp_path / "target")  # the earlier install of the same wheels
     rel = fa4_pins.release()
@@ -679,7 +765,7 @@ def test_an_install_replaces_only_what_an_earlier_install_wrote(tmp_path):
 def test_a_users_files_of_the_same_names_are_foreign_and_console_scripts_are_owned(tmp_path):
     """pip --target writes a console script's RECORD row as ../../bin/NAME (apache-tvm-ffi 0.1.15.post2's real
     RECORD: `../../bin/tvm-ffi-config,sha256=g2rW79G5...,233`) and moves it to TARGET/bin/NAME."""
-    staging = pip_target([next((FETCHED / "part1").glob("einops-*.whl"))], tmp_path / "staging")
+    staging = pip_target([fetched_wheel("einops")], tmp_path / "staging")
     (staging / "bin").mkdir()
     (staging / "bin" / "tvm-ffi-config").write_text("#!/bin/sh\n")
     target = tmp_path / "target"
@@ -698,7 +784,7 @@ def test_a_users_files_of_the_same_names_are_foreign_and_console_scripts_are_own
 
 @needs_wheels
 def test_beside_fa2_only_its_recorded_cute_files_are_owned(tmp_path, pinned_sdist):
-    staging = pip_target([next((FETCHED / "part1").glob("flash_attn_4-*.whl"))], tmp_path / "staging")
+    staging = pip_target([fetched_wheel("flash_attn_4")], tmp_path / "staging")
     target = tmp_path / "site"
     install_fa2_files(pinned_sdist, target)
     beside = fa4.flash_attn_2_beside(target)

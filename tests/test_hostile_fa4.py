@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_fa4 import fetched, python312_base
+from test_fa4 import fetched_parts, python312_base
 from test_fa4_jit_cache_install import KEY, artifact, entry, key_packages, tree
 
 from toolkit.cli import main
@@ -363,7 +363,7 @@ def _alive(pid: int) -> bool:
 def test_a_killed_install_leaves_no_pip_running_and_a_rerun_no_staging_folder(tmp_path):
     """SIGKILL while pip fills the staging folder: pip dies with the verb, and the next install removes it."""
     wheels = tmp_path / "wheels"
-    assert main(["fa4", "join", "--dest", str(wheels), str(fetched("part1")), str(fetched("part2"))]) == 0
+    assert main(["fa4", "join", "--dest", str(wheels), *map(str, fetched_parts())]) == 0
     python = python312_base(tmp_path)
     target = tmp_path / "fa4"
     command = [sys.executable, "-m", "toolkit.fa4", "install", "--wheels", str(wheels), "--target", str(target),

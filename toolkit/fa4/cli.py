@@ -32,6 +32,7 @@ from toolkit.fa4.jit import (
     warm,
 )
 from toolkit.fa4.wheels import (
+    CARRY_LIMIT,
     carried_wheel,
     carry_check,
     carry_split,
@@ -56,8 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="download the pinned wheels from PyPI and check their hashes",
         description="Download the flash-attn-4 wheels knowledge/flash_attn_4.yaml pins for --release and --cuda-major "
         "from PyPI (exact versions, binary only, no dependencies) into --dest and check each sha256; "
-        "--split-into also cuts them into two folders of under 64 MiB each, for a machine they must be "
-        "carried to (`toolkit fa4 join` puts them back together).",
+        "--split-into also cuts them into as many folders as they need, each one carry with the "
+        f"working tree (under {CARRY_LIMIT // 2**20} MiB), for a machine they must be carried to "
+        "(`toolkit fa4 join` puts them back together).",
     )
     _release_options(fetch_parser)
     fetch_parser.add_argument(
@@ -67,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--split-into",
         type=Path,
         metavar="DIR",
-        help="also cut the wheels into two carryable folders, DIR/part1 and DIR/part2",
+        help="also cut the wheels into carryable folders DIR/part1, DIR/part2, ... (each printed)",
     )
     fetch_parser.add_argument(
         "--beside",
@@ -199,9 +201,7 @@ def fa4_fetch_command(args: argparse.Namespace) -> int:
 def fa4_join_command(args: argparse.Namespace) -> int:
     missing = next((folder for folder in args.parts if not folder.is_dir()), None)
     if missing is not None:
-        raise ToolkitError(
-            f"{missing}: not a folder of parts (pass the carried part1/part2 folders)"
-        )
+        raise ToolkitError(f"{missing}: not a folder of parts (pass every carried part folder)")
     dest = folder_argument(args.dest, "--dest")
     manifests = {m.name: m for folder in args.parts for m in folder.glob("*.parts.json")}
     wheels = [w for folder in args.parts for w in sorted(folder.glob("*.whl"))]

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from toolkit.base import children
-from toolkit.base.atomic import clean_stale, owned_dir, publish_dir, publish_file, write_atomic
+from toolkit.base.atomic import (
+    clean_stale,
+    owned_dir,
+    publish_dir,
+    publish_file,
+    remove_path,
+    write_atomic,
+)
 from toolkit.base.bounded_read import Unreadable, open_regular
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
@@ -45,7 +54,9 @@ DOWNLOAD_TAGS = (
 )
 
 
-PART_BYTES = 34 * 2**20  # chunks of the one wheel too large to carry: 3 of them, 1 + 2 per carry
+# Chunks of a wheel too large to carry (nvidia-cutlass-dsl-libs-cu13, ~88 MiB: 5 chunks): two fit one
+# carry under CARRY_LIMIT, and the first beside the small wheels.
+PART_BYTES = 20 * 2**20
 
 
 def check_wheel(path: Path, pin: WheelPin) -> None:
@@ -307,7 +318,9 @@ def _append(source: Path, out: BinaryIO, limit: int) -> int:
         return copied
 
 
-CARRY_LIMIT = 60 * 2**20  # one carry is at most 64 MiB (docs gpu-machine.md), with room to spare
+# One carry is at most 64 MiB INCLUDING the working tree laid beside it (tracked + untracked files, ~11 MiB in
+# 2026-12; docs gpu-machine.md in the shared docs): a carried folder keeps 20 MiB for the tree.
+CARRY_LIMIT = 44 * 2**20
 
 
 def carry_check(
@@ -326,22 +339,45 @@ def carry_check(
     print(f"{folder}: {size / 2**20:.1f} MiB")
 
 
-def carry_split(paths: list[Path], dest: Path, limit: int = CARRY_LIMIT) -> tuple[Path, Path]:
-    """Two folders, each under `limit` bytes: part1 = the small wheels + the first chunk of the big one,
-    part2 = the other chunks (one carry is at most 64 MiB; docs gpu-machine.md)."""
-    part1, part2 = dest / "part1", dest / "part2"
-    with (
-        publish_dir(part1) as staged1,
-        publish_dir(part2) as staged2,
-    ):  # both kept as they were if one is over
-        big = [p for p in paths if p.stat().st_size > PART_BYTES]
-        for path in paths:
-            if path not in big:
-                shutil.copy2(path, staged1 / path.name)
-        for path in big:
-            chunks = split_file(path, staged2)
-            chunks[0].rename(staged1 / chunks[0].name)
-            shutil.copy2(staged2 / f"{path.name}.parts.json", staged1 / f"{path.name}.parts.json")
-        for folder, staged in ((part1, staged1), (part2, staged2)):
-            carry_check(list(staged.iterdir()), folder, limit, fix="lower PART_BYTES")
-    return part1, part2
+def carry_split(
+    paths: list[Path], dest: Path, limit: int = CARRY_LIMIT, part_bytes: int = PART_BYTES
+) -> list[Path]:
+    """As many folders dest/part1, part2, ... as the wheels need, each under `limit` bytes (one carry each):
+    the small wheels, then the chunks of each large one, packed in that order; a chunk's folder also holds
+    its manifest. Nothing is replaced if a folder would be over; a partN an earlier split with more folders
+    left is removed (a join of every dest/part* folder would take its stale chunks)."""
+    clean_stale(dest)  # what a killed split left
+    with owned_dir(dest, "split") as scratch:
+        pieces: list[list[Path]] = []  # what must go into one folder together
+        for path in (p for p in paths if p.stat().st_size <= part_bytes):
+            pieces.append([path])
+        for path in (p for p in paths if p.stat().st_size > part_bytes):
+            manifest = scratch / f"{path.name}.parts.json"
+            pieces += [[chunk, manifest] for chunk in split_file(path, scratch, part_bytes)]
+        packed = _pack(pieces, limit)
+        folders = [dest / f"part{index}" for index in range(1, len(packed) + 1)]
+        with ExitStack() as stack:  # every folder kept as it was if one is over
+            for folder, files in zip(folders, packed):
+                staged = stack.enter_context(publish_dir(folder))
+                for file in files:
+                    shutil.copy2(file, staged / file.name)
+                carry_check(list(staged.iterdir()), folder, limit, fix="lower PART_BYTES")
+    for stale in dest.iterdir():
+        if re.fullmatch(r"part[0-9]+", stale.name) and stale not in folders:
+            remove_path(stale)
+            print(f"{stale}: removed (left by an earlier split)")
+    return folders
+
+
+def _pack(pieces: list[list[Path]], limit: int) -> list[list[Path]]:
+    """The pieces in order, a new folder begun where the next piece would take this one to `limit` (a file
+    two pieces share, a manifest, counted once); a piece over `limit` alone gets a folder that carry_check
+    refuses."""
+    packed: list[list[Path]] = [[]]
+    for piece in pieces:
+        grown = packed[-1] + [f for f in piece if f not in packed[-1]]
+        if packed[-1] and sum(f.stat().st_size for f in grown) >= limit:
+            packed.append(list(piece))
+        else:
+            packed[-1] = grown
+    return packed
