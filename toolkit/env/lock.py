@@ -302,29 +302,13 @@ def _compile_with_uv(
 ) -> tuple[str, str]:
     uv = pypi_lock.uv_executable()
     python_platform = target.python_platform
-    pypi_lock.run_uv(
-        [
-            uv,
-            "pip",
-            "compile",
-            "--quiet",
-            "--no-config",
-            "--no-python-downloads",
-            "--generate-hashes",
-            "--python-version",
-            target.python,
-            "--python-platform",
-            python_platform,
-            "--index-strategy",
-            "unsafe-best-match",
-            "--emit-index-url",
-            *_index_args(index_urls),
-            "--custom-compile-command",
-            compile_command,
-            "--output-file",
-            "requirements.txt",
-            "requirements.in",
-        ],
+    pypi_lock.uv_compile(
+        uv,
+        target.python,
+        python_platform,
+        ["--index-strategy", "unsafe-best-match", "--emit-index-url", *_index_args(index_urls)],
+        "requirements.txt",
+        compile_command,
         workdir,
         "uv pip compile",
         locking_environment(),

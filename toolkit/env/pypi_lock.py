@@ -77,6 +77,46 @@ def uv_complaint(output: str) -> str:
     )
 
 
+def uv_compile(
+    uv: str,
+    python: str,
+    python_platform: str,
+    options: list[str],
+    output: str,
+    command: str,
+    workdir: Path,
+    what: str,
+    env: dict[str, str],
+) -> None:
+    """`uv pip compile requirements.in` in workdir for one target python and platform, hash-pinned, reading no
+    uv config and downloading no python: the one way each lock the toolkit writes asks uv (`options`: the
+    indexes, constraints and format that lock takes; `command`: what the file says to run again)."""
+    run_uv(
+        [
+            uv,
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-config",
+            "--no-python-downloads",
+            "--generate-hashes",
+            "--python-version",
+            python,
+            "--python-platform",
+            python_platform,
+            *options,
+            "--custom-compile-command",
+            command,
+            "--output-file",
+            output,
+            "requirements.in",
+        ],
+        workdir,
+        what,
+        env,
+    )
+
+
 def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
     result = run_tied(command, cwd=workdir, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -125,33 +165,22 @@ def compile_pylock(
     uv = uv_executable()
     (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    run_uv(
+    uv_compile(
+        uv,
+        python,
+        python_platform,
         [
-            uv,
-            "pip",
-            "compile",
-            "--quiet",
-            "--no-config",
-            "--no-python-downloads",
             "--format",
             "pylock.toml",
-            "--generate-hashes",
-            "--python-version",
-            python,
-            "--python-platform",
-            python_platform,
             "--index-url",
             index,
             "--constraints",
             "constraints.txt",
             "--exclude-newer",
             exclude_newer,
-            "--custom-compile-command",
-            compile_command,
-            "--output-file",
-            output_name,
-            "requirements.in",
         ],
+        output_name,
+        compile_command,
         workdir,
         "uv pip compile",
         env,
