@@ -27,6 +27,15 @@ class Unreadable(Exception):
         super().__init__(why, detail)
         self.why, self.detail = why, detail
 
+    def reason(self, limit: int) -> str:
+        """Why, in the words every reader's one-line error uses (`limit`: the size it was read with)."""
+        return {
+            "missing": "file not found",
+            "error": self.detail,
+            "special": f"{self.detail}, not a regular file",
+            "large": f"larger than {limit:,} bytes",
+        }[self.why]
+
 
 def open_regular(path: Path, follow_symlinks: bool = True) -> int:
     """A descriptor of a regular file, opened with O_NONBLOCK (a FIFO never blocks) and checked with fstat

@@ -60,12 +60,7 @@ def _regular_file_bytes(path: Path, limit: int, where: str, what: str, fix: str)
     try:
         return regular_file_bytes(path, limit)
     except Unreadable as exc:
-        reason = {
-            "missing": "file not found",
-            "error": exc.detail,
-            "special": f"{exc.detail}, not a regular file",
-            "large": f"larger than {limit:,} bytes",
-        }[exc.why]
+        reason = exc.reason(limit)
         raise _unreadable(where, what, reason, fix) from None
 
 

@@ -82,11 +82,7 @@ def read_config(path: Path) -> list[CacheSite]:
     except Unreadable as exc:
         if exc.why == "missing":
             return []
-        reason = {
-            "error": exc.detail,
-            "special": f"{exc.detail}, not a regular file",
-            "large": f"larger than {MAX_CONFIG_BYTES:,} bytes",
-        }[exc.why]
+        reason = exc.reason(MAX_CONFIG_BYTES)
         raise ToolkitError(f"{where}: unreadable cache configuration ({reason}; {fix})") from None
     except UnicodeDecodeError:
         raise ToolkitError(f"{where}: cache configuration is not UTF-8 text ({fix})") from None

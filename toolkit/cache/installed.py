@@ -179,10 +179,5 @@ def _bounded(path: Path) -> bytes:
     try:
         return regular_file_bytes(path, MAX_DIST_INFO_BYTES)
     except Unreadable as exc:
-        reason = {
-            "missing": "file not found",
-            "error": exc.detail,
-            "special": f"{exc.detail}, not a regular file",
-            "large": f"larger than {MAX_DIST_INFO_BYTES:,} bytes",
-        }[exc.why]
+        reason = exc.reason(MAX_DIST_INFO_BYTES)
         raise ToolkitError(f"{path}: unreadable ({reason}; reinstall the distribution)") from None

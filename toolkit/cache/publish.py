@@ -278,12 +278,7 @@ def _bounded(path: Path, limit: int, what: str) -> bytes:
     try:
         return regular_file_bytes(path, limit)
     except Unreadable as exc:
-        reason = {
-            "missing": "file not found",
-            "error": exc.detail,
-            "special": f"{exc.detail}, not a regular file",
-            "large": f"larger than {limit:,} bytes",
-        }[exc.why]
+        reason = exc.reason(limit)
         raise ToolkitError(
             f"{display_path(path)}: unreadable {what} ({reason}; publish a regular file)"
         ) from None

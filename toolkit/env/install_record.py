@@ -137,12 +137,7 @@ def record_rows(path: Path, fix: str) -> list[list[str]]:
         text = regular_file_bytes(path, MAX_RECORD_BYTES).decode()
         return [row for row in csv.reader(io.StringIO(text, newline="")) if row]
     except Unreadable as exc:
-        reason = {
-            "missing": "file not found",
-            "error": exc.detail,
-            "special": f"{exc.detail}, not a regular file",
-            "large": f"larger than {MAX_RECORD_BYTES:,} bytes",
-        }[exc.why]
+        reason = exc.reason(MAX_RECORD_BYTES)
     except (csv.Error, UnicodeDecodeError) as exc:
         reason = exc.__class__.__name__
     raise ToolkitError(f"{display_path(path)}: unreadable ({reason}; {fix})")

@@ -173,12 +173,7 @@ def recorded_fetch(folder: Path) -> Fetch:
         try:
             return regular_file_bytes(folder / index[url].file, MAX_ANSWER_BYTES)
         except Unreadable as exc:
-            reason = {
-                "missing": "file not found",
-                "error": exc.detail,
-                "special": f"{exc.detail}, not a regular file",
-                "large": f"larger than {MAX_ANSWER_BYTES:,} bytes",
-            }[exc.why]
+            reason = exc.reason(MAX_ANSWER_BYTES)
             raise OSError(f"{display_path(folder / index[url].file)}: {reason}") from None
 
     return fetch
