@@ -29,6 +29,15 @@ from toolkit.base.jsonfile import parse_json
 from toolkit.base.paths import display_path
 
 MAX_INFO_BYTES = 64 << 20  # paths.json of the largest CUDA packages is a few MB
+# What reading a damaged or hostile .conda / .tar.bz2 raises (its members, its zstd stream, its JSON).
+BROKEN_ARCHIVE = (
+    OSError,
+    EOFError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zstandard.ZstdError,
+    ValueError,
+)
 
 
 def check_conda_archive(archive: Path) -> None:
@@ -37,17 +46,10 @@ def check_conda_archive(archive: Path) -> None:
     try:
         members, listed = _read(archive)
     except (
-        OSError,
-        EOFError,
-        tarfile.TarError,
-        zipfile.BadZipFile,
-        zstandard.ZstdError,
-        json.JSONDecodeError,
-        UnicodeDecodeError,
+        *BROKEN_ARCHIVE,
         KeyError,
-        ValueError,
         RecursionError,
-    ) as exc:
+    ) as exc:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         raise ToolkitError(
             f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
             f"re-lock from a trusted channel)"
@@ -75,14 +77,7 @@ def archive_identity(archive: Path) -> PackageIdentity:
     where = display_path(archive)
     try:
         data = _index_json(archive)
-    except (
-        OSError,
-        EOFError,
-        tarfile.TarError,
-        zipfile.BadZipFile,
-        zstandard.ZstdError,
-        ValueError,
-    ) as exc:
+    except BROKEN_ARCHIVE as exc:
         raise ToolkitError(
             f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
             f"re-lock from a trusted channel)"
