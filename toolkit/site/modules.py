@@ -226,6 +226,19 @@ def not_installed(spec: EnvSpec, found: line_env.LineEnvironment) -> NotInstalle
     )
 
 
+def installed_flash_attn(
+    dists: dict[str, list[metadata.Distribution]], site: Path, line: str
+) -> metadata.Distribution:
+    """The line's flash-attn distribution in site-packages, or NotInstalled saying where its wheel is."""
+    flash_attn = one_distribution(dists, PACKAGE, site)
+    if flash_attn is None:
+        raise NotInstalled(
+            f"{site}: {PACKAGE} is not installed (pip install the wheel from "
+            f"{Workspace.wheelhouse}/{line}/ into this environment)"
+        )
+    return flash_attn
+
+
 def read_conda_prefix(spec: EnvSpec, found: line_env.LineEnvironment) -> InstalledEnv:
     """A locked line: the conda prefix `toolkit install` made, with flash-attn pip-installed into it."""
     prefix = found.root or Path(".")
@@ -241,12 +254,7 @@ def read_conda_prefix(spec: EnvSpec, found: line_env.LineEnvironment) -> Install
         )
     site = sites[0]
     dists = pip_distributions([site])
-    flash_attn = one_distribution(dists, PACKAGE, site)
-    if flash_attn is None:
-        raise NotInstalled(
-            f"{site}: {PACKAGE} is not installed (pip install the wheel from "
-            f"{Workspace.wheelhouse}/{spec.line}/ into this environment)"
-        )
+    flash_attn = installed_flash_attn(dists, site, spec.line)
     torch = one_distribution(dists, "torch", site)  # the lock's pip layer installs torch
     if torch is None:
         raise ToolkitError(
@@ -304,12 +312,7 @@ def read_pypi_venv(spec: EnvSpec, found: line_env.LineEnvironment) -> InstalledE
             f"{prefix_text}: no {display_path(site)} (reinstall with `{found.install_command(spec.line)}`)"
         )
     dists = pip_distributions([site])
-    flash_attn = one_distribution(dists, PACKAGE, site)
-    if flash_attn is None:
-        raise NotInstalled(
-            f"{site}: {PACKAGE} is not installed (pip install the wheel from "
-            f"{Workspace.wheelhouse}/{spec.line}/ into this environment)"
-        )
+    flash_attn = installed_flash_attn(dists, site, spec.line)
     torch = one_distribution(dists, "torch", site)
     if torch is None:
         raise ToolkitError(

@@ -59,6 +59,19 @@ class ParityResult:
     message: str = ""
     traceback: str = ""
 
+    @classmethod
+    def broken(cls, name: str, start: float, exc: Exception) -> ParityResult:
+        """The error row of a scenario (or of the setup) that raised, with its first 500 characters."""
+        return cls(
+            name,
+            "error",
+            None,
+            None,
+            time.perf_counter() - start,
+            f"{type(exc).__name__}: {exc}"[:500],
+            traceback.format_exc()[-4000:],
+        )
+
 
 def tiny_llama_config() -> LlamaConfig:
     from transformers import LlamaConfig
@@ -141,17 +154,7 @@ def run_parity(
             for name, batch in inputs.items()
         }
     except Exception as exc:  # no transformers, or the reference itself broke: one error, reported
-        return [
-            ParityResult(
-                "setup",
-                "error",
-                None,
-                None,
-                time.perf_counter() - start,
-                f"{type(exc).__name__}: {exc}"[:500],
-                traceback.format_exc()[-4000:],
-            )
-        ]
+        return [ParityResult.broken("setup", start, exc)]
     results = []
     for implementation in implementations:
         model_start = time.perf_counter()
@@ -198,15 +201,7 @@ def _compare(
     try:
         error = _max_error(_logits(model, ids, mask), reference, mask)
     except Exception as exc:
-        return ParityResult(
-            name,
-            "error",
-            None,
-            None,
-            time.perf_counter() - start,
-            f"{type(exc).__name__}: {exc}"[:500],
-            traceback.format_exc()[-4000:],
-        )
+        return ParityResult.broken(name, start, exc)
     scale = float(reference[mask.bool()].abs().max())
     bound = FACTOR * floor + SCALE_FRACTION * scale
     passed = error <= bound  # NaN fails
