@@ -24,7 +24,7 @@
 # doctor.json, summary.json), steps.txt and summary.json. `check` needs no GPU (runs here too).
 set -u
 LINE=gpu-machine-fa3
-FOLDER=$LINE+fa3               # the wheelhouse folder of a line's FA3 (Workspace.fa3_wheel_dir)
+FOLDER=$LINE+fa3               # the wheelhouse folder of a line's FA3 (base.workspace.wheel_folders)
 STATE=${STATE:-/tmp/cache-hold}
 OUT=${OUT:-$STATE/out}
 RESULTS=$STATE/results
