@@ -344,15 +344,16 @@ def built(tmp_path_factory):
     spec = load_spec(spec_path)
     source = Fa3Source(spec, pinned, fa3_pins.profile("hdim128-bf16-fwd"))
     options = BuildOptions(workspace=Workspace(wheelhouse=tmp / "wheelhouse"), cache=tmp / "cache")
-    console = Console(file=open(tmp / "console.txt", "w"))
-    with pytest.MonkeyPatch.context() as patch:
+    with open(tmp / "console.txt", "w") as console_file, pytest.MonkeyPatch.context() as patch:
+        console = Console(file=console_file)
         patch.setattr(knowledge_files, "KNOWLEDGE_DIR", knowledge_with_fixture_costs(tmp))
         load_object_costs.cache_clear()
         try:
             result = build(spec, options, console, source)
         finally:
             load_object_costs.cache_clear()
-    again = build(spec, options, console, Fa3Source(spec, pinned, fa3_pins.profile("hdim128-bf16-fwd")))
+        patch.undo()
+        again = build(spec, options, console, Fa3Source(spec, pinned, fa3_pins.profile("hdim128-bf16-fwd")))
     return SimpleNamespace(tmp=tmp, spec=spec, result=result, again=again, python=python)
 
 

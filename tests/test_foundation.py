@@ -410,7 +410,7 @@ def test_locked_toolchain_rejects_external_fields(envs, capsys):
 def test_knowledge_has_sources_for_every_file():
     import yaml
 
-    from toolkit.knowledge.facts import KNOWLEDGE_DIR
+    from toolkit.knowledge.files import KNOWLEDGE_DIR
     for path in KNOWLEDGE_DIR.glob("*.yaml"):
         assert yaml.safe_load(path.read_text()).get("sources"), f"{path.name} names no sources"
 

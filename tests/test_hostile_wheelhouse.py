@@ -101,7 +101,7 @@ def test_an_installed_record_that_is_a_fifo_or_a_file_linked_out_never_blocks_no
     """toolkit doctor hashes what an installed RECORD lists: a FIFO RECORD is one line (never a hang), and a
     listed file that links out of site-packages (to /dev/zero here) is not followed."""
     from toolkit.base.errors import ToolkitError
-    from toolkit.cache.installed import _disk_hash, identify
+    from toolkit.cache.installed import disk_hash, identify
 
     site = tmp_path / "site-packages"
     dist_info = site / "flash_attn-2.8.3.dist-info"
@@ -114,7 +114,7 @@ def test_an_installed_record_that_is_a_fifo_or_a_file_linked_out_never_blocks_no
     else:
         (site / "flash_attn").mkdir()
         (site / "flash_attn" / "big.so").symlink_to("/dev/zero")
-        assert _disk_hash(site, "flash_attn/big.so") is None
+        assert disk_hash(site, "flash_attn/big.so") is None
         (site / "flash_attn" / "ok.py").write_text("x = 1\n")
-        assert _disk_hash(site, "flash_attn/ok.py") == base64.urlsafe_b64encode(
+        assert disk_hash(site, "flash_attn/ok.py") == base64.urlsafe_b64encode(
             hashlib.sha256(b"x = 1\n").digest()).rstrip(b"=").decode()

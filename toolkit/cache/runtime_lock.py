@@ -534,9 +534,10 @@ class RuntimeLock:
     packages: tuple[LockedPackage, ...]
 
 
-def read_runtime_lock(workspace: Workspace, line: str, kind: str) -> RuntimeLock:
-    """The runtime lock of a line of toolchain `kind`, after its digest (and a pypi line's pylock's sha256) matched
-    and every entry has its strict form (lockfile.locked_packages); one line if not."""
+def read_runtime_lock(workspace: Workspace, line: str, kind: str | None = None) -> RuntimeLock:
+    """The runtime lock of a line of toolchain `kind` (None: the kind it records), after its digest (and a pypi
+    line's pylock's sha256) matched and every entry has its strict form (lockfile.locked_packages); one line if
+    not."""
     path = runtime_lock_file(workspace, line)
     where, fix = display_path(path), f"toolkit lock {line} --runtime --index URL"
     try:
@@ -563,7 +564,7 @@ def read_runtime_lock(workspace: Workspace, line: str, kind: str) -> RuntimeLock
         not isinstance(custom, dict)
         or custom.get(KEY_KIND) != RUNTIME
         or custom.get(KEY_LINE) != line
-        or custom.get(KEY_TOOLCHAIN, "pypi") != kind
+        or custom.get(KEY_TOOLCHAIN, "pypi") != (kind or custom.get(KEY_TOOLCHAIN, "pypi"))
     ):
         raise ToolkitError(f"{where}: not a runtime lock of {line} ({fix})")
     try:
@@ -574,7 +575,7 @@ def read_runtime_lock(workspace: Workspace, line: str, kind: str) -> RuntimeLock
         raise ToolkitError(
             f"{where}: edited after locking (contents do not match {KEY_DIGEST}; {fix})"
         )
-    if kind == "pypi":
+    if custom.get(KEY_TOOLCHAIN, "pypi") == "pypi":
         pylock = runtime_pylock_file(workspace, line)
         if not pylock.is_file() or sha256_file(pylock) != custom.get(KEY_PYLOCK_SHA256):
             raise ToolkitError(
@@ -746,7 +747,9 @@ def _spec(workspace: Workspace, line: str) -> EnvSpec:
 
 
 def install_runtime_command(line: str, args: argparse.Namespace, workspace: Workspace) -> int:
-    if _spec(workspace, line).toolchain.kind == "locked":
+    """The runtime lock is read first (a FIFO, an alias or another lock is refused before anything else is
+    read or made); the toolchain kind it records says which installer makes the environment."""
+    if read_runtime_lock(workspace, line).custom.get(KEY_TOOLCHAIN, "pypi") == "locked":
         prefix = install_conda_runtime(line, workspace, args.prefix, args)
     else:
         prefix = install_runtime(line, workspace, args.prefix, args.python)
