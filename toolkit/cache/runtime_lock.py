@@ -639,10 +639,11 @@ def runtime_prefix(workspace: Workspace, line: str, prefix: Path | None) -> Path
 
 
 def install_runtime(
-    line: str, workspace: Workspace, prefix: Path | None, python: Path | None
+    lock: RuntimeLock, line: str, workspace: Workspace, prefix: Path | None, python: Path | None
 ) -> Path:
-    """A venv at prefix (default .envs/<line>-runtime) holding exactly the runtime pylock, by `uv pip sync`."""
-    custom = read_runtime_lock(workspace, line, "pypi").custom
+    """A venv at prefix (default .envs/<line>-runtime) holding exactly the runtime pylock, by `uv pip sync`
+    (`lock`: the line's runtime lock of a pypi line, read and checked)."""
+    custom = lock.custom
     pylock = runtime_pylock_file(workspace, line)
     prefix = runtime_prefix(workspace, line, prefix)
     marker = prefix / MARKER
@@ -692,16 +693,20 @@ def install_runtime(
 
 
 def install_conda_runtime(
-    line: str, workspace: Workspace, prefix: Path | None, args: argparse.Namespace
+    lock: RuntimeLock,
+    line: str,
+    workspace: Workspace,
+    prefix: Path | None,
+    args: argparse.Namespace,
 ) -> Path:
-    """A conda prefix (default .envs/<line>-runtime) of the runtime lock, by the line's conda engine: py-rattler
-    from hash-checked archives, built beside the prefix and swapped in, or `conda-lock install` in place."""
+    """A conda prefix (default .envs/<line>-runtime) of the runtime lock (`lock`: a conda line's, read and
+    checked), by the line's conda engine: py-rattler from hash-checked archives, built beside the prefix and
+    swapped in, or `conda-lock install` in place."""
     from rich.console import Console
 
     from toolkit.env.engine import InstallJob, choose_engine
     from toolkit.env.install import old_env_aside, replace_prefix, running_platform
 
-    lock = read_runtime_lock(workspace, line, "locked")
     if args.python:
         raise ToolkitError(
             f"--python: {line} is a conda line, whose python comes from "
@@ -749,10 +754,11 @@ def _spec(workspace: Workspace, line: str) -> EnvSpec:
 def install_runtime_command(line: str, args: argparse.Namespace, workspace: Workspace) -> int:
     """The runtime lock is read first (a FIFO, an alias or another lock is refused before anything else is
     read or made); the toolchain kind it records says which installer makes the environment."""
-    if read_runtime_lock(workspace, line).custom.get(KEY_TOOLCHAIN, "pypi") == "locked":
-        prefix = install_conda_runtime(line, workspace, args.prefix, args)
+    lock = read_runtime_lock(workspace, line)
+    if lock.custom.get(KEY_TOOLCHAIN, "pypi") == "locked":
+        prefix = install_conda_runtime(lock, line, workspace, args.prefix, args)
     else:
-        prefix = install_runtime(line, workspace, args.prefix, args.python)
+        prefix = install_runtime(lock, line, workspace, args.prefix, args.python)
     print(
         f"{display_path(prefix)}: runtime environment of {display_path(runtime_lock_file(workspace, line))} "
         f"installed"
