@@ -500,3 +500,27 @@ def test_two_checkouts_of_a_line_at_other_paths_have_one_inputs_key(tmp_path):
         external[name] = load_spec(tmp_path / name / "envs" / "gpu-machine.yaml")
     assert external["a"].input_hash() != external["b"].input_hash()  # the lock's hash: other paths, another spec
     assert external["a"].build_input_hash() == external["b"].build_input_hash()
+
+
+def test_an_external_line_locked_at_two_sites_keys_its_fa2_sdist_not_its_lock(tmp_path):
+    """The machine image's line locked in two checkouts whose specs put CUDA at other paths: the two locks differ
+    (their input-hash holds the paths), the FA2 part of the key does not. Expected: the sdist sha256 the lock
+    files record (read here with yaml), and the locks' own sha256 (hashlib) unequal."""
+    import yaml
+
+    from toolkit.build.fa2 import Fa2Source
+    from toolkit.spec.envspec import load_spec
+
+    keys, lock_digests = {}, set()
+    for name, cuda in (("a", "/usr/local/cuda"), ("b", "/opt/site/cuda-13.0")):
+        shutil.copytree(ROOT / "envs", tmp_path / name / "envs")
+        spec_file = tmp_path / name / "envs" / "gpu-machine.yaml"
+        spec_file.write_text(spec_file.read_text().replace("/usr/local/cuda", cuda))
+        done = toolkit(tmp_path / name, "lock", "gpu-machine")
+        assert done.returncode == 0, done.stderr
+        lock_file = tmp_path / name / "locks" / "gpu-machine.conda-lock.yml"
+        lock_digests.add(hashlib.sha256(lock_file.read_bytes()).hexdigest())
+        recorded = yaml.safe_load(lock_file.read_text())["metadata"]["custom_metadata"]
+        keys[name] = Fa2Source(load_spec(spec_file), lock_file).key_inputs()
+        assert keys[name] == {"sdist_sha256": recorded["fa-envkit.flash-attn-sdist.sha256"]}
+    assert len(lock_digests) == 2 and keys["a"] == keys["b"]

@@ -74,13 +74,20 @@ class Fa2Source:
         return workspace.wheel_dir(self.spec.line)
 
     def key_inputs(self) -> dict[str, Any]:
-        """The lock's sha256 pins the sdist; each patch the build applies is part of the key too."""
+        """The lock's sha256 pins the sdist and the toolchain's packages; each patch the build applies is part
+        of the key too. An external line's lock pins only the sdist, beside its spec's hash with the
+        toolchain's paths in it, so its key takes the sdist's sha256: the same machine image at another
+        site's paths finds the same published build (keyed_inputs holds the versions)."""
         if not self.lock_file.exists():
             raise ToolkitError(
                 f"{display_path(self.lock_file)}: no lock file (run `toolkit lock {self.spec.line}` "
                 f"first)"
             )
-        return {"lock_sha256": sha256_file(self.lock_file), **patches.key_inputs(self.spec)}
+        if self.spec.toolchain.kind == "external":
+            pin = {"sdist_sha256": read_current_lock(self.spec, self.lock_file).sdist.sha256}
+        else:
+            pin = {"lock_sha256": sha256_file(self.lock_file)}
+        return {**pin, **patches.key_inputs(self.spec)}
 
     def threads_per_object(self, archs: tuple[str, ...]) -> int:
         return len(archs)  # flash-attn 2.x compiles every object for every arch

@@ -94,6 +94,9 @@ class BuildInputs:
     lock_sha256: str | None = (
         None  # the lock that pins an FA2 sdist (FA3's sources are pinned by flash_attn_3)
     )
+    sdist_sha256: str | None = (
+        None  # an external line's FA2 sdist, in place of its lock (fa2.Fa2Source)
+    )
     patches: list[PatchRecord] | None = (
         None  # only a patched sdist has them: an unpatched line's key stays as it was
     )
@@ -116,7 +119,8 @@ class BuildInputs:
         return {
             name: value
             for name, value in data.items()
-            if value is not None or name not in ("lock_sha256", "patches", "flash_attn_3")
+            if value is not None
+            or name not in ("lock_sha256", "sdist_sha256", "patches", "flash_attn_3")
         }
 
 
