@@ -391,10 +391,20 @@ def test_a_conda_lines_runtime_lock_is_its_build_locks_records_without_build_onl
     for name, entry in runtime_conda.items():  # the build lock's record exactly, less dependencies on what left
         locked = build_conda[name]
         assert (entry["url"], entry["hash"], entry["version"]) == (locked["url"], locked["hash"], locked["version"])
-        assert entry["dependencies"] == {d: v for d, v in locked["dependencies"].items() if d not in removed}
+        assert entry["dependencies"] == locked["dependencies"]
         assert set(entry["dependencies"]) <= set(runtime_conda) | {d for d in entry["dependencies"] if d[:2] == "__"}
-    pruned = [n for n, e in runtime_conda.items() if set(build_conda[n]["dependencies"]) & removed]
-    assert not pruned or all(runtime_conda[n]["dependencies"] != build_conda[n]["dependencies"] for n in pruned)
+    # A build-only package a kept one depends on stays (no such edge in these records: libgcc and _openmp_mutex are
+    # named build-only here, hypothetically, and the real libstdcxx -> libgcc -> _openmp_mutex edges keep them).
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    from toolkit.cache.runtime_lock import runtime_conda_names
+
+    assert "libgcc" in build_conda["libstdcxx"]["dependencies"]
+    assert "_openmp_mutex" in build_conda["libgcc"]["dependencies"]
+    records = [p for p in parse_conda_lock_file(conda_project.build_lock()).package if p.manager == "conda"]
+    marked = dict.fromkeys([*removed, "libgcc", "_openmp_mutex"], "build-only")
+    assert {"libstdcxx", "libgcc", "_openmp_mutex"} <= runtime_conda_names(records, marked)
+    assert runtime_conda_names(records, dict.fromkeys(removed, "build-only")) == set(runtime_conda)
 
     pip = {p["name"]: p for p in runtime if p["manager"] == "pip"}
     build_pip = {p["name"]: p for p in build if p["manager"] == "pip"}

@@ -18,8 +18,8 @@ The pins do that job: each package is pinned to the build lock's version and che
 
 A conda line (toolchain kind locked) is not resolved again: its runtime lock is the build lock's own records. The
 conda layer is the build lock's conda entries minus the build-only ones (toolkit/knowledge/conda_forge_nvcc.yaml
-`runtime.build_only`, by name), each kept exactly (url, md5, sha256), its `dependencies` on a package left out
-dropped; what stays is decided by name alone, so a package whose dependencies were all build-only stays. The pip
+`runtime.build_only`, by name) that no kept record depends on, each kept exactly (url, md5, sha256, dependencies);
+a build-only package a runtime package depends on stays, so the lock's graph stays closed. The pip
 layer is the published wheels plus the build lock's pip entries that torch and their Requires-Dist (the index's
 PEP 658 `.metadata`) reach through the lock's dependencies. No pylock is written for it: its python is the conda
 layer's.
@@ -289,10 +289,24 @@ def resolve_pypi_runtime(
     return RuntimeLayers(entries, wheels, resolver, pylock=text)
 
 
+def runtime_conda_names(records: list[Any], build_only: dict[str, str]) -> set[str]:
+    """The conda records a runtime keeps: every one not build-only, and every build-only one a kept record
+    depends on (transitively), since a package that runs needs its run dependencies (conda-forge's triton needs
+    ptxas from cuda-nvcc-tools, say); so each kept record's `dependencies` stay the build lock's own and the
+    lock's graph (what conda-lock and py-rattler read) stays closed."""
+    depends = {m.name: set(m.dependencies) for m in records}
+    kept = {name for name in depends if name not in build_only}
+    wanted = set(kept)
+    while wanted:
+        wanted = {dep for name in wanted for dep in depends[name] if dep in depends} - kept
+        kept |= wanted
+    return kept
+
+
 def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
-    """A conda line's runtime layers, per platform: the build lock's conda records minus the build-only ones (their
-    dependency entries on what was left out dropped: conda-lock and py-rattler read `dependencies` as the lock's
-    graph), and the pip entries torch and the published wheels need, each the build lock's own record."""
+    """A conda line's runtime layers, per platform: the build lock's conda records minus the build-only ones no
+    kept record depends on (runtime_conda_names), and the pip entries torch and the published wheels need, each
+    the build lock's own record."""
     from conda_lock.lockfile import parse_conda_lock_file
 
     from toolkit.env.lock import PipTarget, virtual_packages
@@ -303,12 +317,9 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
     ).package  # read_lock verified the file (digest, strict forms)
     entries: list[Any] = []
     for platform in published.locked.platforms:
-        build_only = published.facts.conda_build_only_for(platform)
-        conda = [
-            m
-            for m in models
-            if (m.platform, m.manager) == (platform, "conda") and m.name not in build_only
-        ]
+        records = [m for m in models if (m.platform, m.manager) == (platform, "conda")]
+        kept = runtime_conda_names(records, published.facts.conda_build_only_for(platform))
+        conda = [m for m in records if m.name in kept]
         pythons = [m.version for m in conda if m.name == "python"]
         if not pythons:
             raise ToolkitError(
@@ -333,19 +344,7 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
         )
         if problem:
             raise ToolkitError(f"{where}: {platform}: {problem} (no runtime lock was written)")
-        kept = {m.name for m in conda}
-        entries += [
-            m.model_copy(
-                update={
-                    "dependencies": {
-                        name: version
-                        for name, version in m.dependencies.items()
-                        if name in kept or name.startswith("__")
-                    }
-                }
-            )
-            for m in conda
-        ]
+        entries += conda
         entries += pip
     resolver = (
         f"taken from {where} (not resolved again): its conda records less "
