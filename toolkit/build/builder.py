@@ -700,9 +700,8 @@ def slurm_launcher(run: BuildRun) -> list[str]:
     """srun's words for every compile, once the build folder and the toolchain are known to be on a
     filesystem the allocation's nodes share."""
     assert run.allocation is not None
-    where = {"the build folder": run.build_dir, "the toolchain": run.tc.python}
-    if run.tc.cuda_home:
-        where["the CUDA toolkit"] = run.tc.cuda_home
+    toolchain = {"the toolchain's python": run.tc.python, "the CUDA toolkit": run.tc.cuda_home}
+    where = {"the build folder": run.build_dir, **{k: p for k, p in toolchain.items() if p}}
     problem = shared_filesystem_problem(run.allocation, where, mounts_text())
     if problem:
         raise ToolkitError(problem)
