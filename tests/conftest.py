@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -59,3 +60,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         from cuda_toolchain import require_nvcc
 
         require_nvcc()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The single-node cluster tests/slurm_cluster.sh starts (test_scaleout, test_build's --slurm build);
+    skipped with the reason when none answers (CI sets FA_REQUIRE_SLURM=1 so a missing cluster fails there
+    instead)."""
+    reason = None
+    if shutil.which("sinfo") is None:
+        reason = "sinfo not on PATH (apt-get install slurm-wlm; bash tests/slurm_cluster.sh start)"
+    else:
+        done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+        if done.returncode != 0 or not done.stdout.strip():
+            last = (done.stderr.strip().splitlines() or ["no nodes"])[-1]
+            reason = f"no Slurm cluster answers sinfo ({last}; set SLURM_CONF, bash tests/slurm_cluster.sh start)"
+    if reason and os.environ.get("FA_REQUIRE_SLURM") == "1":
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)

@@ -265,6 +265,63 @@ def test_report_prints_the_efficiency_of_the_last_build(project):
 # ---------------------------------------------------------------- second builds
 
 
+COMPILER_WITNESS = """#!/bin/sh
+# test witness: which Slurm job and step ran this compiler call, then the real compiler
+printf '%s %s %s %s\\n' "${SLURM_JOB_ID:-none}" "${SLURM_STEP_ID:-none}" "$PWD" "$*" >> @LOG
+exec @REAL "$@"
+"""
+
+
+def test_slurm_build_runs_every_compile_as_a_job_step_and_makes_the_same_wheel(project, slurm_cluster, tmp_path):
+    """`toolkit build --slurm` inside a real allocation (salloc on tests/slurm_cluster.sh's node): g++ and gcc
+    on PATH are witnesses that log the SLURM_STEP_ID they run under (nvcc runs them through -ccbin $CXX, the
+    .cpp goes to $CXX directly). Every compiler call of ninja's compiles (in the build folder; the preflight's
+    probe compiles elsewhere) runs in a job step of the allocation, one step per object; the link runs outside
+    any step; the wheel is the non-Slurm build's, byte for byte."""
+    witnesses, log = tmp_path / "bin", tmp_path / "compiler-calls.log"
+    witnesses.mkdir()
+    for name in ("g++", "gcc"):
+        real = shutil.which(name)
+        assert real is not None
+        (witnesses / name).write_text(COMPILER_WITNESS.replace("@LOG", str(log)).replace("@REAL", real))
+        (witnesses / name).chmod(0o755)
+    (first,) = project.line_dir.glob("*.whl")
+    wheelhouse = tmp_path / "wh"  # no cached wheel there: it compiles
+    built = subprocess.run(
+        ["salloc", "--quiet", "-N1", "-c2", "--mem=9300", sys.executable, "-m", "toolkit", "build", "fixture",
+         "--slurm", "--no-install", "--wheelhouse", str(wheelhouse)],
+        cwd=project.root, capture_output=True, text=True, timeout=1200,
+        env={**os.environ, "TOOLKIT_CACHE": str(project.root / ".cache"),
+             "PATH": f"{witnesses}{os.pathsep}{os.environ['PATH']}"})
+    assert built.returncode == 0, built.stderr + built.stdout
+    calls = [line.split(" ", 3) for line in log.read_text().splitlines()]
+    # each object's compiler calls name its source (api.cpp's own; each kernel's host passes its -frandom-seed)
+    steps = {source: {(job, step) for job, step, _, args in calls if f"/csrc/{source}" in args}
+             for source in ("api.cpp", "scale_kernel.cu", "softmax_kernel.cu")}
+    assert all(len(found) == 1 for found in steps.values()), steps  # one step per object
+    (job,) = {job for ((job, _),) in steps.values()}
+    assert job != "none" and all(step != "none" for ((_, step),) in steps.values()), steps
+    assert len({step for ((_, step),) in steps.values()}) == 3, steps
+    links = [(job, step) for job, step, _, args in calls if " -shared" in f" {args}"]
+    assert links and all(link == (job, "none") for link in links), links  # in the allocation, in no step
+    assert f"Slurm job {job}: 1 node(s) of 2 CPUs and 9300 MB; each compile a job step" in built.stderr
+    (again,) = (wheelhouse / "fixture").glob("*.whl")
+    assert again.name == first.name and sha256_of(again) == sha256_of(first)
+
+
+def test_slurm_build_outside_an_allocation_says_so_in_one_line(project):
+    env_without_job = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
+    refused = subprocess.run([sys.executable, "-m", "toolkit", "build", "fixture", "--slurm", "--force"],
+                             cwd=project.root, capture_output=True, text=True, env=env_without_job)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: --slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run it in one, e.g. "
+        "`salloc -N4 --exclusive toolkit build LINE --slurm`, or from an sbatch script")
+    assert list(project.line_dir.glob("*.whl")), "the refusal touched the wheelhouse"
+
+
+
+
 def test_force_rebuild_in_another_directory_is_byte_identical(project):
     """Reproducibility: another build directory (another cache root), same inputs -> the same bytes."""
     before = record_of(project)["outputs"]["wheel_sha256"]

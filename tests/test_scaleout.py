@@ -69,24 +69,6 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """The cluster tests/slurm_cluster.sh starts; skipped with the reason when none answers (CI sets
-    FA_REQUIRE_SLURM=1 so a missing cluster fails there instead)."""
-    reason = None
-    if shutil.which("sinfo") is None:
-        reason = "sinfo not on PATH (apt-get install slurm-wlm; bash tests/slurm_cluster.sh start)"
-    else:
-        done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
-        if done.returncode != 0 or not done.stdout.strip():
-            last = (done.stderr.strip().splitlines() or ["no nodes"])[-1]
-            reason = f"no Slurm cluster answers sinfo ({last}; set SLURM_CONF, bash tests/slurm_cluster.sh start)"
-    if reason and os.environ.get("FA_REQUIRE_SLURM") == "1":
-        pytest.fail(reason)
-    if reason:
-        pytest.skip(reason)
-
-
 def stage_rows(project: Path) -> list[tuple[str, str, float, float, int]]:
     """What the fixture stage recorded, in order: (stage, line, start, end, exit code)."""
     rows = [line.split() for line in (project / "stages.log").read_text().splitlines()]

@@ -68,6 +68,14 @@ from toolkit.build.record import (
     Parallelism,
     Schedule,
 )
+from toolkit.build.slurm_steps import (
+    Allocation,
+    mounts_text,
+    shared_filesystem_problem,
+    srun_words,
+    step_mem_mb,
+    step_temp_dir,
+)
 from toolkit.build.source import SourceTree, WheelSource
 from toolkit.build.timing import (
     ScheduleOrder,
@@ -145,6 +153,9 @@ class BuildOptions:
     caches: tuple[
         CacheSite, ...
     ] = ()  # binary caches asked, in order, before compiling (cache/config.py)
+    slurm: bool = (
+        False  # every compile a job step of the Slurm allocation it runs in (slurm_steps.py)
+    )
 
 
 @dataclass(frozen=True)
@@ -474,6 +485,7 @@ class BuildRun:
     mem_gb: float = field(init=False)
     folder: BuildFolder = field(init=False)
     par: Parallelism = field(init=False)
+    allocation: Allocation | None = field(init=False)  # --slurm's
     started: datetime = field(init=False)
     log_path: Path = field(init=False)
     tree: SourceTree = field(init=False)
@@ -502,6 +514,7 @@ class BuildRun:
 def step_toolchain(run: BuildRun) -> BuildResult | None:
     """The line's toolchain, the machine's fingerprint and the archs to compile."""
     spec, workspace = run.spec, run.workspace
+    run.allocation = Allocation.from_environment(os.environ) if run.options.slurm else None
     found = line_env.resolve(spec, run.options.prefix, workspace=workspace)
     if (
         found.missing and not workspace.lock_file(spec.line).exists()
@@ -586,21 +599,29 @@ def step_folder(run: BuildRun) -> BuildResult | None:
 
 
 def step_size(run: BuildRun) -> BuildResult | None:
-    """Jobs x nvcc threads from cores and memory (an interrupted build's threads, which its commands carry)."""
-    spec, options, folder = run.spec, run.options, run.folder
+    """Jobs x nvcc threads from cores and memory (an interrupted build's threads, which its commands carry);
+    with --slurm, threads from one node of the allocation and as many jobs as its nodes hold side by side."""
+    spec, options, folder, allocation = run.spec, run.options, run.folder, run.allocation
     resumed_threads = (
         folder.previous.nvcc_threads if folder.previous else None
     )  # its compile commands'
+    per_node_mem_gb = (
+        min(allocation.mem_per_node_mb) / 1024
+        if allocation and allocation.mem_per_node_mb
+        else run.mem_gb
+    )
     par = size_parallelism(
-        run.fp.cpus,
-        run.mem_gb,
+        min(allocation.cpus_per_node) if allocation else run.fp.cpus,
+        per_node_mem_gb,
         spec.build.gb_per_nvcc_thread,
         spec.build.threads_per_cpu,
         run.source.threads_per_object(run.archs),
         options.jobs or spec.build.jobs,
         options.nvcc_threads or spec.build.nvcc_threads or resumed_threads,
     )
-    if par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > run.mem_gb:
+    if allocation is not None:
+        par = slurm_parallelism(allocation, par, options.jobs or spec.build.jobs)
+    elif par.jobs * par.nvcc_threads * par.gb_per_nvcc_thread > run.mem_gb:
         run.console.print(
             f"warning: {par.jobs} jobs x {par.nvcc_threads} threads may need more than "
             f"{run.mem_gb:.0f} GB (about {par.gb_per_nvcc_thread:g} GB per nvcc thread): the OOM "
@@ -608,6 +629,27 @@ def step_size(run: BuildRun) -> BuildResult | None:
         )
     run.par = par
     return None
+
+
+def slurm_parallelism(allocation: Allocation, par: Parallelism, jobs: int | None) -> Parallelism:
+    """ninja's -j for compiles that are job steps: as many as the allocation's nodes hold side by side, each
+    on par's nvcc threads and their memory (explicit jobs win; Slurm queues the steps beyond)."""
+    mem_mb = step_mem_mb(par.nvcc_threads, par.gb_per_nvcc_thread)
+    fits = allocation.jobs(par.nvcc_threads, mem_mb)
+    if fits < 1:
+        raise ToolkitError(
+            f"--slurm: {allocation.describe()}: no node holds one compile of {par.nvcc_threads} CPUs and "
+            f"{mem_mb} MB (ask for more CPUs or memory per node"
+            f"{', or pass --nvcc-threads 1' if par.nvcc_threads > 1 else ''})"
+        )
+    jobs = jobs or fits
+    cpus = sum(allocation.cpus_per_node)
+    mem_gb = sum(allocation.mem_per_node_mb) / 1024 if allocation.mem_per_node_mb else par.mem_gb
+    basis = (
+        f"{allocation.describe()}; each compile a job step of {par.nvcc_threads} CPUs and {mem_mb} MB "
+        f"-> {jobs} jobs x {par.nvcc_threads} nvcc threads across the nodes"
+    )
+    return replace(par, jobs=jobs, cpus=cpus, mem_gb=mem_gb, basis=basis)
 
 
 def step_unpack(run: BuildRun) -> BuildResult | None:
@@ -637,12 +679,14 @@ def step_schedule(run: BuildRun) -> BuildResult | None:
         run.shim_dir
     )  # the object list of the build that stopped here
     (run.shim_dir / MANIFEST_OBJECTS).unlink(missing_ok=True)  # this build's shim writes its own
+    launcher = slurm_launcher(run) if run.allocation else []
     plan = ManifestPlan(
         str(run.build_dir),
         run.order.object_seconds,
         str(run.tree.source_root),
         run.order.source_seconds,
         "previous build's times" if run.order.kind == "record" else "the knowledge's object costs",
+        launcher,
     )
     if not install_ninja_shim(run.shim_dir, plan, run.env["PATH"]):
         raise ToolkitError(
@@ -650,6 +694,21 @@ def step_schedule(run: BuildRun) -> BuildResult | None:
             "(install ninja into the environment)"
         )
     return None
+
+
+def slurm_launcher(run: BuildRun) -> list[str]:
+    """srun's words for every compile, once the build folder and the toolchain are known to be on a
+    filesystem the allocation's nodes share."""
+    assert run.allocation is not None
+    toolchain = {"the toolchain's python": run.tc.python, "the CUDA toolkit": run.tc.cuda_home}
+    where = {"the build folder": run.build_dir, **{k: p for k, p in toolchain.items() if p}}
+    problem = shared_filesystem_problem(run.allocation, where, mounts_text())
+    if problem:
+        raise ToolkitError(problem)
+    temp = step_temp_dir(run.build_dir)
+    temp.mkdir(exist_ok=True)
+    par = run.par
+    return srun_words(par.nvcc_threads, step_mem_mb(par.nvcc_threads, par.gb_per_nvcc_thread), temp)
 
 
 def step_compile(run: BuildRun) -> BuildResult | None:
@@ -853,6 +912,7 @@ def build_command(args: argparse.Namespace) -> int:
         install_target=args.install_target,
         order_from=args.order_from,
         caches=tuple(configured_caches(args.cache)),
+        slurm=args.slurm,
     )
     sources = sources_of(spec, workspace)
     if not sources:
@@ -987,6 +1047,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a published wheel of the same inputs from instead of compiling; repeatable, after "
         "the caches of .fa-envkit/caches.toml ($FA_ENVKIT_CACHES), which may also name their "
         "signing keys (docs/binary-cache.md)",
+    )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="inside a Slurm allocation (salloc or an sbatch script): run every compile as a job step "
+        "(srun) across the allocation's nodes, the link and the wheel here; the build folder and the "
+        "toolchain must be on a filesystem every node sees (TOOLKIT_CACHE)",
     )
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)

@@ -19,6 +19,11 @@ the knowledge's object costs (by source path inside the sdist), the object lines
 a compile with neither starts before them all (it may be long; a short one started early costs nothing).
 The link line keeps its own object order, so the wheel's bytes do not change.
 
+Launcher words. ManifestPlan.launcher (a list: `srun ...` for `toolkit build --slurm`, toolkit/build/
+slurm_steps.py; a compile cache's words after them) goes before the compiler of every compile edge (an .o
+from a source), as an edge binding of the compiler variable its rule's command starts with ($nvcc,
+$nvcc_from_env or $cxx), so a link, which shares $cxx in other manifests, never gets it.
+
 The shim runs in the toolkit's python once per ninja call, so this module imports only the standard library
 and `toolkit.base.atomic` (never the build module, its progress bars, the lock reader or pydantic).
 """
@@ -44,8 +49,9 @@ BUILD_DIR_ALIAS = "/fa-envkit-build"
 BUILD_EDGE = re.compile(
     r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)"
 )  # output, rule, first input
-# torch's rules start with $nvcc; FlashAttention-3's setup.py writes its own, starting with $nvcc_from_env
-NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$(nvcc(?:_from_env)?)\b")
+# torch's rules start with $nvcc (CUDA) or $cxx (C++); FlashAttention-3's setup.py writes its own CUDA rule,
+# starting with $nvcc_from_env
+COMPILER_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$(nvcc(?:_from_env)?|cxx)\b")
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class ManifestPlan:
         default_factory=dict
     )  # by source path (the knowledge's costs)
     order_from: str = "previous build's times"  # for the log line
+    launcher: list[str] = field(
+        default_factory=list
+    )  # words before every compile's compiler (srun's first, then a compile cache's)
 
     def seconds(self, output: str, source: str) -> float | None:
         """The edge's time or cost; None: neither the record nor the knowledge has it."""
@@ -74,12 +83,12 @@ def _unescape(ninja_path: str) -> str:
     return re.sub(r"\$(.)", r"\1", ninja_path)
 
 
-def _nvcc_rules(lines: list[str]) -> dict[str, str]:
-    """Rules whose command starts with an nvcc variable (torch's cuda_compile), each with that variable."""
+def _compiler_rules(lines: list[str]) -> dict[str, str]:
+    """Rules whose command starts with a compiler variable (torch's cuda_compile and compile), each with it."""
     rules: dict[str, str] = {}
     current = None
     for line in lines:
-        match = NVCC_RULE_COMMAND.match(line)
+        match = COMPILER_RULE_COMMAND.match(line)
         if line.startswith("rule "):
             current = line.split()[1]
         elif current and match:
@@ -89,23 +98,35 @@ def _nvcc_rules(lines: list[str]) -> dict[str, str]:
     return rules
 
 
-def seeded_nvcc_binding(source: str, build_dir: str, variable: str = "nvcc") -> str:
-    """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
+def ninja_words(words: list[str]) -> str:
+    """Words as one piece of a ninja command: each shell-quoted, `$` escaped for ninja."""
+    return " ".join(shlex.quote(word) for word in words).replace("$", "$$")
+
+
+def compiler_binding(
+    variable: str, launcher: list[str], source: str, build_dir: str, seeded: bool
+) -> str:
+    """The edge binding of one compile: the launcher words before its compiler and, for a CUDA object,
+    the options that make its device symbol names independent of path and run."""
+    words = f"{ninja_words(launcher)} " if launcher else ""
+    if not seeded:
+        return f"  {variable} = {words}${variable}"
     alias = (
         BUILD_DIR_ALIAS + source[len(build_dir) :] if source.startswith(build_dir + "/") else source
     )
-    quoted = shlex.quote(alias).replace("$", "$$")
+    quoted = ninja_words([alias])
     return (
-        f"  {variable} = ${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} "
+        f"  {variable} = {words}${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} "
         f"-Xcicc --orig_src_path_name={quoted}"
     )
 
 
 def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int, int]:
-    """build.ninja with every CUDA compile seeded and the object lines longest first, within the lines they
-    held (compiles of unknown cost before them); with the number seeded, ordered by time and without a time."""
+    """build.ninja with every CUDA compile seeded, the launcher before every compile's compiler, and the object
+    lines longest first, within the lines they held (compiles of unknown cost before them); with the number
+    seeded, ordered by time and without a time."""
     lines = manifest.split("\n")
-    nvcc_rules = _nvcc_rules(lines)
+    compiler_rules = _compiler_rules(lines)
     ordering = bool(plan.object_seconds or plan.source_seconds)
     seeded, timed = (
         0,
@@ -119,11 +140,12 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
         own_bindings = (
             i + 1 < len(lines) and lines[i + 1][:1].isspace()
         )  # they would not move with it
-        if match.group(2) in nvcc_rules and output.endswith(".o"):
-            lines[i] = (
-                f"{line}\n{seeded_nvcc_binding(source, plan.build_dir, nvcc_rules[match.group(2)])}"
-            )
-            seeded += 1
+        variable = compiler_rules.get(match.group(2))
+        is_cuda = variable is not None and variable.startswith("nvcc")
+        if variable and output.endswith(".o") and (is_cuda or plan.launcher):
+            binding = compiler_binding(variable, plan.launcher, source, plan.build_dir, is_cuda)
+            lines[i] = f"{line}\n{binding}"
+            seeded += int(is_cuda)
         seconds = plan.seconds(output, source)
         if seconds is None and ordering and output.endswith(".o") and not source.endswith(".o"):
             seconds = math.inf  # a compile (not a link) that nobody timed: first
