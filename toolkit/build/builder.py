@@ -42,7 +42,7 @@ from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
-from toolkit.build import fa2, fa3, fa4_hooks
+from toolkit.build import compile_cache, fa2, fa3, fa4_hooks
 from toolkit.build.build_dirs import SCHEDULE, BuildFolder, keyed_build_folder, prune
 from toolkit.build.diagnose import explain_file
 from toolkit.build.estimate import (
@@ -59,11 +59,13 @@ from toolkit.build.ninja_shim import (
     ManifestPlan,
     install_ninja_shim,
     manifest_outcome,
+    write_plan,
 )
 from toolkit.build.record import (
     BuildInputs,
     BuildOutputs,
     BuildRecord,
+    CompileCacheUse,
     ObjectTime,
     Parallelism,
     Schedule,
@@ -145,6 +147,8 @@ class BuildOptions:
     caches: tuple[
         CacheSite, ...
     ] = ()  # binary caches asked, in order, before compiling (cache/config.py)
+    # the compile cache every compile goes through (build/compile_cache.py): on, in <cache>/sccache by default
+    compile_cache: compile_cache.CompileCacheConfig = compile_cache.CompileCacheConfig()
 
 
 @dataclass(frozen=True)
@@ -480,6 +484,8 @@ class BuildRun:
     env: dict[str, str] = field(init=False)
     order: ScheduleOrder = field(init=False)
     shim_dir: Path = field(init=False)
+    plan: ManifestPlan = field(init=False)
+    cache_use: CompileCacheUse | None = field(init=False, default=None)
     interrupted: ManifestObjects | None = field(init=False)
     before: dict[str, dict[str, Any]] = field(init=False)
     built: Path = field(init=False)
@@ -644,6 +650,7 @@ def step_schedule(run: BuildRun) -> BuildResult | None:
         run.order.source_seconds,
         "previous build's times" if run.order.kind == "record" else "the knowledge's object costs",
     )
+    run.plan = plan
     if not install_ninja_shim(run.shim_dir, plan, run.env["PATH"]):
         raise ToolkitError(
             f"{run.tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
@@ -681,7 +688,16 @@ def step_compile(run: BuildRun) -> BuildResult | None:
     t0, cpu0 = time.monotonic(), children_cpu_s()
     run_env = {**run.env, "PATH": f"{run.shim_dir}{os.pathsep}{run.env['PATH']}"}
     try:
-        rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+        with compile_cache.serving(
+            run.options.compile_cache, run.cache, run_env, run.shim_dir, console
+        ) as cache:
+            if cache is not None:  # every compile through it, after the plan's own launcher words
+                write_plan(
+                    run.shim_dir, replace(run.plan, launcher=[*run.plan.launcher, *cache.launcher])
+                )
+                run_env = {**run_env, **cache.client_env}
+            rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+            run.cache_use = cache.use() if cache is not None else None
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
         console.print(
@@ -771,6 +787,7 @@ def step_record(run: BuildRun) -> BuildResult | None:
             if len(compiled) < len(objects)
             else {}
         ),
+        compile_cache=run.cache_use,
         fingerprint=run.fp.to_dict(),
         log=display_path(run.log_path),
         started=run.started.isoformat(timespec="seconds"),
@@ -853,6 +870,11 @@ def build_command(args: argparse.Namespace) -> int:
         install_target=args.install_target,
         order_from=args.order_from,
         caches=tuple(configured_caches(args.cache)),
+        compile_cache=(
+            compile_cache.CompileCacheConfig(False, where="--no-compile-cache")
+            if args.no_compile_cache
+            else compile_cache.read_config(compile_cache.config_file())
+        ),
     )
     sources = sources_of(spec, workspace)
     if not sources:
@@ -987,6 +1009,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "a published wheel of the same inputs from instead of compiling; repeatable, after "
         "the caches of .fa-envkit/caches.toml ($FA_ENVKIT_CACHES), which may also name their "
         "signing keys (docs/binary-cache.md)",
+    )
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile every object without the compile cache (sccache; on by default, in the cache's "
+        "sccache/ folder or where .fa-envkit/compile-cache.toml says: docs/build.md)",
     )
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)

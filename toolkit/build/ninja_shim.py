@@ -19,6 +19,10 @@ the knowledge's object costs (by source path inside the sdist), the object lines
 a compile with neither starts before them all (it may be long; a short one started early costs nothing).
 The link line keeps its own object order, so the wheel's bytes do not change.
 
+Launchers. Each compile edge (an object made from a source) of a rule whose command starts with a variable
+(`$cxx`, `$nvcc`) gets that variable bound to the plan's launcher words before it: the compile cache's sccache
+(build/compile_cache.py), after any launcher that must come first (Slurm's srun). Links are left alone.
+
 The shim runs in the toolkit's python once per ninja call, so this module imports only the standard library
 and `toolkit.base.atomic` (never the build module, its progress bars, the lock reader or pydantic).
 """
@@ -44,8 +48,9 @@ BUILD_DIR_ALIAS = "/fa-envkit-build"
 BUILD_EDGE = re.compile(
     r"^build ((?:[^\s:$]|\$.)+):\s*(\S+)\s+((?:[^\s$|]|\$.)+)"
 )  # output, rule, first input
-# torch's rules start with $nvcc; FlashAttention-3's setup.py writes its own, starting with $nvcc_from_env
-NVCC_RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$(nvcc(?:_from_env)?)\b")
+# torch's rules start with $nvcc or $cxx; FlashAttention-3's setup.py writes its own, starting with $nvcc_from_env
+RULE_COMMAND = re.compile(r"^\s+command\s*=\s*\$([A-Za-z_][A-Za-z0-9_]*)\b")
+NVCC_VARIABLE = re.compile(r"nvcc(?:_from_env)?")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class ManifestPlan:
         default_factory=dict
     )  # by source path (the knowledge's costs)
     order_from: str = "previous build's times"  # for the log line
+    # words put before each compile's command, outermost first (srun ..., then the compile cache's sccache)
+    launcher: list[str] = field(default_factory=list)
 
     def seconds(self, output: str, source: str) -> float | None:
         """The edge's time or cost; None: neither the record nor the knowledge has it."""
@@ -74,12 +81,12 @@ def _unescape(ninja_path: str) -> str:
     return re.sub(r"\$(.)", r"\1", ninja_path)
 
 
-def _nvcc_rules(lines: list[str]) -> dict[str, str]:
-    """Rules whose command starts with an nvcc variable (torch's cuda_compile), each with that variable."""
+def _variable_rules(lines: list[str]) -> dict[str, str]:
+    """Rules whose command starts with a variable (torch's compile and cuda_compile), each with that variable."""
     rules: dict[str, str] = {}
     current = None
     for line in lines:
-        match = NVCC_RULE_COMMAND.match(line)
+        match = RULE_COMMAND.match(line)
         if line.startswith("rule "):
             current = line.split()[1]
         elif current and match:
@@ -89,23 +96,38 @@ def _nvcc_rules(lines: list[str]) -> dict[str, str]:
     return rules
 
 
-def seeded_nvcc_binding(source: str, build_dir: str, variable: str = "nvcc") -> str:
-    """The edge binding that makes one CUDA object's device symbol names independent of path and run."""
+def _ninja_words(words: list[str]) -> str:
+    """Shell words as ninja writes them into a command ($ doubled)."""
+    return " ".join(shlex.quote(word).replace("$", "$$") for word in words)
+
+
+def seeded_nvcc_binding(
+    source: str, build_dir: str, variable: str = "nvcc", launcher: list[str] | None = None
+) -> str:
+    """The edge binding that makes one CUDA object's device symbol names independent of path and run (and
+    puts the launcher words before nvcc)."""
     alias = (
         BUILD_DIR_ALIAS + source[len(build_dir) :] if source.startswith(build_dir + "/") else source
     )
-    quoted = shlex.quote(alias).replace("$", "$$")
+    quoted = _ninja_words([alias])
+    before = f"{_ninja_words(launcher)} " if launcher else ""
     return (
-        f"  {variable} = ${variable} -frandom-seed={quoted} -Xcudafe --orig_src_path_name={quoted} "
-        f"-Xcicc --orig_src_path_name={quoted}"
+        f"  {variable} = {before}${variable} -frandom-seed={quoted} -Xcudafe "
+        f"--orig_src_path_name={quoted} -Xcicc --orig_src_path_name={quoted}"
     )
 
 
+def launched_binding(variable: str, launcher: list[str]) -> str:
+    """The edge binding that puts the launcher words before a compile's first word."""
+    return f"  {variable} = {_ninja_words(launcher)} ${variable}"
+
+
 def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int, int]:
-    """build.ninja with every CUDA compile seeded and the object lines longest first, within the lines they
-    held (compiles of unknown cost before them); with the number seeded, ordered by time and without a time."""
+    """build.ninja with every CUDA compile seeded, every compile behind the plan's launcher and the object lines
+    longest first, within the lines they held (compiles of unknown cost before them); with the number seeded,
+    ordered by time and without a time."""
     lines = manifest.split("\n")
-    nvcc_rules = _nvcc_rules(lines)
+    rules = _variable_rules(lines)
     ordering = bool(plan.object_seconds or plan.source_seconds)
     seeded, timed = (
         0,
@@ -119,11 +141,16 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
         own_bindings = (
             i + 1 < len(lines) and lines[i + 1][:1].isspace()
         )  # they would not move with it
-        if match.group(2) in nvcc_rules and output.endswith(".o"):
-            lines[i] = (
-                f"{line}\n{seeded_nvcc_binding(source, plan.build_dir, nvcc_rules[match.group(2)])}"
+        variable = rules.get(match.group(2))
+        compile_edge = output.endswith(".o") and not source.endswith(".o")
+        if variable and NVCC_VARIABLE.fullmatch(variable) and output.endswith(".o"):
+            binding = seeded_nvcc_binding(
+                source, plan.build_dir, variable, plan.launcher if compile_edge else None
             )
+            lines[i] = f"{line}\n{binding}"
             seeded += 1
+        elif variable and compile_edge and plan.launcher:
+            lines[i] = f"{line}\n{launched_binding(variable, plan.launcher)}"
         seconds = plan.seconds(output, source)
         if seconds is None and ordering and output.endswith(".o") and not source.endswith(".o"):
             seconds = math.inf  # a compile (not a link) that nobody timed: first
@@ -135,6 +162,13 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
     return "\n".join(lines), seeded, len(timed) - unknown, unknown
 
 
+def write_plan(shim_dir: Path, plan: ManifestPlan) -> Path:
+    """The plan the shim reads at each ninja call (rewritten when a launcher joins it before the compile)."""
+    plan_file = shim_dir / "manifest-plan.json"
+    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
+    return plan_file
+
+
 def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
     """Write shim_dir/ninja: prepares the manifest it is about to build (`-C DIR` or the working
     directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
@@ -142,8 +176,7 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
     if real is None:
         return False
     shim_dir.mkdir(parents=True, exist_ok=True)
-    plan_file = shim_dir / "manifest-plan.json"
-    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
+    plan_file = write_plan(shim_dir, plan)
     toolkit_root = str(
         Path(__file__).resolve().parents[2]
     )  # importable whatever the build's PYTHONPATH
