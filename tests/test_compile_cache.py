@@ -46,7 +46,7 @@ def sccache_servers() -> set[int]:
 
 
 @pytest.mark.nvcc
-def test_a_build_from_the_compile_cache_makes_the_same_wheel(locked_project, tmp_path):  # noqa: F811
+def test_a_build_from_the_compile_cache_makes_the_same_wheel(locked_project, tmp_path):
     """Without the cache, with it (all misses, stored in the site's folder), and again with the build folder gone
     (every compile a hit): three wheels of one sha256; each build's counts are in its record."""
     root, cache = locked_project, cache_with_sdist(locked_project, tmp_path / "cache")
