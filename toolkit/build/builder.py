@@ -1014,7 +1014,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-compile-cache",
         action="store_true",
         help="compile every object without the compile cache (sccache; on by default, in the cache's "
-        "sccache/ folder or where .fa-envkit/compile-cache.toml says: docs/build.md)",
+        "sccache/ folder or where .fa-envkit/compile-cache.toml says: docs/building.md)",
     )
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)

@@ -77,7 +77,7 @@ OWNED_VARIABLES = (
 )
 START_TIMEOUT_S = 30.0  # the server's start (it reads its storage: a remote one may take a while)
 STOP_TIMEOUT_S = 60.0  # `--stop-server` waits for the cache writes still under way
-FIX = "fix it or remove it; see docs/build.md, the compile cache"
+FIX = "fix it or remove it; see docs/building.md, the compile cache"
 
 
 @dataclass(frozen=True)
