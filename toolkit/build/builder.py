@@ -42,7 +42,7 @@ from toolkit.base.entry import add_renamed_option
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
-from toolkit.build import fa2, fa3, fa4_hooks
+from toolkit.build import compile_cache, fa2, fa3, fa4_hooks
 from toolkit.build.build_dirs import SCHEDULE, BuildFolder, keyed_build_folder, prune
 from toolkit.build.diagnose import explain_file
 from toolkit.build.estimate import (
@@ -59,11 +59,13 @@ from toolkit.build.ninja_shim import (
     ManifestPlan,
     install_ninja_shim,
     manifest_outcome,
+    write_plan,
 )
 from toolkit.build.record import (
     BuildInputs,
     BuildOutputs,
     BuildRecord,
+    CompileCacheUse,
     ObjectTime,
     Parallelism,
     Schedule,
@@ -156,6 +158,8 @@ class BuildOptions:
     slurm: bool = (
         False  # every compile a job step of the Slurm allocation it runs in (slurm_steps.py)
     )
+    # the compile cache every compile goes through (build/compile_cache.py): on, in <cache>/sccache by default
+    compile_cache: compile_cache.CompileCacheConfig = compile_cache.CompileCacheConfig()
 
 
 @dataclass(frozen=True)
@@ -492,6 +496,8 @@ class BuildRun:
     env: dict[str, str] = field(init=False)
     order: ScheduleOrder = field(init=False)
     shim_dir: Path = field(init=False)
+    plan: ManifestPlan = field(init=False)
+    cache_use: CompileCacheUse | None = field(init=False, default=None)
     interrupted: ManifestObjects | None = field(init=False)
     before: dict[str, dict[str, Any]] = field(init=False)
     built: Path = field(init=False)
@@ -688,6 +694,7 @@ def step_schedule(run: BuildRun) -> BuildResult | None:
         "previous build's times" if run.order.kind == "record" else "the knowledge's object costs",
         launcher,
     )
+    run.plan = plan
     if not install_ninja_shim(run.shim_dir, plan, run.env["PATH"]):
         raise ToolkitError(
             f"{run.tc.path_env.split(os.pathsep)[0]}: no ninja on the build's PATH "
@@ -709,6 +716,16 @@ def slurm_launcher(run: BuildRun) -> list[str]:
     temp.mkdir(exist_ok=True)
     par = run.par
     return srun_words(par.nvcc_threads, step_mem_mb(par.nvcc_threads, par.gb_per_nvcc_thread), temp)
+
+
+def cache_config(run: BuildRun) -> compile_cache.CompileCacheConfig:
+    """The compile cache the options ask for, off where compiles run on other nodes: the build's sccache
+    server listens on a socket of this node only (compile_cache.serving)."""
+    if run.allocation is not None and run.allocation.nodes > 1:
+        return compile_cache.CompileCacheConfig(
+            False, where=f"--slurm over {run.allocation.nodes} nodes: no shared sccache server yet"
+        )
+    return run.options.compile_cache
 
 
 def step_compile(run: BuildRun) -> BuildResult | None:
@@ -740,7 +757,16 @@ def step_compile(run: BuildRun) -> BuildResult | None:
     t0, cpu0 = time.monotonic(), children_cpu_s()
     run_env = {**run.env, "PATH": f"{run.shim_dir}{os.pathsep}{run.env['PATH']}"}
     try:
-        rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+        with compile_cache.serving(
+            cache_config(run), run.cache, run_env, run.shim_dir, console
+        ) as cache:
+            if cache is not None:  # every compile through it, after the plan's own launcher words
+                write_plan(
+                    run.shim_dir, replace(run.plan, launcher=[*run.plan.launcher, *cache.launcher])
+                )
+                run_env = {**run_env, **cache.client_env}
+            rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+            run.cache_use = cache.use() if cache is not None else None
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
         console.print(
@@ -830,6 +856,7 @@ def step_record(run: BuildRun) -> BuildResult | None:
             if len(compiled) < len(objects)
             else {}
         ),
+        compile_cache=run.cache_use,
         fingerprint=run.fp.to_dict(),
         log=display_path(run.log_path),
         started=run.started.isoformat(timespec="seconds"),
@@ -913,6 +940,11 @@ def build_command(args: argparse.Namespace) -> int:
         order_from=args.order_from,
         caches=tuple(configured_caches(args.cache)),
         slurm=args.slurm,
+        compile_cache=(
+            compile_cache.CompileCacheConfig(False, where="--no-compile-cache")
+            if args.no_compile_cache
+            else compile_cache.read_config(compile_cache.config_file())
+        ),
     )
     sources = sources_of(spec, workspace)
     if not sources:
@@ -1054,6 +1086,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="inside a Slurm allocation (salloc or an sbatch script): run every compile as a job step "
         "(srun) across the allocation's nodes, the link and the wheel here; the build folder and the "
         "toolchain must be on a filesystem every node sees (TOOLKIT_CACHE)",
+    )
+    parser.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile every object without the compile cache (sccache; on by default, in the cache's "
+        "sccache/ folder or where .fa-envkit/compile-cache.toml says: docs/building.md)",
     )
     add_renamed_option(parser, "--report", "`toolkit build-report LINE`")
     parser.set_defaults(func=build_command)

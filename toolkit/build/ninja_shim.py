@@ -157,6 +157,13 @@ def prepared_manifest(manifest: str, plan: ManifestPlan) -> tuple[str, int, int,
     return "\n".join(lines), seeded, len(timed) - unknown, unknown
 
 
+def write_plan(shim_dir: Path, plan: ManifestPlan) -> Path:
+    """The plan the shim reads at each ninja call (rewritten when a launcher joins it before the compile)."""
+    plan_file = shim_dir / "manifest-plan.json"
+    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
+    return plan_file
+
+
 def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> bool:
     """Write shim_dir/ninja: prepares the manifest it is about to build (`-C DIR` or the working
     directory), then runs the real ninja from path_env. False (and nothing written) when there is none."""
@@ -164,8 +171,7 @@ def install_ninja_shim(shim_dir: Path, plan: ManifestPlan, path_env: str) -> boo
     if real is None:
         return False
     shim_dir.mkdir(parents=True, exist_ok=True)
-    plan_file = shim_dir / "manifest-plan.json"
-    plan_file.write_text(json.dumps(asdict(plan), indent=1, sort_keys=True))
+    plan_file = write_plan(shim_dir, plan)
     toolkit_root = str(
         Path(__file__).resolve().parents[2]
     )  # importable whatever the build's PYTHONPATH

@@ -162,6 +162,28 @@ class ObjectTime:
 
 
 @dataclass(frozen=True)
+class CompileCacheUse:
+    """What the compile cache did for one build (build/compile_cache.py): sccache's counts, by its stage names
+    (CUDA, CUDA (Device code), PTX, CUBIN, C/C++: one nvcc object is several cached compiles)."""
+
+    tool: str  # "sccache 0.16.0"
+    location: str  # its storage, as configured
+    requests: int  # compiles sent to it: one per object
+    hits: dict[str, int]
+    misses: dict[str, int]
+    not_cached: (
+        int  # compiles it ran without caching (a step it does not cache, an unsupported call)
+    )
+    errors: int  # cache read/write errors and failed compiles
+
+    def hit_rate(self, stages: tuple[str, ...] | None = None) -> float | None:
+        """Hits over hits and misses, of the given stages (None: all); None where there were none."""
+        hits = sum(n for s, n in self.hits.items() if stages is None or s in stages)
+        misses = sum(n for s, n in self.misses.items() if stages is None or s in stages)
+        return hits / (hits + misses) if hits + misses else None
+
+
+@dataclass(frozen=True)
 class BuildOutputs:
     wheel: str  # file name, beside the record
     version: str  # as the wheel's METADATA says, local tag included
@@ -208,6 +230,8 @@ class BuildRecord:
     substituted_from: str = ""
     # a build that continued an interrupted one: objects_kept from it, objects_compiled by this one, folder
     resumed: dict[str, Any] = field(default_factory=dict)
+    # the compile cache's hits and misses in this build; None: compiled without it (or before it existed)
+    compile_cache: CompileCacheUse | None = None
     status: str = "success"
     schema: int = RECORD_SCHEMA
 
