@@ -263,3 +263,20 @@ def test_days_behind_counts_from_the_oldest_change_and_an_undated_one_is_said():
     state = upstream.SourceState("pypi x", "2026-11-11")
     assert state.line(DAY) == "pypi x: 24 days behind (since 2026-11-11)"  # FA4 b39 as issue 34 counted it
     assert upstream.SourceState("pypi x", "yesterday").line(DAY) == "pypi x: behind, since a day the answer gives as 'yesterday'"
+
+
+@pytest.mark.network
+def test_live_verl_sdist_reads():
+    """Today's newest verl on PyPI: its sdist's pyproject still reads (skip where PyPI is unreachable)."""
+    from conftest import pypi_unreachable
+
+    url = upstream.PYPI_JSON.format(package="verl")
+    try:
+        answer = upstream.pypi_answer(upstream.live_fetch(url), url)
+        sdist = answer.file_url(answer.info.version, ".tar.gz", url)
+        assert sdist is not None
+        body = upstream.live_fetch(sdist)
+    except OSError as exc:
+        pypi_unreachable(exc)
+    routes = answers.verl_flash_attn(body, sdist)
+    assert all(r.pin.startswith(("==", ">=", "<", "~=", "!=")) or r.pin == "" for r in routes)
