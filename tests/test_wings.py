@@ -184,6 +184,7 @@ ALLOWED = {
     "env/lock.py": "FA4's pinned wheels in a line's lock (with_flash_attn_4)",
     "env/install_record.py": "FA4's install record (Fa4Record)",
     "knowledge/object_costs.py": "FA3's object costs, keyed by commit and profile",
+    "knowledge/upstream.py": "check-updates judges FA3's pinned git ids and FA4's pinned closure against upstream",
     "build/record.py": "FA3's sources in the record and its key (pinned by git ids)",
     "build/timing.py": "FA3's builds found by their record section for object costs",
     "build/wheel_check.py": "FA4's files handed back after FA2's install (fa4_hooks)",

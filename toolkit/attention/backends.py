@@ -1,4 +1,5 @@
-"""The attention backends a recommendation may name, and verl's attention settings: knowledge/attention_backends.yaml.
+"""The attention backends a recommendation may name: knowledge/attention_backends.yaml (verl's settings, read in
+toolkit/knowledge/frameworks.py, are handed on from here).
 
 One table, so that a new backend (FA3's `flash-attn-3`) is a knowledge entry: recommend, its reader, doctor
 and the verl lines all take their backend names, attn_implementation values and verification kinds from here.
@@ -11,8 +12,8 @@ from functools import cache
 from typing import Any, Literal
 
 from toolkit.knowledge import files as knowledge_files
-
-FILE = "attention_backends.yaml"
+from toolkit.knowledge.frameworks import FILE
+from toolkit.knowledge.frameworks import verl as verl  # read below this wing, for check-updates
 
 
 @dataclass(frozen=True)
@@ -37,30 +38,6 @@ class AttentionBackend:
         return out
 
 
-@dataclass(frozen=True)
-class PinnedFile:
-    """A file on PyPI by url and sha256: what env/download.py's cache fetches (its Pin)."""
-
-    url: str
-    filename: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class Verl:
-    version: str  # the verl release these facts were read from
-    default_attn_implementation: str  # what verl uses when the config names none
-    models: tuple[str, ...]  # config sections that take an override_config
-    override_key: str
-    trainer_config: str  # the wheel's generated trainer config (the test checks the keys there)
-    wheel: PinnedFile  # the release's wheel on PyPI, which holds trainer_config
-
-    def keys(self) -> list[str]:
-        """`actor_rollout_ref.model.override_config.attn_implementation`, one per model section."""
-        return [f"{model}.{self.override_key}" for model in self.models]
-
-
 def _backend(name: str, entry: dict[str, Any]) -> AttentionBackend:
     if entry["verified_by"] not in ("report", "torch"):
         raise ValueError(
@@ -81,27 +58,6 @@ def _backend(name: str, entry: dict[str, Any]) -> AttentionBackend:
 def backends() -> dict[str, AttentionBackend]:
     return knowledge_files.typed(
         FILE, lambda data: {name: _backend(name, entry) for name, entry in data["backends"].items()}
-    )
-
-
-@cache
-def verl() -> Verl:
-    return knowledge_files.typed(
-        FILE,
-        lambda data: Verl(
-            str(data["verl"]["version"]),
-            data["verl"]["default_attn_implementation"],
-            tuple(data["verl"]["models"]),
-            data["verl"]["override_key"],
-            data["verl"]["trainer_config"],
-            _pinned(data["verl"]["wheel"]),
-        ),
-    )
-
-
-def _pinned(entry: dict[str, Any]) -> PinnedFile:
-    return PinnedFile(
-        str(entry["url"]), str(entry["file"]), str(entry["sha256"]), int(entry["size"])
     )
 
 

@@ -26,6 +26,8 @@ PUBLIC = (
     "facts.minor_of",
     "files",
     "files.KNOWLEDGE_DIR",
+    "frameworks.FILE",
+    "frameworks.verl",
     "nvcc_gcc.gcc_cap",
     "nvcc_gcc.host_config_cap",
     "nvcc_gcc.lines_accepting",

@@ -1,7 +1,11 @@
 """`toolkit knowledge check-updates`: is the knowledge current? Names every release the indexes list that it does not cover.
 
-Asks PyPI's JSON API (the packages the knowledge pins: torch, the attention packages, NVIDIA's wheels) and PyTorch's per-line
-wheel indexes, as toolkit/knowledge/upstream.yaml says, and judges each release against the knowledge files.
+Asks PyPI's JSON API (the packages the knowledge pins: torch, the attention packages, NVIDIA's wheels, FA4's closure,
+transformers, verl, HF's `kernels`), PyTorch's per-line wheel indexes, GitHub's API (FA3's source, which upstream
+ships only from git) and the Hugging Face Hub (the kernels-community builds), as toolkit/knowledge/upstream.yaml
+says, and judges each answer against the knowledge files (upstream_answers.py types the answers beyond PyPI's).
+Every source gets a line: how many days the knowledge is behind it (from the oldest change it lacks), or
+"not checked" with why, so an unreachable source is never a silent pass.
 `--recorded DIR` answers from files recorded earlier (tests, offline); `--record DIR` writes what it fetched,
 trimmed, with the URL and date, into a new folder, so a test can replay today's answers.
 
@@ -15,10 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from functools import partial
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -31,12 +37,14 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import MAX_JSON_BYTES, parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument
+from toolkit.knowledge import fa3_pins, fa4_pins, frameworks
 from toolkit.knowledge import files as knowledge_files
+from toolkit.knowledge import upstream_answers as answers
 from toolkit.knowledge.facts import Knowledge, load_knowledge, minor_of
+from toolkit.knowledge.upstream_answers import ANSWER_FIX
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/json"
 RECORD_INDEX = "index.json"
-ANSWER_FIX = "the index answered something else: check again later, or record the answers again with --record"
 # The largest answer read, live or recorded: PyPI's JSON for torch (every file of every release) is a few MB.
 MAX_ANSWER_BYTES = MAX_JSON_BYTES
 
@@ -56,12 +64,37 @@ class Finding:
     package: str
     versions: tuple[str, ...]
     message: str
+    behind_since: str = (
+        ""  # ISO day of the oldest upstream change it names (what "days behind" counts from)
+    )
 
     def __str__(self) -> str:
         return f"{self.package} {', '.join(self.versions)}: {self.message}"
 
 
 Fetch = Callable[[str], bytes]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """One watched source after the check: how far behind the knowledge is, or why it could not be asked."""
+
+    name: str  # "pypi torch", "github Dao-AILab/flash-attention", "hub kernels-community/flash-attn3", ...
+    behind_since: str  # ISO day of the oldest change the knowledge lacks ("" none)
+    unchecked: str = ""  # "URL (why)" of each answer that could not be had ("" all were)
+
+    def line(self, today: date) -> str:
+        if self.unchecked:
+            return f"{self.name}: not checked: {self.unchecked}"
+        if not self.behind_since:
+            return f"{self.name}: current"
+        try:
+            days = max(0, (today - date.fromisoformat(self.behind_since)).days)
+        except ValueError:  # an answer's date is untrusted text
+            return (
+                f"{self.name}: behind, since a day the answer gives as {shown(self.behind_since)}"
+            )
+        return f"{self.name}: {days} days behind (since {self.behind_since})"
 
 
 # ---------------------------------------------------------------- answers from the indexes
@@ -74,6 +107,7 @@ class PypiFile:
     filename: str = ""
     upload_time: str = ""
     yanked: bool = False
+    url: str = ""  # absolute or relative to the JSON's URL (a recording keeps it for the newest release only)
 
 
 @dataclass(frozen=True)
@@ -88,6 +122,13 @@ class PypiAnswer:
 
     info: PypiInfo
     releases: dict[str, list[PypiFile]] = field(default_factory=dict)
+
+    def file_url(self, version: str, suffix: str, url: str) -> str | None:
+        """The URL of release `version`'s first live file named *suffix (".whl", ".tar.gz"), None where none."""
+        for f in self.releases.get(version, []):
+            if f.filename.endswith(suffix) and f.url and not f.yanked:
+                return urllib.parse.urljoin(url, f.url)
+        return None
 
 
 def _plain_name(name: str) -> str:
@@ -159,6 +200,17 @@ def live_fetch(url: str) -> bytes:
     if len(answer) > MAX_ANSWER_BYTES:
         raise ValueError(f"answer larger than {MAX_ANSWER_BYTES:,} bytes")
     return answer
+
+
+def recorded_at(folder: Path) -> str:
+    """When a recording was made (its newest `recorded`, "" where none says): its "days behind" count to that day,
+    and a recording made from it keeps that time."""
+    path = folder / RECORD_INDEX
+    fix = "record them again with `toolkit knowledge check-updates --record NEW_DIR`"
+    index = recording(read_json(path, "index of recorded answers", fix), path, fix).answers
+    return max(
+        (a.recorded for a in index.values() if re.match(r"\d{4}-\d\d-\d\d", a.recorded)), default=""
+    )
 
 
 def recorded_fetch(folder: Path) -> Fetch:
@@ -240,75 +292,348 @@ def _final(version: str) -> Version | None:
     return None if v.is_devrelease else v
 
 
+def _stable(releases: list[Release]) -> list[Release]:
+    return [r for r in releases if (v := _final(r.version)) and not v.is_prerelease]
+
+
+def _oldest(releases: list[Release]) -> str:
+    return min((r.uploaded for r in releases if r.uploaded), default="")
+
+
+class Ask:
+    """Fetches each URL once, keeping every answer (for --record) and, per URL that failed, why."""
+
+    def __init__(self, fetch: Fetch) -> None:
+        self.fetch = fetch
+        self.answers: dict[str, bytes] = {}
+        self.failed: list[str] = []
+
+    def __call__(self, url: str) -> bytes | None:
+        if url not in self.answers:
+            try:
+                self.answers[url] = self.fetch(url)
+            except (OSError, ValueError) as exc:
+                self.failed.append(f"{url} ({exc})")
+                return None
+        return self.answers[url]
+
+
+@dataclass(frozen=True)
+class PypiSource:
+    """One watched package's PyPI answer, what its coverage rule judges."""
+
+    entry: dict  # its upstream.yaml entry
+    url: str
+    answer: PypiAnswer
+    releases: list[Release]  # final and pre-releases from `since` on, yanked ones left out
+    kb: Knowledge
+    ask: Ask
+
+    @property
+    def package(self) -> str:
+        return str(self.entry["package"])
+
+    def newer_than(self, known: str) -> list[Release]:
+        """Final releases newer than `known`, oldest first (a pre-release is no news to a pin)."""
+        return sorted(
+            (r for r in _stable(self.releases) if Version(r.version) > Version(known)),
+            key=lambda r: Version(r.version),
+        )
+
+    def newest_file(self, suffix: str) -> tuple[Release, str] | None:
+        """The newest final release and its file named *suffix; None (said as "not checked") where there is none."""
+        stable = _stable(self.releases)
+        if not stable:
+            return None
+        newest = max(stable, key=lambda r: Version(r.version))
+        url = self.answer.file_url(newest.version, suffix, self.url)
+        if url is None:
+            self.ask.failed.append(
+                f"{self.url} (no {suffix} file of {self.package} {newest.version} listed)"
+            )
+            return None
+        return newest, url
+
+
 def new_minors(releases: list[Release], known: dict) -> list[tuple[str, list[Release]]]:
     """Final releases whose major.minor is not a key of `known`, grouped by minor, oldest minor first."""
     new: dict[str, list[Release]] = {}
-    for r in releases:
-        v = _final(r.version)
-        if v and not v.is_prerelease and minor_of(r.version) not in known:
+    for r in _stable(releases):
+        if minor_of(r.version) not in known:
             new.setdefault(minor_of(r.version), []).append(r)
     return sorted(new.items(), key=lambda kv: Version(kv[0]))
 
 
-def torch_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
+def torch_minors(src: PypiSource) -> list[Finding]:
     return [
         Finding(
             "torch",
             tuple(r.version for r in rs),
             f"torch {minor} (released {rs[0].uploaded}) is not in toolkit/knowledge/torch_releases.yaml "
             f"(add it with the CUDA lines and Pythons it ships, and the source)",
+            _oldest(rs),
         )
-        for minor, rs in new_minors(releases, kb.torch_releases)
+        for minor, rs in new_minors(src.releases, src.kb.torch_releases)
     ]
 
 
-def flash_attn_released(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
-    missing = [r for r in releases if r.version not in kb.fa_released]
+def flash_attn_released(src: PypiSource) -> list[Finding]:
+    missing = [r for r in src.releases if r.version not in src.kb.fa_released]
     return [
         Finding(
             "flash-attn",
             (r.version,),
             f"released {r.uploaded}, not in toolkit/knowledge/flash_attn_2.yaml "
             f"`released` (add it, and a requirements range / patches.yaml entry if it needs one)",
+            r.uploaded,
         )
         for r in missing
     ]
 
 
-def newest_known(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
-    known = Version(entry["newest_known"])
-    newer = [r for r in releases if Version(r.version) > known]
+def newest_known(src: PypiSource) -> list[Finding]:
+    known = Version(src.entry["newest_known"])
+    newer = [r for r in src.releases if Version(r.version) > known]
     if not newer:
         return []
     return [
         Finding(
-            entry["package"],
+            src.package,
             tuple(r.version for r in newer),
             f"newer than {known} that toolkit/knowledge/upstream.yaml knows (newest uploaded "
             f"{max(r.uploaded for r in newer)}; update the knowledge)",
+            _oldest(newer),
         )
     ]
 
 
-def cuda_minors(releases: list[Release], kb: Knowledge, entry: dict) -> list[Finding]:
+def cuda_minors(src: PypiSource) -> list[Finding]:
     return [
         Finding(
-            entry["package"],
+            src.package,
             tuple(r.version for r in rs),
             f"CUDA {minor} (first wheel {min(r.uploaded for r in rs)}) is not in "
             f"toolkit/knowledge/cuda_lines.yaml (add its max gcc, archs, driver; and conda_forge_nvcc.yaml "
             f"once conda-forge carries it)",
+            _oldest(rs),
         )
-        for minor, rs in new_minors(releases, kb.cuda_lines)
+        for minor, rs in new_minors(src.releases, src.kb.cuda_lines)
     ]
 
 
-COVERAGE: dict[str, Callable[[list[Release], Knowledge, dict], list[Finding]]] = {
+def fa4_closure(src: PypiSource) -> list[Finding]:
+    """A distribution FA4's default release installs beside it (flash_attn_4.yaml `wheels`): newer than its pin?"""
+    release = fa4_pins.release()
+    pinned = next((w.version for w in release.wheels if w.name == src.package), None)
+    if pinned is None:
+        return [
+            Finding(
+                src.package,
+                (),
+                f"watched as FA4's closure, but flash_attn_4.yaml pins no wheel of it for "
+                f"flash-attn-4 {release.version} (drop it from upstream.yaml or pin it)",
+            )
+        ]
+    newer = src.newer_than(pinned)
+    if not newer:
+        return []
+    return [
+        Finding(
+            src.package,
+            tuple(r.version for r in newer),
+            f"newer than {pinned}, which toolkit/knowledge/flash_attn_4.yaml pins for flash-attn-4 "
+            f"{release.version} (check that release's Requires-Dist allows it; pin its wheels with size and sha256)",
+            _oldest(newer),
+        )
+    ]
+
+
+def transformers_names(src: PypiSource) -> list[Finding]:
+    """The newest transformers wheel's attn_implementation names against attention_backends.yaml `transformers`
+    (whose list holds every backend's name: tests/test_check_updates_sources.py)."""
+    known = frameworks.transformers()
+    newer = src.newer_than(known.version)
+    out = []
+    if newer:
+        out.append(
+            Finding(
+                "transformers",
+                tuple(r.version for r in newer),
+                f"newer than {known.version}, whose attn_implementation names toolkit/knowledge/attention_backends.yaml "
+                f"`transformers` records (check the names below, then record the release and its source)",
+                _oldest(newer),
+            )
+        )
+    wheel = src.newest_file(".whl")
+    answer = src.ask(wheel[1]) if wheel else None
+    if wheel is None or answer is None:
+        return out
+    newest, url = wheel
+    read = answers.attn_implementation_names(answer, url)
+    if read.problem:
+        return [
+            *out,
+            Finding(
+                "transformers",
+                (newest.version,),
+                f"{read.problem}: read its attn_implementation "
+                f"names by hand into attention_backends.yaml",
+                newest.uploaded,
+            ),
+        ]
+    gone = [n for n in known.attn_implementations if n not in read.names]
+    if gone:
+        out.append(
+            Finding(
+                "transformers",
+                (newest.version,),
+                f"no longer accepts attn_implementation "
+                f"{', '.join(gone)}, which attention_backends.yaml `transformers` lists (a backend that "
+                f"uses it needs another name)",
+                newest.uploaded,
+            )
+        )
+    new = [
+        n
+        for n in read.names
+        if ("flash" in n or "sdpa" in n) and n not in known.attn_implementations
+    ]
+    if new:
+        out.append(
+            Finding(
+                "transformers",
+                (newest.version,),
+                f"accepts attn_implementation {', '.join(new)}, "
+                f"which attention_backends.yaml `transformers` does not list (a new backend?)",
+                newest.uploaded,
+            )
+        )
+    return out
+
+
+def verl_routing(src: PypiSource) -> list[Finding]:
+    """The newest verl's flash-attn pins and index routing (its sdist's pyproject.toml) against the knowledge's."""
+    known = frameworks.verl()
+    newer = src.newer_than(known.version)
+    out = []
+    if newer:
+        out.append(
+            Finding(
+                "verl",
+                tuple(r.version for r in newer),
+                f"newer than {known.version}, which toolkit/knowledge/attention_backends.yaml `verl` was read from "
+                f"(read its config keys, its flash-attn pin and index again)",
+                _oldest(newer),
+            )
+        )
+    sdist = src.newest_file(".tar.gz")
+    answer = src.ask(sdist[1]) if sdist else None
+    if sdist is None or answer is None:
+        return out
+    newest, url = sdist
+    routes = answers.verl_flash_attn(answer, url)
+    if set(routes) != set(known.flash_attn):
+        said = (
+            "; ".join(f"[{r.extra}] flash-attn{r.pin} from {r.index_url or 'PyPI'}" for r in routes)
+            or "nothing"
+        )
+        out.append(
+            Finding(
+                "verl",
+                (newest.version,),
+                f"its pyproject.toml asks for {said}, not what "
+                f"attention_backends.yaml `verl.flash_attn` says (update it, with the source)",
+                newest.uploaded,
+            )
+        )
+    return out
+
+
+COVERAGE: dict[str, Callable[[PypiSource], list[Finding]]] = {
     "torch_minors": torch_minors,
     "flash_attn_released": flash_attn_released,
     "newest_known": newest_known,
     "cuda_minors": cuda_minors,
+    "fa4_closure": fa4_closure,
+    "transformers_names": transformers_names,
+    "verl_routing": verl_routing,
 }
+
+
+def newest_fa3_pin() -> fa3_pins.Fa3Commit:
+    return max(
+        (fa3_pins.commit(sha) for sha in fa3_pins.knowledge()["commits"]), key=lambda c: c.date
+    )
+
+
+def fa3_git(entry: dict, ask: Ask, pinned: fa3_pins.Fa3Commit) -> list[Finding]:
+    """Each watched path of FA3's repository at the branch against the pinned commit's git ids: a path whose
+    tree moved on (or that appeared: the flash_attn_3 package upstream moves hopper/ into) is named with the
+    commits since the pin, the oldest dating how far behind the knowledge is."""
+    [root] = [a for a in pinned.archives if a.place == ""]
+    repo, branch = str(entry["repo"]), str(entry["branch"])
+    url = answers.tree_url(repo, branch)
+    answer = ask(url)
+    if answer is None:
+        return []
+    tree = answers.github_tree(answer, url)
+    out = []
+    for path in entry["paths"]:
+        there = tree.entry(path)
+        if there is None or there.sha == root.pins.get(path):
+            continue
+        url = answers.commits_url(repo, path, pinned.date)
+        answer = ask(url)
+        if answer is None:
+            continue
+        commits = answers.github_commits(answer, url)
+        shas = [c.sha for c in commits]
+        since = commits[: shas.index(pinned.commit)] if pinned.commit in shas else commits
+        newest = (
+            f"; newest {since[0].sha[:12]} {since[0].day} {since[0].subject!r}" if since else ""
+        )
+        many = "100+" if len(commits) == 100 and pinned.commit not in shas else str(len(since))
+        was = (
+            f"not the {root.pins[path][:12]} flash_attn_3.yaml pins (commit {pinned.commit[:12]}, {pinned.date})"
+            if path in root.pins
+            else f"a path flash_attn_3.yaml pins for no commit (it builds "
+            f"{', '.join(root.pins)} of {pinned.commit[:12]})"
+        )
+        out.append(
+            Finding(
+                f"github {repo}",
+                (f"{path}/",),
+                f"at {branch} is tree {there.sha[:12]}, {was}: {many} commits touch it since{newest} (pin the new "
+                f"commit with its archives' git ids)",
+                min((c.day for c in since), default=pinned.date),
+            )
+        )
+    return out
+
+
+def hub_kernel(repo: dict, ask: Ask) -> list[Finding]:
+    """A kernels-community build on the Hub: at the revision upstream.yaml says was read, or news."""
+    url = answers.HUB_MODEL.format(repo=repo["repo"])
+    answer = ask(url)
+    if answer is None:
+        return []
+    model = answers.hub_model(answer, url)
+    if model.sha == repo.get("sha"):
+        return []
+    read = (
+        f"the knowledge read {str(repo['sha'])[:12]}"
+        if repo.get("sha")
+        else "the knowledge has never read it"
+    )
+    return [
+        Finding(
+            f"hub {repo['repo']}",
+            (model.sha[:12],),
+            f"at revision {model.sha} (modified {model.lastModified[:10]}); {read} (read its build's CUDA, torch and "
+            f"arch limits into the knowledge and its revision into upstream.yaml `hub`)",
+            model.lastModified[:10],
+        )
+    ]
 
 
 def line_gaps(kb: Knowledge, tag: str, cuda: str, versions: set[str]) -> list[Finding]:
@@ -338,53 +663,84 @@ class Report:
     findings: tuple[Finding, ...]
     unchecked: tuple[str, ...]  # "URL (why)" for each answer that could not be had
     answers: dict  # url -> bytes, what was fetched (for --record)
+    sources: tuple[SourceState, ...] = ()  # every watched source, in upstream.yaml's order
+    today: date = field(default_factory=lambda: datetime.now(timezone.utc).date())
 
 
 def watch_list() -> dict:
     return knowledge_files.read("upstream.yaml")
 
 
-def check_updates(fetch: Fetch, kb: Knowledge | None = None) -> Report:
+def check_updates(fetch: Fetch, kb: Knowledge | None = None, today: date | None = None) -> Report:
     kb = kb or load_knowledge()
     watch = watch_list()
+    ask = Ask(fetch)
     findings: list[Finding] = []
-    unchecked: list[str] = []
-    answers: dict[str, bytes] = {}
+    sources: list[SourceState] = []
 
-    def get(url: str) -> bytes | None:
-        try:
-            answers[url] = fetch(url)
-        except (OSError, ValueError) as exc:
-            unchecked.append(f"{url} ({exc})")
-            return None
-        return answers[url]
+    def source(name: str, judge: Callable[[], list[Finding]]) -> None:
+        before = len(ask.failed)
+        found = judge()
+        findings.extend(found)
+        since = min((f.behind_since for f in found if f.behind_since), default="")
+        sources.append(SourceState(name, since, "; ".join(ask.failed[before:])))
 
-    for entry in watch["pypi"]:
+    def pypi(entry: dict) -> list[Finding]:
         url = PYPI_JSON.format(package=entry["package"])
-        answer = get(url)
+        answer = ask(url)
         if answer is None:
-            continue
+            return []
         since = Version(entry["since"])
         releases = [
             r
             for r in pypi_releases(entry["package"], answer, url)
             if _final(r.version) and Version(r.version) >= since
         ]
-        findings += COVERAGE[entry["covered_by"]](releases, kb, entry)
+        return COVERAGE[entry["covered_by"]](
+            PypiSource(entry, url, pypi_answer(answer, url), releases, kb, ask)
+        )
+
+    def torch_index(cuda: str, tag: str, index: str) -> list[Finding]:
+        answer = ask(watch["torch_index"].format(index=index.rstrip("/")))
+        return [] if answer is None else line_gaps(kb, tag, cuda, index_page_versions(answer))
+
+    for entry in watch["pypi"]:
+        source(f"pypi {entry['package']}", partial(pypi, entry))
     for cuda, line in kb.cuda_lines.items():
         if line.torch_index:
-            answer = get(watch["torch_index"].format(index=line.torch_index.rstrip("/")))
-            if answer is not None:
-                findings += line_gaps(kb, line.tag, cuda, index_page_versions(answer))
-    return Report(tuple(findings), tuple(unchecked), answers)
+            source(
+                f"torch index {line.tag}",
+                partial(torch_index, cuda, line.tag, line.torch_index),
+            )
+    for entry in watch["github"]:
+        source(
+            f"github {entry['repo']} {', '.join(p + '/' for p in entry['paths'])}",
+            partial(fa3_git, entry, ask, newest_fa3_pin()),
+        )
+    for repo in watch["hub"]["repos"]:
+        source(f"hub {repo['repo']}", partial(hub_kernel, repo, ask))
+    return Report(
+        tuple(findings),
+        tuple(ask.failed),
+        ask.answers,
+        tuple(sources),
+        today or datetime.now(timezone.utc).date(),
+    )
 
 
 def trimmed(url: str, answer: bytes) -> bytes:
-    """What --record keeps: per PyPI release one file's upload_time and yanked flag; index pages as they are."""
+    """What --record keeps: per PyPI release one file's upload_time and yanked flag (every file of the newest, with
+    its URL, which the wheel and sdist readers follow); of a wheel or sdist the one member read; the rest as served."""
+    archive = answers.trimmed_archive(url, answer)
+    if archive is not None:
+        return archive
     if not url.endswith("/json"):
         return answer
     data = pypi_answer(answer, url)
-    releases = {v: [asdict(f) for f in files[:1]] for v, files in data.releases.items()}
+    releases = {
+        v: [asdict(f) for f in (files if v == data.info.version else files[:1])]
+        for v, files in data.releases.items()
+    }
     return json.dumps(
         {"info": asdict(data.info), "releases": releases}, indent=1, sort_keys=True
     ).encode()
@@ -402,21 +758,26 @@ def record_folder(folder: Path) -> Path:
     return folder
 
 
-def record(folder: Path, answers: dict[str, bytes]) -> None:
+def _trimmed_how(url: str) -> str:
+    if url.endswith((".whl", ".tar.gz")):
+        return "the one member read, in an archive of the same kind"
+    if url.endswith("/json"):
+        return (
+            "per release: one file's filename, upload_time, yanked, url (every file of the newest)"
+        )
+    return "as served"
+
+
+def record(folder: Path, answers: dict[str, bytes], at: str = "") -> None:
+    """Writes the answers, each marked recorded `at` (now, unless they are a recording's, replayed)."""
     folder = record_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = at or datetime.now(timezone.utc).isoformat(timespec="seconds")
     index = {}
     for url, answer in answers.items():
         name = re.sub(r"[^A-Za-z0-9.]+", "_", url.split("://", 1)[1]).strip("_")
         write_atomic(folder / name, trimmed(url, answer))
-        index[url] = RecordedAnswer(
-            name,
-            now,
-            "per release: one file's filename, upload_time, yanked"
-            if url.endswith("/json")
-            else "as served",
-        )
+        index[url] = RecordedAnswer(name, now, _trimmed_how(url))
     text = json.dumps(asdict(Recording(index)), indent=1, sort_keys=True)
     write_atomic(folder / RECORD_INDEX, text.encode() + b"\n")
 
@@ -428,15 +789,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "knowledge",
         help="keep the compatibility knowledge current",
-        description="`toolkit knowledge check-updates`: ask PyPI and PyTorch's wheel indexes what was released "
-        "and name every release toolkit/knowledge/*.yaml does not cover. Exit 1 if any.",
+        description="`toolkit knowledge check-updates`: ask PyPI, PyTorch's wheel indexes, GitHub and the "
+        "Hugging Face Hub what was released and name every release toolkit/knowledge/*.yaml does not cover. "
+        "Exit 1 if any, or if a source could not be asked.",
     )
     verbs = parser.add_subparsers(title="steps", metavar="STEP", required=True)
     check = verbs.add_parser(
         "check-updates",
         help="name releases the knowledge does not cover",
         description="Name every newer release (torch, the attention packages, NVIDIA's CUDA "
-        "wheels, torch per CUDA line) the knowledge does not cover.",
+        "wheels, torch per CUDA line, FA4's closure, transformers' attn_implementation names, verl's "
+        "flash-attn routing, FA3's git source, the HF kernels builds) the knowledge does not cover, and "
+        "how many days behind each source the knowledge is.",
     )
     check.add_argument(
         "--recorded", type=Path, metavar="DIR", help="answer from recorded files (DIR/index.json)"
@@ -451,13 +815,17 @@ def knowledge_check_updates_command(args: argparse.Namespace) -> int:
     if args.record:
         record_folder(args.record)  # before fetching: a run that cannot record refuses at once
     fetch = recorded_fetch(args.recorded) if args.recorded else live_fetch
-    report = check_updates(fetch)
+    at = recorded_at(args.recorded) if args.recorded else ""
+    report = check_updates(fetch, today=date.fromisoformat(at[:10]) if at else None)
     if args.record:
-        record(args.record, report.answers)
+        record(args.record, report.answers, at)
     for finding in report.findings:
         print(finding)
     for where in report.unchecked:
         print(f"not checked: {where}")
     if not report.findings and not report.unchecked:
         print(f"knowledge covers every release listed ({len(report.answers)} index answers)")
+    print(f"days behind, per source (as of {report.today}):")
+    for state in report.sources:
+        print(f"  {state.line(report.today)}")
     return 1 if report.findings or report.unchecked else 0
