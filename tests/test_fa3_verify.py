@@ -167,6 +167,39 @@ def test_fp8_emulation_meets_both_checks_and_a_dropped_descale_fails(case):
     assert broken.status == "failed" and "e4m3 bound" in broken.message
 
 
+def test_the_adapter_passes_fa3s_own_keywords_and_refuses_what_its_api_lacks():
+    """FA2's signatures in, flash_attn_interface's keywords out (its flash_attn_func at the pin: softmax_scale,
+    causal, window_size, softcap, deterministic; flash_attn_with_kvcache without the last two)."""
+    seen = {}
+
+    class Recorder:
+        def flash_attn_func(self, q, k, v, **kwargs):
+            seen["func"] = kwargs
+            return q
+
+        def flash_attn_varlen_func(self, q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):
+            seen["varlen"] = (max_q, max_k, kwargs)
+            return q, None
+
+        def flash_attn_with_kvcache(self, q, k_cache, v_cache, **kwargs):
+            seen["kvcache"] = kwargs
+            return q
+
+    backend = fa3.Fa3Backend(Recorder())
+    q = torch.zeros(1, 4, 2, 8)
+    assert backend.flash_attn_func(q, q, q, causal=True, window_size=(16, -1), softcap=5.0) is q
+    assert seen["func"] == {"softmax_scale": None, "causal": True, "window_size": (16, -1), "softcap": 5.0,
+                            "deterministic": False}
+    assert backend.flash_attn_varlen_func(q, q, q, None, None, 3, 4, deterministic=True) is q
+    assert seen["varlen"][:2] == (3, 4) and seen["varlen"][2]["deterministic"] is True
+    assert backend.flash_attn_with_kvcache(q, q, q, cache_seqlens=q, causal=True) is q
+    assert set(seen["kvcache"]) == {"k", "v", "cache_seqlens", "causal", "window_size", "softcap"}
+    with pytest.raises(NotImplementedError, match="flash_attn_interface has no dropout"):
+        backend.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="flash_attn_interface has no flash_attn_kvpacked_func"):
+        backend.flash_attn_kvpacked_func(q, torch.stack([q, q], dim=2))
+
+
 def test_without_fa3_installed_the_import_is_a_one_line_finding():
     pytest.importorskip("toolkit")  # the dev venv never holds FA3
     if fa3.import_fa3()[0] is not None:
@@ -185,18 +218,47 @@ def test_verify_flash_attn_3_refuses_a_line_without_fa3(capsys, tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message; this machine has a GPU")
-def test_verify_flash_attn_3_of_an_fa3_line_stops_at_the_gpu_gate(capsys, tmp_path):
-    code = main(["verify", "gpu-machine-fa3", "--impl", "flash-attn-3", "--python", sys.executable,
-                 "--envs", str(ROOT / "envs"), "--report-dir", str(tmp_path)])
+@pytest.mark.parametrize("level", ["smoke", "parity"])
+def test_verify_flash_attn_3_of_an_fa3_line_stops_at_the_gpu_gate(capsys, tmp_path, level):
+    """Every level, transformers parity included (issue 34 item 5: it was refused as "no parity for FA3 yet"),
+    gets as far as the GPU."""
+    code = main(["verify", "gpu-machine-fa3", "--impl", "flash-attn-3", "--level", level, "--python",
+                 sys.executable, "--envs", str(ROOT / "envs"), "--report-dir", str(tmp_path)])
     assert code == 1
     assert capsys.readouterr().err == ("error: no CUDA GPU visible (torch.cuda.is_available() is False): "
                                        "run verification on a GPU machine\n")
 
 
-def test_verify_flash_attn_3_has_no_parity_level(capsys):
-    assert main(["verify", "gpu-machine-fa3", "--impl", "flash-attn-3", "--level", "parity",
-                 "--envs", str(ROOT / "envs")]) == 1
-    assert "no transformers parity for FA3 yet" in capsys.readouterr().err
+def test_fa3_parity_is_transformers_flash_attention_3_beside_sdpa_and_eager():
+    """The parity level of FA3's suite asks transformers for attn_implementation "flash_attention_3" (the name
+    transformers registers: ALL_ATTENTION_FUNCTIONS), checks no kernel case, and reports apart."""
+    assert fa3.cases("parity") == [] and "parity" in fa3.WITH_PARITY and fa3.refusal("parity") == ""
+    assert fa3.ATTN_IMPLEMENTATION == "flash_attention_3"
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from toolkit.verify import parity
+
+    assert "flash_attention_3" in ALL_ATTENTION_FUNCTIONS, transformers.__version__
+    assert parity.transformers_names("flash_attention_3") == ""
+    rows = parity.run_implementation_parity("cpu", "flash_attention_3")
+    statuses = {r.name: r.status for r in rows}
+    # no FA3 (and no GPU) here: transformers refuses the model, a finding of each scenario; sdpa and eager run
+    assert {name for name, status in statuses.items() if status == "passed"} == {
+        f"{scenario}/{impl}" for scenario in ("no-padding", "padding") for impl in ("sdpa", "eager")}
+    assert statuses["no-padding/flash_attention_3"] == statuses["padding/flash_attention_3"] == "error"
+
+
+def test_parity_with_a_name_transformers_does_not_register_says_unsupported_with_why():
+    pytest.importorskip("transformers")
+    from toolkit.verify import parity
+
+    why = parity.transformers_names("flash_attention_99")
+    assert why == "this transformers does not register attn_implementation 'flash_attention_99'"
+    rows = [r for r in parity.run_implementation_parity("cpu", "flash_attention_99")
+            if r.name.endswith("/flash_attention_99")]
+    assert [(r.name, r.status, r.message) for r in rows] == [
+        ("no-padding/flash_attention_99", "unsupported", why), ("padding/flash_attention_99", "unsupported", why)]
 
 
 # ---------------------------------------------------------------- bench
