@@ -91,6 +91,7 @@ def test_each_profile_compiles_what_its_name_says(name):
         "hopper-full": ({64, 96, 128, 192, 256}, {"bf16", "fp16", "e4m3"}, {"fwd", "bwd"}),
         "hopper-training": ({64, 128}, {"bf16", "fp16"}, {"fwd", "bwd"}),
         "hopper-training-fp8": ({64, 128}, {"bf16", "fp16", "e4m3"}, {"fwd", "bwd"}),
+        "hopper-fp8-fwd": ({128, 256}, {"bf16", "e4m3"}, {"fwd"}),
         "hdim128-bf16-fwd": ({128}, {"bf16"}, {"fwd"}),
     }[name]
     assert (hdims, dtypes, kinds) == expected

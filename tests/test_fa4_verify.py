@@ -171,9 +171,11 @@ def test_parity_without_transformers_is_an_error_and_fa4_rows_say_unsupported():
     """This machine has no transformers: the parity harness reports its setup error, and the FA4 rows say why
     they did not run (on the GPU machine the image's transformers decides)."""
     pytest.importorskip("torch")
-    if verify_fa4.transformers_names_fa4() == "":
+    from toolkit.verify import parity
+
+    if parity.transformers_names("flash_attention_4") == "":
         pytest.skip("this transformers registers flash_attention_4: the rows would run")
-    rows = verify_fa4.run_fa4_parity("cpu")
+    rows = parity.run_implementation_parity("cpu", verify_fa4.ATTN_IMPLEMENTATION)
     statuses = {r.name: r.status for r in rows}
     assert statuses["no-padding/flash_attention_4"] == statuses["padding/flash_attention_4"] == "unsupported"
     assert all(r.message for r in rows if r.status == "unsupported")

@@ -3,7 +3,9 @@
 Grid: forward and forward+backward, causal and not, seqlen 512..16k at a fixed number of tokens per
 batch (batch = tokens / seqlen) and a fixed model width (heads = 2048 / head_dim), head dims
 64/128/256, bf16 and fp16, as upstream's benchmarks/benchmark_flash_attention.py does; where
-FlashAttention-3's build has FP8, its FP8 (e4m3) forward on the same shapes, counted the same way. FLOPs count
+FlashAttention-3's build has FP8, its FP8 (e4m3) forward on the same shapes, counted the same way, in each of
+FP8_VARIANTS (descale factors of 1, upstream's random ones, V column-major where the build compiles it), and its
+ratio to the best bf16 backend of the shape judged by gpus.yaml's fp8_gates (the FA3 paper's). FLOPs count
 the two matmuls of the forward, 4 * batch * heads * seqlen^2 * head_dim (halved when causal), and
 3.5x that for forward+backward (the backward is 2.5x the forward).
 
@@ -63,6 +65,9 @@ MODE_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}
 TOKENS = 16384
 PARTIAL_EVERY = 32  # rows between rewrites of bench.json while the grid runs
 MODEL_WIDTH = 2048
+VCOLMAJOR_FLAG = (
+    "FLASHATTENTION_ENABLE_VCOLMAJOR"  # FA3's build flag for the column-major V kernels
+)
 GPUS_FILE = Path(__file__).parents[1] / "knowledge" / "gpus.yaml"
 DEVICE = "cuda"  # the CPU tests point this at the CPU and hand in a test double for flash-attn
 
@@ -80,6 +85,25 @@ class Shape:
     nheads: int
 
 
+@dataclass(frozen=True)
+class Fp8Variant:
+    """One way of feeding FA3's FP8 forward, each a row of its own: the descale factors (1, or upstream's
+    torch.rand(batch, nheads_k) * 2 of hopper/test_flash_attn.py) and V's layout (seqlen-contiguous, as
+    hopper/benchmark_attn.py's V_colmajor makes it, only where the build compiles those kernels)."""
+
+    name: str
+    random_descale: bool
+    v_colmajor: bool = False
+
+
+FP8_VARIANTS = (
+    Fp8Variant("descale-1", False),
+    Fp8Variant("descale-random", True),
+    Fp8Variant("v-colmajor", True, v_colmajor=True),
+)
+PLAIN = Fp8Variant("", False)  # every row but FP8's
+
+
 @dataclass
 class Measurement:
     implementation: str
@@ -94,6 +118,7 @@ class Measurement:
     ms: float | None = None
     tflops: float | None = None
     reason: str = ""
+    variant: str = ""  # an FP8 row's Fp8Variant name ("" for every other row)
 
 
 def attention_flops(shape: Shape, causal: bool, mode: str) -> float:
@@ -271,6 +296,7 @@ def _timed_call(
     mode: str,
     inputs: dict[str, Any],
     device: torch.device,
+    variant: Fp8Variant = PLAIN,
 ) -> Callable[[], Any]:
     import torch
 
@@ -279,10 +305,11 @@ def _timed_call(
     if (
         "descale" in inputs
     ):  # FP8: FA3's per-(batch, kv head) descale factors, timed as they are used
-        plain = attend
+        plain, descale = attend, inputs["descale"][variant.random_descale]
+        v = inputs["v_colmajor"] if variant.v_colmajor else v
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return plain(q, k, v, **inputs["descale"])
+            return plain(q, k, v, **descale)
 
     if mode == "fwd":
 
@@ -301,7 +328,13 @@ def _timed_call(
 
 
 def _row(
-    implementation: str, shape: Shape, causal: bool, mode: str, status: str, reason: str = ""
+    implementation: str,
+    shape: Shape,
+    causal: bool,
+    mode: str,
+    status: str,
+    reason: str = "",
+    variant: Fp8Variant = PLAIN,
 ) -> Measurement:
     return Measurement(
         implementation,
@@ -314,12 +347,22 @@ def _row(
         shape.nheads,
         status,
         reason=reason,
+        variant=variant.name,
     )
 
 
-def _skip_reason(implementation: str, shape: Shape, modules: dict[str, Any]) -> str:
+def _skip_reason(
+    implementation: str, shape: Shape, modules: dict[str, Any], variant: Fp8Variant = PLAIN
+) -> str:
     if implementation in PACKAGED and modules.get(implementation) is None:
         return f"{PACKAGED[implementation].module} is not installed in this environment"
+    if variant.v_colmajor:
+        column = PACKAGED[implementation]
+        if not ((column.build_flags() if column.build_flags else None) or {}).get(VCOLMAJOR_FLAG):
+            return (
+                f"this build compiles no column-major V kernels ({VCOLMAJOR_FLAG} off; at the pinned "
+                f"commit the API refuses such a V anyway: flash_attn_3.yaml vcolmajor)"
+            )
     if implementation in QUADRATIC and shape.seqlen > QUADRATIC_MAX_SEQLEN:
         return (
             f"materialises the seqlen x seqlen matrix: not run above seqlen {QUADRATIC_MAX_SEQLEN}"
@@ -336,11 +379,12 @@ def measure_one(
     inputs: dict[str, Any],
     device: torch.device,
     timer: Timer,
+    variant: Fp8Variant = PLAIN,
 ) -> Measurement:
     import torch
 
-    row = _row(implementation, shape, causal, mode, "ok")
-    row.reason = _skip_reason(implementation, shape, modules)
+    row = _row(implementation, shape, causal, mode, "ok", variant=variant)
+    row.reason = _skip_reason(implementation, shape, modules, variant)
     if row.reason:
         row.status = "skipped"
         return row
@@ -350,7 +394,7 @@ def measure_one(
         ) as caught:  # torch says why a backend refuses, as warnings
             warnings.simplefilter("always")
             row.ms = timer(
-                _timed_call(implementation, modules, shape, causal, mode, inputs, device)
+                _timed_call(implementation, modules, shape, causal, mode, inputs, device, variant)
             )
         row.tflops = attention_flops(shape, causal, mode) / (row.ms * 1e-3) / 1e12
     except torch.cuda.OutOfMemoryError:
@@ -383,7 +427,7 @@ def run_bench(
     on_row: Callable[[Measurement], None] = lambda row: None,
 ) -> list[Measurement]:
     """Every implementation x mode x causal on every shape; inputs are made once per shape. An FP8 shape is
-    the FP8 columns' forward alone. `modules`: each packaged implementation's module (PACKAGED's `load`), a
+    the FP8 columns' forward alone, once per FP8_VARIANTS. `modules`: each packaged implementation's module (PACKAGED's `load`), a
     missing one skipped."""
     import torch
 
@@ -400,15 +444,26 @@ def run_bench(
             inputs, failure = {}, f"inputs: {type(exc).__name__}: {exc}"[:300]
         for mode in ("fwd",) if fp8 else MODES:
             for causal in (False, True):
-                for implementation in [
-                    i for i in implementations if not fp8 or i in FP8_IMPLEMENTATIONS
+                for implementation, variant in [
+                    (i, variant)
+                    for i in implementations
+                    if not fp8 or i in FP8_IMPLEMENTATIONS
+                    for variant in (FP8_VARIANTS if fp8 else (PLAIN,))
                 ]:
                     row = (
                         measure_one(
-                            implementation, modules, shape, causal, mode, inputs, device, timer
+                            implementation,
+                            modules,
+                            shape,
+                            causal,
+                            mode,
+                            inputs,
+                            device,
+                            timer,
+                            variant,
                         )
                         if inputs
-                        else _row(implementation, shape, causal, mode, "error", failure)
+                        else _row(implementation, shape, causal, mode, "error", failure, variant)
                     )
                     on_row(row)
                     rows.append(row)
@@ -417,7 +472,8 @@ def run_bench(
 
 
 def _inputs(shape: Shape, device: torch.device) -> dict:
-    """q, k, v in both layouts (random normal, seed 0); for FP8 rounded to e4m3, with descale factors of 1."""
+    """q, k, v in both layouts (random normal, seed 0); for FP8 rounded to e4m3, with the descale factors of
+    both kinds (`descale`[random_descale]) and V in the column-major layout as well (`v_colmajor`)."""
     import torch
 
     torch.manual_seed(0)
@@ -433,7 +489,14 @@ def _inputs(shape: Shape, device: torch.device) -> dict:
     inputs: dict = {"bshd": bshd, "bhsd": [t.transpose(1, 2).contiguous() for t in bshd]}
     if fp8:
         ones = torch.ones(shape.batch, shape.nheads, device=device, dtype=torch.float32)
-        inputs["descale"] = {"q_descale": ones, "k_descale": ones, "v_descale": ones}
+        drawn = [
+            torch.rand(shape.batch, shape.nheads, device=device, dtype=torch.float32) * 2
+            for _ in range(3)
+        ]
+        names = ("q_descale", "k_descale", "v_descale")
+        inputs["descale"] = {False: dict.fromkeys(names, ones), True: dict(zip(names, drawn))}
+        # the layout of hopper/benchmark_attn.py's v_colmajor: seqlen is the contiguous dimension
+        inputs["v_colmajor"] = bshd[2].transpose(-1, -3).contiguous().transpose(-1, -3)
     return inputs
 
 
@@ -497,9 +560,10 @@ def fp8_shapes(
             [],
             f"this {' and '.join(left_out)} build leaves FP8 out (its build flags: FLASHATTENTION_DISABLE_FP8)",
         )
-    return shapes(
-        tokens, seqlens, head_dims, (FP8,)
-    ), "e4m3 inputs, descale factors of 1, bf16 output, fwd"
+    return shapes(tokens, seqlens, head_dims, (FP8,)), (
+        "e4m3 inputs, bf16 output, fwd; one row per variant: descale-1 (factors of 1), descale-random "
+        "(torch.rand(batch, nheads_k) * 2), v-colmajor (random factors, V seqlen-contiguous)"
+    )
 
 
 def _header(modules: dict[str, Any], fp8_note: str) -> dict[str, dict[str, Any]]:
@@ -542,7 +606,7 @@ def measure(
     shape_list = shapes(tokens, seqlens, head_dims) + fp8_list
     total = (len(shape_list) - len(fp8_list)) * len(MODES) * 2 * len(IMPLEMENTATIONS) + len(
         fp8_list
-    ) * 2 * len(FP8_IMPLEMENTATIONS)
+    ) * 2 * len(FP8_IMPLEMENTATIONS) * len(FP8_VARIANTS)
     started = time.perf_counter()
     environment = machine.environment_info(None, command)
     del environment[
@@ -614,6 +678,138 @@ def _gpu_facts(gpu_name: str | None, data: dict) -> tuple[dict | None, list[dict
     return entry, targets
 
 
+@dataclass(frozen=True)
+class Fp8Gate:
+    """A floor on FA3's FP8 forward (gpus.yaml fp8_gates): a ratio to the best bf16 row of the same shape, or
+    TFLOP/s, on every measured seqlen in [min_seqlen, max_seqlen]."""
+
+    gpus: tuple[str, ...]
+    head_dim: int
+    causal: bool
+    min_seqlen: int
+    max_seqlen: int | None
+    source: str
+    min_ratio: float | None = None
+    min_tflops: float | None = None
+
+    def covers(self, row: dict) -> bool:
+        """A forward row of this gate's shape (any dtype)."""
+        return (
+            row["mode"] == "fwd"
+            and (row["head_dim"], row["causal"]) == (self.head_dim, self.causal)
+            and self.min_seqlen <= row["seqlen"] <= (self.max_seqlen or row["seqlen"])
+        )
+
+    @property
+    def what(self) -> str:
+        seqlens = (
+            f"seqlen {self.min_seqlen}"
+            if self.max_seqlen == self.min_seqlen
+            else f"seqlen >= {self.min_seqlen}"
+            + (f" and <= {self.max_seqlen}" if self.max_seqlen else "")
+        )
+        floor = (
+            f"FP8 / best bf16 >= {self.min_ratio:.2f}"
+            if self.min_ratio is not None
+            else f"FP8 >= {self.min_tflops:g} TFLOP/s"
+        )
+        return f"{floor} at d{self.head_dim} {'causal' if self.causal else 'non-causal'} {seqlens}"
+
+
+def fp8_gates(gpu_name: str | None, path: Path = GPUS_FILE) -> list[Fp8Gate]:
+    """The FP8 gates of the gpus.yaml entry this card matches ([] for a card without any)."""
+    return knowledge_files.typed(path, lambda data: _fp8_gates(gpu_name, data))
+
+
+def _fp8_gates(gpu_name: str | None, data: dict) -> list[Fp8Gate]:
+    entry, _ = _gpu_facts(gpu_name, data)
+    return [
+        Fp8Gate(**{**gate, "gpus": tuple(gate["gpus"]), "source": data["sources"][gate["source"]]})
+        for gate in data.get("fp8_gates", [])
+        if entry is not None and entry["match"] in gate["gpus"]
+    ]
+
+
+def _best(rows: list[dict]) -> dict | None:
+    measured = [r for r in rows if r["status"] == "ok" and r["tflops"]]
+    return max(measured, key=lambda r: r["tflops"]) if measured else None
+
+
+def evaluate_fp8_gates(data: dict, gates: list[Fp8Gate]) -> list[dict]:
+    """One result per gate and measured seqlen: the best FP8 row (any FP8 column and variant), the best bf16 row
+    of the shape, their ratio, met or not. A gate whose head dim has no FP8 row at all in this bench does not
+    apply (`not_applicable` says why); FP8 rows that all failed are "not measured" and miss it."""
+    results = []
+    for gate in gates:
+        fp8 = [
+            r for r in data["measurements"] if r["dtype"] == FP8 and gate.covers(r)
+        ]  # every FP8 column's rows, whatever their status
+        base: dict[str, Any] = {
+            "gate": gate.what,
+            "source": gate.source,
+            "min_ratio": gate.min_ratio,
+            "min_tflops": gate.min_tflops,
+        }
+        if not fp8:
+            why = (data.get("flash_attn_3") or {}).get("fp8") or "no FP8 column in this bench"
+            results.append(
+                {**base, "seqlen": None, "met": False, "not_applicable": f"no FP8 row ({why})"}
+            )
+            continue
+        for seqlen in sorted({r["seqlen"] for r in fp8}):
+            best_fp8 = _best([r for r in fp8 if r["seqlen"] == seqlen])
+            best_bf16 = _best(
+                [
+                    r
+                    for r in data["measurements"]
+                    if r["dtype"] == "bfloat16" and gate.covers(r) and r["seqlen"] == seqlen
+                ]
+            )
+            ratio = best_fp8["tflops"] / best_bf16["tflops"] if best_fp8 and best_bf16 else None
+            met = (
+                ratio is not None and ratio >= gate.min_ratio
+                if gate.min_ratio is not None
+                else best_fp8 is not None and best_fp8["tflops"] >= (gate.min_tflops or 0)
+            )
+            results.append(
+                {
+                    **base,
+                    "seqlen": seqlen,
+                    "fp8_tflops": best_fp8 and best_fp8["tflops"],
+                    "fp8_row": best_fp8
+                    and " ".join(
+                        filter(None, (best_fp8["implementation"], best_fp8.get("variant")))
+                    ),
+                    "bf16_tflops": best_bf16 and best_bf16["tflops"],
+                    "bf16_row": best_bf16 and best_bf16["implementation"],
+                    "ratio": ratio,
+                    "met": met,
+                    "not_applicable": None,
+                }
+            )
+    return results
+
+
+def _gate_line(result: dict) -> str:
+    if result["not_applicable"]:
+        return f"FP8 gate not applicable: {result['gate']}: {result['not_applicable']}"
+    fp8, bf16, ratio = result["fp8_tflops"], result["bf16_tflops"], result["ratio"]
+    measured = (
+        "FP8 not measured"
+        if fp8 is None
+        else f"FP8 {fp8:.0f} ({result['fp8_row']})"
+        + (
+            f" / best bf16 {bf16:.0f} ({result['bf16_row']}) = {ratio:.2f}"
+            if ratio is not None
+            else " TFLOP/s"
+        )
+    )
+    return (
+        f"FP8 gate {'met' if result['met'] else 'MISSED'}: {result['gate']}: seqlen "
+        f"{result['seqlen']}: {measured}"
+    )
+
+
 def implementations_not_built(spec: EnvSpec) -> dict[str, str]:
     """Implementations the line's spec does not build, each with why: a target on one does not apply to it."""
     setting = spec.flash_attn_2_left_out()
@@ -660,8 +856,9 @@ def _target_line(target: dict) -> str:
 def finish(
     report_dir: Path, console: Console, not_built: dict[str, str], gpus_file: Path = GPUS_FILE
 ) -> int:
-    """Add peak fractions and targets (of `gpus_file`) to bench.json, plot bench.png, print the table; 1 if any
-    target is missed (one on an implementation in `not_built`, which the line does not build, does not apply)."""
+    """Add peak fractions, targets and FP8 gates (of `gpus_file`) to bench.json, plot bench.png, print the table;
+    1 if any target or gate is missed (a target on an implementation in `not_built`, which the line does not
+    build, does not apply; nor does a gate with no FP8 row at its head dim)."""
     path = report_dir / "bench.json"
     data = formats.current(
         read_json(path, "bench report", "run the bench again"), path, formats.BENCH
@@ -680,17 +877,21 @@ def finish(
     for row in data["measurements"]:
         row["fraction_of_bf16_peak"] = row["tflops"] / peak if peak and row["tflops"] else None
     data["targets"] = evaluate_targets(data, targets, not_built)
+    data["fp8_gates"] = evaluate_fp8_gates(data, fp8_gates(data.get("gpu"), gpus_file))
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     write_atomic(report_dir / "bench.png", plot(data))
     print_table(data, console)
     for target in data["targets"]:
         console.print(_target_line(target), highlight=False)
+    for gate in data["fp8_gates"]:
+        console.print(_gate_line(gate), highlight=False)
     console.print(
         f"bench {data['line']}: {len(data['measurements'])} measurements in {data['duration_s']} s on "
         f"{data['gpu']}; {path} and {report_dir / 'bench.png'}",
         highlight=False,
     )
-    return 0 if all(t["met"] or t["not_applicable"] for t in data["targets"]) else 1
+    judged = data["targets"] + data["fp8_gates"]
+    return 0 if all(t["met"] or t["not_applicable"] for t in judged) else 1
 
 
 def print_table(data: dict, console: Console) -> None:
@@ -715,7 +916,10 @@ def print_table(data: dict, console: Console) -> None:
         table.add_column(column, justify="right")
     grouped: dict[tuple, dict[str, dict]] = {}
     for row in data["measurements"]:
-        key = (row["dtype"], row["head_dim"], row["mode"], row["causal"], row["seqlen"])
+        dtype = " ".join(
+            filter(None, (row["dtype"], row.get("variant")))
+        )  # an FP8 variant's own line
+        key = (dtype, row["head_dim"], row["mode"], row["causal"], row["seqlen"])
         grouped.setdefault(key, {})[row["implementation"]] = row
     for (dtype, head_dim, mode, causal, seqlen), rows in grouped.items():
         cells = [_cell(rows.get(name)) for name in IMPLEMENTATIONS]
@@ -746,6 +950,11 @@ def plot(data: dict) -> bytes:
     head_dims = sorted({r["head_dim"] for r in data["measurements"]})
     columns = [(mode, causal) for mode in MODES for causal in (False, True)]
     rows = [(dtype, d) for dtype in dtypes for d in head_dims]
+    lines = [
+        (name, variant)
+        for name in IMPLEMENTATIONS
+        for variant in sorted({r.get("variant", "") for r in data["measurements"]})
+    ]
     figure, axes = plt.subplots(
         len(rows),
         len(columns),
@@ -756,16 +965,18 @@ def plot(data: dict) -> bytes:
     peak = data["peak"]["bf16_dense_tflops"]
     for (dtype, head_dim), axes_row in zip(rows, axes):
         for (mode, causal), ax in zip(columns, axes_row):
-            for name in IMPLEMENTATIONS:
+            for name, variant in lines:
                 points = sorted(
                     (r["seqlen"], r["tflops"])
                     for r in data["measurements"]
                     if (r["implementation"], r["dtype"], r["head_dim"], r["mode"], r["causal"])
                     == (name, dtype, head_dim, mode, causal)
+                    and r.get("variant", "") == variant
                     and r["tflops"]
                 )
                 if points:
-                    ax.plot(*zip(*points), marker="o", markersize=3, label=name)
+                    label = f"{name} {variant}".strip()
+                    ax.plot(*zip(*points), marker="o", markersize=3, label=label)
             if peak:
                 ax.axhline(peak, color="grey", linestyle="--", linewidth=0.8)
             ax.set_xscale("log", base=2)

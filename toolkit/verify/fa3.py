@@ -20,13 +20,13 @@ torch's own FP8 run is loose.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from toolkit.verify.cases import FP8, Case, import_finding, installed_version, level_with_extras
 from toolkit.verify.cases import case_features as shared_features
-from toolkit.verify.suite import Device, Run, Tensor, Window
+from toolkit.verify.suite import Device, Fa2Adapter, KvCache, Lengths, Options, Run, Tensor
 
 if TYPE_CHECKING:
     from toolkit.spec.envspec import EnvSpec
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 DEVICE = "cuda"
 PACKAGE = "flash-attn-3 (flash_attn_interface)"
 LEVEL_PREFIX = "fa3-"
-WITH_PARITY: tuple[str, ...] = ()
+WITH_PARITY: tuple[str, ...] = ("parity",)  # a report of its own: the kernels' levels carry none
+ATTN_IMPLEMENTATION = "flash_attention_3"  # transformers' name for FA3 (its parity level)
 
 
 # ---------------------------------------------------------------- which cases the line's build can take
@@ -220,140 +221,49 @@ def check_fp8(module: Any, case: Case, device: Device, bound: Fp8Bound) -> list:
 # ---------------------------------------------------------------- FA3 behind FA2's signatures
 
 
-def _refuse(dropout_p: float, alibi_slopes: Any, return_attn_probs: bool) -> None:
-    if dropout_p > 0 or alibi_slopes is not None or return_attn_probs:
-        raise NotImplementedError(
-            "flash_attn_interface has no dropout, ALiBi or returned probabilities"
-        )
-
-
 def _out(result: Any) -> Any:
     """FA3's functions give out alone, or (out, lse) where asked for the LSE (and in older commits)."""
     return result[0] if isinstance(result, tuple) else result
 
 
-class Fa3Backend:
-    """flash_attn_interface behind FA2's function signatures (the runner's contract)."""
+class Fa3Backend(Fa2Adapter):
+    """flash_attn_interface behind FA2's function signatures (the runner's contract): its own calls."""
 
-    def __init__(self, module: Any):
-        self.module = module
+    NAME = "flash_attn_interface"
 
-    def flash_attn_func(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        dropout_p: float = 0.0,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-        deterministic: bool = False,
-        return_attn_probs: bool = False,
-    ) -> Tensor:
-        _refuse(dropout_p, alibi_slopes, return_attn_probs)
-        return _out(
-            self.module.flash_attn_func(
-                q,
-                k,
-                v,
-                softmax_scale=softmax_scale,
-                causal=causal,
-                window_size=window_size,
-                softcap=softcap,
-                deterministic=deterministic,
-            )
-        )
+    def func(self, q: Tensor, k: Tensor, v: Tensor, options: Options) -> Tensor:
+        return _out(self.module.flash_attn_func(q, k, v, **asdict(options)))
 
-    def flash_attn_qkvpacked_func(
-        self,
-        qkv: Tensor,
-        dropout_p: float = 0.0,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-        deterministic: bool = False,
-        return_attn_probs: bool = False,
-    ) -> Tensor:
-        _refuse(dropout_p, alibi_slopes, return_attn_probs)
-        return _out(
-            self.module.flash_attn_qkvpacked_func(
-                qkv,
-                softmax_scale=softmax_scale,
-                causal=causal,
-                window_size=window_size,
-                softcap=softcap,
-                deterministic=deterministic,
-            )
-        )
+    def qkvpacked(self, qkv: Tensor, options: Options) -> Tensor:
+        return _out(self.module.flash_attn_qkvpacked_func(qkv, **asdict(options)))
 
-    def flash_attn_kvpacked_func(self, *args: Any, **kwargs: Any) -> Tensor:
-        raise NotImplementedError("flash_attn_interface has no flash_attn_kvpacked_func")
-
-    def flash_attn_varlen_func(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cu_seqlens_q: Tensor,
-        cu_seqlens_k: Tensor,
-        max_seqlen_q: int,
-        max_seqlen_k: int,
-        dropout_p: float = 0.0,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-        deterministic: bool = False,
-        return_attn_probs: bool = False,
-    ) -> Tensor:
-        _refuse(dropout_p, alibi_slopes, return_attn_probs)
+    def varlen(self, q: Tensor, k: Tensor, v: Tensor, lengths: Lengths, options: Options) -> Tensor:
         return _out(
             self.module.flash_attn_varlen_func(
                 q,
                 k,
                 v,
-                cu_seqlens_q,
-                cu_seqlens_k,
-                max_seqlen_q,
-                max_seqlen_k,
-                softmax_scale=softmax_scale,
-                causal=causal,
-                window_size=window_size,
-                softcap=softcap,
-                deterministic=deterministic,
+                lengths.cu_seqlens_q,
+                lengths.cu_seqlens_k,
+                lengths.max_seqlen_q,
+                lengths.max_seqlen_k,
+                **asdict(options),
             )
         )
 
-    def flash_attn_with_kvcache(
-        self,
-        q: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        k: Tensor | None = None,
-        v: Tensor | None = None,
-        cache_seqlens: Tensor | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-    ) -> Tensor:
-        _refuse(0.0, alibi_slopes, False)
+    def kvcache(self, q: Tensor, cache: KvCache, options: Options) -> Tensor:
+        """The in-place append at cache_seqlens; FA3's cache call takes no softmax_scale or determinism here."""
         return _out(
             self.module.flash_attn_with_kvcache(
                 q,
-                k_cache,
-                v_cache,
-                k=k,
-                v=v,
-                cache_seqlens=cache_seqlens,
-                causal=causal,
-                window_size=window_size,
-                softcap=softcap,
+                cache.k_cache,
+                cache.v_cache,
+                k=cache.k,
+                v=cache.v,
+                cache_seqlens=cache.cache_seqlens,
+                causal=options.causal,
+                window_size=options.window_size,
+                softcap=options.softcap,
             )
         )
 
@@ -420,11 +330,7 @@ def build_flags() -> dict | None:
 
 
 def refusal(level: str) -> str:
-    return (
-        "no transformers parity for FA3 yet (use --level smoke or full)"
-        if level == "parity"
-        else ""
-    )
+    return ""
 
 
 def import_implementation() -> tuple[ModuleType | None, str]:
@@ -459,7 +365,7 @@ def environment(module: ModuleType | None, run: Run) -> dict[str, Any]:
 
 
 def cases(level: str) -> list[Case]:
-    return fa3_cases(level)
+    return [] if level in WITH_PARITY else fa3_cases(level)
 
 
 def judge(
@@ -473,7 +379,9 @@ def judge(
 
 
 def parity(level: str) -> list[ParityResult]:
-    return []
+    from toolkit.verify.parity import run_implementation_parity
+
+    return run_implementation_parity(DEVICE, ATTN_IMPLEMENTATION) if level in WITH_PARITY else []
 
 
 def build_profile(spec: EnvSpec) -> str | None:

@@ -16,6 +16,7 @@ integration problem never marks the kernels unverified).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from toolkit.verify.cases import (
     installed_version,
     level_with_extras,
 )
-from toolkit.verify.suite import Device, Run, Tensor, Window
+from toolkit.verify.suite import Device, Fa2Adapter, KvCache, Lengths, Options, Run, Tensor
 
 if TYPE_CHECKING:
     from toolkit.spec.envspec import EnvSpec
@@ -80,110 +81,52 @@ def _window(window: tuple[int, int]) -> tuple[int | None, int | None]:
     return (None if left < 0 else left, None if right < 0 else right)
 
 
-def _unsupported_options(dropout_p: float, alibi_slopes: Any, return_attn_probs: bool) -> None:
-    if dropout_p > 0 or alibi_slopes is not None or return_attn_probs:
-        raise NotImplementedError("flash_attn.cute has no dropout, ALiBi or returned probabilities")
-
-
 def page_size_for(seqlen_k: int) -> int:
     """The largest page (of FA4's tested sizes) that divides the cache length."""
     return next((size for size in (128, 64, 32, 16) if seqlen_k % size == 0), 0)
 
 
-class Fa4Backend:
-    """flash_attn.cute behind FA2's function signatures (the runner's contract)."""
+def _fa4_options(options: Options) -> dict[str, Any]:
+    """The shared options in FA4's spelling (window sides None, not -1)."""
+    return {**asdict(options), "window_size": _window(options.window_size)}
+
+
+class Fa4Backend(Fa2Adapter):
+    """flash_attn.cute behind FA2's function signatures (the runner's contract): its own calls."""
+
+    NAME = "flash_attn.cute"
 
     def __init__(self, module: Any):
-        self.module = module
+        super().__init__(module)
         self.__version__ = getattr(module, "__version__", None)
 
-    def flash_attn_func(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        dropout_p: float = 0.0,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-        deterministic: bool = False,
-        return_attn_probs: bool = False,
-    ) -> Tensor:
-        _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
-        return self.module.flash_attn_func(
-            q,
-            k,
-            v,
-            softmax_scale=softmax_scale,
-            causal=causal,
-            window_size=_window(window_size),
-            softcap=softcap,
-            deterministic=deterministic,
-        )[0]
+    def func(self, q: Tensor, k: Tensor, v: Tensor, options: Options) -> Tensor:
+        return self.module.flash_attn_func(q, k, v, **_fa4_options(options))[0]
 
-    def flash_attn_varlen_func(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cu_seqlens_q: Tensor,
-        cu_seqlens_k: Tensor,
-        max_seqlen_q: int,
-        max_seqlen_k: int,
-        dropout_p: float = 0.0,
-        softmax_scale: float | None = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-        deterministic: bool = False,
-        return_attn_probs: bool = False,
-    ) -> Tensor:
-        _unsupported_options(dropout_p, alibi_slopes, return_attn_probs)
+    def varlen(self, q: Tensor, k: Tensor, v: Tensor, lengths: Lengths, options: Options) -> Tensor:
         return self.module.flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_k=cu_seqlens_k,
-            max_seqlen_q=max_seqlen_q,
-            max_seqlen_k=max_seqlen_k,
-            softmax_scale=softmax_scale,
-            causal=causal,
-            window_size=_window(window_size),
-            softcap=softcap,
-            deterministic=deterministic,
+            q, k, v, **vars(lengths), **_fa4_options(options)
         )[0]
 
-    def flash_attn_with_kvcache(
-        self,
-        q: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        k: Tensor | None = None,
-        v: Tensor | None = None,
-        cache_seqlens: Tensor = None,
-        causal: bool = False,
-        window_size: Window = (-1, -1),
-        softcap: float = 0.0,
-        alibi_slopes: Tensor | None = None,
-    ) -> Tensor:
+    def kvcache(self, q: Tensor, cache: KvCache, options: Options) -> Tensor:
         """Attention over a KV cache held in shuffled pages (paged KV: varlen's page_table + seqused_k); the runner
         always passes cache_seqlens (its default is FA2's signature)."""
         import torch
 
-        _unsupported_options(0.0, alibi_slopes, False)
-        if k is not None or v is not None:
+        if cache.k is not None or cache.v is not None:
             raise NotImplementedError("flash_attn.cute has no in-place KV-cache append")
-        batch, seqlen_k, heads_k, head_dim = k_cache.shape
+        if cache.cache_seqlens is None:
+            raise NotImplementedError("flash_attn.cute's paged cache call needs cache_seqlens")
+        batch, seqlen_k, heads_k, head_dim = cache.k_cache.shape
         page = page_size_for(seqlen_k)
         if not page:
             raise NotImplementedError(f"cache length {seqlen_k} is not a multiple of a page size")
         per_seq = seqlen_k // page
         order = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seqlen_k))
-        pages = [c.reshape(batch * per_seq, page, heads_k, head_dim) for c in (k_cache, v_cache)]
+        pages = [
+            c.reshape(batch * per_seq, page, heads_k, head_dim)
+            for c in (cache.k_cache, cache.v_cache)
+        ]
         pools = [torch.empty_like(p) for p in pages]
         for pool, source in zip(pools, pages):
             pool[order.to(pool.device)] = source
@@ -192,11 +135,11 @@ class Fa4Backend:
             q,
             pools[0],
             pools[1],
-            seqused_k=cache_seqlens.to(torch.int32),
+            seqused_k=cache.cache_seqlens.to(torch.int32),
             page_table=page_table,
-            causal=causal,
-            window_size=_window(window_size),
-            softcap=softcap,
+            causal=options.causal,
+            window_size=_window(options.window_size),
+            softcap=options.softcap,
         )[0]
 
 
@@ -243,36 +186,7 @@ def fa4_version() -> str | None:
     return installed_version("flash-attn-4")
 
 
-PARITY_IMPLEMENTATIONS = ("flash_attention_4", "sdpa", "eager")
-
-
-def transformers_names_fa4() -> str:
-    """ "" when the installed transformers registers attn_implementation "flash_attention_4", else why not."""
-    try:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    except Exception as exc:  # no transformers, or one too old to have the attention registry
-        return f"transformers has no attention registry here ({type(exc).__name__}: {exc})"[:300]
-    if "flash_attention_4" not in ALL_ATTENTION_FUNCTIONS:
-        return "this transformers does not register attn_implementation 'flash_attention_4'"
-    return ""
-
-
-def run_fa4_parity(device: Device) -> list[ParityResult]:
-    """transformers' tiny-Llama parity (toolkit/verify/parity.py) with flash_attention_4 beside sdpa and eager;
-    every FA4 row is "unsupported" where this transformers has no such attn_implementation."""
-    import torch
-
-    from toolkit.verify.parity import ParityResult, run_parity, scenarios
-
-    why = transformers_names_fa4()
-    chosen = tuple(i for i in PARITY_IMPLEMENTATIONS if not (why and i == "flash_attention_4"))
-    rows = run_parity(device, chosen)
-    if why:
-        rows += [
-            ParityResult(f"{name}/flash_attention_4", "unsupported", None, None, 0.0, why)
-            for name in scenarios(torch.device("cpu"))
-        ]
-    return rows
+ATTN_IMPLEMENTATION = "flash_attention_4"  # transformers' name for FA4 (its parity level)
 
 
 # ---------------------------------------------------------------- the Suite (toolkit/verify/suite.py)
@@ -315,4 +229,6 @@ def judge(
 
 
 def parity(level: str) -> list[ParityResult]:
-    return run_fa4_parity(DEVICE) if level in WITH_PARITY else []
+    from toolkit.verify.parity import run_implementation_parity
+
+    return run_implementation_parity(DEVICE, ATTN_IMPLEMENTATION) if level in WITH_PARITY else []

@@ -1,7 +1,8 @@
 """Integration parity: a tiny, randomly initialised Llama run through transformers' attention backends.
 
 No weights are downloaded: the model is built from a config with a fixed seed. Every implementation
-(flash_attention_2, sdpa, eager) runs the same weights at low precision; the reference is eager
+(flash_attention_2, or flash_attention_3 / flash_attention_4 for those suites, sdpa, eager) runs the same
+weights at low precision; the reference is eager
 attention in fp32. An implementation passes when its logits (at real, non-padding tokens) are at most
 2x as far from the reference as eager's own low-precision logits, plus 1% of the logits' scale.
 Batches run without padding and with right and left padding, which sends flash-attn through its
@@ -213,3 +214,31 @@ def _compare(
     return ParityResult(
         name, "passed" if passed else "failed", error, bound, time.perf_counter() - start, message
     )
+
+
+def transformers_names(implementation: str) -> str:
+    """ "" when the installed transformers registers attn_implementation `implementation` (flash_attention_3,
+    flash_attention_4), else why not: an older transformers is a finding of the report, not an error of the
+    kernels."""
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except Exception as exc:  # no transformers, or one too old to have the attention registry
+        return f"transformers has no attention registry here ({type(exc).__name__}: {exc})"[:300]
+    if implementation not in ALL_ATTENTION_FUNCTIONS:
+        return f"this transformers does not register attn_implementation {implementation!r}"
+    return ""
+
+
+def run_implementation_parity(
+    device: torch.device | str, implementation: str
+) -> list[ParityResult]:
+    """The tiny-Llama parity with `implementation` beside sdpa and eager (the FA3 and FA4 suites' parity level);
+    its rows are "unsupported", with why, where this transformers has no such attn_implementation."""
+    why = transformers_names(implementation)
+    rows = run_parity(device, ("sdpa", "eager") if why else (implementation, "sdpa", "eager"))
+    if why:
+        rows += [
+            ParityResult(f"{name}/{implementation}", "unsupported", None, None, 0.0, why)
+            for name in scenarios(torch.device("cpu"))
+        ]
+    return rows
