@@ -840,7 +840,6 @@ def newer_than_lock(spec: EnvSpec, workspace: Workspace) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lock",
-        help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
         "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
         "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
