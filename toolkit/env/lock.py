@@ -63,6 +63,7 @@ from toolkit.env.lockfile import (
     KEY_TOOLCHAIN,
     LockedEnv,
     LockedSdist,
+    check_with_conda_lock,
     lock_digest,
     pylock_problem,
     read_lock,
@@ -650,6 +651,7 @@ def write_lock(
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         draft.write_text(lock_header(spec, sources) + draft.read_text())
         read_lock(draft)  # what we wrote reads back and verifies
+        check_with_conda_lock(draft)  # and conda-lock, which installs it, parses it
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)
