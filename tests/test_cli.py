@@ -355,7 +355,7 @@ def test_an_old_spelling_that_still_works_reads_as_the_new_one_after_one_notice(
         parser.parse_args(["--then", "old-b"])
 
 
-# ---------------------------------------------------------------- start-up (issue 32: start-up is cheap)
+# ---------------------------------------------------------------- start-up is cheap
 
 # Imports what `toolkit ARGV...` imports (the verb's own run aside: --help stops at the parser) and prints the
 # modules then loaded, one a line, on stderr (stdout has the help).

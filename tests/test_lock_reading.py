@@ -1,4 +1,4 @@
-"""Reading a lock is cheap (issue 32): one libyaml parse, no conda-lock and no pydantic, and still every check
+"""Reading a lock is cheap: one libyaml parse, no conda-lock and no pydantic, and still every check
 conda-lock's parser made: whatever conda-lock refuses, read_lock refuses in one line."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_what_conda_lock_refuses_read_lock_refuses_without_it(tmp_path, edit):
     path.write_text(yaml.safe_dump(edited(edit), sort_keys=False))
     try:
         parse_conda_lock_file(path)
-    except Exception:  # noqa: BLE001  # any refusal of conda-lock's
+    except Exception:  # any refusal of conda-lock's
         with pytest.raises(ToolkitError) as refused, mock.patch.dict(sys.modules, NO_CONDA_LOCK):
             read_lock(path)
         assert "\n" not in str(refused.value) and path.name in str(refused.value)
@@ -126,7 +126,7 @@ def test_a_shape_conda_lock_refuses_is_named_by_its_field(tmp_path, change, says
     document["metadata"]["custom_metadata"][KEY_DIGEST] = lock_digest(document)
     path = tmp_path / LARGEST.name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
-    with pytest.raises(Exception):  # noqa: B017, PT011  # conda-lock's own verdict: refused
+    with pytest.raises(Exception):  # noqa: B017  # conda-lock's own verdict: refused
         parse_conda_lock_file(path)
     with pytest.raises(ToolkitError) as refused:
         read_lock(path)

@@ -1,5 +1,5 @@
 """One pydantic TypeAdapter per type, built the first time a value of that type is read: building one costs
-milliseconds a type, and every run paid for all of them at import, for files it never read (issue 32)."""
+milliseconds a type, and every run paid for all of them at import, for files it never read."""
 
 from __future__ import annotations
 

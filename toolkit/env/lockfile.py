@@ -180,7 +180,7 @@ def load_lock_yaml(text: str) -> object:
     """A lock's text as plain data, parsed once: libyaml composes the node graph (where built in), an alias is
     refused (YamlAlias: a node reached twice) before anything walks what it would expand to, then the graph is
     constructed. The earlier reader scanned the events with libyaml, loaded with pure-Python PyYAML, then had
-    conda-lock parse the file a third time (issue 32: 0.7 s of CPU for a lock of 40 packages)."""
+    conda-lock parse the file a third time (0.7 s of CPU for a lock of 40 packages)."""
     loader = FAST_LOADER(text)
     try:
         root = loader.get_single_node()
