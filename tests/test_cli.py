@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from toolkit.base.entry import RenamedVerb
-from toolkit.cli import build_parser, main
+from toolkit.cli import VERBS, build_parser, main
 
 pytestmark = pytest.mark.slow
 
@@ -353,3 +353,86 @@ def test_an_old_spelling_that_still_works_reads_as_the_new_one_after_one_notice(
     assert "--then" not in parser.format_help()
     with pytest.raises(SystemExit):
         parser.parse_args(["--then", "old-b"])
+
+
+# ---------------------------------------------------------------- start-up is cheap
+
+# Imports what `toolkit ARGV...` imports (the verb's own run aside: --help stops at the parser) and prints the
+# modules then loaded, one a line, on stderr (stdout has the help).
+LOADED_BY = """
+import sys
+from toolkit.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(*sorted(sys.modules), sep="\\n", file=sys.stderr)
+"""
+
+
+def modules_loaded_by(*argv: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", LOADED_BY, *argv], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: toolkit"), done
+    return set(done.stderr.split())
+
+
+def wings_of(modules: set[str]) -> set[str]:
+    return {name.split(".")[1] for name in modules if name.startswith("toolkit.") and name != "toolkit.cli"}
+
+
+def test_toolkit_help_imports_no_wing_nor_pydantic_yaml_or_rich():
+    """`toolkit --help` imported all thirteen wings' modules (0.4 s of CPU for a usage text)."""
+    loaded = modules_loaded_by("--help")
+    assert wings_of(loaded) == {"base"}
+    assert not {"pydantic", "yaml", "rich", "packaging"} & {name.split(".")[0] for name in loaded}
+
+
+def test_a_verb_imports_its_own_wing_and_those_below_it_only():
+    """`toolkit check` imports the spec wing (and knowledge, base below it), not the site, build or doctor wings."""
+    assert wings_of(modules_loaded_by("check", "--help")) <= {"base", "knowledge", "spec"}
+    assert "toolkit.spec.rules" in modules_loaded_by("check", "--help")
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verb_s_help_comes_from_its_wing_through_the_entry(verb, capsys):
+    """`toolkit VERB --help` loads the verb's wing on its own: the usage and description are the wing's."""
+    described = build_parser().parse_args  # every verb loaded: the parser the tests walk
+    with pytest.raises(SystemExit) as exit:
+        main([verb, "--help"])
+    assert exit.value.code == 0
+    shown = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        described([verb, "--help"])
+    assert shown == capsys.readouterr().out and shown.startswith(f"usage: toolkit {verb}")
+
+
+def test_the_verb_list_is_every_verb_the_wings_register_each_with_its_line():
+    listed = {a.dest: a.help for a in next(a for a in build_parser(())._actions
+                                           if isinstance(a, argparse._SubParsersAction))._choices_actions}
+    registered = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(listed) == set(registered) == set(VERBS)
+    assert all(line and line == VERBS[verb].help for verb, line in listed.items())
+    assert all(parser.description for parser in registered.values())  # the wing's, not a listed stand-in
+
+
+def test_no_pydantic_adapter_is_built_at_import():
+    """Every module that types a file with pydantic imported: no TypeAdapter is built until a file is read
+    (each cost milliseconds of every run's start-up)."""
+    typed = sorted(".".join(path.relative_to(ROOT).with_suffix("").parts) for path in (ROOT / "toolkit").rglob("*.py")
+                   if "import pydantic" in path.read_text())
+    assert len(typed) >= 6
+    script = ("import importlib, sys, pydantic\n"
+              "built = []\n"
+              "real = pydantic.TypeAdapter.__init__\n"
+              "def counted(self, *a, **k):\n"
+              "    built.append(repr(a[0]))\n"
+              "    real(self, *a, **k)\n"
+              "pydantic.TypeAdapter.__init__ = counted\n"
+              "for name in sys.argv[1:]:\n"
+              "    importlib.import_module(name)\n"
+              "print(*built, sep='\\n')\n")
+    done = subprocess.run([sys.executable, "-c", script, *typed], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -218,14 +218,8 @@ def environment(dump: Path) -> dict[str, str]:
     return {name: value for name, value in pairs if not BOOKKEEPING.fullmatch(name)}
 
 
-def isolate_cli(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real `toolkit` entry point with only this stage's verb: other stages' imports stay out of it."""
-    monkeypatch.setattr(toolkit.cli, "STAGE_MODULES", ("toolkit.site.modules",))
-
-
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Project:
-    isolate_cli(monkeypatch)
     monkeypatch.chdir(tmp_path)
     return Project(tmp_path, capsys, venv=True)
 
@@ -254,7 +248,6 @@ def normalized(text: str, project: Project) -> str:
 
 def golden_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, *, external: bool) -> Project:
     """cu126 from a prefix with a fixed python (no interpreter needed to write it), or the external line."""
-    isolate_cli(monkeypatch)
     monkeypatch.chdir(tmp_path)
     project = Project(tmp_path, capsys, venv=False, python="3.12.8")
     if external:

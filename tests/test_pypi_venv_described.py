@@ -18,7 +18,7 @@ import yaml
 from module_systems import MISSING, SYSTEMS
 from rich.console import Console
 from test_hostile_pypi_install import wheel
-from test_modules import add_dist, isolate_cli
+from test_modules import add_dist
 
 import toolkit.cli
 from toolkit.doctor.command import evaluate, gather
@@ -56,7 +56,6 @@ def pypi_venv(prefix: Path) -> Path:
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    isolate_cli(monkeypatch)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -107,11 +107,11 @@ def public(wing_name: str) -> set[str]:
 
 def cross_wing_imports() -> set[tuple[str, str, str]]:
     """(importing module, wing, entry) for every import of a wing from another wing or from the entry: the entry
-    is `module` or `module.name` inside the wing; the entry's STAGE_MODULES are reached for their register()."""
-    from toolkit.cli import STAGE_MODULES
+    is `module` or `module.name` inside the wing; the entry's VERBS' modules are reached for their register()."""
+    from toolkit.cli import VERBS
 
     modules = {module_name(path): path for path in TOOLKIT.rglob("*.py")}
-    found = {("toolkit.cli", wing(stage), stage.split(".", 2)[2] + ".register") for stage in STAGE_MODULES}
+    found = {("toolkit.cli", wing(verb.module), verb.module.split(".", 2)[2] + ".register") for verb in VERBS.values()}
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "toolkit":

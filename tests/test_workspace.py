@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_modules import Project, isolate_cli, module_of, write_build_record
+from test_modules import Project, module_of, write_build_record
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options, checked_line
@@ -159,7 +159,6 @@ def row_of(capsys, check: str) -> dict:
 
 
 def test_modules_read_the_build_record_of_the_given_wheelhouse(tmp_path: Path, monkeypatch, capsys):
-    isolate_cli(monkeypatch)
     monkeypatch.chdir(tmp_path)
     project = Project(tmp_path, capsys, venv=False, python="3.12.8")
     (tmp_path / "wheelhouse").rename(tmp_path / "elsewhere")

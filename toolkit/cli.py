@@ -4,43 +4,113 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from toolkit import __version__
 from toolkit.base.entry import parse_verb_args, program
 
-# Each wing module exposes register(verbs); each verb it adds sets `func` to its handler, named for the verb's
-# words: `toolkit matrix show` -> matrix_show_command(args) -> int (tests/test_cli.py walks the tree).
-STAGE_MODULES = (
-    "toolkit.spec.rules",
-    "toolkit.site.matrix",
-    "toolkit.env.lock",
-    "toolkit.env.install",
-    "toolkit.site.modules",
-    "toolkit.site.publish",
-    "toolkit.cache.export",
-    "toolkit.doctor.command",
-    "toolkit.build.builder",
-    "toolkit.build.diagnose",
-    "toolkit.verify.command",
-    "toolkit.verify.bench",
-    "toolkit.attention.recommend",
-    "toolkit.knowledge.upstream",
-    "toolkit.fa4.cli",
-)
+
+@dataclass(frozen=True)
+class Verb:
+    """A verb as `toolkit --help` lists it. Its wing module is imported only when the verb runs (or its
+    --help is asked): importing every wing made each run, `--help` included, pay for all of them."""
+
+    module: str  # exposes register(verbs), which adds the verb's parser (and any other verb listed here with it)
+    help: str  # its line in `toolkit --help` (the wing's parser carries the description)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each verb's parser sets `func` to its handler, named for the verb's words: `toolkit matrix show` ->
+# matrix_show_command(args) -> int (tests/test_cli.py walks the tree).
+VERBS: dict[str, Verb] = {
+    "check": Verb("toolkit.spec.rules", "validate env specs against the compatibility knowledge"),
+    "matrix": Verb(
+        "toolkit.site.matrix",
+        "the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
+    ),
+    "lock": Verb(
+        "toolkit.env.lock", "lock lines' conda + pip layers into locks/<line>.conda-lock.yml"
+    ),
+    "install": Verb("toolkit.env.install", "create a line's environment from its lock"),
+    "modules": Verb("toolkit.site.modules", "write Lmod / Tcl modulefiles for the installed lines"),
+    "publish": Verb(
+        "toolkit.site.publish",
+        "publish the wheelhouse's built wheels as a static binary cache (PEP 503 index)",
+    ),
+    "export": Verb(
+        "toolkit.cache.export",
+        "print what a project pastes to install a line's published wheels (uv, pip, pixi)",
+    ),
+    "doctor": Verb(
+        "toolkit.doctor.command", "explain this machine/environment: versions, mismatches, fixes"
+    ),
+    "build": Verb(
+        "toolkit.build.builder", "build the flash-attn wheel of a line from its locked sdist"
+    ),
+    "build-report": Verb(
+        "toolkit.build.builder", "the newest build record's wall time and parallel efficiency"
+    ),
+    "explain": Verb(
+        "toolkit.build.diagnose",
+        "diagnose a build or import log against the catalog of known failures",
+    ),
+    "verify": Verb(
+        "toolkit.verify.command",
+        "check an attention implementation on a GPU against an fp32 reference attention",
+    ),
+    "bench": Verb(
+        "toolkit.verify.bench",
+        "TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
+    ),
+    "recommend": Verb(
+        "toolkit.attention.recommend",
+        "per GPU and shape, the fastest verified attention backend (and verl's override lines for it)",
+    ),
+    "knowledge": Verb("toolkit.knowledge.upstream", "keep the compatibility knowledge current"),
+    "fa4": Verb("toolkit.fa4.cli", "FlashAttention-4: fetch, install, warm its kernel cache"),
+}
+
+
+def build_parser(verbs: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every verb listed and the parsers of `verbs` (None: of every verb, as the tests walk
+    them) read from their wings; a verb not loaded is listed only."""
     parser = argparse.ArgumentParser(
         prog="toolkit",
         description="Declarative, locked, verified FlashAttention build environments for every CUDA line.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
-    for name in STAGE_MODULES:
-        importlib.import_module(name).register(subparsers)
-    hand_down_runtime_locks(subparsers)
-    hand_down_kernel_cache(subparsers)
+    for name, verb in VERBS.items():
+        subparsers.add_parser(name, help=verb.help)
+    wanted = VERBS if verbs is None else [name for name in verbs if name in VERBS]
+    loaded = set()
+    for module in dict.fromkeys(VERBS[name].module for name in wanted):
+        loaded |= load_wing(module, parser.prog, subparsers)
+    if {"lock", "install"} & loaded:
+        hand_down_runtime_locks(subparsers)
+    if "fa4" in loaded:
+        hand_down_kernel_cache(subparsers)
     return parser
+
+
+def load_wing(module: str, prog: str, subparsers: argparse._SubParsersAction) -> set[str]:
+    """The verbs `module` registers, put in place of their listed stand-ins (in the listing's order); a verb
+    the table does not give to `module` is a bug, named here rather than left unlisted."""
+    scratch = argparse.ArgumentParser(prog=prog).add_subparsers()
+    importlib.import_module(module).register(scratch)
+    for name, verb_parser in scratch.choices.items():
+        if name not in VERBS or VERBS[name].module != module:
+            raise AssertionError(f"{module} registers {name!r}, which cli.VERBS does not give it")
+        subparsers.choices[name] = verb_parser
+    return set(scratch.choices)
+
+
+def verb_of(argv: list[str] | None) -> list[str]:
+    """The verb the command line names (its first word that is no option: the entry's own options, -h and
+    --version, take no value), or none."""
+    words = sys.argv[1:] if argv is None else argv
+    return [next((w for w in words if not w.startswith("-")), "")]
 
 
 def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
@@ -50,10 +120,7 @@ def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
     from toolkit.cache.runtime_lock import install_runtime_command, lock_runtime_command
 
     for verb, command in (("lock", lock_runtime_command), ("install", install_runtime_command)):
-        if (
-            verb in subparsers.choices
-        ):  # a parser of some verbs only (tests register a few) has nothing to hand
-            subparsers.choices[verb].set_defaults(runtime_command=command)
+        subparsers.choices[verb].set_defaults(runtime_command=command)
 
 
 def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
@@ -61,13 +128,12 @@ def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
     sits below cache, so the entry hands the handler down as `args.kernel_cache_command`."""
     from toolkit.cache.kernel_cache import install_kernel_cache_command
 
-    if "fa4" in subparsers.choices:
-        subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
+    subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
 @program
 def main(argv: list[str] | None = None) -> int:
-    args = parse_verb_args(build_parser(), argv)  # the stages' modules are imported here
+    args = parse_verb_args(build_parser(verb_of(argv)), argv)  # the verb's wing is imported here
     return args.func(args)
 
 

@@ -21,6 +21,7 @@ import pydantic
 from toolkit.attention import backends as attention_backends
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
+from toolkit.base.typed import adapter
 
 SCHEMA: Final = 2  # the schema every report the toolkit writes now says
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._()+-]{0,80}")  # a GPU's or an SDPA backend's name
@@ -246,7 +247,7 @@ def check_input(
 ) -> dict[str, Any]:
     """`data` unchanged once it has `model`'s shape; else its first bad field, as one ToolkitError line."""
     try:
-        pydantic.TypeAdapter(model).validate_python(data, context={"backends": backends})
+        adapter(model).validate_python(data, context={"backends": backends})
     except pydantic.ValidationError as exc:
         raise ToolkitError(f"{path}: not a {what}: {first_problem(exc)} ({fix})") from None
     return data  # type: ignore[return-value]  # validated: a dict of that shape

@@ -46,6 +46,7 @@ from toolkit.base.entry import add_renamed_option, rename_notice
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.typed import adapter
 from toolkit.base.workspace import Workspace
 
 GROUP_KEYS = ("dtype", "head_dim", "causal", "mode")
@@ -307,7 +308,6 @@ class Recommendation:
     verified: dict[Backend, VerifiedEntry] = field(default_factory=dict)
 
 
-_RECOMMENDATION = pydantic.TypeAdapter(Recommendation)
 NOT_WRITTEN, RERUN = (
     "not a recommendation `toolkit recommend` writes",
     "run toolkit recommend again",
@@ -324,7 +324,7 @@ def check_recommendation(data: object, path: Path) -> Recommendation:
     try:
         current = formats.current(data, Path(path), formats.RECOMMENDATION)
         assert isinstance(current, dict)  # an object stays one
-        return _RECOMMENDATION.validate_python(
+        return adapter(Recommendation).validate_python(
             {**current, "path": Path(path)}, context={"backends": backends}
         )
     except pydantic.ValidationError as exc:
@@ -502,7 +502,6 @@ def verl_lines(
 def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "recommend",
-        help="per GPU and shape, the fastest verified attention backend (and verl's override lines for it)",
         description="Read one `toolkit bench` grid and the verification reports of the packaged backends, and write, "
         "per GPU, dtype, head dim, mask and sequence length, the fastest backend whose verification "
         "covers that shape, its `attn_implementation` and verl's override lines for verl's training "

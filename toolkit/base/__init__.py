@@ -55,6 +55,7 @@ PUBLIC = (
     "paths.folder_argument",
     "paths.plain_path",
     "paths.printable",
+    "typed.adapter",
     "versioned.Format",
     "workspace.BUILD_RECORD_SUFFIX",
     "workspace.DEFAULT",

@@ -15,7 +15,6 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -197,9 +196,7 @@ def add_verb_with_default_step(
     """A verb whose steps are verbs of their own (`matrix show`, `matrix run`), where words that name no step
     go to `default_step`: `toolkit matrix --json`, `toolkit matrix cu126` are `toolkit matrix show ...`, as the
     README spells them. Add the steps with add_subparsers(parser_class=argparse.ArgumentParser)."""
-    prog = verbs.add_parser(
-        name, help=kwargs.pop("help", None)
-    ).prog  # the verb list's entry and its prog
+    prog = verbs.add_parser(name).prog  # its prog (the entry lists the verb: toolkit/cli.py)
     parser = DefaultStep(prog=prog, **kwargs)
     parser.default_step = default_step
     verbs.choices[name] = parser
@@ -237,6 +234,8 @@ def handler_parser(parser: argparse.ArgumentParser, func: object) -> argparse.Ar
 def declared_requirements() -> list[Requirement]:
     """fa-envkit's dependencies, extras included: the installed distribution's metadata, else (run from a
     checkout) pyproject.toml beside the package."""
+    from importlib import metadata  # here, not at the top: every run's start-up would pay for it
+
     from packaging.requirements import Requirement
 
     try:

@@ -1011,7 +1011,6 @@ def _positive_float(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
-        help="build the flash-attn wheel of a line from its locked sdist",
         description="Fetch the lock's hash-pinned flash-attn sdist, preflight the toolchain, compile it with "
         "`pip wheel --no-build-isolation` against the line's nvcc/gcc/torch, verify the wheel "
         "(local tag, archs, import) and place it with a build record in wheelhouse/LINE/.",
@@ -1097,7 +1096,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=build_command)
     report = subparsers.add_parser(
         "build-report",
-        help="the newest build record's wall time and parallel efficiency",
         description="Print the figures of the newest build record in wheelhouse/LINE/: "
         "wall time, jobs x nvcc threads and why, parallel efficiency.",
     )

@@ -366,7 +366,6 @@ def explain_command(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "explain",
-        help="diagnose a build or import log against the catalog of known failures",
         description="Match a log (a failed `toolkit build`, pip or import output) against "
         "toolkit/knowledge/build_failures.yaml and print the cause and the fix in one line. "
         f"A log longer than {TAIL_BYTES >> 20} MB is explained from its end.",

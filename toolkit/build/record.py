@@ -24,6 +24,7 @@ from toolkit.base.digest import sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.typed import adapter
 from toolkit.base.versioned import Format
 from toolkit.base.workspace import BUILD_RECORD_SUFFIX, KERNEL_CACHE_RECORD_SUFFIX
 from toolkit.env.lockfile import LockedSdist
@@ -105,7 +106,7 @@ class BuildInputs:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BuildInputs:
         """The builder's inputs, typed (pydantic.ValidationError on another shape)."""
-        return pydantic.TypeAdapter(cls).validate_python(data)
+        return adapter(cls).validate_python(data)
 
     def to_json(self) -> dict[str, Any]:
         """As written: the optional sections only where the build had them (absent, not null, in the key)."""
@@ -264,7 +265,7 @@ class BuildRecord:
         except ValueError as exc:
             raise ToolkitError(f"{where}: {exc} ({REBUILD})") from None
         try:
-            record = _ADAPTER.validate_python(current)
+            record = adapter(BuildRecord).validate_python(current)
         except pydantic.ValidationError as exc:
             first = exc.errors()[0]
             at = ".".join(str(part) for part in first["loc"])
@@ -287,4 +288,3 @@ class BuildRecord:
 
 
 FORMAT = Format("build record", RECORD_SCHEMA)
-_ADAPTER = pydantic.TypeAdapter(BuildRecord)

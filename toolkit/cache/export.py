@@ -285,7 +285,6 @@ def export_command(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export",
-        help="print what a project pastes to install a line's published wheels (uv, pip, pixi)",
         description="Read the line's published wheels from a binary cache (`toolkit publish`'s index: its pages, "
         "table entries and build records, each checked) and print what a user's project needs to "
         "install them: uv's explicit [[tool.uv.index]] and [tool.uv.sources], a pip requirements "

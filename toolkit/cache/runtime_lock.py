@@ -62,13 +62,15 @@ from toolkit.cache.simple import normalize
 from toolkit.env import pypi_lock
 from toolkit.env.engine import locking_environment
 from toolkit.env.lockfile import (
-    FAST_LOADER,
     KEY_DIGEST,
     KEY_LINE,
     KEY_PYLOCK_SHA256,
     KEY_TOOLCHAIN,
+    MAX_LOCK_BYTES,
     LockedEnv,
     LockedPackage,
+    YamlAlias,
+    load_lock_yaml,
     lock_digest,
     locked_packages,
     read_lock,
@@ -76,7 +78,6 @@ from toolkit.env.lockfile import (
 from toolkit.knowledge import files as knowledge_files
 from toolkit.spec.envspec import EnvSpec
 
-MAX_LOCK_BYTES = 64 << 20
 KEY_KIND = "fa-envkit.lock-kind"  # "runtime": not a build lock (read_lock refuses it for lacking the sdist pin)
 KEY_BUILD_LOCK = "fa-envkit.build-lock-sha256"  # sha256 of locks/<line>.conda-lock.yml the wheels were built from
 KEY_RESOLVER = "fa-envkit.pip-resolver"
@@ -540,12 +541,11 @@ def read_runtime_lock(workspace: Workspace, line: str, kind: str | None = None) 
     path = runtime_lock_file(workspace, line)
     where, fix = display_path(path), f"toolkit lock {line} --runtime --index URL"
     try:
-        text = regular_file_bytes(path, MAX_LOCK_BYTES).decode()
-        if any(
-            isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)
-        ):
-            raise ToolkitError(f"{where}: uses a YAML alias (`toolkit lock` writes none; {fix})")
-        document = yaml.safe_load(text)
+        document = load_lock_yaml(regular_file_bytes(path, MAX_LOCK_BYTES).decode())
+    except YamlAlias:
+        raise ToolkitError(
+            f"{where}: uses a YAML alias (`toolkit lock` writes none; {fix})"
+        ) from None
     except UnicodeDecodeError:
         raise ToolkitError(f"{where}: not UTF-8 text ({fix})") from None
     except Unreadable as exc:
@@ -560,7 +560,8 @@ def read_runtime_lock(workspace: Workspace, line: str, kind: str | None = None) 
     )
     # runtime locks written before conda lines had them name no kind: pypi
     if (
-        not isinstance(custom, dict)
+        not isinstance(document, dict)
+        or not isinstance(custom, dict)
         or custom.get(KEY_KIND) != RUNTIME
         or custom.get(KEY_LINE) != line
         or custom.get(KEY_TOOLCHAIN, "pypi") != (kind or custom.get(KEY_TOOLCHAIN, "pypi"))

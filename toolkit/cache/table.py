@@ -20,6 +20,7 @@ import pydantic
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
+from toolkit.base.typed import adapter
 
 TABLE_SCHEMA = 1
 TABLE_KIND = "fa-envkit-substitution"
@@ -129,7 +130,7 @@ class TableEntry(SignedEntry):
     @classmethod
     def from_json(cls, data: object, where: str) -> TableEntry:
         return parse_entry(
-            _ADAPTER,
+            adapter(TableEntry),
             data,
             where,
             TABLE_KIND,
@@ -162,7 +163,7 @@ class KernelCacheEntry(SignedEntry):
     @classmethod
     def from_json(cls, data: object, where: str, then: str) -> KernelCacheEntry:
         return parse_entry(
-            _KERNEL_ADAPTER,
+            adapter(KernelCacheEntry),
             data,
             where,
             KERNEL_CACHE_KIND,
@@ -171,10 +172,6 @@ class KernelCacheEntry(SignedEntry):
             KERNEL_CACHES_DIR,
             then,
         )
-
-
-_ADAPTER = pydantic.TypeAdapter(TableEntry)
-_KERNEL_ADAPTER = pydantic.TypeAdapter(KernelCacheEntry)
 
 
 def entry_path(key: str, table: str = INPUTS_DIR) -> str:

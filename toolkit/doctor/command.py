@@ -1118,7 +1118,6 @@ def gather(args: argparse.Namespace) -> Facts:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="explain this machine/environment: versions, mismatches, fixes",
         description="Gather driver, GPUs, CUDA_HOME/nvcc, gcc, python, torch, flash-attn and transformers, "
         "compare them with each other and (given a LINE) with the line's spec, lock and build "
         "record. One row per check with a fix where wrong; failing rows first. Exit 0 when "

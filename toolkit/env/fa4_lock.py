@@ -17,6 +17,7 @@ import pydantic
 from toolkit.base.atomic import write_atomic
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import read_json
+from toolkit.base.typed import adapter
 from toolkit.base.versioned import Format
 from toolkit.base.workspace import DEFAULT, Workspace
 from toolkit.knowledge.fa4_pins import KNOWLEDGE_FILE, Release, release, wheel_fits_python
@@ -132,7 +133,7 @@ def write_fa4_lock(
         "wheels": lock_entries(rel, cuda_major, files_of),
     }
     data["digest"] = sha256_json(data)
-    _ADAPTER.validate_python(data)  # what is written is an Fa4Lock
+    adapter(Fa4Lock).validate_python(data)  # what is written is an Fa4Lock
     path = workspace.fa4_lock_file(spec.line)
     write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
@@ -153,7 +154,7 @@ def read_fa4_lock(path: Path) -> tuple[Release, str]:
             f"{path}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again"
         )
     try:
-        lock = _ADAPTER.validate_python(FORMAT.current(data))
+        lock = adapter(Fa4Lock).validate_python(FORMAT.current(data))
     except ValueError as exc:  # pydantic's ValidationError is one
         problem = first_problem(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
         raise ToolkitError(
@@ -167,6 +168,3 @@ def read_fa4_lock(path: Path) -> tuple[Release, str]:
             f"(lock again)"
         )
     return rel, lock.cuda_major
-
-
-_ADAPTER = pydantic.TypeAdapter(Fa4Lock)

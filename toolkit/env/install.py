@@ -412,7 +412,6 @@ def replace_prefix(staging: Path, prefix: Path) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "install",
-        help="create a line's environment from its lock",
         description="Create the environment of locks/<line>.conda-lock.yml: `conda-lock install` where "
         "micromamba/mamba/conda is on PATH, else py-rattler after checking every archive's sha256, "
         "then the pip layer with --require-hashes --no-deps; for a pypi line, a venv of the "

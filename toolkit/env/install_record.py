@@ -30,6 +30,7 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
+from toolkit.base.typed import adapter
 from toolkit.base.versioned import Format
 
 
@@ -56,7 +57,7 @@ class InstallRecord:
         current = Format(cls.__name__, cls.SCHEMA, unnumbered=1).current(data)
         fields = {key: value for key, value in current.items() if key != "schema"}
         try:
-            return pydantic.TypeAdapter(cls).validate_python(fields)
+            return adapter(cls).validate_python(fields)
         except pydantic.ValidationError as exc:
             raise ValueError(first_problem(exc)) from None
 

@@ -63,6 +63,7 @@ from toolkit.env.lockfile import (
     KEY_TOOLCHAIN,
     LockedEnv,
     LockedSdist,
+    check_with_conda_lock,
     lock_digest,
     pylock_problem,
     read_lock,
@@ -650,6 +651,7 @@ def write_lock(
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         draft.write_text(lock_header(spec, sources) + draft.read_text())
         read_lock(draft)  # what we wrote reads back and verifies
+        check_with_conda_lock(draft)  # and conda-lock, which installs it, parses it
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)
@@ -840,7 +842,6 @@ def newer_than_lock(spec: EnvSpec, workspace: Workspace) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lock",
-        help="lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
         "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
         "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "

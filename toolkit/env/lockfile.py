@@ -17,15 +17,16 @@ from __future__ import annotations
 import re
 import sys
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file, sha256_json
-from toolkit.base.errors import ToolkitError, first_problem
+from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace
 from toolkit.spec.envspec import PLATFORMS, EnvSpec
@@ -77,6 +78,9 @@ UTC_TIME = re.compile(
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
+MAX_LOCK_BYTES = (
+    64 << 20
+)  # a lock of thousands of packages is a few MB; more is not one `toolkit lock` wrote
 
 
 @dataclass(frozen=True)
@@ -168,26 +172,53 @@ def lock_digest(document: dict) -> str:
     return sha256_json({**document, "metadata": meta})
 
 
-def load_lock_document(path: Path) -> dict:
-    """The lock as plain data, checked against its digest and, where conda-lock is installed, by its parser.
+class YamlAlias(ValueError):
+    """A YAML alias (or merge key) in a lock: `toolkit lock` writes none, and one can expand without bound."""
 
-    Build nodes such as the offline GPU machine may lack conda-lock; the digest alone still refuses any
-    accidental edit, so reading a lock there needs only pyyaml.
-    """
+
+def load_lock_yaml(text: str) -> object:
+    """A lock's text as plain data, parsed once: libyaml composes the node graph (where built in), an alias is
+    refused (YamlAlias: a node reached twice) before anything walks what it would expand to, then the graph is
+    constructed. The earlier reader scanned the events with libyaml, loaded with pure-Python PyYAML, then had
+    conda-lock parse the file a third time (0.7 s of CPU for a lock of 40 packages)."""
+    loader = FAST_LOADER(text)
+    try:
+        root = loader.get_single_node()
+        seen: set[int] = set()
+        stack = [root] if root is not None else []
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                raise YamlAlias("a YAML alias")
+            seen.add(id(node))
+            if isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                stack.extend(part for pair in node.value for part in pair)
+        return None if root is None else loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def load_lock_document(path: Path) -> dict:
+    """The lock as plain data, read once, parsed once (load_lock_yaml), in the shape of conda-lock's lock model
+    (conda_lock_problem, in place of its parser: neither conda-lock nor pydantic is imported to read a lock)
+    and checked against its digest."""
     where, relock = display_path(path), relock_hint(path)
     try:
-        text = path.read_text()
-        if any(
-            isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=FAST_LOADER)
-        ):
-            raise ToolkitError(
-                f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
-                f"without bound: {relock})"
-            )
-        document = yaml.safe_load(text)
-    except FileNotFoundError:
-        raise ToolkitError(f"{where}: no lock file ({relock})") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        document = load_lock_yaml(regular_file_bytes(path, MAX_LOCK_BYTES).decode())
+    except Unreadable as exc:
+        if exc.why == "missing":
+            raise ToolkitError(f"{where}: no lock file ({relock})") from None
+        raise ToolkitError(
+            f"{where}: unreadable lock ({exc.reason(MAX_LOCK_BYTES)}; {relock})"
+        ) from None
+    except YamlAlias:
+        raise ToolkitError(
+            f"{where}: uses a YAML alias (`toolkit lock` writes none; an alias can expand "
+            f"without bound: {relock})"
+        ) from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ToolkitError(
             f"{where}: unreadable lock ({exc.__class__.__name__}; {relock})"
         ) from None
@@ -198,10 +229,9 @@ def load_lock_document(path: Path) -> dict:
         ) from None
     if not isinstance(document, dict):
         raise ToolkitError(f"{where}: not a conda-lock file ({relock})")
-    _parse_with_conda_lock(path, where, relock)
-    shape = _shape_problem(document)
-    if shape:
-        raise ToolkitError(f"{where}: not a conda-lock file of `toolkit lock` ({shape}; {relock})")
+    problem = conda_lock_problem(document)
+    if problem:
+        raise ToolkitError(f"{where}: malformed conda-lock file ({problem}; {relock})")
     custom = document["metadata"]["custom_metadata"]
     missing = [key for key in REQUIRED_KEYS if not custom.get(key)]
     if missing:
@@ -221,48 +251,182 @@ def load_lock_document(path: Path) -> dict:
     return document
 
 
-def _shape_problem(document: dict) -> str | None:
-    """What is not the shape every reader relies on (conda-lock's parser checks more where installed)."""
-    metadata = document.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("custom_metadata"), dict):
-        return "metadata.custom_metadata is not a mapping"
-    if not all(isinstance(metadata.get(key, []), list) for key in ("platforms", "sources")):
-        return "metadata.platforms and metadata.sources must be lists"
-    packages = document.get("package", [])
-    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
-        return "package is not a list of entries"
-    for index, entry in enumerate(packages):
-        if not isinstance(entry.get("hash", {}), dict) or not isinstance(
-            entry.get("dependencies", {}), dict
-        ):
-            return f"package[{index}]: hash and dependencies must be mappings"
+@dataclass(frozen=True)
+class Value:
+    """A value that passes `ok` (`what` names it in a problem)."""
+
+    what: str
+    ok: Callable[[object], bool]
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A mapping of these fields and no other: conda-lock's models forbid extra fields."""
+
+    required: Mapping[str, Shape]
+    optional: Mapping[str, Shape] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Shape
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """A mapping of string keys to values of one shape."""
+
+    value: Shape
+
+
+@dataclass(frozen=True)
+class OneOf:
+    shapes: tuple[Shape, ...]
+
+
+Shape = Value | Fields | ListOf | MapOf | OneOf
+TEXT = Value("a string", lambda v: isinstance(v, str))
+NO_VALUE = Value("null", lambda v: v is None)
+MAYBE_TEXT = OneOf((TEXT, NO_VALUE))
+# conda-lock's v1 lock model (conda_lock/lockfile/v1/models.py: Lockfile, LockMeta, LockedDependency), which its
+# parser validates; toolkit/env/lock.py has conda-lock write every lock, and tests/test_lock_reading.py holds this
+# to conda-lock's own verdicts. custom_metadata, optional in conda-lock's model, is required: the toolkit's keys.
+CONDA_LOCK = Fields(
+    {
+        "version": Value("1", lambda v: type(v) is int and v == 1),
+        "metadata": Fields(
+            {
+                "content_hash": MapOf(TEXT),
+                "channels": ListOf(
+                    OneOf((TEXT, Fields({"url": TEXT, "used_env_vars": ListOf(TEXT)})))
+                ),
+                "platforms": ListOf(TEXT),
+                "sources": ListOf(TEXT),
+                "custom_metadata": MapOf(TEXT),
+            },
+            {
+                "time_metadata": OneOf((NO_VALUE, Fields({"created_at": TEXT}))),
+                "git_metadata": OneOf(
+                    (
+                        NO_VALUE,
+                        Fields(
+                            {},
+                            {
+                                "git_user_name": MAYBE_TEXT,
+                                "git_user_email": MAYBE_TEXT,
+                                "git_sha": MAYBE_TEXT,
+                            },
+                        ),
+                    )
+                ),
+                "inputs_metadata": OneOf(
+                    (NO_VALUE, MapOf(Fields({"md5": MAYBE_TEXT, "sha256": MAYBE_TEXT})))
+                ),
+            },
+        ),
+        "package": ListOf(
+            Fields(
+                {
+                    "name": TEXT,
+                    "version": TEXT,
+                    "manager": Value("conda or pip", lambda v: v in ("conda", "pip")),
+                    "platform": TEXT,
+                    "url": Value("a URL", lambda v: isinstance(v, str) and v != ""),
+                    "hash": Fields({}, {"md5": MAYBE_TEXT, "sha256": MAYBE_TEXT}),
+                    "optional": Value("true or false", lambda v: isinstance(v, bool)),
+                },
+                {
+                    "dependencies": MapOf(TEXT),
+                    "source": OneOf(
+                        (
+                            NO_VALUE,
+                            Fields({"type": Value("url", lambda v: v == "url"), "url": TEXT}),
+                        )
+                    ),
+                    "build": MAYBE_TEXT,
+                    "category": TEXT,
+                },
+            )
+        ),
+    }
+)
+
+
+def conda_lock_problem(document: dict) -> str | None:
+    """The first field of `document` that conda-lock's lock model refuses ("package[3].optional: missing"),
+    or None."""
+    problem = shape_problem(document, CONDA_LOCK, "")
+    if problem:
+        return problem
+    for index, entry in enumerate(document["package"]):
+        if entry["manager"] == "conda" and entry["hash"].get("md5") is None:
+            return f"package[{index}].hash.md5: missing (conda package hashes must use MD5)"
     return None
 
 
-def _parse_with_conda_lock(path: Path, where: str, relock: str) -> None:
-    try:
-        from conda_lock.lockfile import (
-            parse_conda_lock_file,
-        )  # lazy: keeps `import toolkit.env.lockfile` light
-        from pydantic import ValidationError
-    except ImportError:
-        return
+def shape_problem(value: object, shape: Shape, at: str) -> str | None:
+    """Where `value` is not of `shape`, as "field.path: problem", or None."""
+    name = at or "top level"
+    if isinstance(shape, Value):
+        return None if shape.ok(value) else f"{name}: not {shape.what}"
+    if isinstance(shape, OneOf):
+        if any(shape_problem(value, one, at) is None for one in shape.shapes):
+            return None
+        return next(p for p in (shape_problem(value, one, at) for one in shape.shapes) if p)
+    if isinstance(shape, ListOf):
+        if not isinstance(value, list):
+            return f"{name}: not a list"
+        return next(
+            (
+                p
+                for i, item in enumerate(value)
+                if (p := shape_problem(item, shape.item, f"{at}[{i}]"))
+            ),
+            None,
+        )
+    if not isinstance(value, dict):
+        return f"{name}: not a mapping"
+    if isinstance(shape, MapOf):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{name}: key {shown(key)}: not a string"
+            if problem := shape_problem(item, shape.value, f"{at}.{key}".lstrip(".")):
+                return problem
+        return None
+    for key in value:
+        if key not in shape.required and key not in shape.optional:
+            return f"{f'{at}.{key}'.lstrip('.')}: not a field of a conda-lock file"
+    for key, item_shape in (*shape.required.items(), *shape.optional.items()):
+        here = f"{at}.{key}".lstrip(".")
+        if key not in value:
+            if key in shape.required:
+                return f"{here}: missing"
+        elif problem := shape_problem(value[key], item_shape, here):
+            return problem
+    return None
+
+
+def check_with_conda_lock(path: Path) -> None:
+    """conda-lock's own parser on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file), so
+    that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem."""
+    from conda_lock.lockfile import parse_conda_lock_file
+    from pydantic import ValidationError
+
+    where, relock = display_path(path), relock_hint(path)
     try:
         parse_conda_lock_file(path)
     except ValidationError as exc:
         raise ToolkitError(
             f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})"
         ) from None
-    except (ValueError, TypeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
     except (
-        AssertionError
-    ):  # conda-lock asserts that no package entry repeats for a platform and category
-        raise ToolkitError(
-            f"{where}: package: an entry appears more than once for one platform "
-            f"(conda-lock's parser refuses it; {relock})"
-        ) from None
+        ValueError,
+        TypeError,
+        KeyError,
+        AssertionError,
+    ) as exc:  # AssertionError: an entry repeated
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ToolkitError(f"{where}: malformed conda-lock file ({first}; {relock})") from None
 
 
 def read_lock(path: Path) -> LockedEnv:

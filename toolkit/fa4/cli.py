@@ -47,7 +47,6 @@ from toolkit.knowledge.fa4_pins import DEFAULT_RELEASE, release
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "fa4",
-        help="FlashAttention-4: fetch, install, warm its kernel cache",
         description="FlashAttention-4 (flash-attn-4) from the pinned wheels of "
         "knowledge/flash_attn_4.yaml.",
     )

@@ -42,6 +42,7 @@ from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.fslock import locked
 from toolkit.base.jsonfile import parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument, printable
+from toolkit.base.typed import adapter
 from toolkit.base.versioned import Format
 from toolkit.base.workspace import KERNEL_CACHE_RECORD_SUFFIX
 
@@ -385,7 +386,6 @@ class KernelCacheRecord:
 
 
 CACHE_RECORD = Format("kernel-cache record", 1, unnumbered=1)
-_RECORD = pydantic.TypeAdapter(KernelCacheRecord)
 
 
 def pack(cache_dir: Path, artifacts: Path, key: dict, latency: dict) -> tuple[Path, Path]:
@@ -466,7 +466,7 @@ def cache_record(record_path: Path) -> KernelCacheRecord:
     where = display_path(record_path)
     data = read_json(record_path, "cache record", "warm again")
     try:
-        return _RECORD.validate_python(
+        return adapter(KernelCacheRecord).validate_python(
             CACHE_RECORD.current(data) if isinstance(data, dict) else data
         )
     except pydantic.ValidationError as exc:

@@ -37,6 +37,7 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.jsonfile import MAX_JSON_BYTES, parse_json, read_json
 from toolkit.base.paths import display_path, folder_argument
+from toolkit.base.typed import adapter
 from toolkit.knowledge import fa3_pins, fa4_pins, frameworks
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge import upstream_answers as answers
@@ -176,20 +177,15 @@ def recording(data: object, path: Path, fix: str) -> Recording:
         )
     try:
         if isinstance(data, dict) and "schema" in data:
-            return _RECORDING.validate_python(data)
+            return adapter(Recording).validate_python(data)
         return Recording(
-            _ANSWERS.validate_python(data)
+            adapter(dict[str, RecordedAnswer]).validate_python(data)
         )  # schema 1 (or no object at all: refused as one)
     except pydantic.ValidationError as exc:
         raise ToolkitError(
             f"{display_path(path)}: unreadable index of recorded answers ({first_problem(exc)}; "
             f"{fix})"
         ) from None
-
-
-_PYPI_ANSWER = pydantic.TypeAdapter(PypiAnswer)
-_RECORDING = pydantic.TypeAdapter(Recording)
-_ANSWERS = pydantic.TypeAdapter(dict[str, RecordedAnswer])
 
 
 def live_fetch(url: str) -> bytes:
@@ -235,7 +231,7 @@ def pypi_answer(answer: bytes, url: str) -> PypiAnswer:
     """A PyPI JSON answer, typed; one ToolkitError line naming the URL and the first field of another shape."""
     data = parse_json(answer, url, "PyPI answer", ANSWER_FIX)
     try:
-        return _PYPI_ANSWER.validate_python(data)
+        return adapter(PypiAnswer).validate_python(data)
     except pydantic.ValidationError as exc:
         raise ToolkitError(
             f"{url}: unreadable PyPI answer ({first_problem(exc)}; {ANSWER_FIX})"
@@ -788,7 +784,6 @@ def record(folder: Path, answers: dict[str, bytes], at: str = "") -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "knowledge",
-        help="keep the compatibility knowledge current",
         description="`toolkit knowledge check-updates`: ask PyPI, PyTorch's wheel indexes, GitHub and the "
         "Hugging Face Hub what was released and name every release toolkit/knowledge/*.yaml does not cover. "
         "Exit 1 if any, or if a source could not be asked.",

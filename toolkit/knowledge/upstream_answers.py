@@ -23,6 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from toolkit.base.errors import ToolkitError, first_problem
 from toolkit.base.jsonfile import parse_json
+from toolkit.base.typed import adapter
 from toolkit.knowledge.frameworks import VerlFlashAttn
 
 GITHUB_API = "https://api.github.com/repos/{repo}"
@@ -35,10 +36,10 @@ T = TypeVar("T")
 MAX_MEMBER_BYTES = 8 << 20  # modeling_utils.py of transformers 5.25.0 is 282,488 bytes
 
 
-def _typed(adapter: pydantic.TypeAdapter[T], answer: bytes, url: str, what: str) -> T:
+def _typed(typed: pydantic.TypeAdapter[T], answer: bytes, url: str, what: str) -> T:
     data = parse_json(answer, url, what, ANSWER_FIX)
     try:
-        return adapter.validate_python(data)
+        return typed.validate_python(data)
     except pydantic.ValidationError as exc:
         raise ToolkitError(
             f"{url}: unreadable {what} ({first_problem(exc)}; {ANSWER_FIX})"
@@ -94,10 +95,6 @@ class GithubTree:
         return next((e for e in self.tree if e.path == path), None)
 
 
-_COMMITS = pydantic.TypeAdapter(list[GithubCommit])
-_TREE = pydantic.TypeAdapter(GithubTree)
-
-
 def commits_url(repo: str, path: str, since: str) -> str:
     """The commits touching `path` from the day `since` on, newest first (100 at most: enough to date the oldest
     the knowledge lacks unless upstream is more than 100 commits ahead, which the finding then says)."""
@@ -111,11 +108,11 @@ def tree_url(repo: str, branch: str) -> str:
 
 
 def github_commits(answer: bytes, url: str) -> list[GithubCommit]:
-    return _typed(_COMMITS, answer, url, "GitHub commits answer")
+    return _typed(adapter(list[GithubCommit]), answer, url, "GitHub commits answer")
 
 
 def github_tree(answer: bytes, url: str) -> GithubTree:
-    return _typed(_TREE, answer, url, "GitHub tree answer")
+    return _typed(adapter(GithubTree), answer, url, "GitHub tree answer")
 
 
 # ---------------------------------------------------------------- the Hugging Face Hub
@@ -130,11 +127,8 @@ class HubModel:
     lastModified: str
 
 
-_HUB = pydantic.TypeAdapter(HubModel)
-
-
 def hub_model(answer: bytes, url: str) -> HubModel:
-    return _typed(_HUB, answer, url, "Hugging Face Hub answer")
+    return _typed(adapter(HubModel), answer, url, "Hugging Face Hub answer")
 
 
 # ---------------------------------------------------------------- a transformers wheel

@@ -130,7 +130,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "matrix",
         "show",
-        help="the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
         description="`toolkit matrix [show] [LINE...]`: one row per CUDA line (`show` is the default step: "
         "`toolkit matrix --json` is `toolkit matrix show --json`). `toolkit matrix run [LINE...]`: "
         "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "

@@ -853,7 +853,6 @@ def plan_module(spec: EnvSpec, sources: Sources, options: ModuleOptions) -> Modu
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "modules",
-        help="write Lmod / Tcl modulefiles for the installed lines",
         description="One modulefile per installed line (all lines with an installed environment by default), "
         "named after what it provides, under ROOT/lmod/ (Lua) and ROOT/tcl/ (Environment Modules). "
         "Use them with `module use ROOT/lmod` (Lmod) or `module use ROOT/tcl`.",

@@ -167,7 +167,6 @@ def publish_command(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "publish",
-        help="publish the wheelhouse's built wheels as a static binary cache (PEP 503 index)",
         description="Copy each recorded wheel of the lines (default: every line in the wheelhouse) into DIR: a "
         "static, relocatable, immutable PEP 503 index with PEP 658 metadata, the build record, an "
         "in-toto/SLSA provenance statement and the line's reports beside each wheel, and "

@@ -422,7 +422,6 @@ def check_paths(paths: list[Path]) -> list[str]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
-        help="validate env specs against the compatibility knowledge",
         description="Validate env specs (all of envs/ by default): schema, inheritance and every "
         "compatibility rule. One line per problem; exit 1 if any.",
     )

@@ -1036,7 +1036,6 @@ def _add_grid_options(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
-        help="TFLOP/s of each installed FlashAttention vs torch SDPA backends and eager, on a GPU",
         description=f"Time each installed FlashAttention ({', '.join(PACKAGED)}) against torch SDPA (flash, cuDNN, "
         "efficient, math) and eager attention: "
         "fwd and fwd+bwd, causal and not, bf16 and fp16. Writes reports/LINE/bench.json and "

@@ -58,7 +58,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "verify",
-        help="check an attention implementation on a GPU against an fp32 reference attention",
         description="Run the verification suite against the implementation installed in the line's environment "
         "(--impl, default flash-attn-2): every API, fwd+bwd, fp16/bf16, head dims 32-256, masks, GQA, "
         "softcap, ALiBi, dropout, deterministic backward, each where the implementation has it; "

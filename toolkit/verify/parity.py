@@ -232,7 +232,7 @@ def transformers_names(implementation: str) -> str:
 def run_implementation_parity(
     device: torch.device | str, implementation: str
 ) -> list[ParityResult]:
-    """The tiny-Llama parity with `implementation` beside sdpa and eager (the FA3 and FA4 suites' parity level);
+    """The tiny-Llama parity with `implementation` beside sdpa and eager (the parity level of every suite but FA2's);
     its rows are "unsupported", with why, where this transformers has no such attn_implementation."""
     why = transformers_names(implementation)
     rows = run_parity(device, ("sdpa", "eager") if why else (implementation, "sdpa", "eager"))

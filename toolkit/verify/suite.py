@@ -126,7 +126,7 @@ class Fa2Adapter:
 
     FA2's signatures are spelled here once, for every implementation that is not FA2: a subclass calls its own API
     in `func`, `qkvpacked`, `kvpacked`, `varlen` and `kvcache`, each handed the shared options as one `Options`.
-    FA3 and FA4 have no dropout, ALiBi or returned probabilities, so asking for them raises NotImplementedError
+    The adapted APIs have no dropout, ALiBi or returned probabilities, so asking for them raises NotImplementedError
     (the runner records the case as an error naming why), as does an entry point the implementation lacks."""
 
     NAME = "this implementation"  # what a refusal names, e.g. "flash_attn_interface"
