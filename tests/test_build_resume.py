@@ -24,7 +24,7 @@ from cuda_toolchain import require_nvcc
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
 
 from toolkit.base.fslock import locked
-from toolkit.build.build_dirs import keyed_build_folder, prune
+from toolkit.build.build_dirs import SLOT, SLOT_MARKER, keyed_build_folder, prune
 from toolkit.build.estimate import CompileProgress, Sizing, compile_wall, duration_text
 from toolkit.build.ninja_shim import MANIFEST_OBJECTS
 
@@ -46,12 +46,17 @@ def locked_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_external_spec(root / "envs", "fixture", python, "2.13.0")
     sdist = pack_fixture_sdist(root / "sdist")
     build_simple_index(root / "index", [sdist])
+    lock_line(root, "fixture")
+    return root
+
+
+def lock_line(root: Path, line: str) -> None:
+    """`toolkit lock LINE` of a spec in root/envs, from the project's index of the fixture's sdist."""
     with serve_directory(root / "index") as url:
-        done = subprocess.run([sys.executable, "-m", "toolkit", "lock", "fixture", "--pypi", f"{url}/simple"],
+        done = subprocess.run([sys.executable, "-m", "toolkit", "lock", line, "--pypi", f"{url}/simple"],
                               cwd=root, env={**os.environ, "TOOLKIT_CACHE": str(root / ".cache")},
                               capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    return root
 
 
 def cache_with_sdist(root: Path, cache: Path) -> Path:
@@ -132,7 +137,9 @@ def test_a_build_killed_mid_compile_resumes_with_the_wheel_of_an_uninterrupted_o
     proc.wait()
     wait_until_gone(cache)
     key = clean_record["inputs_key"]
-    assert (cache / "build" / key).is_dir()
+    # killed in the compile slot (it compiled through the compile cache): the folder lies there, its marker
+    # naming its keyed folder, until the next build puts it back
+    assert (cache / "build" / SLOT / SLOT_MARKER).read_text() == key and not (cache / "build" / key).exists()
 
     again = subprocess.run(build_argv(wheelhouse), cwd=root, capture_output=True, text=True,
                            env={**os.environ, "TOOLKIT_CACHE": str(cache), "NINJA_STATUS": "%e> "})
@@ -148,7 +155,7 @@ def test_a_build_killed_mid_compile_resumes_with_the_wheel_of_an_uninterrupted_o
     (wheel,) = (wheelhouse / "fixture").glob("*.whl")
     (clean_wheel,) = (clean_house / "fixture").glob("*.whl")
     assert wheel.name == clean_wheel.name and sha256_of(wheel) == sha256_of(clean_wheel)
-    assert not (cache / "build" / key).exists()  # done: its folder is gone
+    assert not (cache / "build" / key).exists() and not (cache / "build" / SLOT).exists()  # done: its folder is gone
 
 
 def test_ctrl_c_answers_within_seconds_and_keeps_the_finished_objects(locked_project, tmp_path):

@@ -14,6 +14,16 @@ object) and the interrupted build's setup.py build tree (<project>/build: ninja'
 compiles only the rest, with the same commands (the folder's path is in them): the objects and so the wheel
 are the bytes an uninterrupted build makes. nvcc's thread count is part of every compile command, so a resumed
 build keeps the interrupted one's (BuildState).
+
+The compile slot: a build that compiles through the compile cache moves its folder, for as long as it uses it, to
+one fixed path, <cache>/build/compiling (`compile_slot`), and back after. nvcc hands cicc and cudafe++ the
+source's absolute path (`--orig_src_path_name`, absolute even for a relative source), and sccache 0.16 hashes
+those arguments (its SCCACHE_BASEDIRS strips only preprocessed text): in the keyed folders, two lines that differ
+only in their python would miss every PTX; at one path their kernels' compiles are the same commands. It is a
+rename, not a symlink: setup.py writes build.ninja from its resolved working directory. One build holds the slot
+at a time (`<slot>.lock`); one that finds it taken compiles in place. A marker inside names the keyed folder, so
+that the folder of a build killed in the slot is put back by the next build (`put_back_slot`), before anything
+else looks at the build folders. The wheel's bytes do not depend on the path (-ffile-prefix-map, the ninja shim).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolkit.base.atomic import remove_path, write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import held_if_free, lock_file_for, locked
 from toolkit.base.jsonfile import read_json
@@ -42,6 +53,8 @@ SCHEDULE = "schedule"  # the ninja shim's folder (builder.build): its object lis
 SETUP_BUILD = (
     "build"  # setup.py's build base inside the project folder (build_temp: ninja's folder)
 )
+SLOT = "compiling"  # the one path every build compiling through the compile cache compiles at
+SLOT_MARKER = "slot-of"  # inside a folder in the slot: the name of its keyed folder
 
 
 @dataclass(frozen=True)
@@ -54,10 +67,16 @@ class BuildState:
 
 @dataclass(frozen=True)
 class BuildFolder:
-    path: Path
+    path: Path  # where the build uses it now: its keyed folder, or the compile slot
     previous: (
         BuildState | None
     )  # what an interrupted build of these inputs left (None: a fresh folder)
+    home: Path | None = None  # its keyed folder, where it stays after the build (None: path)
+
+    @property
+    def kept_at(self) -> Path:
+        """Where the folder lies once the build has ended (messages name it)."""
+        return self.home or self.path
 
     def unpacked(
         self, source: WheelSource, archs: tuple[str, ...], nvcc_threads: int
@@ -69,7 +88,7 @@ class BuildFolder:
             if build.is_dir() and not build.is_symlink():
                 os.replace(build, kept)
         for entry in self.path.iterdir():
-            if entry.name not in (KEPT, SCHEDULE):
+            if entry.name not in (KEPT, SCHEDULE, SLOT_MARKER):
                 remove_path(entry)
         tree = source.unpack(self.path, archs)
         project = tree.project_dir.relative_to(self.path).as_posix()
@@ -121,6 +140,51 @@ def keyed_build_folder(parent: Path, key: str, fresh: bool, keep: bool) -> Itera
             lock_file_for(folder).unlink(
                 missing_ok=True
             )  # a build waiting on it locks a new one (fslock)
+
+
+def put_back_slot(parent: Path) -> Path | None:
+    """The folder a killed build left in the compile slot, moved back to its keyed folder, unless a live build
+    holds the slot; the folder put back (None: nothing to put back)."""
+    slot = Path(parent) / SLOT
+    with held_if_free(slot) as free:
+        return _put_back(slot) if free else None
+
+
+def _put_back(slot: Path) -> Path | None:
+    """With the slot's lock held: what lies there back in the keyed folder its marker names, or removed where
+    it is not the toolkit's or a build of its inputs has started over meanwhile."""
+    if not slot.exists() and not slot.is_symlink():
+        return None
+    try:
+        key = regular_file_bytes(slot / SLOT_MARKER, 100).decode().strip()
+    except (Unreadable, UnicodeDecodeError, NotADirectoryError):
+        key = ""
+    home = slot.parent / key
+    if KEY.fullmatch(key) and slot.is_dir() and not slot.is_symlink():
+        with held_if_free(home) as home_free:
+            if home_free and not home.exists():
+                os.replace(slot, home)
+                return home
+    remove_path(slot)
+    return None
+
+
+@contextmanager
+def compile_slot(parent: Path, folder: BuildFolder) -> Iterator[BuildFolder]:
+    """`folder` moved to the compile slot for the body and back to its keyed folder after, however the body
+    ends; `folder` where it is when another build holds the slot."""
+    slot = Path(parent) / SLOT
+    with held_if_free(slot) as free:
+        if not free:
+            yield folder
+            return
+        _put_back(slot)  # what a build killed in the slot since this build's start left there
+        write_atomic(folder.path / SLOT_MARKER, folder.path.name)
+        os.replace(folder.path, slot)
+        try:
+            yield BuildFolder(slot.absolute(), folder.previous, folder.path)
+        finally:
+            os.replace(slot, folder.path)
 
 
 def discard(folder: Path) -> bool:

@@ -43,7 +43,14 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.build import compile_cache, fa2, fa3, fa4_hooks
-from toolkit.build.build_dirs import SCHEDULE, BuildFolder, keyed_build_folder, prune
+from toolkit.build.build_dirs import (
+    SCHEDULE,
+    BuildFolder,
+    compile_slot,
+    keyed_build_folder,
+    prune,
+    put_back_slot,
+)
 from toolkit.build.diagnose import explain_file
 from toolkit.build.estimate import (
     NINJA_STATUS,
@@ -497,6 +504,7 @@ class BuildRun:
     order: ScheduleOrder = field(init=False)
     shim_dir: Path = field(init=False)
     plan: ManifestPlan = field(init=False)
+    cache_server: compile_cache.CompileCache | None = field(init=False, default=None)
     cache_use: CompileCacheUse | None = field(init=False, default=None)
     interrupted: ManifestObjects | None = field(init=False)
     before: dict[str, dict[str, Any]] = field(init=False)
@@ -566,6 +574,7 @@ def step_cache(run: BuildRun) -> BuildResult | None:
 def step_preflight(run: BuildRun) -> BuildResult | None:
     """Old build folders pruned, then the toolchain checked before anything is fetched or compiled."""
     options = run.options
+    put_back_slot(run.build_parent)  # the folder of a build killed in the compile slot
     prune(
         run.build_parent, in_use=run.key
     )  # build folders unused for long, or beyond the disk budget
@@ -595,12 +604,29 @@ def step_fetch(run: BuildRun) -> BuildResult | None:
 
 
 def step_folder(run: BuildRun) -> BuildResult | None:
-    """The build folder of these inputs (an interrupted build's, to continue), held until the build ends."""
-    run.folder = run.folders.enter_context(
+    """The build folder of these inputs (an interrupted build's, to continue) and the compile cache's server,
+    held until the build ends; with the server, the folder is in the compile slot meanwhile (build_dirs.py:
+    every line's compiles then see the same paths, and their nvcc stages hit across lines)."""
+    folders = run.folders
+    keyed = folders.enter_context(
         keyed_build_folder(
             run.build_parent, run.key, fresh=run.options.force, keep=run.options.keep_build_dir
         )
     )
+    run.cache_server = folders.enter_context(
+        compile_cache.serving(
+            cache_config(run), run.cache, dict(os.environ), keyed.path / SCHEDULE, run.console
+        )
+    )
+    run.folder = keyed
+    if run.cache_server is not None:
+        run.folder = folders.enter_context(compile_slot(run.build_parent, keyed))
+        run.console.print(
+            f"compiling in {display_path(run.folder.path)} (the compile slot: the same paths for every line)"
+            if run.folder.home
+            else f"compiling in {display_path(keyed.path)}: the compile slot is in use by another build, so "
+            "nvcc's stages hit the cache only for this line's inputs"
+        )
     return None
 
 
@@ -756,22 +782,18 @@ def step_compile(run: BuildRun) -> BuildResult | None:
     run.before = {o["name"]: o for o in ninja_objects(run.tree.project_dir)}
     t0, cpu0 = time.monotonic(), children_cpu_s()
     run_env = {**run.env, "PATH": f"{run.shim_dir}{os.pathsep}{run.env['PATH']}"}
+    cache = run.cache_server
+    if cache is not None:  # every compile through it, after the plan's own launcher words
+        write_plan(run.shim_dir, replace(run.plan, launcher=[*run.plan.launcher, *cache.launcher]))
+        run_env = {**run_env, **cache.client_env}
     try:
-        with compile_cache.serving(
-            cache_config(run), run.cache, run_env, run.shim_dir, console
-        ) as cache:
-            if cache is not None:  # every compile through it, after the plan's own launcher words
-                write_plan(
-                    run.shim_dir, replace(run.plan, launcher=[*run.plan.launcher, *cache.launcher])
-                )
-                run_env = {**run_env, **cache.client_env}
-            rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
-            run.cache_use = cache.use() if cache is not None else None
+        rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
+        run.cache_use = cache.use() if cache is not None else None
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
         console.print(
             f"stopped: {len(done.finished()) if done else 0} finished objects kept in "
-            f"{display_path(run.build_dir)}; `toolkit build {spec.line}` continues from them"
+            f"{display_path(run.folder.kept_at)}; `toolkit build {spec.line}` continues from them"
         )
         raise
     run.wall, run.cpu_s = time.monotonic() - t0, children_cpu_s() - cpu0
@@ -851,7 +873,7 @@ def step_record(run: BuildRun) -> BuildResult | None:
             {
                 "objects_kept": len(objects) - len(compiled),
                 "objects_compiled": len(compiled),
-                "folder": display_path(run.build_dir),
+                "folder": display_path(run.folder.kept_at),
             }
             if len(compiled) < len(objects)
             else {}
@@ -865,7 +887,7 @@ def step_record(run: BuildRun) -> BuildResult | None:
     wheel = place(built, run.line_dir, record)
     write_index(run.workspace.wheelhouse)
     if run.options.keep_build_dir:
-        run.console.print(f"build directory kept: {display_path(run.build_dir)}")
+        run.console.print(f"build directory kept: {display_path(run.folder.kept_at)}")
     return BuildResult(wheel, record_path_for(wheel), record, cached=False)
 
 

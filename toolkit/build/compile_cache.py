@@ -25,6 +25,11 @@ abstract unix socket named for this process, so concurrent builds never reach ea
 port is one per machine). sccache's local disk storage takes one server at a time (docs/Local.md: concurrent
 servers race), so a build holds the folder's lock while its server runs, and a second build on the same folder
 meanwhile compiles without the cache (it says so) rather than wait hours.
+
+Across lines: nvcc gives cicc and cudafe++ the source's absolute path, which sccache 0.16 hashes, so a build with
+a server compiles in one fixed folder, the compile slot (build_dirs.compile_slot), whichever line it is.
+sccache never caches the outer nvcc call (it runs `nvcc --dryrun` and caches each stage; fatbinary and nvlink not):
+sccache's non_cacheable_compilations, in the record's not_cached, count one or more per nvcc object by design.
 """
 
 from __future__ import annotations
@@ -217,8 +222,9 @@ def serving(
     log_dir: Path,
     console: Console,
 ) -> Iterator[CompileCache | None]:
-    """A server for this build's compiles, started with the build's environment and stopped after (its cache
-    writes finished); None, said in one line, where the cache is off, sccache missing or its folder in use."""
+    """A server for this build's compiles (each runs in the environment its client sends: `environment` is the
+    server's own), stopped after (its cache writes finished); None, said in one line, where the cache is off,
+    sccache missing or its folder in use."""
     if not config.enabled:
         console.print(f"compile cache: off ({config.where})")
         yield None
