@@ -28,6 +28,8 @@
 #   run(command="bash scripts/gpu_round5.sh fa4")           # ~7 min: (b), foreground, ends under 9.5 min
 #   run(command="WAIT_S=540 bash scripts/gpu_round5.sh wait")  # ~3-6 min: (c) finishes; again while RUNNING
 #   run(command="bash scripts/gpu_round5.sh collect")       # only if the last wait was cut short: (d) again
+#   run(command="bash scripts/gpu_round5.sh ncu")           # ~1 min: Nsight Compute of the FP8 and bf16 kernels
+# and before the first call, here: PY_HERE=/work/venvs/main/bin/python bash scripts/gpu_round5.sh prepare
 # Every call returns $OUT/round5-results.tgz (all logs and reports), steps.txt and summary.json.
 set -u
 STATE=${STATE:-/tmp/round5}
@@ -37,7 +39,8 @@ PY=${PY:-/opt/torch/.venv/bin/python3}
 FA3_LINE=${FA3_LINE:-gpu-machine-fp8}          # envs/gpu-machine-fp8.yaml: hopper-fp8-fwd
 FA3_FOLDER=$FA3_LINE+fa3                       # base.workspace.wheel_folders: a line's FA3 wheel folder
 FA4_LINE=${FA4_LINE:-gpu-machine-fa4}
-ORDER_FROM=${ORDER_FROM-docs/results/2026-12-05-h200-binary-cache/record-a.json}  # the 30-object FA3 build
+ORDER_FROM=${ORDER_FROM-}  # an earlier record of this source to order by (2026-12-05: the binary-cache hold's
+# record-a.json was refused, its archive label differs); empty: the knowledge's object costs
 WHEELS=$STATE/wheels                           # the FA4 parts, joined into $WHEELS/all
 SITE_A=$STATE/fa4-site-a                       # FA4 where the kernel cache is warmed and published from
 SITE_B=$STATE/fa4-site-b                       # the second target: FA4 again, the cache only from the index
@@ -95,10 +98,9 @@ second_build() {
   [ "${SECOND_LINE:-}" != none ] || { echo "$(date -u +%H:%M:%S) second-build skipped (SECOND_LINE=none)" \
     | tee -a "$RESULTS/steps.txt"; return 0; }
   local envs=$STATE/envs2 locks=$STATE/locks2 line=$FA3_LINE-site2
-  rm -rf "$envs" "$locks" && cp -r envs "$envs" && mkdir -p "$locks"
-  printf 'extends: %s\ndescription: the same image and FA3 profile under another line name\n' "$FA3_LINE" \
-    > "$envs/$line.yaml"
-  step second-lock 120 "$PY" -m toolkit lock "$line" --envs "$envs" --locks "$locks"
+  # its spec and lock are made before the hold (the lock pins the sdist from PyPI, which the machine cannot
+  # reach): `prepare` writes round5-inputs/{envs,locks} here, untracked, travelling with the working tree
+  rm -rf "$envs" "$locks" && cp -r round5-inputs/envs "$envs" && cp -r round5-inputs/locks "$locks"
   step second-build 900 "$PY" -m toolkit build "$line" --arch 90 --mem-gb 110 --envs "$envs" --locks "$locks" \
     --no-install --wheelhouse "$STATE/wheelhouse-2" ${ORDER_FROM:+--order-from "$ORDER_FROM"}
   cp "$STATE/wheelhouse-2/$line+fa3"/*.build.json "$RESULTS/second-build-record.json" 2>/dev/null
@@ -113,11 +115,15 @@ PYEOF
 }
 
 detach() {  # run a function in a session of its own: it outlives this call
+  # from a copy of the working tree: every later call replaces the tree's files, and a step that imported the
+  # toolkit while that happened once found half a package (2026-12-05: ModuleNotFoundError toolkit.base.fslock)
+  rm -rf "$STATE/tree" && mkdir -p "$STATE/tree"
+  tar cf - --exclude=./.git --exclude=./.whl --exclude=./.whl-fa4 . | tar xf - -C "$STATE/tree"
   export -f fa3_pipeline second_build step fa4_env
   export STATE RESULTS PY FA3_LINE FA3_FOLDER ORDER_FROM SITE_A SECOND_LINE FA4_WAIT_S TAIL
   export BENCH_GRID_TEXT="${BENCH_GRID[*]}"
-  setsid nohup bash -c "echo \$\$ > '$STATE/pipeline.sid'; BENCH_GRID=(\$BENCH_GRID_TEXT); $1" \
-    > "$STATE/$1.log" 2>&1 < /dev/null &
+  (cd "$STATE/tree" && setsid nohup bash -c "echo \$\$ > '$STATE/pipeline.sid'; BENCH_GRID=(\$BENCH_GRID_TEXT); $1" \
+    > "$STATE/$1.log" 2>&1 < /dev/null &)
 }
 
 # ---------------------------------------------------------------- (b): FA4, its kernel cache published and substituted
@@ -234,6 +240,21 @@ case "${1:-}" in
   collect)
     collect
     ls -la "$OUT" ;;
+  prepare)  # HERE, before the hold: the second line's spec and lock (its lock pins the sdist from PyPI, which the
+    # machine cannot reach) into round5-inputs/, untracked, so that it travels with the working tree
+    rm -rf round5-inputs && mkdir -p round5-inputs && cp -r envs round5-inputs/envs
+    printf 'extends: %s\ndescription: the same image and FA3 profile under another line name\n' "$FA3_LINE" \
+      > "round5-inputs/envs/$FA3_LINE-site2.yaml"
+    "${PY_HERE:-python3}" -m toolkit lock "$FA3_LINE-site2" --envs round5-inputs/envs --locks round5-inputs/locks ;;
+  ncu)  # Nsight Compute of FA3's bf16 and FP8 forward kernels at d128 and d256 (scripts/fa3_fp8_ncu.py)
+    mkdir -p "$OUT/ncu"
+    for dt in bf16 fp8; do for d in 128 256; do
+      PYTHONPATH=$STATE/fa3-site:$PWD timeout 200 /usr/local/cuda/bin/ncu --target-processes all -k regex:device_kernel \
+        -s 2 -c 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --csv \
+        --page details "$PY" scripts/fa3_fp8_ncu.py "$dt" "$d" > "$OUT/ncu/$dt-d$d.csv" 2> "$OUT/ncu/$dt-d$d.err"
+    done; done
+    tar czf "$OUT/ncu.tgz" -C "$OUT" ncu && rm -rf "$OUT/ncu" ;;
   dry)  # GPU_DRY=1: every phase in order on this machine, fast; then the shell's own check of this file
     [ -n "$DRY" ] || { echo "dry needs GPU_DRY=1 (it must not touch a real hold's state)"; exit 2; }
     export STATE_DRY=$STATE PY_DRY=$PY START_SLEEP=2 FA4_WAIT_S=5
@@ -243,5 +264,5 @@ case "${1:-}" in
     tar tzf "$OUT/round5-results.tgz" | head -n 40
     bash -n "$0" && echo "bash -n: ok"
     command -v shellcheck > /dev/null && shellcheck -x "$0" scripts/gpu_steps.sh ;;
-  *) echo "usage: $0 start|carry|fa4|wait|collect (GPU_DRY=1 $0 dry: a dry run on this machine)"; exit 2 ;;
+  *) echo "usage: $0 prepare|start|carry|fa4|wait|collect|ncu (GPU_DRY=1 $0 dry: a dry run on this machine)"; exit 2 ;;
 esac
