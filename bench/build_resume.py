@@ -65,16 +65,21 @@ def project(work: Path, kernels: int) -> Path:
     write_external_spec(root / "envs", "fixture", python, "2.13.0")
     sdist = pack_fixture_sdist(root / "sdist", source=source)
     build_simple_index(root / "index", [sdist])
-    with serve_directory(root / "index") as url:
-        done = subprocess.run([sys.executable, "-m", "toolkit", "lock", "fixture", "--pypi", f"{url}/simple"],
-                              cwd=root, env={**os.environ, "TOOLKIT_CACHE": str(root / ".cache")},
-                              capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"toolkit lock failed: {done.stderr}")
+    lock_line(root, "fixture")
     pinned = root / ".cache" / "sdist" / hashlib.sha256(sdist.read_bytes()).hexdigest() / sdist.name
     pinned.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(sdist, pinned)
     return root
+
+
+def lock_line(root: Path, line: str) -> None:
+    """`toolkit lock LINE` of a spec in root/envs, from the project's loopback index."""
+    with serve_directory(root / "index") as url:
+        done = subprocess.run([sys.executable, "-m", "toolkit", "lock", line, "--pypi", f"{url}/simple"],
+                              cwd=root, env={**os.environ, "TOOLKIT_CACHE": str(root / ".cache")},
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"toolkit lock {line} failed: {done.stderr}")
 
 
 def argv(root: Path, wheelhouse: str) -> list[str]:

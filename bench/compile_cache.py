@@ -1,15 +1,18 @@
 """Benchmark (not a test): the compile cache's hit rates and time saved (issue 33, items 3 and 5), as JSON + a plot.
 
 The build is bench/build_resume.py's fixture with --kernels extra kernels, compiled by the real nvcc through the
-real `toolkit build`, each build in its own wheelhouse, all sharing one TOOLKIT_CACHE (so one sccache folder):
+real `toolkit lock` and `toolkit build`, each build in its own wheelhouse, all sharing one TOOLKIT_CACHE (so one
+sccache folder and one compile slot, toolkit/build/build_dirs.py):
 
   1. the line without the cache (--no-compile-cache): the baseline's wall and CPU time
   2. the same inputs with the cache, cold: the cache's cost on a miss
   3. the same inputs again (its build folder gone): every compile a hit, the same wheel
-  4. a second line that differs only in its python (3.12; its own build folder, as its inputs key differs)
-  5. a line with one arch more (80, 86, 90 instead of 80, 90)
+  4. a second line that differs only in its python (another minor version: its own inputs key, build folder)
+  5. a line with one arch more (80, 90, 100 instead of 80, 90; flash-attn 2.8.3 compiles only 80, 90, 100, 120)
 
-For each: sccache's hits and misses by stage (from the build record) and the time against the baseline.
+For each: sccache's hits and misses by stage (from the build record), the hit rate of nvcc's stages (the kernels')
+and of all compiles, the wall and CPU time of the whole `toolkit build` against the baseline, and the record's
+wall time of its `pip wheel` (the compile and link, without the toolkit's own steps).
 
     python bench/compile_cache.py --kernels 6 --out docs/results/2026-12-05-compile-cache
 """
@@ -19,8 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,15 +34,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from build_resume import project  # noqa: E402
-from fixtures.fa_fixture_project import see_running_packages, write_external_spec  # noqa: E402
+from build_resume import lock_line, project  # noqa: E402
+from fixtures.fa_fixture_project import make_stub_torch_env, other_python, write_external_spec  # noqa: E402
 
-DEVICE_STAGES = ("PTX", "CUBIN")  # the device code: most of a kernel's compile time
+NVCC_STAGES = ("CUDA", "CUDA (Device code)", "PTX", "CUBIN")  # sccache's names of nvcc's stages: the kernels'
+DEVICE_STAGES = ("PTX", "CUBIN")  # cicc and ptxas: most of a kernel's compile time
 
 
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def rate(hits: dict[str, int], misses: dict[str, int], stages: tuple[str, ...] | None) -> float | None:
+    h = sum(n for s, n in hits.items() if stages is None or s in stages)
+    m = sum(n for s, n in misses.items() if stages is None or s in stages)
+    return round(h / (h + m), 3) if h + m else None
 
 
 def build(root: Path, line: str, wheelhouse: str, cache: Path, *extra: str) -> dict:
@@ -53,37 +63,20 @@ def build(root: Path, line: str, wheelhouse: str, cache: Path, *extra: str) -> d
     record = json.loads(record_file.read_text())
     use = record.get("compile_cache") or {}
     hits, misses = use.get("hits", {}), use.get("misses", {})
+    return {"line": line, "wall_s": round(time.monotonic() - t0, 2),
+            "pip_wheel_s": record["outputs"]["wall_s"], "cpu_s": round(children_cpu() - cpu0, 2),
+            "wheel": record["outputs"]["wheel"], "wheel_sha256": record["outputs"]["wheel_sha256"],
+            "objects": len(record["outputs"]["objects"]), "hits": hits, "misses": misses,
+            "not_cached": use.get("not_cached"), "errors": use.get("errors"),
+            "slot": "compile slot" in done.stderr,
+            "nvcc_hit_rate": rate(hits, misses, NVCC_STAGES), "device_hit_rate": rate(hits, misses, DEVICE_STAGES),
+            "hit_rate": rate(hits, misses, None)}
 
-    def rate(stages: tuple[str, ...] | None) -> float | None:
-        h = sum(n for s, n in hits.items() if stages is None or s in stages)
-        m = sum(n for s, n in misses.items() if stages is None or s in stages)
-        return round(h / (h + m), 3) if h + m else None
 
-    return {"wall_s": round(time.monotonic() - t0, 2), "cpu_s": round(children_cpu() - cpu0, 2),
-            "wheel_sha256": record["outputs"]["wheel_sha256"], "hits": hits, "misses": misses,
-            "hit_rate": rate(None), "device_hit_rate": rate(DEVICE_STAGES)}
-
-
-def add_line(root: Path, line: str, python: Path | None, archs: tuple[str, ...], minor: str | None) -> None:
-    """Another line of the same sdist: its spec and its lock (the fixture's lock, re-made for it)."""
-    from cuda_toolchain import CUDA_HOME  # noqa: F401 (write_external_spec's nvcc)
-
-    base = root / "envs" / "fixture.yaml"
-    if python is None:
-        python = Path(next(ln.split(":", 1)[1].strip() for ln in base.read_text().splitlines()
-                           if ln.strip().startswith("python_executable:")))
+def add_line(root: Path, line: str, python: Path, minor: str | None, archs: tuple[str, ...]) -> None:
+    """Another line of the same sdist: its spec and its lock (`toolkit lock`)."""
     write_external_spec(root / "envs", line, python, "2.13.0", archs=archs, python_minor=minor)
-    shutil.copyfile(root / "locks" / "fixture.conda-lock.yml", root / "locks" / f"{line}.conda-lock.yml")
-
-
-def python312_env(root: Path) -> Path | None:
-    found = shutil.which("python3.12")
-    if not found:
-        return None
-    subprocess.run([found, "-m", "venv", "--without-pip", str(root / "venv312")], check=True)
-    python = root / "venv312" / "bin" / "python"
-    see_running_packages(python)
-    return python
+    lock_line(root, line)
 
 
 def main() -> int:
@@ -97,17 +90,27 @@ def main() -> int:
         runs = {"no cache": build(root, "fixture", "plain", cache, "--no-compile-cache"),
                 "cold cache": build(root, "fixture", "cold", cache),
                 "same inputs again": build(root, "fixture", "again", cache)}
-        py312 = python312_env(root)
-        if py312 is not None:
-            add_line(root, "fixture-py312", py312, ("80", "90"), "3.12")
-            runs["other python (3.12)"] = build(root, "fixture-py312", "py312", cache)
-        add_line(root, "fixture-arch", None, ("80", "86", "90"), None)
-        runs["one arch more (86)"] = build(root, "fixture-arch", "arch", cache)
-    base = runs["no cache"]["wall_s"]
-    result = {"objects": args.kernels + 3, "runs": runs,
-              "wall_vs_no_cache": {name: round(run["wall_s"] / base, 3) for name, run in runs.items()},
-              "same_wheel_with_and_without_cache": runs["same inputs again"]["wheel_sha256"]
-              == runs["no cache"]["wheel_sha256"] == runs["cold cache"]["wheel_sha256"]}
+        other = other_python()
+        if other is not None:
+            minor = subprocess.run([other, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+            python = make_stub_torch_env(root / "venv-other", "2.13.0", "13.0", base=other)
+            add_line(root, "fixture-other-python", python, minor, ("80", "90"))
+            runs[f"other python ({minor})"] = build(root, "fixture-other-python", "other-python", cache)
+        add_line(root, "fixture-arch", root / "venv" / "bin" / "python", None, ("80", "90", "100"))
+        runs["one arch more (100)"] = build(root, "fixture-arch", "arch", cache)
+    base = runs["no cache"]
+    result = {
+        "objects": args.kernels + 3,
+        "kernels": args.kernels + 2,
+        "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
+        "runs": runs,
+        "wall_vs_no_cache": {name: round(run["wall_s"] / base["wall_s"], 3) for name, run in runs.items()},
+        "wall_saved_s": {name: round(base["wall_s"] - run["wall_s"], 1) for name, run in runs.items()},
+        "cpu_saved_s": {name: round(base["cpu_s"] - run["cpu_s"], 1) for name, run in runs.items()},
+        "same_wheel_with_and_without_cache": runs["same inputs again"]["wheel_sha256"]
+        == runs["no cache"]["wheel_sha256"] == runs["cold cache"]["wheel_sha256"],
+    }
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -117,13 +120,15 @@ def main() -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(8, 3.5))
+        fig, ax = plt.subplots(figsize=(9, 3.5))
         names = list(runs)
         ax.barh(names, [runs[n]["wall_s"] for n in names])
         for y, n in enumerate(names):
-            rate = runs[n]["device_hit_rate"]
-            ax.text(runs[n]["wall_s"], y, f" {'-' if rate is None else f'{rate:.0%}'} PTX/CUBIN hits", va="center")
-        ax.set_xlabel("build wall time, s (fixture with the real nvcc 13.0)")
+            nvcc = runs[n]["nvcc_hit_rate"]
+            ax.text(runs[n]["wall_s"], y, f" {'no cache' if nvcc is None else f'{nvcc:.0%} of nvcc stages hit'}",
+                    va="center")
+        ax.set_xlabel(f"build wall time, s (fixture + {args.kernels} kernels, real nvcc 13.0)")
+        ax.set_xlim(0, max(runs[n]["wall_s"] for n in names) * 1.45)
         ax.invert_yaxis()
         fig.tight_layout()
         fig.savefig(args.out / "compile-cache.png", dpi=120)

@@ -538,6 +538,7 @@ def step_toolchain(run: BuildRun) -> BuildResult | None:
     run.build_parent = run.cache / "build"
     run.build_parent.mkdir(parents=True, exist_ok=True)
     clean_stale(run.build_parent)  # what killed builds left
+    put_back_slot(run.build_parent)  # the folder of a build killed in the compile slot
     run.fp = run.tc.fingerprint(work_dir=run.build_parent)
     run.archs = resolve_archs(spec, run.options.arch, run.fp)
     return None
@@ -574,7 +575,6 @@ def step_cache(run: BuildRun) -> BuildResult | None:
 def step_preflight(run: BuildRun) -> BuildResult | None:
     """Old build folders pruned, then the toolchain checked before anything is fetched or compiled."""
     options = run.options
-    put_back_slot(run.build_parent)  # the folder of a build killed in the compile slot
     prune(
         run.build_parent, in_use=run.key
     )  # build folders unused for long, or beyond the disk budget
