@@ -137,7 +137,7 @@ def test_kill_group_kills_a_group_whose_supervisor_cannot_answer():
         wait_gone([proc.pid, sleeper, *command], timeout=0)  # what a failed kill_group left
 
 
-# A uv or pip-compile that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
+# A uv that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
 # that calls it (NOT REAL: no package of this name and URL exists; nothing is downloaded, the tool is this script).
 SLOW_TOOL = "#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n"
 CALLS = {
@@ -162,11 +162,6 @@ import os
 from pathlib import Path
 from toolkit.env.pypi_lock import run_uv
 run_uv([{tool!r}, "pip", "compile", "requirements.in"], Path({staging!r}), "uv pip compile", dict(os.environ))
-"""),
-    "pip-compile of lock": ("{staging}/bin/pip-compile", """
-from pathlib import Path
-from toolkit.env.lock import _run_tool
-_run_tool([{tool!r}, "requirements.in"], Path({staging!r}), "pip-compile")
 """),
 }
 

@@ -7,12 +7,16 @@ pip against a loopback index (offline) and against PyPI (marked network)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import http.server
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -98,11 +102,13 @@ def test_lock_covers_both_platforms_and_layers_and_reads_back(locked, channel_di
 
 
 def test_lock_says_how_each_platforms_pip_layer_was_resolved(locked):
+    """uv resolves every platform's pip layer, the one of the interpreter running the toolkit too (x86_64, 3.11:
+    pip-tools did it before, downloading every file of a pinned version the index gave no hash for)."""
     _, lock = locked
     custom = yaml.safe_load(lock.read_text())["metadata"]["custom_metadata"]
-    assert custom["fa-envkit.pip-resolver.linux-64"].startswith("pip-tools ")  # this interpreter: x86_64, 3.11
-    aarch64 = custom["fa-envkit.pip-resolver.linux-aarch64"]
-    assert aarch64.startswith("uv ") and "--python-platform aarch64-manylinux_2_28" in aarch64
+    for platform, machine in (("linux-64", "x86_64"), ("linux-aarch64", "aarch64")):
+        resolver = custom[f"fa-envkit.pip-resolver.{platform}"]
+        assert resolver.startswith("uv ") and f"--python-platform {machine}-manylinux_2_28" in resolver
     assert custom["fa-envkit.flash-attn-sdist.filename"] == "flash_attn-2.8.3.post2.tar.gz"
 
 
@@ -288,12 +294,12 @@ def test_unreachable_channel_is_one_line(tmp_path):
 
 
 @pytest.mark.network
-@pytest.mark.parametrize("platform, python, resolver", [("linux-64", f"{sys.version_info[0]}.{sys.version_info[1]}",
-                                                          "pip-tools"), ("linux-aarch64", "3.12", "uv")])
-def test_pip_layer_against_pypi(platform, python, resolver):
+@pytest.mark.parametrize("platform, python", [("linux-64", f"{sys.version_info[0]}.{sys.version_info[1]}"),
+                                              ("linux-aarch64", "3.12")])
+def test_pip_layer_against_pypi(platform, python):
     target = PipTarget(platform, python, "2.28")
     layer = lock_pip_requirements(["psutil", "packaging"], [PYPI_SIMPLE], target, "toolkit lock test")
-    assert layer.resolver.startswith(resolver)
+    assert layer.resolver.startswith("uv ")
     entries = {p.name: p for p in layer.packages}
     assert set(entries) == {"psutil", "packaging"}
     psutil = entries["psutil"]
@@ -301,6 +307,90 @@ def test_pip_layer_against_pypi(platform, python, resolver):
     for entry in entries.values():  # the chosen artifact is one of the pinned hashes
         assert f"{entry.name}=={entry.version}" in layer.requirements
         assert f"--hash=sha256:{entry.hash.sha256}" in layer.requirements
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files that honour a Range header (bytes=A-B, bytes=-N) as PyPI's file host does; every request is
+    recorded as (path, range or None)."""
+
+    def do_GET(self):  # type: ignore[no-untyped-def]
+        self.server.requested.append((self.path, self.headers.get("Range")))  # type: ignore[attr-defined]
+        wanted = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range") or "")
+        path = Path(self.translate_path(self.path))
+        if not wanted or not path.is_file():
+            return super().do_GET()
+        data = path.read_bytes()
+        first, last = wanted.groups()
+        start, end = (len(data) - int(last), len(data) - 1) if not first else (int(first), int(last or len(data) - 1))
+        start, end = max(start, 0), min(end, len(data) - 1)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self.wfile.write(data[start:end + 1])
+
+    def log_message(self, format, *args):  # type: ignore[no-untyped-def]
+        pass
+
+
+def serve_with_ranges(directory: Path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(directory)))
+    server.requested = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def dependency_index(root: Path) -> dict[str, Path]:
+    """torch (a test double) requiring filelock, typing-extensions >=4.10 and, on aarch64 only, helper, and under
+    an extra extra-only; filelock as a py3 wheel and as a linux-64 one (NOT REAL tags: the same tiny wheel renamed),
+    so the lock must pick the target's. Files by name."""
+    from conda_channel import build_simple_index, make_wheel
+
+    dist = root / "dist"
+    files = [make_wheel(dist, "torch", "2.9.1", ("filelock", "typing-extensions>=4.10.0",
+                                                 "helper; platform_machine == 'aarch64'", "extra-only; extra == 'x'")),
+             make_wheel(dist, "filelock", "3.20.0"), make_wheel(dist, "typing-extensions", "4.16.0"),
+             make_wheel(dist, "helper", "1.0"), make_wheel(dist, "extra-only", "1.0")]
+    native = dist / "filelock-3.20.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+    native.write_bytes(files[1].read_bytes())
+    build_simple_index(root, [*files, native])
+    return {path.name: path for path in [*files, native]}
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["index-serves-ranges", "plain-file-server"])
+def test_pip_entries_are_the_targets_wheels_with_the_dependencies_their_metadata_names(tmp_path, ranges):
+    """Each pip entry is the wheel the target installs (filelock's linux-64 wheel on linux-64, its py3 wheel on
+    aarch64), with that file's sha256 and, as dependencies, the locked packages its METADATA requires for the target
+    (an extra's left out): what pip's install report gave before uv resolved every layer. An index that serves
+    ranges gives the METADATA by range requests; a plain file server, by the download."""
+    files = dependency_index(tmp_path / "index")
+    sha = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in files.items()}
+    server = serve_with_ranges(tmp_path / "index") if ranges else None
+    with (contextlib.nullcontext(f"http://127.0.0.1:{server.server_address[1]}") if server
+          else serve_directory(tmp_path / "index")) as url:
+        try:
+            layers = {platform: lock_pip_requirements(["torch==2.9.1"], [f"{url}/simple"], PipTarget(platform, "3.11", "2.28"),
+                                                      "toolkit lock test")
+                      for platform in ("linux-64", "linux-aarch64")}
+        finally:
+            if server:
+                server.shutdown()
+                server.server_close()
+    for platform, layer in layers.items():
+        assert layer.resolver.startswith("uv ")
+        entries = {p.name: p for p in layer.packages}
+        helper = {"helper": "*"} if platform == "linux-aarch64" else {}
+        assert set(entries) == {"torch", "filelock", "typing-extensions", *helper}
+        assert entries["torch"].dependencies == {"filelock": "*", "typing-extensions": ">=4.10.0", **helper}
+        filelock = ("filelock-3.20.0-cp311-cp311-manylinux_2_17_x86_64.whl" if platform == "linux-64"
+                    else "filelock-3.20.0-py3-none-any.whl")
+        assert entries["filelock"].url == f"{url}/simple/filelock/{filelock}"
+        for entry in entries.values():
+            assert entry.hash.sha256 == sha[entry.url.rsplit("/", 1)[-1]]
+            assert f"--hash=sha256:{entry.hash.sha256}" in layer.requirements
+    if server:  # each locked wheel's METADATA was read by ranges (uv's own requests aside)
+        ranged = {path.rsplit("/", 1)[-1] for path, byte_range in server.requested if byte_range}
+        assert {p.url.rsplit("/", 1)[-1] for layer in layers.values() for p in layer.packages} <= ranged
 
 
 @pytest.mark.network

@@ -274,7 +274,7 @@ def missing_dependency(exc: ModuleNotFoundError) -> str | None:
             name.replace("-", ""),
             name.removeprefix("py-").replace("-", "_"),
             name.removeprefix("py"),
-        }:  # conda_lock, piptools, rattler (py-rattler), yaml (pyyaml)
+        }:  # conda_lock, rattler (py-rattler), yaml (pyyaml)
             extra = re.search(r"extra == ['\"]([\w.-]+)", str(req.marker or ""))
             wanted = f"{req.name} (its {extra.group(1)} extra)" if extra else req.name
             return (

@@ -87,7 +87,7 @@ class Workspace:
         return self.locks / f"{checked_line(line)}.fa4-lock.json"
 
     def requirements_file(self, line: str, platform: str) -> Path:
-        """The pip-tools requirements file rendered beside the lock, for pip-sync users."""
+        """The hash-pinned requirements file (uv's) rendered beside the lock, for pip-sync users."""
         return self.locks / f"{checked_line(line)}.{platform}.requirements.txt"
 
     def pylock_file(self, line: str) -> Path:

@@ -159,7 +159,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
 
 
 def locking_environment() -> dict[str, str]:
-    """The environment pip, pip-tools and uv run in: no user or site index configuration, so a lock
+    """The environment pip and uv run in: no user or site index configuration, so a lock
     names only PyPI and the line's own index (certificates and proxies still apply)."""
     keep = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "UV_CACHE_DIR"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) or k in keep}

@@ -17,7 +17,6 @@ import argparse
 import functools
 import json
 import os
-import platform as host
 import shutil
 import sys
 import tempfile
@@ -28,17 +27,15 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
 
 from toolkit.base.arguments import add_lines
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
-from toolkit.base.children import run_tied
 from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
-from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env import pypi_lock
@@ -74,11 +71,15 @@ from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
 
+if TYPE_CHECKING:
+    from toolkit.env.wheels import WheelMetadata
+
 # ---------------------------------------------------------------- what the solvers are asked
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 CHANNEL_ALIAS = "https://conda.anaconda.org"  # where conda tools look up a channel given by name
 SDIST_PROJECT = "flash-attn"
+PIP_PYLOCK = "pylock.toml"  # the pip layer as uv's pylock, read for its wheels (uv wants this name)
 VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
 console = Console(stderr=True, highlight=False)
 
@@ -119,7 +120,7 @@ class PipLayer:
 
     platform: str
     resolver: str  # how it was resolved, recorded in the lock
-    requirements: str  # pip-tools format, for pip-sync
+    requirements: str  # uv's hash-pinned requirements.txt, for pip-sync
     packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
     pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
     exclude_newer: str = (
@@ -140,23 +141,9 @@ class PipTarget:
         return {"linux-64": "x86_64", "linux-aarch64": "aarch64"}[self.platform]
 
     @property
-    def wheel_platform(self) -> str:
-        return f"manylinux_{self.glibc.replace('.', '_')}_{self.machine}"
-
-    @property
     def python_platform(self) -> str:
         """uv's --python-platform for the target: x86_64-manylinux_2_28."""
         return f"{self.machine}-manylinux_{self.glibc.replace('.', '_')}"
-
-    @property
-    def abi(self) -> str:
-        return "cp" + "".join(self.python.split(".")[:2])
-
-    def is_running_interpreter(self) -> bool:
-        running = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}.get(host.machine())
-        return running == self.platform and self.python.split(".")[:2] == [
-            str(v) for v in sys.version_info[:2]
-        ]
 
     def markers(self) -> dict[str, str]:
         return pypi_lock.target_markers(self.platform, self.python)
@@ -216,24 +203,56 @@ def missing_lock(spec: EnvSpec, workspace: Workspace = DEFAULT) -> str:
 def lock_pip_requirements(
     requirements: list[str], index_urls: list[str], target: PipTarget, compile_command: str
 ) -> PipLayer:
-    """Resolve, hash-pin and pick each package's artifact for one platform.
+    """Resolve, hash-pin and pick each package's wheel for one platform, by uv whatever runs the toolkit.
 
-    pip-tools resolves for the interpreter it runs in; for another platform or python the same
-    requirements go through uv's resolver (`uv pip compile --python-platform`). Either way pip itself
-    then picks the artifact the target installs (`pip install --dry-run --report --platform ...`)."""
+    `uv pip compile --python-platform --python-version` resolves for the target from the indexes' metadata (no
+    interpreter of the target, no download to hash a file the index gives a hash for), twice from one cache:
+    as requirements.txt, written beside the lock for pip-sync, and as pylock.toml, whose wheels name each
+    entry's file (pypi_lock.pylock_wheels: the one the target installs, as for a pypi line). The entries'
+    dependencies are what each wheel's metadata requires for the target (pypi_lock.wheel_metadata_of)."""
+    uv = pypi_lock.uv_executable()
+    options = [
+        "--index-strategy",
+        "unsafe-best-match",
+        "--emit-index-url",
+        *_index_args(index_urls),
+    ]
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
         started = time.perf_counter()
-        with console.status(f"{target.platform}: resolving the pip layer"):
-            if target.is_running_interpreter():
-                compiled, resolver = _compile_with_pip_tools(workdir, index_urls, compile_command)
-            else:
-                compiled, resolver = _compile_with_uv(workdir, index_urls, target, compile_command)
-            report = _pip_report(workdir, index_urls, target)
-        packages = pip_entries(report, target)
+        with console.status(f"{target.platform}: uv is resolving the pip layer"):
+            for output, form in (
+                ("requirements.txt", []),
+                (PIP_PYLOCK, ["--format", "pylock.toml"]),
+            ):
+                pypi_lock.uv_compile(
+                    uv,
+                    target.python,
+                    target.python_platform,
+                    [*options, *form],
+                    output,
+                    compile_command,
+                    workdir,
+                    "uv pip compile",
+                    locking_environment(),
+                )
+            wheels = pypi_lock.pylock_wheels(
+                (workdir / PIP_PYLOCK).read_text(),
+                f"uv's pylock.toml of {target.platform}",
+                target.platform,
+                target.python,
+                target.glibc,
+            )
+            metadata = pypi_lock.wheel_metadata_of(wheels, workdir / "wheels")
+        compiled = (workdir / "requirements.txt").read_text()
+    packages = pip_entries(wheels, metadata, target)
     console.print(
-        f"{target.platform}: {len(packages)} pip packages pinned ({resolver.split(' (')[0]}) "
+        f"{target.platform}: {len(packages)} pip packages pinned (uv) "
         f"in {time.perf_counter() - started:.1f} s"
+    )
+    resolver = (
+        f"uv {pypi_lock.uv_version(uv)} (uv pip compile --python-platform {target.python_platform} "
+        f"--python-version {target.python})"
     )
     return PipLayer(
         platform=target.platform, resolver=resolver, requirements=compiled, packages=packages
@@ -248,162 +267,48 @@ def _index_args(index_urls: list[str]) -> list[str]:
     ]
 
 
-def _run_tool(
-    command: list[str], workdir: Path, what: str, env: dict[str, str] | None = None
-) -> None:
-    """Run pip or pip-compile; on failure, its first line naming an error (uv's own: pypi_lock.run_uv)."""
-    result = run_tied(
-        command, cwd=workdir, capture_output=True, text=True, env=env or locking_environment()
-    )
-    if result.returncode != 0:
-        lines = [
-            line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()
-        ]
-        problem = next(
-            (line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output"
-        )
-        raise ToolkitError(f"{what} failed: {problem}")
-
-
-def _compile_with_pip_tools(
-    workdir: Path, index_urls: list[str], compile_command: str
-) -> tuple[str, str]:
-    import piptools
-
-    env = {**locking_environment(), "CUSTOM_COMPILE_COMMAND": compile_command}
-    _run_tool(
-        [
-            sys.executable,
-            "-m",
-            "piptools",
-            "compile",
-            "--quiet",
-            "--generate-hashes",
-            "--allow-unsafe",
-            "--strip-extras",
-            "--no-emit-find-links",
-            *_index_args(index_urls),
-            "--output-file",
-            "requirements.txt",
-            "requirements.in",
-        ],
-        workdir,
-        "pip-compile",
-        env,
-    )
-    version = getattr(piptools, "__version__", None) or _distribution_version("pip-tools")
-    running = f"python {sys.version_info[0]}.{sys.version_info[1]}"
-    return (
-        workdir / "requirements.txt"
-    ).read_text(), f"pip-tools {version} (pip-compile in {running})"
-
-
-def _compile_with_uv(
-    workdir: Path, index_urls: list[str], target: PipTarget, compile_command: str
-) -> tuple[str, str]:
-    uv = pypi_lock.uv_executable()
-    python_platform = target.python_platform
-    pypi_lock.uv_compile(
-        uv,
-        target.python,
-        python_platform,
-        ["--index-strategy", "unsafe-best-match", "--emit-index-url", *_index_args(index_urls)],
-        "requirements.txt",
-        compile_command,
-        workdir,
-        "uv pip compile",
-        locking_environment(),
-    )
-    version = pypi_lock.uv_version(uv)
-    running = f"{host.machine()} python {sys.version_info[0]}.{sys.version_info[1]}"
-    return (
-        (workdir / "requirements.txt").read_text(),
-        f"uv {version} (uv pip compile --python-platform {python_platform} --python-version {target.python}; "
-        f"pip-tools resolves only for the interpreter it runs in: {running})",
-    )
-
-
-def _distribution_version(name: str) -> str:
-    from importlib.metadata import version
-
-    return version(name)
-
-
-def _pip_report(workdir: Path, index_urls: list[str], target: PipTarget) -> dict:
-    """Ask pip which artifact of each pinned version the target installs (nothing is installed)."""
-    _run_tool(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--dry-run",
-            "--ignore-installed",
-            "--no-deps",
-            "--require-hashes",
-            "--report",
-            "report.json",
-            "--target",
-            str(workdir / "target"),
-            "--platform",
-            target.wheel_platform,
-            "--python-version",
-            target.python,
-            "--implementation",
-            "cp",
-            "--abi",
-            target.abi,
-            "--only-binary",
-            ":all:",
-            *_index_args(index_urls),
-            "--requirement",
-            "requirements.txt",
-        ],
-        workdir,
-        f"pip (choosing {target.platform} wheels)",
-    )
-    return read_json(
-        workdir / "report.json",
-        "pip install report",
-        "lock again; report pip's answer if it repeats",
-    )
-
-
-def pip_entries(report: dict, target: PipTarget) -> list[Any]:
-    """pip's install report -> conda-lock pip entries (url + sha256, dependencies for this platform)."""
+def pip_entries(
+    wheels: list[pypi_lock.PylockWheel], metadata: list[WheelMetadata], target: PipTarget
+) -> list[Any]:
+    """The chosen wheels -> conda-lock pip entries: url + sha256, and as dependencies the locked packages each
+    wheel's Requires-Dist names for this platform (with their specifiers; an extra's requirements left out)."""
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    items = report.get("install") or []
-    locked_names = {canonicalize_name(item["metadata"]["name"]) for item in items}
+    locked_names = {canonicalize_name(m.name) for m in metadata}
     markers = target.markers()
     entries = []
-    for item in items:
-        metadata = item["metadata"]
+    for wheel, meta in zip(wheels, metadata):
         dependencies = {}
-        for line in metadata.get("requires_dist") or []:
+        for line in meta.requires:
             requirement = Requirement(line)
             name = canonicalize_name(requirement.name)
             if name in locked_names and (
                 requirement.marker is None or requirement.marker.evaluate(markers)
             ):
                 dependencies[name] = str(requirement.specifier) or "*"
-        info = item["download_info"]
         entries.append(
             LockedDependency(
-                name=canonicalize_name(metadata["name"]),
-                version=metadata["version"],
+                name=canonicalize_name(meta.name),
+                version=meta.version,
                 manager="pip",
                 platform=target.platform,
                 dependencies=dependencies,
-                url=info["url"],
-                hash=HashModel(sha256=info["archive_info"]["hashes"]["sha256"]),
+                url=pip_url(wheel.url),
+                hash=HashModel(sha256=wheel.sha256),
                 categories={"main"},
             )
         )
     return entries
+
+
+def pip_url(url: str) -> str:
+    """A wheel's URL as pip's install report wrote it into the locks made before uv picked every layer's files:
+    each path segment quoted once (a local version's + as %2B; uv's pylock gives it unquoted)."""
+    parts = urllib.parse.urlsplit(url)
+    path = urllib.parse.quote(urllib.parse.unquote(parts.path), safe="/@")
+    return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
 def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) -> PipLayer:
@@ -843,7 +748,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lock",
         description="Solve each line's conda layer (conda-lock CLI where micromamba/mamba/conda is on PATH, "
-        "else embedded py-rattler) and pip layer (pip-tools; uv for other platforms/pythons) for "
+        "else embedded py-rattler) and pip layer (uv pip compile for the platform and python) for "
         "every platform of its spec, pin the flash-attn sdist, and write locks/<line>.conda-lock.yml "
         "plus, for a locked line (conda and pip layers), locks/<line>.<platform>.requirements.txt. A pypi line "
         "(toolchain kind pypi) has no conda layer and no requirements.txt: uv resolves its wheels from "

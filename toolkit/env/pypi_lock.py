@@ -10,6 +10,7 @@ package, the one the target installs), so both name the same files and hashes.
 
 from __future__ import annotations
 
+import io
 import shutil
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,12 @@ from toolkit.spec.envspec import EnvSpec
 if TYPE_CHECKING:
     from packaging.pylock import Pylock
 
+    from toolkit.env.wheels import WheelMetadata
+
+METADATA_WORKERS = (
+    16  # wheels whose METADATA is read side by side: a few requests each, latency is their cost
+)
+RANGE_BYTES = 256 << 10  # read from a remote wheel per request
 MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a lock's exclude-newer time
 
@@ -237,6 +244,10 @@ class PylockWheel:
     url: str
     sha256: str
 
+    @property
+    def filename(self) -> str:
+        return unquote(self.url.rsplit("/", 1)[-1])  # %2B: a local +
+
 
 def read_pylock(text: str, where: str) -> Pylock:
     """A pylock as packaging.pylock validates it (PEP 751: its keys, normalised names, wheel file names that
@@ -311,3 +322,112 @@ def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str
         )
         for wheel in pylock_wheels(text, where, platform, python, glibc)
     ]
+
+
+def wheel_metadata_of(wheels: list[PylockWheel], downloads: Path) -> list[WheelMetadata]:
+    """Each wheel's METADATA, in order, read as uv reads it from an index: the wheel's zip directory and METADATA
+    member by HTTP range requests (a few hundred kB of a GB wheel), several wheels side by side. From an index
+    that serves no ranges (a plain file server, file://), the wheel is downloaded into `downloads` and checked
+    against its pinned sha256, as pip did. Each must name its wheel's package and version."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(METADATA_WORKERS) as pool:
+        return list(pool.map(lambda wheel: _wheel_metadata(wheel, downloads), wheels))
+
+
+def _wheel_metadata(wheel: PylockWheel, downloads: Path) -> WheelMetadata:
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    from toolkit.env.download import fetch_verified
+    from toolkit.env.wheels import wheel_metadata
+
+    what = f"{wheel.name} {wheel.version} ({wheel.filename}, for its metadata)"
+    remote = _RemoteFile.open(wheel.url, what)
+    if remote is not None:
+        found = wheel_metadata(io.BufferedReader(remote, RANGE_BYTES), wheel.url)
+    else:
+        found = wheel_metadata(fetch_verified(wheel, downloads, what, pinned_by="the index"))
+    try:
+        same = canonicalize_name(found.name) == wheel.name and Version(found.version) == Version(
+            wheel.version
+        )
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise ToolkitError(
+            f"{wheel.url}: its METADATA names {found.name} {found.version}, not {wheel.name} "
+            f"{wheel.version} (the index serves another release under that name: lock against a "
+            f"trusted index)"
+        )
+    return found
+
+
+class _RemoteFile(io.RawIOBase):
+    """A wheel on an index as a seekable file whose reads are HTTP range requests, its last RANGE_BYTES read at
+    once (the zip directory, all of a small wheel): what zipfile needs for one member costs one to three."""
+
+    def __init__(self, url: str, what: str, size: int, tail: bytes) -> None:
+        self.url, self.what, self.size, self.tail, self.position = url, what, size, tail, 0
+
+    @classmethod
+    def open(cls, url: str, what: str) -> _RemoteFile | None:
+        """The file, or None where the index answers a range request with the whole file (or is file://)."""
+        if not url.startswith(("http://", "https://")):
+            return None
+        with _get(url, f"bytes=-{RANGE_BYTES}", what) as response:
+            total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
+            if response.status != 206 or not total.isdigit():
+                return None
+            return cls(url, what, int(total), response.read(RANGE_BYTES))
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.position + len(buffer), self.size)
+        if end <= self.position:
+            return 0
+        tail_start = self.size - len(self.tail)
+        if self.position >= tail_start:
+            data = self.tail[self.position - tail_start : end - tail_start]
+        else:
+            with _get(self.url, f"bytes={self.position}-{end - 1}", self.what) as response:
+                if response.status != 206:
+                    raise ToolkitError(
+                        f"{self.url}: answered a range request with HTTP {response.status} after "
+                        f"serving ranges (reading {self.what}; lock again)"
+                    )
+                data = response.read(end - self.position)
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def _get(url: str, byte_range: str, what: str) -> Any:
+    """The response to a GET of `url` with a Range header; one line naming the URL when there is none."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Range": byte_range})
+    try:
+        return urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as exc:
+        raise ToolkitError(
+            f"{url}: the index answered HTTP {exc.code} (reading {what}; lock again)"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ToolkitError(
+            f"{url}: cannot read it ({getattr(exc, 'reason', exc)}; reading {what}; lock again)"
+        ) from None

@@ -16,6 +16,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
@@ -43,11 +44,12 @@ class Closure:
     python: str
 
 
-def wheel_metadata(path: Path) -> WheelMetadata:
-    """The wheel's one top-level .dist-info/METADATA, read at most MAX_METADATA_BYTES; one line when unreadable."""
-    where = display_path(path)
+def wheel_metadata(source: Path | IO[bytes], where: str | None = None) -> WheelMetadata:
+    """The wheel's one top-level .dist-info/METADATA, read at most MAX_METADATA_BYTES; one line when unreadable.
+    `source`: the wheel's file, or an open one (a wheel on an index read by ranges) that `where` names."""
+    where = where or display_path(Path(str(source)))
     try:
-        with zipfile.ZipFile(path) as wheel:
+        with zipfile.ZipFile(source) as wheel:
             found = [
                 name
                 for name in wheel.namelist()
