@@ -106,8 +106,8 @@ def pypi_wheels(index: Path, fillers: int) -> list[dict]:
         shutil.copy(found, index / found.name)
         packages.append(wheel.__globals__["LockedPackage"]("pip", "setuptools", found.name.split("-")[1], found.as_uri(),
                                                              hashlib.sha256(found.read_bytes()).hexdigest()))
-    return [{"manager": "pip", "name": p.name, "version": p.version, "url": p.url.rsplit("/", 1)[-1], "sha256": p.sha256}
-            for p in packages]
+    return [{"manager": "pip", "name": p.name, "version": p.version, "url": p.url.rsplit("/", 1)[-1], "sha256": p.sha256,
+             "platform": "linux-64"} for p in packages]
 
 
 def run(args: argparse.Namespace) -> dict:
