@@ -11,6 +11,8 @@ goes first, repeated --repeat times (median reported):
   by the toolkit's py-rattler engine (verified archives, its kept rattler cache) against `rattler.install` of
   the same archives with a persistent cache. (The conda-forge replica needs the image's CUDA in /usr/local/cuda.)
 
+Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
+
     python bench/install.py --repeat 3 --out docs/results/2026-12-05-install-bench
 """
 
@@ -83,11 +85,17 @@ asyncio.run(main())
 """
 
 
+# Python's bytecode as an installed toolkit has it (pip compiles it): written once, to a folder of the run, whatever
+# PYTHONDONTWRITEBYTECODE says (an editable checkout without it would compile every module of every run).
+BYTECODE: dict[str, str] = {}
+
+
 def measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the command and everything it started and waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(command, env={**environment, **BYTECODE, **env}, capture_output=True, text=True)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -115,6 +123,9 @@ def run(args: argparse.Namespace) -> dict:
     rows: dict[str, dict[str, list[tuple[float, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="install-bench-") as scratch:
         tmp = Path(scratch)
+        BYTECODE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        measured([sys.executable, "-c", "import toolkit.env.pypi_install, toolkit.env.rattler_link, rattler"],
+                 {"PYTHONPATH": str(ROOT)})  # the toolkit's and py-rattler's bytecode, as installed
         wheels = pypi_wheels(tmp / "index", args.fillers)
         channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
         archives = sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")])

@@ -38,7 +38,6 @@ from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.entry import add_option_alias
 from toolkit.base.errors import ToolkitError
-from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
@@ -52,6 +51,7 @@ from toolkit.env.lockfile import (
     check_wheel_identity,
     relock_hint,
 )
+from toolkit.env.rattler_link import VerifiedArchive, rattler_install
 from toolkit.env.wheels import Closure, closure_problem, installed_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
@@ -369,26 +369,32 @@ class RattlerEngine(CondaEngine):
         return layer_from_actions(request, actions)
 
     def install(self, job: InstallJob) -> None:
-        """Verified archives into job.staging (patched for job.prefix), then the pip layer."""
-        archives = [
-            (str(path), package.url, package.channel) for package, path in self.verified(job)
-        ]
-        with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
-            count = run_isolated(
-                rattler_install,
-                archives,
-                str(job.staging),
-                str(job.prefix),
-                job.platform,
-                str(Workspace().rattler_cache),
-            )
-        self.console.print(f"{count} conda packages installed")
+        """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its
+        package cache, kept between installs (Workspace.rattler_cache), where each archive was unpacked once; its
+        own bar shows the link at a terminal, a line says it elsewhere."""
+        archives = self.verified(job)
+        started = time.perf_counter()
+        if not self.console.is_terminal:
+            self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
+        count = run_isolated(
+            rattler_install,
+            archives,
+            str(job.staging),
+            str(job.prefix),
+            job.platform,
+            str(Workspace().rattler_cache),
+            self.console.is_terminal,
+        )
+        self.console.print(
+            f"{count} conda packages installed in {time.perf_counter() - started:.1f} s"
+        )
         checkpoint("install:pip")
         install_pip_layer(list(job.pip), job.staging, job.prefix, self.console, job.lock_file)
 
-    def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
+    def verified(self, job: InstallJob) -> list[VerifiedArchive]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
-        inside their prefix enter the cache (archives.check_conda_archive)."""
+        inside their prefix enter the cache (archives.check_conda_archive), and each must be the package its
+        entry names (its info/index.json, kept for py-rattler's record)."""
         where = display_path(job.lock_file)
         archives = fetch_all(
             job.conda,
@@ -398,9 +404,21 @@ class RattlerEngine(CondaEngine):
             "conda archives",
             check_conda_archive,
         )
+        verified = []
         for package, archive in zip(job.conda, archives):
-            check_identity(package, archive_identity(archive), job.lock_file)
-        return list(zip(job.conda, archives))
+            identity = archive_identity(archive)
+            check_identity(package, identity, job.lock_file)
+            verified.append(
+                VerifiedArchive(
+                    str(archive),
+                    package.url,
+                    package.channel,
+                    package.sha256,
+                    archive.stat().st_size,
+                    identity.index_json,
+                )
+            )
+        return verified
 
 
 def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
@@ -523,48 +541,6 @@ def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
     return solved
 
 
-def rattler_install(
-    archives: list[tuple[str, str, str]],
-    prefix: str,
-    final_prefix: str,
-    platform: str,
-    package_cache: str,
-) -> int:
-    """Install verified archives with py-rattler (runs inside run_isolated's worker).
-
-    archives: (local verified file, the lock's URL, its channel). Records are built from the verified
-    files themselves, so what is installed is what was hashed; conda-meta then names the lock's URL."""
-    import asyncio
-
-    import rattler
-
-    async def install() -> None:
-        records = []
-        for local, _url, channel in archives:
-            record = await rattler.RepoDataRecord.from_package_archive(local)
-            records.append(
-                rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel)
-            )
-        await rattler.install(
-            records,
-            target_prefix=prefix,
-            cache_dir=Path(package_cache),
-            platform=rattler.Subdir(platform),
-            alternative_target_prefix=final_prefix,
-            show_progress=sys.stderr.isatty(),
-        )
-
-    asyncio.run(install())
-    checkpoint("install:worker")
-    by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
-    for meta in Path(prefix, "conda-meta").glob("*.json"):
-        record = read_json(meta, "conda-meta record", "install again")
-        if record.get("fn") in by_file:
-            record["url"], record["channel"] = by_file[record["fn"]]
-            meta.write_text(json.dumps(record, indent=2))
-    return len(list(Path(prefix, "conda-meta").glob("*.json")))
-
-
 # ---------------------------------------------------------------- pip layer: uv
 
 
@@ -672,13 +648,16 @@ def pylock_text(packages: list[LockedPackage]) -> str:
 
 class UvProgress:
     """uv's progress as the toolkit shows a long step: at a terminal a live bar per wheel being downloaded (its
-    size) under one for the step (resolving, downloading, linking, compiling bytecode); a plain line per finished
+    size) under one for the step (downloading, linking, compiling bytecode); a plain line per finished
     download and per step either way. Read from the lines uv writes when its output is not a terminal."""
 
     DOWNLOADING = re.compile(r"Downloading (\S+) \(([0-9.]+)([KMG]?i?B)\)")
     DOWNLOADED = re.compile(r"Downloaded (\S+)")
     STEP = re.compile(r"(Resolved|Prepared|Installed|Bytecode compiled) ")
-    NEXT = {"Resolved": "downloading", "Prepared": "linking", "Installed": "compiling bytecode"}
+    NEXT = {
+        "Prepared": "linking",
+        "Installed": "compiling bytecode",
+    }  # from a pylock uv resolves nothing
     UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
     def __init__(self, console: Console, count: int) -> None:
@@ -703,7 +682,7 @@ class UvProgress:
                 bufsize=1,
             ) as proc,
         ):
-            step = progress.add_task(f"uv: {self.count} pip packages: resolving", total=None)
+            step = progress.add_task(f"uv: {self.count} pip packages: downloading", total=None)
             tasks: dict[str, TaskID] = {}
             try:
                 assert proc.stdout is not None  # stdout=PIPE

@@ -89,13 +89,13 @@ def installed_metadata(site: Path, names: list[str]) -> dict[str, WheelMetadata]
 
     from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 
-    wanted = {canonicalize_name(name) for name in names}
+    wanted = {str(canonicalize_name(name)) for name in names}
     folders: dict[str, list[Path]] = {}
     for folder in site.glob("*.dist-info"):
-        name = canonicalize_name(folder.name.removesuffix(".dist-info").rpartition("-")[0])
-        if name in wanted:
-            folders.setdefault(name, []).append(folder)
-    found = {}
+        named = str(canonicalize_name(folder.name.removesuffix(".dist-info").rpartition("-")[0]))
+        if named in wanted:
+            folders.setdefault(named, []).append(folder)
+    found: dict[str, WheelMetadata] = {}
     for name, paths in sorted(folders.items()):
         if len(paths) != 1:
             raise ToolkitError(
