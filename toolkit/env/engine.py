@@ -619,6 +619,7 @@ def run_uv_install(
     ]
     returncode, output = UvProgress(console, len(packages)).run(command)
     if returncode != 0:
+        _uv_identity(packages, output, lock_file)
         raise ToolkitError(
             f"{display_path(lock_file)}: {_uv_problem(packages, output)}; nothing was installed"
         )
@@ -735,6 +736,28 @@ def checked_metadata(
             f"{display_path(lock_file)}: {problem} (an entry was deleted or edited: "
             f"{relock_hint(lock_file)}; nothing was installed)"
         )
+
+
+UV_MISMATCH = re.compile(
+    r"Wheel (version|package name) does not match filename \(([^ ]+) != ([^ )]+)\)"
+)
+
+
+def _uv_identity(packages: list[LockedPackage], output: str, lock_file: Path) -> None:
+    """uv refuses a wheel whose METADATA is another version or package than its file name (which the lock's check
+    held to the entry: lockfile.check_wheel_name): the same edited entry the toolkit's METADATA check refuses, so
+    the same one line (check_wheel_identity), naming the entry."""
+    found = UV_MISMATCH.search(output)
+    if not found:
+        return
+    field, values = found[1], (found[2], found[3])
+    for package in packages:
+        if package.filename not in output:
+            continue
+        ours = package.version if field == "version" else package.name
+        other = next((v for v in values if v != ours), values[0])
+        name, version = (package.name, other) if field == "version" else (other, package.version)
+        check_wheel_identity(package, name, version, "METADATA", lock_file)
 
 
 def _uv_problem(packages: list[LockedPackage], output: str) -> str:
