@@ -140,23 +140,6 @@ def fetch_all(
     return found
 
 
-def check_local(pin: Pin, what: str) -> Path:
-    """A pinned file:// URL's file, hashed where it lies (not copied into a cache): `--wheels DIR`."""
-    from urllib.parse import unquote, urlparse
-
-    path = Path(unquote(urlparse(pin.url).path))
-    try:
-        actual = sha256_file(path)
-    except OSError as exc:
-        raise ToolkitError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
-    if actual != pin.sha256:
-        raise ToolkitError(
-            f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
-            f"file was changed or is another of that name; nothing was installed)"
-        )
-    return path
-
-
 def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:
     """A file pinned by what it holds rather than by its bytes (GitHub's archive of a commit, whose compression
     may change): the download enters the cache at `entry` only once `check` passed on it. A cached file is
