@@ -9,7 +9,10 @@ goes first, repeated --repeat times (median reported):
   --compile-bytecode -r` of the same wheels by URL and sha256. Cold: empty caches on both sides; warm: kept.
 - conda warm: the conda layer of the tests' fixture channel (tests/conda_channel.py, 15 packages over file://)
   by the toolkit's py-rattler engine (verified archives, its kept rattler cache) against `rattler.install` of
-  the same archives with a persistent cache. (The conda-forge replica needs the image's CUDA in /usr/local/cuda.)
+  the same archives with a persistent cache, its records made as from a lock (index.json, sha256, size). (The
+  conda-forge replica needs the image's CUDA in /usr/local/cuda.)
+
+Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
 
     python bench/install.py --repeat 3 --out docs/results/2026-12-05-install-bench
 """
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conda_channel import build_channel, serve_directory, toolchain_packages  # noqa: E402
 from test_hostile_pypi_install import cuda_wheels, wheel  # noqa: E402
 
+from toolkit.env.archives import archive_identity  # noqa: E402
 from toolkit.env.pypi_lock import uv_executable  # noqa: E402
 
 TOOLKIT_PYPI = """
@@ -67,27 +71,32 @@ RattlerEngine(Console(quiet=True)).install(InstallJob(Path(sys.argv[1]), "linux-
 """
 
 RATTLER_CONDA = """
-import asyncio, sys, json
+import asyncio, os, sys, json
 from pathlib import Path
 import rattler
 archives = json.loads(Path(sys.argv[1]).read_text())
-async def main():
-    records = []
-    for a in archives:
-        local = a["url"].removeprefix("file://")
-        record = await rattler.RepoDataRecord.from_package_archive(local)
-        records.append(rattler.RepoDataRecord(record, record.file_name, a["url"], a["url"].rsplit("/", 2)[0]))
-    await rattler.install(records, target_prefix=sys.argv[2], cache_dir=Path(sys.argv[3]),
-                          platform=rattler.Platform("linux-64"))
-asyncio.run(main())
+records = []
+for a in archives:
+    record = rattler.PackageRecord.from_index_json(a["index"], size=a["size"], sha256=a["sha256"])
+    records.append(rattler.RepoDataRecord(record, a["url"].rsplit("/", 1)[-1], a["url"], a["url"].rsplit("/", 2)[0]))
+asyncio.run(rattler.install(records, target_prefix=sys.argv[2], cache_dir=Path(sys.argv[3]),
+                            platform=rattler.Subdir("linux-64")))
+sys.stdout.flush()
+os._exit(0)  # py-rattler crashes at interpreter exit in a few % of runs (docs/conda-offline.md), as the toolkit's worker
 """
+
+
+# Python's bytecode as an installed toolkit has it (pip compiles it): written once, to a folder of the run, whatever
+# PYTHONDONTWRITEBYTECODE says (an editable checkout without it would compile every module of every run).
+BYTECODE: dict[str, str] = {}
 
 
 def measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the command and everything it started and waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(command, env={**environment, **BYTECODE, **env}, capture_output=True, text=True)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -106,8 +115,8 @@ def pypi_wheels(index: Path, fillers: int) -> list[dict]:
         shutil.copy(found, index / found.name)
         packages.append(wheel.__globals__["LockedPackage"]("pip", "setuptools", found.name.split("-")[1], found.as_uri(),
                                                              hashlib.sha256(found.read_bytes()).hexdigest()))
-    return [{"manager": "pip", "name": p.name, "version": p.version, "url": p.url.rsplit("/", 1)[-1], "sha256": p.sha256}
-            for p in packages]
+    return [{"manager": "pip", "name": p.name, "version": p.version, "url": p.url.rsplit("/", 1)[-1], "sha256": p.sha256,
+             "platform": "linux-64"} for p in packages]
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -115,6 +124,9 @@ def run(args: argparse.Namespace) -> dict:
     rows: dict[str, dict[str, list[tuple[float, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="install-bench-") as scratch:
         tmp = Path(scratch)
+        BYTECODE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        measured([sys.executable, "-c", "import toolkit.env.pypi_install, toolkit.env.rattler_link, rattler"],
+                 {"PYTHONPATH": str(ROOT)})  # the toolkit's and py-rattler's bytecode, as installed
         wheels = pypi_wheels(tmp / "index", args.fillers)
         channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
         archives = sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")])
@@ -122,6 +134,12 @@ def run(args: argparse.Namespace) -> dict:
                   "url": a.as_uri(), "sha256": hashlib.sha256(a.read_bytes()).hexdigest(), "platform": "linux-64"}
                  for a in archives]
         (tmp / "conda.json").write_text(json.dumps(conda))
+        # py-rattler's side gets each record as a lock gives it (index.json, sha256, size), read before it is timed
+        (tmp / "records").mkdir()
+        for n, (entry, a) in enumerate(zip(conda, archives)):
+            (tmp / "records" / f"{n}.json").write_bytes(archive_identity(a).index_json)
+            entry.update(index=str(tmp / "records" / f"{n}.json"), size=a.stat().st_size)
+        (tmp / "rattler.json").write_text(json.dumps(conda))
         with serve_directory(tmp / "index") as url:
             lock = [{**w, "url": f"{url}/{w['url']}"} for w in wheels]
             (tmp / "pypi.json").write_text(json.dumps(lock))
@@ -148,7 +166,7 @@ def run(args: argparse.Namespace) -> dict:
                                  str(tmp / f"tkc-{next(counter)}")], {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
 
             def rattler_conda(cache: Path) -> tuple[float, float]:
-                return measured([sys.executable, "-c", RATTLER_CONDA, str(tmp / "conda.json"),
+                return measured([sys.executable, "-c", RATTLER_CONDA, str(tmp / "rattler.json"),
                                  str(tmp / f"rc-{next(counter)}"), str(cache)], {})
 
             for turn in range(args.repeat):

@@ -63,6 +63,28 @@ def test_a_corrupted_conda_entry_is_removed_and_reported_then_fetched_again(chan
     assert fetch_verified(pin, tmp_path / "cache", "ninja 1.12.1").read_bytes() == archive.read_bytes()
 
 
+def test_an_unchanged_entry_is_not_hashed_again_and_a_changed_one_is_refused(channel_dir, tmp_path, monkeypatch):
+    """A warm install must not hash every cached archive again (3 GB for a CUDA layer): an entry unchanged since it
+    was verified is used as it is. Changed (even to bytes of the same size, its mtime put back), it is hashed
+    again, refused and removed: the kernel gives it a new ctime, which no utime call can set back."""
+    archive = next(channel_dir.rglob("*.conda"))
+    pin = package_of(archive)
+    cached = fetch_verified(pin, tmp_path / "cache", "ninja 1.12.1")
+    hashed: list[Path] = []
+    real = download.sha256_file
+    monkeypatch.setattr(download, "sha256_file", lambda path: hashed.append(Path(path)) or real(path))
+    assert fetch_verified(pin, tmp_path / "cache", "ninja 1.12.1") == cached and hashed == []
+    before = cached.stat()
+    data = bytearray(cached.read_bytes())
+    data[len(data) // 2] ^= 1
+    cached.write_bytes(bytes(data))
+    os.utime(cached, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cached.stat().st_size == before.st_size and cached.stat().st_mtime_ns == before.st_mtime_ns
+    with pytest.raises(ToolkitError, match=f"{cached.name}: sha256 {sha256_of(cached)} is not the lock's"):
+        fetch_verified(pin, tmp_path / "cache", "ninja 1.12.1")
+    assert hashed == [cached] and not cached.exists()
+
+
 def test_a_hostile_archive_with_the_pinned_hash_never_enters_the_cache(tmp_path):
     payload, listed = HOSTILE["dotdot member"]
     archive = dot_conda(tmp_path, payload, listed)

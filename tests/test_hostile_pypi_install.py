@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import io
 import os
 import re
 import shlex
@@ -22,10 +23,12 @@ import pytest
 import yaml
 from conda_channel import serve_recording
 from rich.console import Console
+from test_download import FlakyServer
 
 from toolkit.base.atomic import temp_name
 from toolkit.base.errors import ToolkitError
 from toolkit.base.workspace import Workspace
+from toolkit.env.engine import install_pip_layer
 from toolkit.env.install import check_prefix, install_line
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import LockedPackage, lock_digest
@@ -170,12 +173,14 @@ def test_a_reinstall_refuses_a_venv_holding_a_users_file(small_venv, user_file):
 
 
 def test_pythons_cache_of_an_installed_module_is_no_users_file(small_venv):
+    """pip is installed without bytecode (compiled when it first runs): the folder python then makes is no user's."""
     cache = site_packages(small_venv, PYTHON) / "pip" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.opt-1.pyc"
+    cache.parent.mkdir()
     cache.write_bytes(b"python -O made this")
     try:
         check_prefix(small_venv)
     finally:
-        cache.unlink()
+        shutil.rmtree(cache.parent)
 
 
 def dist_record(venv: Path, name: str) -> Path:
@@ -285,17 +290,51 @@ def test_a_tampered_wheel_is_refused_by_its_hash_and_nothing_is_installed(tmp_pa
     prefix = tmp_path / "venv" / "env"
     with serve_recording(tmp_path / "index") as (url, _), pytest.raises(ToolkitError) as refused:
         make_venv(prefix, wheels=packages if how == "from --wheels" else served(packages, url))
-    if how == "from --wheels":
-        # named by the lock the entry is from (VenvBuild.lock_file: "lock" where a test gives none)
-        assert str(refused.value) == (f"lock: nvidia-cuda-runtime 13.0.96: sha256 mismatch: {runtime} has sha256 "
-                                      f"{actual}, the lock pins {packages[1].sha256} (the file was changed or is another "
-                                      f"of that name; nothing was installed)")
-    else:
-        assert str(refused.value) == (
-            f"lock: nvidia-cuda-runtime 13.0.96: sha256 mismatch: downloaded file has sha256 {actual}, the lock "
-            f"pins {packages[1].sha256} ({url}/{runtime.name} served other bytes: it was changed or a mirror serves "
-            f"another file; nothing was kept or installed)")
+    # named by the lock the entry is from (VenvBuild.lock_file: "lock" where a test gives none); uv hashes the wheel
+    # as it streams, and a changed byte inside is caught by the zip's CRC before the hash is complete
+    where = runtime.as_uri() if how == "from --wheels" else f"{url}/{runtime.name}"
+    seen = ("is not the file locked (Bad CRC (got " if how != "another wheel" else f"has sha256 {actual}, the lock pins "
+            f"{packages[1].sha256} (the wheel was changed or the index serves another file); nothing was installed")
+    assert str(refused.value).startswith(f"lock: nvidia-cuda-runtime 13.0.96: sha256 mismatch: {where} {seen}")
+    assert str(refused.value).endswith("; nothing was installed") and "\n" not in str(refused.value)
     assert not prefix.exists() and not list((tmp_path / "cache").rglob(runtime.name))
+
+
+@pytest.mark.parametrize("how", ["reset", "cut off"])
+def test_a_wheel_whose_first_connection_breaks_is_downloaded_again(tmp_path, monkeypatch, how):
+    """uv downloads the wheels: one reset connection (before an answer, or halfway through the body) must not fail
+    the install; the wheel is asked for again and installed whole."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    nvcc, runtime = cuda_wheels(tmp_path / "index")
+    server = FlakyServer((tmp_path / "index" / runtime.filename).read_bytes(), how, failures=1)
+    try:
+        flaky = dataclasses.replace(runtime, url=f"http://127.0.0.1:{server.server.server_address[1]}/{runtime.filename}")
+        prefix = make_venv(tmp_path / "venv" / "env", wheels=(nvcc, flaky))
+    finally:
+        server.close()
+    assert server.connections == 2
+    assert (site_packages(prefix, PYTHON) / "nvidia" / "cu13" / "lib" / "libcudart.so.13").read_bytes() == b"\0"
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_install_shows_each_download_and_step(tmp_path, monkeypatch, terminal):
+    """An install of wheels says what it does as it goes: each wheel uv downloads (by name and size) and each step,
+    in plain lines where the output is no terminal; at one, under a live bar of the step."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    packages = (*cuda_wheels(tmp_path / "index"),
+                wheel(tmp_path / "index", "bulky", "1.0", {"bulky/data.bin": os.urandom(3 << 20)}))
+    shown = io.StringIO()
+    console = Console(file=shown, force_terminal=terminal, width=120)
+    staging = tmp_path / "work" / "env"
+    staging.parent.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", staging], check=True)
+    with serve_recording(tmp_path / "index") as (url, _):
+        install_pip_layer(list(served(packages, url)), staging, tmp_path / "env", console, Path("lock"))
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.getvalue())  # the terminal's colours and cursor moves
+    size = len((tmp_path / "index" / packages[2].filename).read_bytes()) / (1 << 20)
+    assert f"downloaded bulky ({size:.1f} MiB)" in text
+    assert "uv: Prepared 3 packages in " in text and "uv: Installed 3 packages in " in text
+    assert ("uv: 3 pip packages: downloading" in text) == terminal  # the live bar's step, at a terminal only
 
 
 # ---------------------------------------------------------------- --torch-from: the other environment's files

@@ -145,11 +145,6 @@ class Workspace:
         return self.user_cache / "rattler-pkgs"
 
     @property
-    def wheel_cache(self) -> Path:
-        """Verified wheels of the pip layers (named by sha256, re-checked on use), which uv installs from."""
-        return self.user_cache / "wheels"
-
-    @property
     def uv_cache(self) -> Path:
         """uv's cache for the pip layers (each verified wheel unpacked once, linked into each environment)."""
         return self.user_cache / "uv"

@@ -65,11 +65,13 @@ def check_conda_archive(archive: Path) -> None:
 
 @dataclass(frozen=True)
 class PackageIdentity:
-    """What an archive's info/index.json says it is: conda-meta's name, version and build."""
+    """What an archive's info/index.json says it is: conda-meta's name, version and build; the file itself, from
+    which py-rattler makes the package's record without reading the archive again."""
 
     name: str
     version: str
     build: str
+    index_json: bytes = b""
 
 
 def archive_identity(archive: Path) -> PackageIdentity:
@@ -94,7 +96,8 @@ def archive_identity(archive: Path) -> PackageIdentity:
             f"{where}: info/index.json lacks a name, version or build (not a conda package; "
             f"re-lock from a trusted channel)"
         )
-    return PackageIdentity(*texts)
+    name, version, build = texts
+    return PackageIdentity(name, version, build, data)
 
 
 def _index_json(archive: Path) -> bytes:

@@ -31,7 +31,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from toolkit.base.atomic import checkpoint, clean_stale, publish_file
+from toolkit.base.atomic import checkpoint, clean_stale, publish_file, write_atomic
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
@@ -111,6 +111,7 @@ def fetch_verified(
                 )
             if check:
                 check(partial)
+        _stamp(entry, pin)  # after the rename, which sets the file's ctime
     return entry
 
 
@@ -139,23 +140,6 @@ def fetch_all(
     return found
 
 
-def check_local(pin: Pin, what: str) -> Path:
-    """A pinned file:// URL's file, hashed where it lies (not copied into a cache): `--wheels DIR`."""
-    from urllib.parse import unquote, urlparse
-
-    path = Path(unquote(urlparse(pin.url).path))
-    try:
-        actual = sha256_file(path)
-    except OSError as exc:
-        raise ToolkitError(f"{what}: cannot read {path} ({exc.strerror or exc})") from None
-    if actual != pin.sha256:
-        raise ToolkitError(
-            f"{what}: sha256 mismatch: {path} has sha256 {actual}, the lock pins {pin.sha256} (the "
-            f"file was changed or is another of that name; nothing was installed)"
-        )
-    return path
-
-
 def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:
     """A file pinned by what it holds rather than by its bytes (GitHub's archive of a commit, whose compression
     may change): the download enters the cache at `entry` only once `check` passed on it. A cached file is
@@ -173,14 +157,45 @@ def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path
 
 
 def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
+    """The entry once it hashes to the pin; hashed again only when it changed since it last did (_stamp)."""
+    stamp = _stamp_path(entry)
+    try:
+        if stamp.read_text() == _stamp_text(entry, pin):
+            return entry
+    except OSError:
+        pass
     actual = sha256_file(entry)
     if actual != pin.sha256:
+        stamp.unlink(missing_ok=True)
         entry.unlink()
         raise ToolkitError(
             f"{display_path(entry)}: sha256 {actual} is not {pinned_by}'s {pin.sha256} "
             f"(removed the file; re-run to download it again)"
         )
+    _stamp(entry, pin)
     return entry
+
+
+def _stamp_path(entry: Path) -> Path:
+    """Beside the entry, named as no entry can be (FILE_NAME never starts with a dot)."""
+    return entry.with_name(f".{entry.name}.verified")
+
+
+def _stamp_text(entry: Path, pin: Pin) -> str:
+    """What an entry was when it last hashed to the pin: its size, mtime, ctime, inode and device. Any write or
+    rename gives it another ctime, which only the kernel sets (no utime call can), so an entry whose stamp still
+    matches holds the bytes that were hashed and is not read again: a warm install of 3 GB of archives need not
+    hash them all. (Whoever can write into the cache could also write py-rattler's and uv's unpacked caches
+    beside it, which are linked into environments unhashed: the stamp guards against changed files, as those do.)"""
+    st = entry.stat()
+    return f"{pin.sha256} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino} {st.st_dev}\n"
+
+
+def _stamp(entry: Path, pin: Pin) -> None:
+    try:
+        write_atomic(_stamp_path(entry), _stamp_text(entry, pin))
+    except OSError:
+        pass  # a read-only cache: hashed again next time
 
 
 def _download(

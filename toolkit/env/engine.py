@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -29,26 +30,29 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
+from packaging.utils import canonicalize_name
 from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
-from toolkit.base.children import run_tied
+from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.entry import add_option_alias
 from toolkit.base.errors import ToolkitError
-from toolkit.base.jsonfile import read_json
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
-from toolkit.env.download import check_local, fetch_all
+from toolkit.env.download import fetch_all
 from toolkit.env.isolated import run_isolated
 from toolkit.env.lockfile import (
     CONDA_SUFFIXES,
     LockedEnv,
     LockedPackage,
+    brief,
     check_wheel_identity,
     relock_hint,
 )
-from toolkit.env.wheels import Closure, closure_problem, wheel_metadata
+from toolkit.env.rattler_link import VerifiedArchive, rattler_install
+from toolkit.env.wheels import Closure, closure_problem, installed_metadata
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 ENGINES = (
@@ -365,26 +369,32 @@ class RattlerEngine(CondaEngine):
         return layer_from_actions(request, actions)
 
     def install(self, job: InstallJob) -> None:
-        """Verified archives into job.staging (patched for job.prefix), then the pip layer."""
-        archives = [
-            (str(path), package.url, package.channel) for package, path in self.verified(job)
-        ]
-        with self.console.status(f"installing {len(archives)} conda packages (py-rattler)"):
-            count = run_isolated(
-                rattler_install,
-                archives,
-                str(job.staging),
-                str(job.prefix),
-                job.platform,
-                str(Workspace().rattler_cache),
-            )
-        self.console.print(f"{count} conda packages installed")
+        """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its
+        package cache, kept between installs (Workspace.rattler_cache), where each archive was unpacked once; its
+        own bar shows the link at a terminal, a line says it elsewhere."""
+        archives = self.verified(job)
+        started = time.perf_counter()
+        if not self.console.is_terminal:
+            self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
+        count = run_isolated(
+            rattler_install,
+            archives,
+            str(job.staging),
+            str(job.prefix),
+            job.platform,
+            str(Workspace().rattler_cache),
+            self.console.is_terminal,
+        )
+        self.console.print(
+            f"{count} conda packages installed in {time.perf_counter() - started:.1f} s"
+        )
         checkpoint("install:pip")
         install_pip_layer(list(job.pip), job.staging, job.prefix, self.console, job.lock_file)
 
-    def verified(self, job: InstallJob) -> list[tuple[LockedPackage, Path]]:
+    def verified(self, job: InstallJob) -> list[VerifiedArchive]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
-        inside their prefix enter the cache (archives.check_conda_archive)."""
+        inside their prefix enter the cache (archives.check_conda_archive), and each must be the package its
+        entry names (its info/index.json, kept for py-rattler's record)."""
         where = display_path(job.lock_file)
         archives = fetch_all(
             job.conda,
@@ -394,9 +404,21 @@ class RattlerEngine(CondaEngine):
             "conda archives",
             check_conda_archive,
         )
+        verified = []
         for package, archive in zip(job.conda, archives):
-            check_identity(package, archive_identity(archive), job.lock_file)
-        return list(zip(job.conda, archives))
+            identity = archive_identity(archive)
+            check_identity(package, identity, job.lock_file)
+            verified.append(
+                VerifiedArchive(
+                    str(archive),
+                    package.url,
+                    package.channel,
+                    package.sha256,
+                    archive.stat().st_size,
+                    identity.index_json,
+                )
+            )
+        return verified
 
 
 def check_identity(package: LockedPackage, found: PackageIdentity, lock_file: Path) -> None:
@@ -519,48 +541,6 @@ def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
     return solved
 
 
-def rattler_install(
-    archives: list[tuple[str, str, str]],
-    prefix: str,
-    final_prefix: str,
-    platform: str,
-    package_cache: str,
-) -> int:
-    """Install verified archives with py-rattler (runs inside run_isolated's worker).
-
-    archives: (local verified file, the lock's URL, its channel). Records are built from the verified
-    files themselves, so what is installed is what was hashed; conda-meta then names the lock's URL."""
-    import asyncio
-
-    import rattler
-
-    async def install() -> None:
-        records = []
-        for local, _url, channel in archives:
-            record = await rattler.RepoDataRecord.from_package_archive(local)
-            records.append(
-                rattler.RepoDataRecord(record, record.file_name, Path(local).as_uri(), channel)
-            )
-        await rattler.install(
-            records,
-            target_prefix=prefix,
-            cache_dir=Path(package_cache),
-            platform=rattler.Subdir(platform),
-            alternative_target_prefix=final_prefix,
-            show_progress=sys.stderr.isatty(),
-        )
-
-    asyncio.run(install())
-    checkpoint("install:worker")
-    by_file = {Path(local).name: (url, channel) for local, url, channel in archives}
-    for meta in Path(prefix, "conda-meta").glob("*.json"):
-        record = read_json(meta, "conda-meta record", "install again")
-        if record.get("fn") in by_file:
-            record["url"], record["channel"] = by_file[record["fn"]]
-            meta.write_text(json.dumps(record, indent=2))
-    return len(list(Path(prefix, "conda-meta").glob("*.json")))
-
-
 # ---------------------------------------------------------------- pip layer: uv
 
 
@@ -571,89 +551,183 @@ def install_pip_layer(
     console: Console,
     lock_file: Path,
     closure: Closure | None = None,
+    seed: tuple[LockedPackage, ...] = (),
 ) -> None:
     """The lock's wheels into staging with uv, for staging's python: no resolution (--no-deps), bytecode compiled
-    as pip did. Each wheel is first a verified file: one the toolkit downloaded into its cache (Workspace.
-    wheel_cache, sha256 checked as conda archives are, a transient failure tried again), or a local file
-    (--wheels DIR, python's own pip) hashed where it lies; then read (wheels.py: its METADATA is the entry's
-    package and version; with a `closure`, a pypi line's, every dependency they declare is in the lock). uv
-    (--require-hashes) then installs --offline, from its own cache (Workspace.uv_cache) where it unpacked the
-    same file before. So a reinstall of an unchanged lock downloads nothing and links what it installs."""
-    if not packages:
+    as pip did. uv downloads each wheel from the lock's URL (a --wheels file where it lies) in parallel, retrying
+    a transient failure, into its cache (Workspace.uv_cache), and installs it only if its bytes hash to the lock's
+    sha256 (--require-hashes): hashed once, by uv, as it streams. A reinstall of an unchanged lock downloads
+    nothing and links from that cache. The toolkit then reads what was installed (each wheel's METADATA as its
+    .dist-info holds it) before anything is swapped in: the entry's package and version, and with a `closure`, a
+    pypi line's, every dependency they declare in the lock. `seed` (python's own pip for a venv) is installed first
+    and left to compile its bytecode when it first runs, as `uv venv --seed` leaves it."""
+    if not packages and not seed:
         return
-    from toolkit.env.pypi_lock import uv_executable
-
     python = staging / "bin" / "python"
     if not python.exists():
         raise ToolkitError(
             f"{staging}: the conda layer has no bin/python for the pip layer (lock python)"
         )
-    files = verified_wheels(packages, lock_file, console)
-    checked_metadata(packages, files, lock_file, closure)
-    requirements = staging.parent / "pip-requirements.txt"
-    requirements.write_text(
-        "".join(
-            f"{p.name} @ {path.absolute().as_uri()} --hash=sha256:{p.sha256}\n"
-            for p, path in zip(packages, files)
-        )
+    started = time.perf_counter()
+    if seed:
+        run_uv_install(list(seed), staging, console, lock_file, compile_bytecode=False)
+    if packages:
+        run_uv_install(packages, staging, console, lock_file, compile_bytecode=True)
+    checked_metadata([*seed, *packages], staging, lock_file, closure)
+    console.print(
+        f"{len(packages) + len(seed)} pip packages installed with uv in "
+        f"{time.perf_counter() - started:.1f} s"
     )
+    relocate_scripts(staging, prefix)
+
+
+def run_uv_install(
+    packages: list[LockedPackage],
+    staging: Path,
+    console: Console,
+    lock_file: Path,
+    compile_bytecode: bool,
+) -> None:
+    """`uv pip install` of the entries by URL and sha256 into staging, its progress shown (UvProgress); a
+    refusal is one line naming the wheel. uv reads them from a pylock.toml rather than a requirements file:
+    from a lock uv installs what each entry names without resolving, so it reads no wheel's METADATA before
+    the wheel is downloaded and hashed (one request per wheel)."""
+    from toolkit.env.pypi_lock import uv_executable
+
+    lock = staging.parent / "pylock.toml"
+    lock.write_text(pylock_text(packages))
     # --prefix: uv writes under staging whatever sys.prefix its python reports (as pip's --prefix did)
     command = [
         uv_executable(),
         "pip",
         "install",
         "--python",
-        str(python),
+        str(staging / "bin" / "python"),
         "--prefix",
         str(staging),
         "--no-deps",
         "--require-hashes",
-        "--offline",
         "--no-config",
         "--no-python-downloads",
-        "--compile-bytecode",
+        *(["--compile-bytecode"] if compile_bytecode else []),
         "--cache-dir",
         str(Workspace().uv_cache),
+        "--preview-features",
+        "pylock",
         "--requirement",
-        str(requirements),
+        str(lock),
     ]
-    started = time.perf_counter()
-    with console.status(f"installing {len(packages)} pip packages (uv)"):
-        result = run_tied(command, env=locking_environment(), capture_output=True, text=True)
-    if result.returncode != 0:
+    returncode, output = UvProgress(console, len(packages)).run(command)
+    if returncode != 0:
+        _uv_identity(packages, output, lock_file)
         raise ToolkitError(
-            f"pip layer: {_uv_problem(packages, result.stderr)}; nothing was installed"
+            f"{display_path(lock_file)}: {_uv_problem(packages, output)}; nothing was installed"
         )
-    console.print(
-        f"{len(packages)} pip packages installed with uv in {time.perf_counter() - started:.1f} s"
-    )
-    relocate_scripts(staging, prefix)
 
 
-def verified_wheels(packages: list[LockedPackage], lock_file: Path, console: Console) -> list[Path]:
-    """Each entry's wheel as a file whose bytes hash to its sha256 (uv reads a wheel's metadata before it has
-    hashed it: hashed here first): downloaded into the wheel cache, or a file:// one hashed where it lies."""
-    where = display_path(lock_file)
-    remote = [p for p in packages if not p.url.startswith("file:")]
-    fetched = fetch_all(
-        [WheelPin.of(p) for p in remote],
-        Workspace().wheel_cache,
-        lambda pin: f"{where}: {pin.name} {pin.version}",
-        console,
-        "wheels",
-    )
-    local = {id(p): path for p, path in zip(remote, fetched)}
-    return [local.get(id(p)) or check_local(p, f"{where}: {p.name} {p.version}") for p in packages]
+def pylock_text(packages: list[LockedPackage]) -> str:
+    """A pylock.toml (PEP 751) of exactly these wheels: each its URL (a file:// one as its path) and sha256. A lock's
+    values are printable ASCII (lockfile.URL, SHA256), which JSON's string quoting writes as TOML's basic strings."""
+    from urllib.parse import unquote, urlsplit
+
+    lines = ['lock-version = "1.0"', 'created-by = "fa-envkit"']
+    for p in packages:
+        where = (
+            f"path = {json.dumps(unquote(urlsplit(p.url).path))}"
+            if p.url.startswith("file:")
+            else f"url = {json.dumps(p.url)}"
+        )
+        lines += [
+            "",
+            "[[packages]]",
+            f"name = {json.dumps(p.name)}",
+            f"version = {json.dumps(p.version)}",
+            f"wheels = [{{ {where}, hashes = {{ sha256 = {json.dumps(p.sha256)} }} }}]",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class UvProgress:
+    """uv's progress as the toolkit shows a long step: at a terminal a live bar per wheel being downloaded (its
+    size) under one for the step (downloading, linking, compiling bytecode); a plain line per finished
+    download and per step either way. Read from the lines uv writes when its output is not a terminal."""
+
+    DOWNLOADING = re.compile(r"Downloading (\S+) \(([0-9.]+)([KMG]?i?B)\)")
+    DOWNLOADED = re.compile(r"Downloaded (\S+)")
+    STEP = re.compile(r"(Resolved|Prepared|Installed|Bytecode compiled) ")
+    NEXT = {
+        "Prepared": "linking",
+        "Installed": "compiling bytecode",
+    }  # from a pylock uv resolves nothing
+    UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+    def __init__(self, console: Console, count: int) -> None:
+        self.console, self.count = console, count
+        self.sizes: dict[str, tuple[int, str]] = {}
+
+    def run(self, command: list[str]) -> tuple[int, str]:
+        """(uv's exit status, all it wrote), its progress shown as it goes."""
+        import subprocess
+
+        output = []
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
+        with (
+            Progress(*columns, console=self.console, transient=True) as progress,
+            popen_tied(
+                command,
+                env=locking_environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            ) as proc,
+        ):
+            step = progress.add_task(f"uv: {self.count} pip packages: downloading", total=None)
+            tasks: dict[str, TaskID] = {}
+            try:
+                assert proc.stdout is not None  # stdout=PIPE
+                for line in proc.stdout:
+                    output.append(line)
+                    self.feed(line.strip(), progress, step, tasks)
+                return proc.wait(), "".join(output)
+            except BaseException:
+                kill_group(proc)
+                raise
+
+    def feed(self, line: str, progress: Progress, step: TaskID, tasks: dict[str, TaskID]) -> None:
+        if found := self.DOWNLOADING.fullmatch(line):
+            name, size = found[1], int(float(found[2]) * self.UNITS.get(found[3], 1))
+            self.sizes[name] = (size, f"{found[2]} {found[3]}")
+            tasks[name] = progress.add_task(f"  {name}", total=size)
+        elif (found := self.DOWNLOADED.fullmatch(line)) and found[1] in tasks:
+            progress.remove_task(tasks.pop(found[1]))
+            self.console.print(f"  downloaded {found[1]} ({self.sizes[found[1]][1]})")
+        elif found := self.STEP.match(line):
+            self.console.print(f"uv: {line}")
+            if found[1] in self.NEXT:
+                progress.update(
+                    step, description=f"uv: {self.count} pip packages: {self.NEXT[found[1]]}"
+                )
 
 
 def checked_metadata(
-    packages: list[LockedPackage], files: list[Path], lock_file: Path, closure: Closure | None
+    packages: list[LockedPackage], staging: Path, lock_file: Path, closure: Closure | None
 ) -> None:
-    """One-line ToolkitError naming the lock and the entry unless each wheel's METADATA names the entry's package
-    and version and, with a closure, the lock holds every dependency the wheels declare: before uv runs."""
+    """One-line ToolkitError naming the lock and the entry unless what was installed for each entry (its .dist-info's
+    METADATA) names the entry's package and version and, with a closure, the lock holds every dependency the wheels
+    declare: before the environment is swapped in."""
+    [site, *_] = sorted(staging.glob("lib/python*/site-packages")) or [staging]
+    installed = installed_metadata(site, [p.name for p in packages])
     found = []
-    for package, path in zip(packages, files):
-        metadata = wheel_metadata(path)
+    for package in packages:
+        metadata = installed.get(canonicalize_name(package.name))
+        if metadata is None:
+            raise ToolkitError(
+                f"{display_path(lock_file)}: {package.name} {brief(package.version)} "
+                f"({brief(package.filename, 160)}): its wheel installed no {package.name} (the entry was "
+                f"edited: {relock_hint(lock_file)}; nothing was installed)"
+            )
         check_wheel_identity(package, metadata.name, metadata.version, "METADATA", lock_file)
         found.append((package, metadata))
     problem = closure and closure_problem(found, closure)
@@ -664,46 +738,50 @@ def checked_metadata(
         )
 
 
-@dataclass(frozen=True)
-class WheelPin:
-    """A lock's wheel as the download cache fetches it: its file named as the wheel is (a URL may quote the
-    `+` of a local version, torch-2.9.1%2Bcu130-...), which uv reads its tags and version from."""
+UV_MISMATCH = re.compile(
+    r"Wheel (version|package name) does not match filename \(([^ ]+) != ([^ )]+)\)"
+)
 
-    url: str
-    filename: str
-    sha256: str
-    name: str
-    version: str
 
-    @classmethod
-    def of(cls, package: LockedPackage) -> WheelPin:
-        from urllib.parse import unquote
-
-        return cls(
-            package.url, unquote(package.filename), package.sha256, package.name, package.version
-        )
+def _uv_identity(packages: list[LockedPackage], output: str, lock_file: Path) -> None:
+    """uv refuses a wheel whose METADATA is another version or package than its file name (which the lock's check
+    held to the entry: lockfile.check_wheel_name): the same edited entry the toolkit's METADATA check refuses, so
+    the same one line (check_wheel_identity), naming the entry."""
+    found = UV_MISMATCH.search(output)
+    if not found:
+        return
+    field, values = found[1], (found[2], found[3])
+    for package in packages:
+        if package.filename not in output:
+            continue
+        ours = package.version if field == "version" else package.name
+        other = next((v for v in values if v != ours), values[0])
+        name, version = (package.name, other) if field == "version" else (other, package.version)
+        check_wheel_identity(package, name, version, "METADATA", lock_file)
 
 
 def _uv_problem(packages: list[LockedPackage], output: str) -> str:
-    """uv's refusal on one line: a wheel whose bytes are not the locked ones (uv says so by its hash, or by a
-    bad CRC when it unzips while downloading, before the hash is complete) or that failed otherwise, by name and
-    version; else uv's error and its last cause."""
+    """uv's refusal on one line: a wheel whose bytes are not the locked ones (uv says so by its hash, with the
+    sha256 it computed, or by a bad CRC when it unzips while downloading, before the hash is complete) or that
+    failed otherwise, by name and version; else uv's error and its last cause."""
     lines = [" ".join(line.split()) for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("error:").strip() for line in lines if line.startswith("error:")]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
     reason = causes[-1] if causes else errors[0] if errors else lines[-1] if lines else "no output"
+    computed = re.search(r"Computed:\s+sha256:([0-9a-f]{64})", output)
     for package in packages:
-        if f"`{package.name} @ {package.url}`" not in output:
+        named = (f"`{package.name}=={package.version}`", f"`{package.name} @ {package.url}`")
+        if not any(form in output for form in named):
             continue
-        if "Hash mismatch for" in output or "Bad CRC" in output:
-            seen = "" if "Hash mismatch for" in output else f" ({reason})"
+        if computed or "Bad CRC" in output:
+            seen = f"has sha256 {computed[1]}" if computed else f"is not the file locked ({reason})"
             return (
-                f"{package.name} {package.version}: hash mismatch for {package.url}{seen} (the wheel was changed "
-                f"or the index serves another file)"
+                f"{package.name} {package.version}: sha256 mismatch: {package.url} {seen}, the lock pins "
+                f"{package.sha256} (the wheel was changed or the index serves another file)"
             )
         return f"{package.name} {package.version}: cannot install {package.url} ({reason})"
     found = [*errors[:1], *causes[-1:]]
-    return ": ".join(found) if found else (lines[-1] if lines else "no output")
+    return "pip layer: " + (": ".join(found) if found else (lines[-1] if lines else "no output"))
 
 
 def relocate_scripts(staging: Path, prefix: Path) -> None:

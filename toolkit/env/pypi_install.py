@@ -119,7 +119,7 @@ class VenvBuild:
         """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs.
 
         python's own venv module makes it (its activate scripts, whose quoting relocate keeps), without pip:
-        ensurepip takes seconds, so pip is installed by uv with the wheels, from the wheel the python itself
+        ensurepip takes seconds, so pip is installed by uv before the wheels, from the wheel the python itself
         bundles for ensurepip (hashed here), unless the lock pins one."""
         check_venv_prefix(prefix)
         seed = () if any(p.name == "pip" for p in self.packages) else bundled_pip(self.python)
@@ -142,7 +142,7 @@ class VenvBuild:
                 f"checked against its RECORD): {', '.join(f'{s.name} {s.version}' for s in self.stand_ins)}"
             )
         install_pip_layer(
-            [*self.packages, *seed], staging, prefix, console, self.lock_file, self.closure()
+            list(self.packages), staging, prefix, console, self.lock_file, self.closure(), seed
         )
         home = site_packages(staging, self.version) / self.cuda_home
         if not (home / "bin" / "nvcc").is_file():

@@ -80,14 +80,51 @@ def wheel_metadata(source: Path | IO[bytes], where: str | None = None) -> WheelM
             f"{where}: {found[0]} is larger than {MAX_METADATA_BYTES >> 20} MB (not a wheel's "
             f"METADATA; re-lock from a trusted index)"
         )
+    return _parsed(data, f"{where}: {found[0]}")
+
+
+def installed_metadata(site: Path, names: list[str]) -> dict[str, WheelMetadata]:
+    """The METADATA of what an installer put in `site` for each of `names`, by canonical name: its
+    <name>-<version>.dist-info (the wheel's own METADATA, copied as it is), read at most MAX_METADATA_BYTES.
+    A name with no such folder is left out; one with several (two versions at once) is refused."""
+    from packaging.utils import canonicalize_name
+
+    from toolkit.base.bounded_read import Unreadable, regular_file_bytes
+
+    wanted = {str(canonicalize_name(name)) for name in names}
+    folders: dict[str, list[Path]] = {}
+    for folder in site.glob("*.dist-info"):
+        named = str(canonicalize_name(folder.name.removesuffix(".dist-info").rpartition("-")[0]))
+        if named in wanted:
+            folders.setdefault(named, []).append(folder)
+    found: dict[str, WheelMetadata] = {}
+    for name, paths in sorted(folders.items()):
+        if len(paths) != 1:
+            raise ToolkitError(
+                f"{display_path(site)}: {len(paths)} .dist-info folders of {name} "
+                f"({', '.join(sorted(p.name for p in paths))}); nothing was installed (report it)"
+            )
+        metadata = paths[0] / "METADATA"
+        try:
+            data = regular_file_bytes(metadata, MAX_METADATA_BYTES)
+        except Unreadable as exc:
+            raise ToolkitError(
+                f"{display_path(metadata)}: {exc.reason(MAX_METADATA_BYTES)} (not a wheel's METADATA; "
+                f"re-lock from a trusted index)"
+            ) from None
+        found[name] = _parsed(data, display_path(metadata))
+    return found
+
+
+def _parsed(data: bytes, where: str) -> WheelMetadata:
+    """A METADATA file's Name, Version and Requires-Dist; `where` names it in the one-line refusal."""
     message = email.parser.Parser().parsestr(
         data.decode("utf-8", errors="replace"), headersonly=True
     )
     name, version = message.get("Name"), message.get("Version")
     if not name or not version:
         raise ToolkitError(
-            f"{where}: {found[0]} lacks a Name or Version (not a wheel's METADATA; re-lock from a "
-            f"trusted index)"
+            f"{where} lacks a Name or Version (not a wheel's METADATA; re-lock from a trusted index)"
         )
     return WheelMetadata(
         str(name).strip(),
