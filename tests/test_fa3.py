@@ -309,7 +309,8 @@ def test_the_cuda_13_2_line_passes_the_check_after_its_compile():
     done = subprocess.run([sys.executable, "-m", "toolkit", "check", "py-cu132-fa3"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [line for line in done.stdout.splitlines() if ": patch: " not in line] == ["1 spec checked: no problems"]
+    # no FA2 in the line, so no note of FA2's cxx20 patch (torch 2.15 would get it where FA2 is built)
+    assert done.stdout.splitlines() == ["1 spec checked: no problems"]
 
 
 def test_the_example_line_passes_toolkit_check():
