@@ -52,14 +52,6 @@ def wheel_entries(
     return modules, entries
 
 
-def wheel_archs(
-    wheel: Path, scratch: Path, search_path: str | None = None
-) -> tuple[list[str], dict[str, list[str]]]:
-    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
-    modules, entries = wheel_entries(wheel, scratch, search_path)
-    return modules, _cubins(entries)
-
-
 def _cubins(entries: dict[str, list[FatbinEntry]]) -> dict[str, list[str]]:
     return {
         name: sorted({e.arch for e in found if e.kind == "elf"}) for name, found in entries.items()
@@ -75,7 +67,7 @@ def verify_wheel(
     search_path: str | None = None,
 ) -> CheckedWheel:
     """The wheel's version carries the local tag and its .so files hold a cubin for every declared arch
-    (refused, naming the missing ones); cubins or PTX beyond them are said by the coverage's note."""
+    (refused, naming the missing ones); cubins or PTX beyond them are said by the coverage's summary."""
     version = wheel_version(wheel)
     if not version.endswith("+" + local):
         raise ToolkitError(
