@@ -1,13 +1,19 @@
 """tests/test_pypi_install.py's real flash-attn kernel compile, with py-cu132-fa3's venv (nvcc 13.2.86, torch 2.15.0
 headers) instead of py-cu130's: flash_fwd_hdim32_fp16_sm80.cu for sm_80, sm_100, sm_120, then the arch check."""
-import os, subprocess, sys, time
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+
 sys.path.insert(0, "/work/wt/fa3cu132")
 sys.path.insert(0, "/work/wt/fa3cu132/tests")
-from test_pypi_install import FA_NVCC_FLAGS, BLACKWELL_LINE_ARCHS
+from test_pypi_install import BLACKWELL_LINE_ARCHS, FA_NVCC_FLAGS
 from test_replica import _torch_include_flags
+
 from toolkit.knowledge.archs import ArchCoverage, compiled_entries, cubin_archs
 from toolkit.machine.line_env import include_environment
+
 prefix = Path("/work/wt/fa3cu132/.envs/py-cu132-fa3")
 site = prefix / "lib/python3.11/site-packages"
 home = site / "nvidia/cu13"
