@@ -44,10 +44,17 @@ from toolkit.build.fa2 import fetch_sdist, setup_py_archs
 from toolkit.build.ninja_shim import ManifestPlan, install_ninja_shim, prepared_manifest
 from toolkit.build.record import BuildRecord, ObjectTime
 from toolkit.build.timing import efficiency
+from toolkit.build.wheel_check import verify_wheel
 from toolkit.build.wheelhouse import find_cached
 from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import files as knowledge_files
-from toolkit.knowledge.archs import FatbinEntry, cubin_archs, cuobjdump_archs, fatbin_entries
+from toolkit.knowledge.archs import (
+    FatbinEntry,
+    cubin_archs,
+    cuobjdump_archs,
+    cuobjdump_entries,
+    fatbin_entries,
+)
 from toolkit.knowledge.files import KNOWLEDGE_DIR
 from toolkit.knowledge.object_costs import load_object_costs
 from toolkit.machine.fingerprint import Gpu, from_dict
@@ -129,6 +136,55 @@ def test_build_compiles_exactly_the_requested_archs(project, tmp_path):
     spec = checked_spec(project.root / "envs" / "fixture.yaml")
     assert cubin_archs(library) == set(spec.archs)
     assert record_of(project)["outputs"]["archs_compiled"] == {so: sorted(spec.archs)}
+
+
+def cuobjdump_listing(library: Path) -> tuple[set[str], set[str]]:
+    """(cubin archs, PTX archs) as NVIDIA's `cuobjdump --list-elf --list-ptx` names them: the test's own reading,
+    independent of toolkit/knowledge/archs.py (its names drop a family suffix, none is asked for here)."""
+    listed = subprocess.run([tool_on_path("cuobjdump"), "--list-elf", "--list-ptx", str(library)],
+                            capture_output=True, text=True, check=True).stdout
+    return (set(re.findall(r"^ELF file +\d+: .*\.sm_(\w+)\.cubin$", listed, re.M)),
+            set(re.findall(r"^PTX file +\d+: .*\.sm_(\w+)\.ptx$", listed, re.M)))
+
+
+def test_a_blackwell_build_holds_exactly_its_declared_archs_and_says_what_else(project, tmp_path):
+    """issue 34: the fixture built for a Blackwell line's archs (80, 90, 100, 120, py-cu132's) with the real nvcc,
+    plus a PTX target the line does not declare (through FA_FIXTURE_NVCC_FLAGS): the build prints that the
+    wheel holds the declared cubins and names the PTX as an extra; cuobjdump lists exactly those."""
+    sdist = project.root / "sdist" / record_of(project)["sdist"]["filename"]
+    cache = tmp_path / "cache"
+    pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
+    pinned.parent.mkdir(parents=True)
+    pinned.write_bytes(sdist.read_bytes())
+    built = toolkit(project.root, "build", "fixture", "--arch", "80,90,100,120", "--no-install",
+                    "--wheelhouse", str(tmp_path / "wh"), cache=cache,
+                    extra_env={"FA_FIXTURE_NVCC_FLAGS": "-gencode arch=compute_120,code=compute_120"})
+    assert built.returncode == 0, built.stderr + built.stdout
+    assert ("device code: sm_80, sm_90, sm_100, sm_120 as declared; also PTX compute_120 (the driver "
+            "JIT-compiles it for newer GPUs)") in built.stderr
+    (wheel,) = (tmp_path / "wh" / "fixture").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (so,) = [n for n in zf.namelist() if n.endswith(".so")]
+        library = Path(zf.extract(so, tmp_path / "so"))
+    assert cuobjdump_listing(library) == ({"80", "90", "100", "120"}, {"120"})
+
+
+def test_a_wheel_without_a_declared_arch_is_refused_in_one_line(project, tmp_path):
+    """The shared build's wheel (sm_80 and sm_90, as cuobjdump lists them) checked against a line that also
+    declares 120: refused, naming sm_120 alone; against a line declaring 80 only: sm_90 is said, not refused."""
+    (wheel,) = project.line_dir.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (so,) = [n for n in zf.namelist() if n.endswith(".so")]
+        assert cuobjdump_listing(Path(zf.extract(so, tmp_path / "listed"))) == ({"80", "90"}, set())
+    local = LOCAL_TAG.lstrip("+")
+    with pytest.raises(ToolkitError) as refused:
+        verify_wheel(wheel, ("80", "90", "120"), local, tmp_path / "a", tmp_path / "build.log")
+    assert str(refused.value).startswith(f"{wheel.name}: no sm_120 code in {so} (declared 80, 90, 120;")
+    assert "\n" not in str(refused.value)
+    checked = verify_wheel(wheel, ("80",), local, tmp_path / "b", tmp_path / "build.log")
+    assert checked.coverage.missing == [] and checked.coverage.extra == ["90"]
+    assert checked.coverage.summary() == "sm_80 as declared; also sm_90 (not declared)"
+    assert checked.so_archs == {so: ["80", "90"]}
 
 
 def test_modules_read_the_sdist_pin_from_a_record_the_real_build_wrote(project):
@@ -572,6 +628,20 @@ def test_cuobjdump_and_the_fatbin_reader_agree(tmp_path):
     it: both readers must name the same cubins."""
     tool_on_path("cuobjdump")
     assert cuobjdump_archs(compiled_for_every_target(tmp_path)) == cubin_archs(tmp_path / "k.o") == {"80", "90a", "100f"}
+
+
+@pytest.mark.nvcc
+def test_the_toolchains_own_cuobjdump_is_asked_first_and_reads_ptx_too(tmp_path, monkeypatch):
+    """The build passes its line's PATH (the toolchain's bin first): a cuobjdump there answers though the
+    user's PATH has none, with the PTX entries as well as the cubins, as nvcc was asked for them."""
+    toolchain_bin = tmp_path / "toolchain" / "bin"
+    toolchain_bin.mkdir(parents=True)
+    shutil.copy2(tool_on_path("cuobjdump"), toolchain_bin / "cuobjdump")  # NVIDIA's binary, moved
+    obj = compiled_for_every_target(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert cuobjdump_entries(obj) is None
+    asked = sorted(FatbinEntry(kind, arch) for kind, arch in GENCODE_TARGETS)
+    assert cuobjdump_entries(obj, str(toolchain_bin)) == asked == fatbin_entries(obj)
 
 
 def test_fatbin_reader_refuses_a_non_elf_file(tmp_path):

@@ -31,6 +31,7 @@ from toolkit.cli import main
 from toolkit.doctor.command import Facts, Row, conda_build, evaluate, gpu_runs
 from toolkit.doctor.facts import LineFacts, gather_line, read_report
 from toolkit.env.lockfile import KEY_DIGEST, LockedPackage, lock_digest
+from toolkit.knowledge.files import KNOWLEDGE_DIR
 from toolkit.machine.checks import SPEC_FACTS
 from toolkit.machine.fingerprint import TorchInfo
 from toolkit.machine.preflight import (
@@ -372,6 +373,23 @@ def test_a_line_that_cannot_target_the_gpu(workdir, capsys):
     assert archs["status"] == "fail" and archs["value"] == "archs 80 90 leave out GPU 0 (sm_120)"
     assert archs["fix"] == (f"add '120' to archs in {ENVS / 'cu126.yaml'} "
                             f"(nvcc 12.6 cannot emit sm_120: use a CUDA 12.8+ line)")
+
+
+def test_a_lines_archs_no_gpu_here_has_run_are_said(workdir, capsys):
+    """issue 34: py-cu132 declares 80 90 100 120; this project's GPUs (gpus.yaml `ran`, read here with yaml) ran
+    only some of them, and the doctor names the others as checked in the wheel, never run, rather than implying
+    they were verified."""
+    ran = yaml.safe_load((KNOWLEDGE_DIR / "gpus.yaml").read_text())["ran"]
+    declared = yaml.safe_load((ENVS / "py-cu132.yaml").read_text())["archs"]
+    unrun = [a for a in declared if a not in ran]
+    assert unrun == ["80", "100", "120"]  # the lent H200 and H100 are sm_90
+    _, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json", "py-cu132")
+    said = row(report, "line-archs-unrun")
+    assert said["status"] == "info"
+    assert said["value"].startswith(f"sm_{', sm_'.join(unrun)}: the build checks that the wheel holds their cubins; "
+                                    f"no GPU of these archs has run them here")
+    _, report = replay(capsys, RECORDED / "wheel-without-gpu-arch.json", "gpu-machine")
+    assert [r for r in report["rows"] if r["check"] == "line-archs-unrun"] == []  # sm_90 only: ran
 
 
 def test_no_nvcc(workdir, capsys):

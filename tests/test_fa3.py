@@ -286,18 +286,32 @@ def fa3_section(profile: str, commit: str = PINNED) -> str:
     (fa3_section("hopper-full", "a" * 40), ":2: flash_attn_3.commit: FlashAttention-3 commit aaa"),
     (fa3_section("hopper-full", "c75d019"), ":2: flash_attn_3.commit: 'c75d019' is not a git commit"),
     ('archs: ["80"]\n' + fa3_section("hopper-training"), ":2: archs: FlashAttention-3 runs on sm_90a only"),
-    ('torch: {version: "2.13.0+cu130"}\ntoolchain: {torch: "2.13.0+cu130"}\n' + fa3_section("hopper-training"),
-     ":2: torch.version: FlashAttention-3 at c75d019dea9d is known to build its stable-ABI wheel for torch >=2.9,<2.12"),
+    # below the stable-ABI floor (the range's top is 2.15, built: docs/results/2026-12-05-fa3-cu132/)
+    ('extends: cu128\ntorch: {version: "2.8.0"}\n' + fa3_section("hopper-training"),
+     ":2: torch.version: FlashAttention-3 at c75d019dea9d is known to build its stable-ABI wheel for torch >=2.9,<2.16"),
 ])
 def test_toolkit_check_refuses_a_line_fa3_cannot_build_in_one_line(tmp_path, body, problem):
     envs = tmp_path / "envs"
     shutil.copytree(ROOT / "envs", envs)
-    (envs / "t.yaml").write_text(f"extends: gpu-machine\n{body}\n")
+    (envs / "t.yaml").write_text(body + "\n" if body.startswith("extends:") else f"extends: gpu-machine\n{body}\n")
     done = subprocess.run([sys.executable, "-m", "toolkit", "check", "--envs", str(envs), "t"], cwd=tmp_path,
                           capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if ": patch: " not in line]  # FA2's patch notes
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("envs/t.yaml"), done.stdout
     assert problem in lines[0] and "(" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_the_cuda_13_2_line_passes_the_check_after_its_compile():
+    """issue 34: FA3 on CUDA 13.2 was decided by a compile (docs/results/2026-12-05-fa3-cu132/: ptxas 13.2.86 built
+    the pinned kernels, the hdim128-bf16-fwd wheel built against torch 2.15.0), so py-cu132-fa3 (CUDA 13.2, torch
+    2.15.0 from its parent py-cu132, read here with yaml) passes `toolkit check`; the torch range stopped at 2.11."""
+    parent = yaml.safe_load((ROOT / "envs" / "py-cu132.yaml").read_text())
+    assert (parent["cuda"], parent["torch"]["version"]) == ("13.2", "2.15.0")
+    done = subprocess.run([sys.executable, "-m", "toolkit", "check", "py-cu132-fa3"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # no FA2 in the line, so no note of FA2's cxx20 patch (torch 2.15 would get it where FA2 is built)
+    assert done.stdout.splitlines() == ["1 spec checked: no problems"]
 
 
 def test_the_example_line_passes_toolkit_check():

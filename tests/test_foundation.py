@@ -436,6 +436,9 @@ def test_matrix_json(monkeypatch, capsys):
     assert by_line["cu126"]["torch_experimental"] is False
     assert set(rows[0]) >= {"line", "cuda", "python", "torch", "gcc", "flash_attn", "archs", "driver_floor",
                             "toolchain"}
+    # issue 34: archs no GPU of this project has run (gpus.yaml `ran`: sm_90 only) are said, per line
+    assert by_line["py-cu132"]["never_ran"] == ["80", "100", "120"]
+    assert by_line["gpu-machine"]["never_ran"] == []
 
 
 def test_matrix_table(monkeypatch, capsys):

@@ -312,7 +312,9 @@ def test_matrix_says_which_lines_are_current_and_which_patches_they_get(monkeypa
     monkeypatch.chdir(ROOT)
     assert main(["matrix", "show", "--json"]) == 0
     rows = {r["line"]: r for r in json.loads(capsys.readouterr().out)}
-    assert {line for line, r in rows.items() if r["status"] == "current"} == {"cu130", "cu132", "py-cu130", "py-cu132"}
+    assert {line for line, r in rows.items() if r["status"] == "current"} == {"cu130", "cu132", "py-cu130", "py-cu132",
+                                                                             "py-cu132-fa3"}
+    assert rows["py-cu132-fa3"]["patches"] == []  # FA3 instead of FA2: FA2's patch is not applied
     assert rows["cu132"]["patches"] == rows["cu130"]["patches"] == ["flash-attn-2.8.3-cxx20.patch"]
     assert rows["py-cu132"]["patches"] == rows["py-cu130"]["patches"] == ["flash-attn-2.8.3-cxx20.patch"]  # torch >= 2.13
     assert rows["cu124"]["status"] == "old stack"

@@ -32,7 +32,7 @@ from packaging.version import Version
 
 from toolkit.env.install_record import PrefixRecord
 from toolkit.env.lockfile import read_lock
-from toolkit.knowledge.archs import cubin_archs
+from toolkit.knowledge.archs import ArchCoverage, compiled_entries, cubin_archs
 from toolkit.machine.line_env import include_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,14 +184,24 @@ def test_flash_api_cpp_compiles_against_the_locked_torch_and_cuda_headers(flash_
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+BLACKWELL_LINE_ARCHS = ("80", "100", "120")  # py-cu130's archs but 90 (compiled by the fixture build and on the H200)
+
+
 def test_a_flash_attn_kernel_compiles_with_the_locked_nvcc(flash_attn_compile, tmp_path):
-    """One real kernel of the pinned sdist (the forward pass, head dim 32, fp16) for sm_80, with flash-attn's
-    nvcc flags, the locked nvcc 13.0.88 and the machine's gcc: an object with sm_80 code (a few minutes)."""
+    """One real kernel of the pinned sdist (the forward pass, head dim 32, fp16) for sm_80 and Blackwell's sm_100
+    and sm_120, with flash-attn's nvcc flags as its setup.py gives them (-gencode arch=compute_N,code=sm_N) and
+    the cxx20 patch's -std=c++20, the locked nvcc 13.0.88 and the machine's gcc (a few minutes per arch). The
+    build's arch check (ArchCoverage) finds exactly those cubins and nothing else in this real object, as
+    NVIDIA's cuobjdump lists them where it is on PATH."""
     src, home, flags, env = flash_attn_compile
     kernel = f"{src}/csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"
+    gencode = [arg for arch in BLACKWELL_LINE_ARCHS for arg in ("-gencode", f"arch=compute_{arch},code=sm_{arch}")]
     started = time.monotonic()
-    done = subprocess.run([str(home / "bin" / "nvcc"), "-c", *FA_NVCC_FLAGS, "-gencode", "arch=compute_80,code=sm_80",
+    done = subprocess.run([str(home / "bin" / "nvcc"), "-c", *FA_NVCC_FLAGS, *gencode,
                            *flags, kernel, "-o", str(tmp_path / "k.o")], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    print(f"\nflash_fwd_hdim32_fp16_sm80.cu: {time.monotonic() - started:.0f} s")
-    assert cubin_archs(tmp_path / "k.o") == {"80"}
+    print(f"\nflash_fwd_hdim32_fp16_sm80.cu for sm_{', sm_'.join(BLACKWELL_LINE_ARCHS)}: "
+          f"{time.monotonic() - started:.0f} s")
+    coverage = ArchCoverage.of(BLACKWELL_LINE_ARCHS, compiled_entries(tmp_path / "k.o"))
+    assert (coverage.missing, coverage.extra, coverage.ptx) == ([], [], ())
+    assert cubin_archs(tmp_path / "k.o") == set(BLACKWELL_LINE_ARCHS)

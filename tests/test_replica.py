@@ -47,7 +47,7 @@ from fixtures.fa_fixture_project import (
 from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
-from toolkit.build.wheel_check import wheel_archs
+from toolkit.build.wheel_check import wheel_entries
 from toolkit.env.engine import rattler_solve
 from toolkit.env.lock import conda_request
 from toolkit.env.lockfile import LockedSdist
@@ -565,7 +565,7 @@ def test_pip_wheel_in_the_conda_activated_env_compiles_flash_api_cpp(probe_proje
     assert f"{prefix}/bin/{TRIPLET}-c++ " in compile_line, output[-3000:]  # the activation's CXX
     assert f"-I{prefix}/{TRIPLE_INCLUDE}" in compile_line.split()  # from the activation's CPPFLAGS, not from torch
     wheel = next((tmp_path / "dist").glob("fa_api_probe-2.8.3.post2-*.whl"))
-    assert {arch for found in wheel_archs(wheel, tmp_path / "so")[1].values() for arch in found} == {"90"}
+    assert {e.arch for found in wheel_entries(wheel, tmp_path / "so")[1].values() for e in found if e.kind == "elf"} == {"90"}
 
 
 @pytest.mark.image_cuda

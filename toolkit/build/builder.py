@@ -814,13 +814,16 @@ def step_compile(run: BuildRun) -> BuildResult | None:
 def step_check(run: BuildRun) -> BuildResult | None:
     """The wheel's local tag and archs, the source's own check, then its install and import."""
     tree = run.tree
-    run.version, run.modules, run.so_archs = verify_wheel(
+    checked = verify_wheel(
         run.built,
         tree.wheel_archs,
         run.inputs["local_version"],
         run.build_dir / "verify",
         run.log_path,
+        run.tc.path_env,  # the toolchain's own cuobjdump first
     )
+    run.version, run.modules, run.so_archs = checked.version, checked.modules, checked.so_archs
+    run.console.print(f"device code: {checked.coverage.summary()}", markup=False)
     if tree.check_wheel:
         tree.check_wheel(run.built)
     if run.options.install:

@@ -1,6 +1,6 @@
 """What `toolkit build` checks of the wheel pip wrote, before it enters the wheelhouse: its version carries
-the line's local tag, its .so files hold code for every requested arch, and it installs and imports in the
-line's environment."""
+the line's local tag, its .so files hold a cubin for every arch the line declares (anything more is said, not
+refused), and it installs and imports in the line's environment."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 import tempfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.base.children import run_tied
@@ -16,7 +17,7 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.build import fa4_hooks
 from toolkit.build.diagnose import explain
-from toolkit.knowledge.archs import compiled_archs, missing_archs
+from toolkit.knowledge.archs import ArchCoverage, FatbinEntry, compiled_entries
 from toolkit.machine.line_env import LineEnvironment
 
 
@@ -27,36 +28,60 @@ def wheel_version(wheel: Path) -> str:
     return match.group(1) if match else ""
 
 
-def wheel_archs(wheel: Path, scratch: Path) -> tuple[list[str], dict[str, list[str]]]:
-    """Top-level extension modules of the wheel, and the archs compiled into each of its .so files."""
-    archs: dict[str, list[str]] = {}
+@dataclass(frozen=True)
+class CheckedWheel:
+    """What verify_wheel read back from a built wheel (the build record's outputs)."""
+
+    version: str  # METADATA's, local tag included
+    modules: list[str]  # top-level extension modules
+    so_archs: dict[str, list[str]]  # each .so -> the sm archs it holds cubins for
+    coverage: ArchCoverage  # all .so files together against the declared archs
+
+
+def wheel_entries(
+    wheel: Path, scratch: Path, search_path: str | None = None
+) -> tuple[list[str], dict[str, list[FatbinEntry]]]:
+    """Top-level extension modules of the wheel, and the fatbin entries of each of its .so files (cuobjdump's
+    reading where `search_path` or PATH has it)."""
+    entries: dict[str, list[FatbinEntry]] = {}
     with zipfile.ZipFile(wheel) as zf:
         libraries = [n for n in zf.namelist() if n.endswith(".so") or ".so." in n]
         for name in libraries:
-            path = Path(zf.extract(name, scratch))
-            archs[name] = sorted(compiled_archs(path))
+            entries[name] = compiled_entries(Path(zf.extract(name, scratch)), search_path)
     modules = [n.split(".")[0] for n in libraries if "/" not in n]
-    return modules, archs
+    return modules, entries
+
+
+def _cubins(entries: dict[str, list[FatbinEntry]]) -> dict[str, list[str]]:
+    return {
+        name: sorted({e.arch for e in found if e.kind == "elf"}) for name, found in entries.items()
+    }
 
 
 def verify_wheel(
-    wheel: Path, archs: tuple[str, ...], local: str, scratch: Path, log_path: Path
-) -> tuple[str, list[str], dict[str, list[str]]]:
-    """The wheel's version carries the local tag and its .so files hold a cubin for every requested arch."""
+    wheel: Path,
+    archs: tuple[str, ...],
+    local: str,
+    scratch: Path,
+    log_path: Path,
+    search_path: str | None = None,
+) -> CheckedWheel:
+    """The wheel's version carries the local tag and its .so files hold a cubin for every declared arch
+    (refused, naming the missing ones); cubins or PTX beyond them are said by the coverage's summary."""
     version = wheel_version(wheel)
     if not version.endswith("+" + local):
         raise ToolkitError(
             f"{wheel.name}: METADATA says version {version}, without +{local} "
             f"(the sdist's setup.py ignored FLASH_ATTN_LOCAL_VERSION)"
         )
-    modules, so_archs = wheel_archs(wheel, scratch)
-    lacking = missing_archs(archs, {a for found in so_archs.values() for a in found})
-    if lacking:
+    modules, entries = wheel_entries(wheel, scratch, search_path)
+    coverage = ArchCoverage.of(archs, [e for found in entries.values() for e in found])
+    if coverage.missing:
         raise ToolkitError(
-            f"{wheel.name}: no sm_{', sm_'.join(lacking)} code in {', '.join(so_archs) or 'any .so'} "
-            f"(nvcc skipped them: check `toolkit explain {display_path(log_path)}`)"
+            f"{wheel.name}: no sm_{', sm_'.join(coverage.missing)} code in {', '.join(entries) or 'any .so'} "
+            f"(declared {', '.join(archs)}; nvcc skipped them: check `toolkit explain {display_path(log_path)}`)"
         )
-    return version, modules, so_archs
+    return CheckedWheel(version, modules, _cubins(entries), coverage)
 
 
 def install_and_import(

@@ -679,6 +679,22 @@ def check_line_archs(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
     )
 
 
+def check_line_archs_unrun(f: Facts, line: LineFacts, spec: EnvSpec) -> Row | None:
+    """Said, not implied: the build proves a cubin per declared arch is in the wheel, only a GPU of that arch
+    proves it runs, and this project has run kernels on few archs (toolkit/knowledge/gpus.yaml `ran`)."""
+    unrun = f.kb.never_ran(spec.archs)
+    if not unrun:
+        return None
+    ran = ", ".join(f"sm_{a} ({'/'.join(gpus)})" for a, gpus in sorted(f.kb.ran_archs.items()))
+    return Row(
+        "line-archs-unrun",
+        "info",
+        f"sm_{', sm_'.join(unrun)}: the build checks that the wheel holds their cubins; no GPU of these archs "
+        f"has run them here (this project's GPUs: {ran})",
+        f"toolkit verify {spec.line} on such a GPU",
+    )
+
+
 def check_lock(f: Facts, line: LineFacts, spec: EnvSpec) -> Row:
     if line.lock_problem:
         return Row(
@@ -1036,6 +1052,7 @@ LINE_CHECKS: tuple[LineCheck, ...] = (
     line_comparisons,
     check_line_driver,
     check_line_archs,
+    check_line_archs_unrun,
     check_lock,
     check_lock_conda,
     check_install_record,
@@ -1053,6 +1070,7 @@ WITHOUT_ENV: frozenset[Callable[..., object]] = frozenset(
         check_env,
         check_line_driver,
         check_line_archs,
+        check_line_archs_unrun,
         check_lock,
         check_recommendation,
     }

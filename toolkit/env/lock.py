@@ -67,6 +67,7 @@ from toolkit.env.lockfile import (
     relock_hint,
     stale_reason,
 )
+from toolkit.env.wheels import target_markers
 from toolkit.knowledge import files as knowledge_files
 from toolkit.knowledge.facts import load_knowledge
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
@@ -146,7 +147,7 @@ class PipTarget:
         return f"{self.machine}-manylinux_{self.glibc.replace('.', '_')}"
 
     def markers(self) -> dict[str, str]:
-        return pypi_lock.target_markers(self.platform, self.python)
+        return target_markers(self.platform, self.python)
 
 
 def check_index_reachable(index_url: str, spec_file: str) -> None:

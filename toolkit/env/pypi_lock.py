@@ -27,6 +27,7 @@ else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency t
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
+from toolkit.env.wheels import MACHINES, target_markers
 from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
 
@@ -39,7 +40,6 @@ METADATA_WORKERS = (
     16  # wheels whose METADATA is read side by side: a few requests each, latency is their cost
 )
 RANGE_BYTES = 256 << 10  # read from a remote wheel per request
-MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a lock's exclude-newer time
 
 
@@ -216,23 +216,6 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
         *tags.cpython_tags(version, platforms=platforms),
         *tags.compatible_tags(version, platforms=platforms),
     ]
-
-
-def target_markers(platform: str, python: str) -> dict[str, str]:
-    """The PEP 508 marker environment of a line's target: CPython `python` (X.Y or X.Y.Z) on Linux `platform`.
-    `extra` is empty: a caller evaluating a requirement of an extra sets it."""
-    full = python if python.count(".") == 2 else f"{python}.0"
-    return {
-        "python_version": ".".join(python.split(".")[:2]),
-        "python_full_version": full,
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": MACHINES[platform],
-        "os_name": "posix",
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-        "extra": "",
-    }
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,26 @@ def _parsed(data: bytes, where: str) -> WheelMetadata:
     )
 
 
+MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}  # conda platform -> platform_machine
+
+
+def target_markers(platform: str, python: str) -> dict[str, str]:
+    """The PEP 508 marker environment of a line's target: CPython `python` (X.Y or X.Y.Z) on Linux `platform`.
+    `extra` is empty: a caller evaluating a requirement of an extra sets it."""
+    full = python if python.count(".") == 2 else f"{python}.0"
+    return {
+        "python_version": ".".join(python.split(".")[:2]),
+        "python_full_version": full,
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": MACHINES[platform],
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
+
+
 def closure_problem(
     wheels: list[tuple[LockedPackage, WheelMetadata]], closure: Closure
 ) -> str | None:
@@ -141,8 +161,6 @@ def closure_problem(
     for that extra (torch's cuda-toolkit[cublas,...])."""
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
-
-    from toolkit.env.pypi_lock import target_markers
 
     environment = target_markers(closure.platform, closure.python)
     versions = {str(canonicalize_name(p.name)): p.version for p, _ in wheels}

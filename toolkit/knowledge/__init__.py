@@ -5,9 +5,10 @@ readers.
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
 # holds every import across wings to this list and every entry to a use).
 PUBLIC = (
-    "archs.compiled_archs",
+    "archs.ArchCoverage",
+    "archs.FatbinEntry",
+    "archs.compiled_entries",
     "archs.fatbin_entries",
-    "archs.missing_archs",
     "fa3_pins",
     "fa4_pins",
     "fa4_pins.DEFAULT_RELEASE",

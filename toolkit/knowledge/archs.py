@@ -1,8 +1,9 @@
 """Which GPU architectures a CUDA extension (.so / .o) carries, read from its ELF `.nv_fatbin` section.
 
 Why pure Python: checking that a built wheel covers the requested archs must work where there is no
-`cuobjdump` (the CI machines have only nvcc). When `cuobjdump` is on PATH, `cuobjdump_archs` gives the
-same answer from NVIDIA's tool, and the tests compare the two where both exist.
+`cuobjdump` (a toolchain of nvcc alone, as NVIDIA's PyPI wheels make one). Where the line's toolchain or PATH
+has `cuobjdump`, `cuobjdump_entries` gives the answer from NVIDIA's tool instead, and the tests compare the two
+where both exist.
 
 Fatbin container layout (little endian), as laid out by nvcc's `fatbinary` and checked here against
 objects compiled by nvcc 13.0 with several -gencode targets (tests/test_build.py):
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from toolkit.base.children import run_tied
 from toolkit.base.errors import ToolkitError
+from toolkit.knowledge.facts import arch_number
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_NAMES = {1: "ptx", 2: "elf"}
@@ -100,29 +102,74 @@ def cubin_archs(path: Path) -> set[str]:
     return {entry.arch for entry in fatbin_entries(path) if entry.kind == "elf"}
 
 
-def cuobjdump_archs(path: Path) -> set[str] | None:
-    """The same answer from NVIDIA's cuobjdump, when it is installed (None otherwise): the `arch =` line of each
-    `Fatbin elf code:` block. Not `--list-elf`, whose cubin names drop the family suffix (an sm_100f cubin is
-    listed as k.1.sm_100.cubin by cuobjdump 13.2)."""
-    tool = shutil.which("cuobjdump")
+def cuobjdump_entries(path: Path, search_path: str | None = None) -> list[FatbinEntry] | None:
+    """The same entries from NVIDIA's cuobjdump, found on `search_path` (a line's PATH: its toolchain's own
+    first) or PATH; None where there is none or it cannot read the file. The `arch =` line of each
+    `Fatbin elf code:` / `Fatbin ptx code:` block of `-res-usage`, not `--list-elf`, whose cubin names drop the
+    family suffix (an sm_100f cubin is listed as k.1.sm_100.cubin by cuobjdump 13.2)."""
+    tool = shutil.which("cuobjdump", path=search_path)
     if tool is None:
         return None
-    done = run_tied([tool, "-res-usage", str(path)], capture_output=True, text=True)
+    done = run_tied(
+        [tool, "-res-usage", str(path)], capture_output=True, text=True, errors="replace"
+    )
     if done.returncode != 0:
         return None
-    return set(
-        re.findall(r"^Fatbin elf code:\n(?:.*\n)*?arch = sm_(\d+[af]?)$", done.stdout, re.MULTILINE)
+    found = re.findall(
+        r"^Fatbin (elf|ptx) code:\n(?:.*\n)*?arch = sm_(\d+[af]?)$", done.stdout, re.MULTILINE
     )
+    return sorted({FatbinEntry(kind, arch) for kind, arch in found})
 
 
-def compiled_archs(path: Path) -> set[str]:
-    """cuobjdump's answer where it is installed (the GPU machine), else the pure-Python reader's."""
-    from_tool = cuobjdump_archs(path)
-    return (
-        from_tool if from_tool else cubin_archs(path)
-    )  # an empty answer: an output format we do not know
+def cuobjdump_archs(path: Path, search_path: str | None = None) -> set[str] | None:
+    """The cubin archs cuobjdump names (None without cuobjdump)."""
+    entries = cuobjdump_entries(path, search_path)
+    return None if entries is None else {e.arch for e in entries if e.kind == "elf"}
 
 
-def missing_archs(requested: tuple[str, ...], built: set[str]) -> list[str]:
-    """Requested archs with no cubin in the build."""
-    return [arch for arch in requested if arch not in built]
+def compiled_entries(path: Path, search_path: str | None = None) -> list[FatbinEntry]:
+    """cuobjdump's answer where the toolchain or PATH has it (NVIDIA's reading of its own format), else the
+    pure-Python reader's; an empty answer from the tool is an output format we do not know."""
+    from_tool = cuobjdump_entries(path, search_path)
+    return from_tool if from_tool else fatbin_entries(path)
+
+
+@dataclass(frozen=True)
+class ArchCoverage:
+    """A build's device code against the archs it declares: a cubin for each declared arch is required
+    (missing: refused), anything more is said (extra cubins, PTX the driver would JIT) but not refused."""
+
+    declared: tuple[str, ...]
+    cubins: tuple[str, ...]
+    ptx: tuple[str, ...]
+
+    @classmethod
+    def of(cls, declared: tuple[str, ...], entries: list[FatbinEntry]) -> ArchCoverage:
+        def archs(kind: str) -> tuple[str, ...]:
+            return tuple(
+                sorted(
+                    {e.arch for e in entries if e.kind == kind}, key=lambda a: (arch_number(a), a)
+                )
+            )
+
+        return cls(tuple(declared), archs("elf"), archs("ptx"))
+
+    @property
+    def missing(self) -> list[str]:
+        return [arch for arch in self.declared if arch not in self.cubins]
+
+    @property
+    def extra(self) -> list[str]:
+        return [arch for arch in self.cubins if arch not in self.declared]
+
+    def summary(self) -> str:
+        """One line: the declared archs found, then what the build holds beyond them (said, not refused)."""
+        extra = ([f"sm_{', sm_'.join(self.extra)} (not declared)"] if self.extra else []) + (
+            [
+                f"PTX compute_{', compute_'.join(self.ptx)} (the driver JIT-compiles it for newer GPUs)"
+            ]
+            if self.ptx
+            else []
+        )
+        found = f"sm_{', sm_'.join(self.declared)} as declared"
+        return f"{found}; also {'; '.join(extra)}" if extra else f"{found}, nothing else"

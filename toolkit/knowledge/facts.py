@@ -132,6 +132,13 @@ class Knowledge:
     fa_min_arch: int
     nvcc_packaging: dict[str, NvccPackaging]
     pypi: PypiCuda
+    ran_archs: dict[
+        int, tuple[str, ...]
+    ]  # arch number -> the GPUs of this project that ran its kernels
+
+    def never_ran(self, archs: tuple[str, ...]) -> list[str]:
+        """The archs no GPU of this project has run kernels of: their cubins are checked, not run."""
+        return [arch for arch in archs if arch_number(arch) not in self.ran_archs]
 
     def torch_lines(self, cuda: str) -> list[str]:
         """Torch minors with a wheel for this CUDA line, oldest first."""
@@ -155,6 +162,9 @@ def load_knowledge() -> Knowledge:
         fa_min_arch=min_arch,
         nvcc_packaging=knowledge_files.typed("conda_forge_nvcc.yaml", _nvcc_packaging),
         pypi=knowledge_files.typed("pypi_cuda.yaml", _pypi_cuda),
+        ran_archs=knowledge_files.typed(
+            "gpus.yaml", lambda data: {int(a): tuple(f["gpus"]) for a, f in data["ran"].items()}
+        ),
     )
 
 

@@ -52,6 +52,9 @@ class MatrixRow:
     ]  # our patch files the build applies to the sdist (toolkit/knowledge/patches.yaml)
     status: str  # current | old stack
     status_note: str  # why, from the torch release knowledge
+    never_ran: list[
+        str
+    ]  # declared archs whose cubins the build checks but no GPU of this project has run
 
 
 # The table's words for toolchain.kind: where nvcc comes from ("locked" read as "has a lock", which a fresh
@@ -101,6 +104,7 @@ def matrix_row(spec: EnvSpec) -> MatrixRow:
         [p.file.name for p in patches.spec_plan(spec).patches],
         status,
         note,
+        kb.never_ran(spec.archs),
     )
 
 
@@ -365,8 +369,14 @@ def print_table(rows: list[MatrixRow]) -> None:
         )
     console.print(table)
     for r in rows:
-        note = f"{r.line}: {r.status}: {r.status_note}" + (
-            f"; patches {', '.join(r.patches)}" if r.patches else ""
+        note = (
+            f"{r.line}: {r.status}: {r.status_note}"
+            + (f"; patches {', '.join(r.patches)}" if r.patches else "")
+            + (
+                f"; sm_{', sm_'.join(r.never_ran)} checked in its wheel, never run on a GPU here"
+                if r.never_ran
+                else ""
+            )
         )
         print(
             textwrap.fill(

@@ -135,6 +135,9 @@ def plan(package: str, version: str, torch: str) -> Plan:
 
 
 def spec_plan(spec: EnvSpec) -> Plan:
+    """The line's flash-attn 2.x patches; none where the line builds no FA2 (another implementation instead)."""
+    if spec.flash_attn_2_left_out() is not None:
+        return Plan((), ())
     return plan("flash-attn", spec.flash_attn_version, spec.torch_version)
 
 
