@@ -526,9 +526,9 @@ def fa4_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: str | 
 
 def test_a_fa4_lines_runtime_lock_carries_fa4s_pinned_wheels_by_url_and_sha256(tmp_path, monkeypatch, capsys):
     """The line builds no wheel, so no index is named or read: its runtime lock is torch (the build lock's) and
-    FA4's pins, each by the URL PyPI answered (recorded) and the knowledge's sha256; the if_missing
-    typing-extensions pin gives way to the version torch's resolve holds; libs-cu12, which libs-cu13 replaces,
-    is nowhere."""
+    FA4's pins, each by the URL PyPI answered (recorded) and the knowledge's sha256; the if_missing pins the build
+    lock holds (einops, typing-extensions) give way to its files; libs-cu12, which libs-cu13 replaces, is
+    nowhere."""
     with fa4_checkout(tmp_path, monkeypatch, None) as project:
         assert main(["lock", FA4_LINE, "--runtime"]) == 0
         packages = {p["name"]: p for p in project.pylock()["packages"]}
@@ -537,11 +537,14 @@ def test_a_fa4_lines_runtime_lock_carries_fa4s_pinned_wheels_by_url_and_sha256(t
         pins = fa4_pins()
         assert set(packages) == {"torch", "nvidia-cuda-runtime", "nvidia-cublas", *pins}
         assert "nvidia-cutlass-dsl-libs-cu12" not in packages and "flash-attn" not in packages
+        given_way = {name for name, pin in pins.items() if pin.get("if_missing") and name in build}
+        assert given_way == {"einops", "typing-extensions"}  # base.yaml's build requirement; the stand-in torch's
         for name, pin in pins.items():
             (wheel,) = packages[name]["wheels"]
-            if name == "typing-extensions":  # if_missing, and torch requires it: the build lock's file
-                assert pin["if_missing"] and packages[name]["version"] == "4.12.2" != pin["version"]
-                assert wheel["hashes"] == build[name]["wheels"][0]["hashes"]
+            if name in given_way:  # the line's environment has it: the build lock's file, not FA4's pin
+                assert packages[name]["version"] == build[name]["version"] != str(pin["version"])
+                assert (wheel["url"], wheel["hashes"]) == (build[name]["wheels"][0]["url"],
+                                                          build[name]["wheels"][0]["hashes"])
                 continue
             (answer,) = [f for f in project.files(name) if f["filename"] == pin["file"]]
             assert packages[name]["version"] == str(pin["version"])
@@ -582,9 +585,8 @@ def test_toolkit_install_uv_and_pip_install_fa4s_pins_from_the_runtime_pylock(tm
     CUDA wheels are the stand-ins, so nothing imports torch here."""
     import zipfile
 
-    from test_fa4 import PY312
-
     from conftest import missing
+    from test_fa4 import PY312
 
     if not FA4_WHEELS.is_dir():
         missing(f"needs {FA4_WHEELS}: run scripts/fetch_fa4_wheels.sh first", "FA_REQUIRE_FA4_WHEELS")
@@ -593,8 +595,8 @@ def test_toolkit_install_uv_and_pip_install_fa4s_pins_from_the_runtime_pylock(tm
     with serve_directory(FA4_WHEELS) as mirror, fa4_checkout(tmp_path, monkeypatch, mirror) as project:
         assert main(["lock", FA4_LINE, "--runtime"]) == 0
         expected = {p["name"]: p["version"] for p in project.pylock()["packages"]}
-        assert {name: str(pin["version"]) for name, pin in fa4_pins().items() if name != "typing-extensions"}.items() \
-            <= expected.items() and expected["typing-extensions"] == "4.12.2"
+        assert {name: str(pin["version"]) for name, pin in fa4_pins().items() if not pin.get("if_missing")}.items() \
+            <= expected.items()
         with zipfile.ZipFile(FA4_WHEELS / fa4_pins()["flash-attn-4"]["file"]) as wheel:
             interface = wheel.read("flash_attn/cute/interface.py")
 
@@ -646,3 +648,54 @@ def test_a_missing_stale_or_edited_fa4_lock_is_refused_in_one_line(tmp_path, mon
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line == says
         assert not list((project.root / "locks").glob("*runtime*"))
+
+
+def test_a_conda_fa4_lines_runtime_lock_carries_the_same_fa4_files_as_its_build_lock(
+        tmp_path, monkeypatch, replica_records_channel):
+    """A conda line (python 3.12 from conda-forge's records, FA4 instead of FA2, so no wheel and no index): its build
+    lock's pip layer holds FA4's pins (`toolkit lock`), its runtime lock the conda layer less build-only packages
+    and a pip layer of torch's closure, the build lock's einops (an if_missing pin the build lock holds) and the FA4
+    lock's pins: each the build lock's own file. PyPI's answers are the recorded ones (no network in tests)."""
+    from toolkit.base.workspace import Workspace
+    from toolkit.env import fa4_lock
+    from toolkit.spec.envspec import load_spec
+
+    monkeypatch.setattr(fa4_lock, "pypi_files", recorded_pypi())
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    shutil.copy(ROOT / "envs" / "base.yaml", root / "envs")
+    monkeypatch.chdir(root)
+    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
+                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
+        monkeypatch.setenv(key, str(value))
+    dist = tmp_path / "stand-in" / "dist"
+    files = [make_wheel(dist, "torch", "2.14.1", ("filelock",)), make_sdist(dist, "flash-attn", "2.8.3.post2"),
+             *(make_wheel(dist, name, "1.0") for name in ("filelock", "packaging", "psutil", "einops", "setuptools",
+                                                          "wheel"))]
+    build_simple_index(tmp_path / "stand-in", files)
+    line = "cu130-fa4"
+    with serve_directory(tmp_path / "stand-in") as pypi:
+        spec = root / "envs" / f"{line}.yaml"
+        spec.write_text(CONDA_SPEC.format(channel=replica_records_channel.as_uri(), index=pypi)
+                        .replace('python: "3.11"', 'python: "3.12"')
+                        + 'flash_attn_4: {version: "4.0.0b40", with_flash_attn_2: false}\n')
+        assert main(["lock", line, "--engine", "rattler", "--pypi", f"{pypi}/simple"]) == 0
+        fa4 = fa4_lock.write_fa4_lock(load_spec(spec), recorded_pypi(), Workspace())
+        assert main(["lock", line, "--runtime"]) == 0
+    build = yaml.safe_load((root / "locks" / f"{line}.conda-lock.yml").read_text())["package"]
+    runtime_lock = root / "locks" / f"{line}.runtime.conda-lock.yml"
+    runtime = yaml.safe_load(runtime_lock.read_text())
+    build_pip = {p["name"]: p for p in build if p["manager"] == "pip"}
+    pip = {p["name"]: p for p in runtime["package"] if p["manager"] == "pip"}
+    pins = fa4_pins()
+    assert set(pip) == {"torch", "filelock", *pins}  # not psutil, wheel, packaging, setuptools
+    assert pip["einops"]["version"] == "1.0" != pins["einops"]["version"]
+    for name, entry in pip.items():
+        assert (entry["version"], entry["url"], entry["hash"]) == (
+            build_pip[name]["version"], build_pip[name]["url"], build_pip[name]["hash"])
+    for name, pin in pins.items():
+        if name != "einops":
+            assert pip[name]["hash"] == {"sha256": pin["sha256"]} and pip[name]["url"].endswith(pin["file"])
+    conda = {p["name"] for p in runtime["package"] if p["manager"] == "conda"}
+    assert "python" in conda and not conda & conda_build_only("linux-64")
+    assert runtime["metadata"]["custom_metadata"]["fa-envkit.fa4-lock-sha256"] == sha256_of(root / fa4)

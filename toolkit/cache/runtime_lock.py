@@ -306,6 +306,7 @@ def resolve_pypi_runtime(
     requirements = [
         f"torch=={pip['torch'].version}",
         *(f"{w.project}=={w.link.version}" for w in wheels),
+        *(f"{name}=={pip[name].version}" for name in fa4_kept(published.fa4, set(pip))),
     ]
     constraints = [f"{p.name}=={p.version}" for p in pip.values()]
     pylock = runtime_pylock_file(workspace, spec.line)
@@ -396,7 +397,13 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
         pip = [
             *wheels,
             *pip_closure(
-                ["torch", *(d for w in wheels for d in w.dependencies)], pip_models, where
+                [
+                    "torch",
+                    *(d for w in wheels for d in w.dependencies),
+                    *fa4_kept(published.fa4, set(pip_models)),
+                ],
+                pip_models,
+                where,
             ),
         ]
         if published.fa4:
@@ -433,12 +440,24 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
 # ---------------------------------------------------------------- FA4's pins
 
 
+def fa4_kept(fa4: Fa4Pins | None, build: set[str]) -> list[str]:
+    """FA4's `if_missing` distributions the build lock's pip layer holds: the line's environment has them, so
+    FA4 runs with that file there (`toolkit fa4 install` and `toolkit lock` leave such a pin out), and the runtime
+    layer asks for them at the build lock's version."""
+    from packaging.utils import canonicalize_name
+
+    pins = fa4.lock.wheels if fa4 else []
+    return [
+        name for pin in pins if pin.if_missing and (name := canonicalize_name(pin.name)) in build
+    ]
+
+
 def fa4_additions(fa4: Fa4Lock, held: list[Any], where: str) -> list[Fa4LockWheel]:
     """FA4's pinned wheels a runtime layer adds to the entries it holds. FA4 takes its `from_base` (torch) from
     the environment: here the layer's own torch, the build lock's, which must be there. An `if_missing` pin the
-    layer holds is left to the layer's version (as `toolkit lock` and `toolkit fa4 install` leave it: torch or
-    the published wheel asked for that distribution); any other pin the layer holds as another file is refused,
-    since one environment installs one file of a distribution."""
+    layer holds (fa4_kept asked for it, or torch or a published wheel requires it) is left to the layer's
+    version; any other pin the layer holds as another file is refused, since one environment installs one file
+    of a distribution."""
     from packaging.utils import canonicalize_name
 
     have = {entry.name: (entry.version, entry.url, entry.hash.sha256) for entry in held}
