@@ -6,6 +6,10 @@ the build's dependencies), never the multi-GB torch. Its flash-attn is the fixtu
 (tests/fixtures/fa_fixture, named flash-attn, requiring torch and einops like flash-attn's wheel), placed in the
 wheelhouse with a build record of py-cu130 and its lock, published with `toolkit publish` and served on 127.0.0.1.
 Expected values come from hashlib, the served files, the build lock's pylock and the knowledge YAML.
+
+FA4's pins (a line with a flash_attn_4 section): the FA4 lock is written from PyPI's recorded answers
+(tests/fixtures/fa4_pypi); where bytes are installed, they are the real pinned wheels (.whl-fa4/all) served on
+127.0.0.1 as a mirror serves them. torch and the CUDA wheels stay the stand-ins.
 """
 
 from __future__ import annotations
@@ -626,8 +630,10 @@ def test_toolkit_install_uv_and_pip_install_fa4s_pins_from_the_runtime_pylock(tm
         check(tmp_path / "pip-env" / "bin" / "python")
 
 
-@pytest.mark.parametrize("fa4_lock", ["missing", "another release", "edited"])
+@pytest.mark.parametrize("fa4_lock", ["missing", "another release", "edited", "a file URL, digest recomputed"])
 def test_a_missing_stale_or_edited_fa4_lock_is_refused_in_one_line(tmp_path, monkeypatch, capsys, fa4_lock):
+    """Nothing is written; a lock whose digest was recomputed (a checksum, not a signature) over a URL that is no
+    http(s) URL of the pinned file is refused too: an installer would fetch what the URL names."""
     with fa4_checkout(tmp_path, monkeypatch, None) as project:
         where = f"locks/{FA4_LINE}.fa4-lock.json"
         if fa4_lock == "missing":
@@ -639,10 +645,19 @@ def test_a_missing_stale_or_edited_fa4_lock_is_refused_in_one_line(tmp_path, mon
             says = (f"error: {where}: pins flash-attn-4 4.0.0b40 of line {FA4_LINE} for CUDA 13, python 3.12; "
                     f"envs/{FA4_LINE}.yaml asks 4.0.0b36 for CUDA 13, python 3.12 (run `toolkit fa4 lock {FA4_LINE}`; "
                     f"no runtime lock was written)")
-        else:
+        elif fa4_lock == "edited":
             project.fa4_lock.write_text(project.fa4_lock.read_text().replace("files.pythonhosted.org",
                                                                               "files.example.org"))
             says = f"error: {where}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again"
+        else:
+            data = json.loads(project.fa4_lock.read_text())
+            file = data["wheels"][0]["file"]
+            data["wheels"][0]["url"] = f"file:///tmp/{file}"
+            body = {key: value for key, value in data.items() if key != "digest"}
+            data["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+            project.fa4_lock.write_text(json.dumps(data))
+            says = (f"error: {where}: {file}'s URL 'file:///tmp/{file}' is not an http(s) URL of that file (run "
+                    f"`toolkit fa4 lock LINE` again)")
         capsys.readouterr()
         assert main(["lock", FA4_LINE, "--runtime"]) == 1
         (line,) = capsys.readouterr().err.strip().splitlines()
