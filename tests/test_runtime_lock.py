@@ -6,10 +6,15 @@ the build's dependencies), never the multi-GB torch. Its flash-attn is the fixtu
 (tests/fixtures/fa_fixture, named flash-attn, requiring torch and einops like flash-attn's wheel), placed in the
 wheelhouse with a build record of py-cu130 and its lock, published with `toolkit publish` and served on 127.0.0.1.
 Expected values come from hashlib, the served files, the build lock's pylock and the knowledge YAML.
+
+FA4's pins (a line with a flash_attn_4 section): the FA4 lock is written from PyPI's recorded answers
+(tests/fixtures/fa4_pypi); where bytes are installed, they are the real pinned wheels (.whl-fa4/all) served on
+127.0.0.1 as a mirror serves them. torch and the CUDA wheels stay the stand-ins.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -17,7 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,14 +78,17 @@ def fixture_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
-def stand_in_index(root: Path) -> None:
+def stand_in_index(root: Path, torch_requires: tuple[str, ...] = ()) -> None:
     """root/simple: what envs/py-cu130.yaml resolves to, as tiny wheels uploaded at EARLIER; torch requires the
-    CUDA runtime and cuBLAS (as torch's cuda-toolkit[cudart,cublas,...] extras do), never nvcc."""
+    CUDA runtime and cuBLAS (as torch's cuda-toolkit[cudart,cublas,...] extras do), never nvcc, and
+    `torch_requires` (typing-extensions 4.12.2 is there, as real torch requires typing-extensions)."""
     release = load_knowledge().pypi.release("13.0.3")
     assert release is not None
     dist = root / "dist"
     runtime = ("nvidia-cuda-runtime", "nvidia-cublas")
-    files = [make_wheel(dist, "torch", "2.14.1", tuple(f"{n}=={release.components[n]}" for n in runtime)),
+    files = [make_wheel(dist, "torch", "2.14.1", (*(f"{n}=={release.components[n]}" for n in runtime),
+                                                  *torch_requires)),
+             make_wheel(dist, "typing-extensions", "4.12.2"),
              make_sdist(dist, "flash-attn", "2.8.3.post2"),
              make_wheel(dist, "cuda-toolkit", "13.0.3", tuple(f"{n}=={v}" for n, v in release.components.items())),
              *(make_wheel(dist, name, version) for name, version in release.components.items()),
@@ -453,3 +461,256 @@ def test_toolkit_install_runtime_installs_a_conda_lines_runtime_lock_and_refuses
     assert line == (f"error: locks/{CONDA_LINE}.runtime.conda-lock.yml: edited after locking (contents do not match "
                     f"fa-envkit.lock-sha256; toolkit lock {CONDA_LINE} --runtime --index URL)")
     assert not (tmp_path / "b").exists()
+
+
+# ---------------------------------------------------------------- FA4's pins (a pypi line with a flash_attn_4 section)
+
+FA4_LINE = "py-cu130-fa4"
+FA4_SPEC = """extends: py-cu130
+description: CUDA 13.0 from PyPI wheels, flash-attn-4 instead of flash-attn 2.x
+python: "3.12"
+archs: ["90"]
+flash_attn_4: {version: "4.0.0b40", with_flash_attn_2: false}
+"""
+FA4_PYPI = ROOT / "tests" / "fixtures" / "fa4_pypi"  # PyPI's PEP 691 answers, recorded (tests/test_fa4.py)
+FA4_WHEELS = ROOT / ".whl-fa4" / "all"  # the real pinned wheels (scripts/fetch_fa4_wheels.sh; .ci/run fetches them)
+TORCH_TYPING = "typing-extensions==4.12.2"  # the stand-in torch requires it: FA4's if_missing pin gives way
+
+
+def fa4_pins() -> dict[str, dict]:
+    """knowledge/flash_attn_4.yaml's wheels of 4.0.0b40 for CUDA 13, read as YAML (not through the toolkit)."""
+    wheels = yaml.safe_load((KNOWLEDGE_DIR / "flash_attn_4.yaml").read_text())["releases"]["4.0.0b40"]["wheels"]
+    return {w["name"]: w for w in wheels if str(w.get("cuda", "13")) == "13"}
+
+
+def recorded_pypi(mirror: str | None = None) -> Callable[[str], list[dict]]:
+    """PyPI's recorded answer per project; with `mirror`, as a mirror serving the same files there answers."""
+    def files(project: str) -> list[dict]:
+        found = json.loads((FA4_PYPI / f"{project}.json").read_text())["files"]
+        return [{**f, "url": f"{mirror}/{f['filename']}"} if mirror else f for f in found]
+    return files
+
+
+@dataclass
+class Fa4Project:
+    root: Path
+    fa4_lock: Path
+    files: Callable[[str], list[dict]]  # the FA4 lock's index answers
+
+    def pylock(self) -> dict:
+        return tomllib.loads((self.root / "locks" / f"pylock.{FA4_LINE}-runtime.toml").read_text())
+
+
+@contextlib.contextmanager
+def fa4_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: str | None) -> Iterator[Fa4Project]:
+    """A checkout with py-cu130 and FA4_LINE (CUDA 13.0, python 3.12, FA4 instead of FA2: it builds no wheel) locked
+    against the stand-in index, and its FA4 lock written from PyPI's recorded answers (`mirror`: served there)."""
+    from toolkit.base.workspace import Workspace
+    from toolkit.env.fa4_lock import write_fa4_lock
+    from toolkit.spec.envspec import load_spec
+
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    for name in ("base", LINE):
+        shutil.copy(ROOT / "envs" / f"{name}.yaml", root / "envs")
+    (root / "envs" / f"{FA4_LINE}.yaml").write_text(FA4_SPEC)
+    monkeypatch.chdir(root)
+    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
+                       "TOOLKIT_CACHE": root / ".cache"}.items():
+        monkeypatch.setenv(key, str(value))
+    stand_in_index(tmp_path / "stand-in", (TORCH_TYPING,))
+    with serve_directory(tmp_path / "stand-in") as pypi:
+        spec = root / "envs" / f"{LINE}.yaml"
+        spec.write_text(spec.read_text().replace("index: https://pypi.org/simple", f"index: {pypi}/simple"))
+        assert main(["lock", FA4_LINE, "--pypi", f"{pypi}/simple"]) == 0
+        files = recorded_pypi(mirror)
+        fa4_lock = write_fa4_lock(load_spec(root / "envs" / f"{FA4_LINE}.yaml"), files, Workspace())
+        yield Fa4Project(root, root / fa4_lock, files)
+
+
+def test_a_fa4_lines_runtime_lock_carries_fa4s_pinned_wheels_by_url_and_sha256(tmp_path, monkeypatch, capsys):
+    """The line builds no wheel, so no index is named or read: its runtime lock is torch (the build lock's) and
+    FA4's pins, each by the URL PyPI answered (recorded) and the knowledge's sha256; the if_missing pins the build
+    lock holds (einops, typing-extensions) give way to its files; libs-cu12, which libs-cu13 replaces, is
+    nowhere."""
+    with fa4_checkout(tmp_path, monkeypatch, None) as project:
+        assert main(["lock", FA4_LINE, "--runtime"]) == 0
+        packages = {p["name"]: p for p in project.pylock()["packages"]}
+        build = {p["name"]: p for p in
+                 tomllib.loads((project.root / "locks" / f"pylock.{FA4_LINE}.toml").read_text())["packages"]}
+        pins = fa4_pins()
+        assert set(packages) == {"torch", "nvidia-cuda-runtime", "nvidia-cublas", *pins}
+        assert "nvidia-cutlass-dsl-libs-cu12" not in packages and "flash-attn" not in packages
+        given_way = {name for name, pin in pins.items() if pin.get("if_missing") and name in build}
+        assert given_way == {"einops", "typing-extensions"}  # base.yaml's build requirement; the stand-in torch's
+        for name, pin in pins.items():
+            (wheel,) = packages[name]["wheels"]
+            if name in given_way:  # the line's environment has it: the build lock's file, not FA4's pin
+                assert packages[name]["version"] == build[name]["version"] != str(pin["version"])
+                assert (wheel["url"], wheel["hashes"]) == (build[name]["wheels"][0]["url"],
+                                                          build[name]["wheels"][0]["hashes"])
+                continue
+            (answer,) = [f for f in project.files(name) if f["filename"] == pin["file"]]
+            assert packages[name]["version"] == str(pin["version"])
+            assert (wheel["url"], wheel["hashes"]["sha256"], wheel["size"]) == (answer["url"], pin["sha256"],
+                                                                                 pin["size"])
+            assert wheel["url"].startswith("https://files.pythonhosted.org/") and wheel["name"] == pin["file"]
+        for name in ("torch", "nvidia-cuda-runtime", "nvidia-cublas"):
+            assert packages[name]["wheels"][0]["hashes"] == build[name]["wheels"][0]["hashes"]
+
+        from conda_lock.lockfile import parse_conda_lock_file
+
+        runtime = project.root / "locks" / f"{FA4_LINE}.runtime.conda-lock.yml"
+        conda = parse_conda_lock_file(runtime)
+        assert {(p.name, p.version, p.url, p.hash.sha256) for p in conda.package} == {
+            (name, p["version"], p["wheels"][0]["url"], p["wheels"][0]["hashes"]["sha256"])
+            for name, p in packages.items()}
+        custom = conda.metadata.custom_metadata or {}
+        assert custom["fa-envkit.fa4-lock-sha256"] == sha256_of(project.fa4_lock)
+        assert not [key for key in custom if key.startswith("fa-envkit.published.")]
+        assert f"pip install --no-deps -r pylock.{FA4_LINE}-runtime.toml" in runtime.read_text()
+        out = capsys.readouterr().out
+        assert f"published: none, the line builds no wheel; flash-attn-4 4.0.0b40 pinned by locks/{FA4_LINE}" in out
+
+
+def fa4_installed(python: Path) -> dict[str, str]:
+    """The distributions a python has (name -> version) and FA4's interface.py as installed."""
+    done = subprocess.run([str(python), "-c", "import importlib.metadata as m, json, sys; "
+                           "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+                           "for d in m.distributions()}))"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_toolkit_install_uv_and_pip_install_fa4s_pins_from_the_runtime_pylock(tmp_path, monkeypatch):
+    """The real pinned wheels (scripts/fetch_fa4_wheels.sh) served on 127.0.0.1 as a PyPI mirror serves them (same
+    files, same sha256, the mirror's URLs): `toolkit install --runtime`, `uv pip sync` and `pip install --no-deps
+    -r` install exactly the lock's versions into a Python 3.12 venv, FA4's files the wheel's bytes. torch and the
+    CUDA wheels are the stand-ins, so nothing imports torch here."""
+    import zipfile
+
+    from conftest import missing
+    from test_fa4 import PY312
+
+    if not FA4_WHEELS.is_dir():
+        missing(f"needs {FA4_WHEELS}: run scripts/fetch_fa4_wheels.sh first", "FA_REQUIRE_FA4_WHEELS")
+    if PY312 is None:
+        missing("FA4's pinned wheels are cp312 and this machine has no Python 3.12", "FA_REQUIRE_PYTHON312")
+    with serve_directory(FA4_WHEELS) as mirror, fa4_checkout(tmp_path, monkeypatch, mirror) as project:
+        assert main(["lock", FA4_LINE, "--runtime"]) == 0
+        expected = {p["name"]: p["version"] for p in project.pylock()["packages"]}
+        assert {name: str(pin["version"]) for name, pin in fa4_pins().items() if not pin.get("if_missing")}.items() \
+            <= expected.items()
+        with zipfile.ZipFile(FA4_WHEELS / fa4_pins()["flash-attn-4"]["file"]) as wheel:
+            interface = wheel.read("flash_attn/cute/interface.py")
+
+        def check(python: Path) -> None:
+            assert fa4_installed(python) == expected
+            site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+            assert (Path(site) / "flash_attn" / "cute" / "interface.py").read_bytes() == interface
+
+        prefix = tmp_path / "runtime-env"
+        assert main(["install", FA4_LINE, "--runtime", "--python", PY312, "--prefix", str(prefix)]) == 0
+        check(prefix / "bin" / "python")
+
+        pylock = project.root / "locks" / f"pylock.{FA4_LINE}-runtime.toml"
+        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_CONFIG": "1"}
+        uv = Path(sys.executable).parent / "uv"
+        subprocess.run([str(uv), "venv", "-q", "--python", PY312, str(tmp_path / "uv-env")], check=True, env=env)
+        done = subprocess.run([str(uv), "pip", "sync", "--python", str(tmp_path / "uv-env" / "bin" / "python"),
+                               str(pylock)], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        check(tmp_path / "uv-env" / "bin" / "python")
+
+        subprocess.run([PY312, "-m", "venv", "--without-pip", str(tmp_path / "pip-env")], check=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", str(tmp_path / "pip-env" / "bin" / "python"),
+                               "install", "--no-deps", "-r", str(pylock)], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        check(tmp_path / "pip-env" / "bin" / "python")
+
+
+@pytest.mark.parametrize("fa4_lock", ["missing", "another release", "edited", "a file URL, digest recomputed"])
+def test_a_missing_stale_or_edited_fa4_lock_is_refused_in_one_line(tmp_path, monkeypatch, capsys, fa4_lock):
+    """Nothing is written; a lock whose digest was recomputed (a checksum, not a signature) over a URL that is no
+    http(s) URL of the pinned file is refused too: an installer would fetch what the URL names."""
+    with fa4_checkout(tmp_path, monkeypatch, None) as project:
+        where = f"locks/{FA4_LINE}.fa4-lock.json"
+        if fa4_lock == "missing":
+            project.fa4_lock.unlink()
+            says = f"error: {where}: unreadable FA4 lock (file not found; run `toolkit fa4 lock LINE`)"
+        elif fa4_lock == "another release":
+            spec = project.root / "envs" / f"{FA4_LINE}.yaml"
+            spec.write_text(spec.read_text().replace('"4.0.0b40"', '"4.0.0b36"'))
+            says = (f"error: {where}: pins flash-attn-4 4.0.0b40 of line {FA4_LINE} for CUDA 13, python 3.12; "
+                    f"envs/{FA4_LINE}.yaml asks 4.0.0b36 for CUDA 13, python 3.12 (run `toolkit fa4 lock {FA4_LINE}`; "
+                    f"no runtime lock was written)")
+        elif fa4_lock == "edited":
+            project.fa4_lock.write_text(project.fa4_lock.read_text().replace("files.pythonhosted.org",
+                                                                              "files.example.org"))
+            says = f"error: {where}: edited after it was written (digest mismatch): run `toolkit fa4 lock` again"
+        else:
+            data = json.loads(project.fa4_lock.read_text())
+            file = data["wheels"][0]["file"]
+            data["wheels"][0]["url"] = f"file:///tmp/{file}"
+            body = {key: value for key, value in data.items() if key != "digest"}
+            data["digest"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+            project.fa4_lock.write_text(json.dumps(data))
+            says = (f"error: {where}: {file}'s URL 'file:///tmp/{file}' is not an http(s) URL of that file (run "
+                    f"`toolkit fa4 lock LINE` again)")
+        capsys.readouterr()
+        assert main(["lock", FA4_LINE, "--runtime"]) == 1
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line == says
+        assert not list((project.root / "locks").glob("*runtime*"))
+
+
+def test_a_conda_fa4_lines_runtime_lock_carries_the_same_fa4_files_as_its_build_lock(
+        tmp_path, monkeypatch, replica_records_channel):
+    """A conda line (python 3.12 from conda-forge's records, FA4 instead of FA2, so no wheel and no index): its build
+    lock's pip layer holds FA4's pins (`toolkit lock`), its runtime lock the conda layer less build-only packages
+    and a pip layer of torch's closure, the build lock's einops (an if_missing pin the build lock holds) and the FA4
+    lock's pins: each the build lock's own file. PyPI's answers are the recorded ones (no network in tests)."""
+    from toolkit.base.workspace import Workspace
+    from toolkit.env import fa4_lock
+    from toolkit.spec.envspec import load_spec
+
+    monkeypatch.setattr(fa4_lock, "pypi_files", recorded_pypi())
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    shutil.copy(ROOT / "envs" / "base.yaml", root / "envs")
+    monkeypatch.chdir(root)
+    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
+                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
+        monkeypatch.setenv(key, str(value))
+    dist = tmp_path / "stand-in" / "dist"
+    files = [make_wheel(dist, "torch", "2.14.1", ("filelock",)), make_sdist(dist, "flash-attn", "2.8.3.post2"),
+             *(make_wheel(dist, name, "1.0") for name in ("filelock", "packaging", "psutil", "einops", "setuptools",
+                                                          "wheel"))]
+    build_simple_index(tmp_path / "stand-in", files)
+    line = "cu130-fa4"
+    with serve_directory(tmp_path / "stand-in") as pypi:
+        spec = root / "envs" / f"{line}.yaml"
+        spec.write_text(CONDA_SPEC.format(channel=replica_records_channel.as_uri(), index=pypi)
+                        .replace('python: "3.11"', 'python: "3.12"')
+                        + 'flash_attn_4: {version: "4.0.0b40", with_flash_attn_2: false}\n')
+        assert main(["lock", line, "--engine", "rattler", "--pypi", f"{pypi}/simple"]) == 0
+        fa4 = fa4_lock.write_fa4_lock(load_spec(spec), recorded_pypi(), Workspace())
+        assert main(["lock", line, "--runtime"]) == 0
+    build = yaml.safe_load((root / "locks" / f"{line}.conda-lock.yml").read_text())["package"]
+    runtime_lock = root / "locks" / f"{line}.runtime.conda-lock.yml"
+    runtime = yaml.safe_load(runtime_lock.read_text())
+    build_pip = {p["name"]: p for p in build if p["manager"] == "pip"}
+    pip = {p["name"]: p for p in runtime["package"] if p["manager"] == "pip"}
+    pins = fa4_pins()
+    assert set(pip) == {"torch", "filelock", *pins}  # not psutil, wheel, packaging, setuptools
+    assert pip["einops"]["version"] == "1.0" != pins["einops"]["version"]
+    for name, entry in pip.items():
+        assert (entry["version"], entry["url"], entry["hash"]) == (
+            build_pip[name]["version"], build_pip[name]["url"], build_pip[name]["hash"])
+    for name, pin in pins.items():
+        if name != "einops":
+            assert pip[name]["hash"] == {"sha256": pin["sha256"]} and pip[name]["url"].endswith(pin["file"])
+    conda = {p["name"] for p in runtime["package"] if p["manager"] == "conda"}
+    assert "python" in conda and not conda & conda_build_only("linux-64")
+    assert runtime["metadata"]["custom_metadata"]["fa-envkit.fa4-lock-sha256"] == sha256_of(root / fa4)

@@ -24,6 +24,13 @@ layer is the published wheels plus the build lock's pip entries that torch and t
 PEP 658 `.metadata`) reach through the lock's dependencies. No pylock is written for it: its python is the conda
 layer's.
 
+A line with a `flash_attn_4:` section adds FA4's pins to either kind's pip layer: the exact wheels of
+locks/<line>.fa4-lock.json (`toolkit fa4 lock`, digest-checked against knowledge/flash_attn_4.yaml), each by its
+URL and pinned sha256, not resolved (nvidia-cutlass-dsl requires libs-cu12 even where the pinned libs-cu13
+`replaces` it). The release's `from_base` (torch) is the lock's own torch; an `if_missing` pin the layer already
+holds is left to the layer's version. A line with FA4 instead of flash-attn 2.x and no FA3 builds no wheel: its
+runtime lock is torch and FA4's pins, and no index is read.
+
 `toolkit install LINE --runtime` makes a venv (uv venv) and `uv pip sync`s the pylock into it; for a conda line, the
 line's conda engine (py-rattler, or `conda-lock install`) installs the runtime lock into a new prefix.
 
@@ -45,7 +52,7 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -78,11 +85,17 @@ from toolkit.env.lockfile import (
 from toolkit.knowledge import files as knowledge_files
 from toolkit.spec.envspec import EnvSpec
 
+if TYPE_CHECKING:
+    from toolkit.env.fa4_lock import Fa4Lock, Fa4LockWheel
+
 KEY_KIND = "fa-envkit.lock-kind"  # "runtime": not a build lock (read_lock refuses it for lacking the sdist pin)
 KEY_BUILD_LOCK = "fa-envkit.build-lock-sha256"  # sha256 of locks/<line>.conda-lock.yml the wheels were built from
 KEY_RESOLVER = "fa-envkit.pip-resolver"
 KEY_PUBLISHED = (
     "fa-envkit.published."  # + project: the build record's URL of the published wheel taken
+)
+KEY_FA4_LOCK = (
+    "fa-envkit.fa4-lock-sha256"  # sha256 of locks/<line>.fa4-lock.json whose pins the lock carries
 )
 RUNTIME = "runtime"
 MARKER = ".fa-envkit-runtime"  # in a prefix `install --runtime` made: the runtime lock's digest
@@ -127,13 +140,15 @@ def runtime_facts() -> RuntimeFacts:
 @dataclass(frozen=True)
 class RuntimeLayers:
     """What a runtime lock holds before it is written: its entries (conda-lock models), the published wheels taken,
-    how it was made, a pypi line's pylock text (None for a conda line) and a conda line's channels."""
+    how it was made, a pypi line's pylock text (None for a conda line), a conda line's channels and the FA4 lock
+    whose pins it carries."""
 
     entries: list[Any]
     wheels: list[PublishedBuild]
     resolver: str
     pylock: str | None = None
     channels: list[Any] = field(default_factory=list)
+    fa4: Fa4Pins | None = None
 
 
 def runtime_lock_file(workspace: Workspace, line: str) -> Path:
@@ -188,13 +203,50 @@ class Published:
 
     build_lock: Path
     locked: LockedEnv
-    root: str  # the index's URL
+    root: str | None  # the index's URL; None for a line that builds no wheel
     wheels: list[PublishedBuild]
     facts: RuntimeFacts
+    fa4: Fa4Pins | None = None
 
 
-def published_for(spec: EnvSpec, workspace: Workspace, index: str) -> Published:
-    """The line's build lock, read and verified, and the index's wheels of this line built from it; one line if none."""
+@dataclass(frozen=True)
+class Fa4Pins:
+    """The line's FA4 lock, read and checked: the wheels a runtime lock carries by URL and sha256."""
+
+    path: Path
+    lock: Fa4Lock
+
+
+def builds_wheels(spec: EnvSpec) -> bool:
+    """Whether `toolkit build` compiles a wheel for the line (build/builder.py sources_of): flash-attn 2.x unless
+    left out, FA3 where asked. A line with FA4 instead of FA2 and no FA3 compiles nothing, so nothing of it is
+    published and its runtime lock is torch and FA4's pins."""
+    return spec.flash_attn_2_left_out() is None or spec.flash_attn_3 is not None
+
+
+def line_fa4_pins(spec: EnvSpec, workspace: Workspace) -> Fa4Pins | None:
+    """locks/<line>.fa4-lock.json of a line with a flash_attn_4 section (None without one), digest-checked and
+    checked against the knowledge's pins (env/fa4_lock.py); a lock of another release, CUDA major or python than
+    the line asks is refused in one line."""
+    if spec.flash_attn_4 is None:
+        return None
+    from toolkit.env.fa4_lock import load_fa4_lock
+
+    path = workspace.fa4_lock_file(spec.line)
+    lock = load_fa4_lock(path)
+    asked = (spec.line, spec.flash_attn_4.version, spec.cuda.split(".")[0], spec.python)
+    if (lock.line, lock.release, lock.cuda_major, lock.python) != asked:
+        raise ToolkitError(
+            f"{display_path(path)}: pins flash-attn-4 {lock.release} of line {lock.line} for CUDA "
+            f"{lock.cuda_major}, python {lock.python}; {display_path(spec.path)} asks {asked[1]} for CUDA "
+            f"{asked[2]}, python {asked[3]} (run `toolkit fa4 lock {spec.line}`; {THEN})"
+        )
+    return Fa4Pins(path, lock)
+
+
+def published_for(spec: EnvSpec, workspace: Workspace, index: str | None) -> Published:
+    """The line's build lock, read and verified, its FA4 pins, and the index's wheels of this line built from
+    it; one line if none (a line that builds no wheel reads no index)."""
     if spec.toolchain.kind not in ("pypi", "locked"):
         raise ToolkitError(
             f"{display_path(spec.path)}: a runtime lock is made for pypi and locked (conda) lines; "
@@ -203,6 +255,14 @@ def published_for(spec: EnvSpec, workspace: Workspace, index: str) -> Published:
     build_lock = workspace.lock_file(spec.line)
     locked_env = read_lock(build_lock)
     facts = runtime_facts()
+    fa4 = line_fa4_pins(spec, workspace)
+    if not builds_wheels(spec):
+        return Published(build_lock, locked_env, None, [], facts, fa4)
+    if not index:
+        raise ToolkitError(
+            "toolkit lock --runtime: name the published index with --index URL (the folder "
+            "`toolkit publish --to` wrote: file://, http:// or https://)"
+        )
     root = index_root(index)
     (site,) = [
         s for s in configured_caches([root]) if s.url == root
@@ -213,10 +273,10 @@ def published_for(spec: EnvSpec, workspace: Workspace, index: str) -> Published:
             f"no published build of {spec.line} for its current lock at {root}: toolkit publish "
             f"{spec.line} --to DIR on the machine that built it"
         )
-    return Published(build_lock, locked_env, root, wheels, facts)
+    return Published(build_lock, locked_env, root, wheels, facts, fa4)
 
 
-def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str) -> RuntimeLayers:
+def resolve_runtime(spec: EnvSpec, workspace: Workspace, index: str | None) -> RuntimeLayers:
     """A line's runtime layers: a pypi line's resolved by uv (resolve_pypi_runtime), a conda line's taken from its
     build lock (conda_runtime)."""
     published = published_for(spec, workspace, index)
@@ -246,15 +306,17 @@ def resolve_pypi_runtime(
     requirements = [
         f"torch=={pip['torch'].version}",
         *(f"{w.project}=={w.link.version}" for w in wheels),
+        *(f"{name}=={pip[name].version}" for name in fa4_kept(published.fa4, set(pip))),
     ]
     constraints = [f"{p.name}=={p.version}" for p in pip.values()]
     pylock = runtime_pylock_file(workspace, spec.line)
     uv = pypi_lock.uv_executable()
-    command = f"toolkit lock {spec.line} --runtime --index {root}"
+    command = f"toolkit lock {spec.line} --runtime" + (f" --index {root}" if root else "")
+    # --extra-index-url is asked first: the published flash-attn comes from there, torch from the line's index
+    published_index = ["--extra-index-url", f"{root}/simple"] if root else []
     with owned_dir(Path(tempfile.gettempdir()), "runtime") as workdir:
         (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
         (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
-        # --extra-index-url is asked first: the published flash-attn comes from there, torch from the line's index
         pypi_lock.uv_compile(
             uv,
             target.python,
@@ -264,8 +326,7 @@ def resolve_pypi_runtime(
                 "pylock.toml",
                 "--index-url",
                 spec.torch_index,
-                "--extra-index-url",
-                f"{root}/simple",
+                *published_index,
                 "--constraints",
                 "constraints.txt",
             ],
@@ -276,18 +337,21 @@ def resolve_pypi_runtime(
             locking_environment(),
         )
         text = (workdir / pylock.name).read_text()
-    entries = pypi_lock.pylock_entries(
-        text, display_path(pylock), platform, target.python, target.glibc
-    )
-    problem = runtime_problem(entries, pip, wheels, facts, display_path(build_lock))
+    where = display_path(pylock)
+    entries = pypi_lock.pylock_entries(text, where, platform, target.python, target.glibc)
+    if published.fa4:
+        text = pylock_with(text, fa4_additions(published.fa4.lock, entries, where), where)
+        entries = pypi_lock.pylock_entries(text, where, platform, target.python, target.glibc)
+    problem = runtime_problem(entries, pip, wheels, facts, display_path(build_lock), published.fa4)
     if problem:
         raise ToolkitError(f"{display_path(pylock)}: {problem} (not written)")
     resolver = (
         f"uv {pypi_lock.uv_version(uv)} (uv pip compile --format pylock.toml --python-platform "
         f"{target.python_platform} --python-version {target.python}; {', '.join(requirements)}; every "
         f"package constrained to {display_path(build_lock)}'s version)"
+        + fa4_resolver(published.fa4)
     )
-    return RuntimeLayers(entries, wheels, resolver, pylock=text)
+    return RuntimeLayers(entries, wheels, resolver, pylock=text, fa4=published.fa4)
 
 
 def runtime_conda_names(records: list[Any], build_only: dict[str, str]) -> set[str]:
@@ -333,15 +397,27 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
         pip = [
             *wheels,
             *pip_closure(
-                ["torch", *(d for w in wheels for d in w.dependencies)], pip_models, where
+                [
+                    "torch",
+                    *(d for w in wheels for d in w.dependencies),
+                    *fa4_kept(published.fa4, set(pip_models)),
+                ],
+                pip_models,
+                where,
             ),
         ]
+        if published.fa4:
+            pip += [
+                fa4_entry(pin, platform)
+                for pin in fa4_additions(published.fa4.lock, pip, f"{where}: {platform}")
+            ]
         problem = runtime_problem(
             pip,
             {p.name: p for p in published.locked.packages_for(platform, "pip")},
             published.wheels,
             published.facts,
             where,
+            published.fa4,
         )
         if problem:
             raise ToolkitError(f"{where}: {platform}: {problem} (no runtime lock was written)")
@@ -350,13 +426,112 @@ def conda_runtime(spec: EnvSpec, published: Published) -> RuntimeLayers:
     resolver = (
         f"taken from {where} (not resolved again): its conda records less "
         f"toolkit/knowledge/conda_forge_nvcc.yaml runtime.build_only, and the pip records torch and the "
-        f"published wheels' Requires-Dist reach"
+        f"published wheels' Requires-Dist reach" + fa4_resolver(published.fa4)
     )
     return RuntimeLayers(
         entries,
         published.wheels,
         resolver,
         channels=list(parse_conda_lock_file(build_lock).metadata.channels),
+        fa4=published.fa4,
+    )
+
+
+# ---------------------------------------------------------------- FA4's pins
+
+
+def fa4_kept(fa4: Fa4Pins | None, build: set[str]) -> list[str]:
+    """FA4's `if_missing` distributions the build lock's pip layer holds: the line's environment has them, so
+    FA4 runs with that file there (`toolkit fa4 install` and `toolkit lock` leave such a pin out), and the runtime
+    layer asks for them at the build lock's version."""
+    from packaging.utils import canonicalize_name
+
+    pins = fa4.lock.wheels if fa4 else []
+    return [
+        name for pin in pins if pin.if_missing and (name := canonicalize_name(pin.name)) in build
+    ]
+
+
+def fa4_additions(fa4: Fa4Lock, held: list[Any], where: str) -> list[Fa4LockWheel]:
+    """FA4's pinned wheels a runtime layer adds to the entries it holds. FA4 takes its `from_base` (torch) from
+    the environment: here the layer's own torch, the build lock's, which must be there. An `if_missing` pin the
+    layer holds (fa4_kept asked for it, or torch or a published wheel requires it) is left to the layer's
+    version; any other pin the layer holds as another file is refused, since one environment installs one file
+    of a distribution."""
+    from packaging.utils import canonicalize_name
+
+    have = {entry.name: (entry.version, entry.url, entry.hash.sha256) for entry in held}
+    base = [name for name in fa4.from_base if canonicalize_name(name) not in have]
+    if base:
+        raise ToolkitError(
+            f"{where}: flash-attn-4 {fa4.release} takes {', '.join(base)} from the environment and the "
+            f"runtime layer holds none ({THEN})"
+        )
+    added = []
+    for pin in fa4.wheels:
+        name = canonicalize_name(pin.name)
+        if name not in have:
+            added.append(pin)
+        elif have[name] != (pin.version, pin.url, pin.sha256) and not pin.if_missing:
+            raise ToolkitError(
+                f"{where}: the runtime layer holds {name} {have[name][0]} ({have[name][1]}) and flash-attn-4 "
+                f"{fa4.release} pins {pin.version} ({pin.file}; one of them must give way, {THEN})"
+            )
+    return added
+
+
+def pylock_with(text: str, pins: list[Fa4LockWheel], where: str) -> str:
+    """uv's pylock plus FA4's pins as PEP 751 packages (name, version, the one wheel by URL, size and sha256),
+    appended by tomlkit so that uv's text stays as uv wrote it, and read back by packaging.pylock."""
+    import tomlkit
+    from packaging.utils import canonicalize_name
+
+    document = tomlkit.parse(text)
+    packages = document["packages"]
+    assert isinstance(
+        packages, tomlkit.items.AoT
+    )  # read_pylock read uv's text: PEP 751's [[packages]]
+    for pin in pins:
+        wheel = tomlkit.inline_table()
+        wheel.update(
+            {"name": pin.file, "url": pin.url, "size": pin.size, "hashes": {"sha256": pin.sha256}}
+        )
+        wheels = tomlkit.array()
+        wheels.append(wheel)  # one line, as uv writes a package's wheels
+        package = tomlkit.table()
+        package.update(
+            {"name": canonicalize_name(pin.name), "version": pin.version, "wheels": wheels}
+        )
+        packages[-1].add(tomlkit.nl())  # a blank line between packages, as uv's
+        packages.append(package)
+    written = tomlkit.dumps(document)
+    pypi_lock.read_pylock(written, where)
+    return written
+
+
+def fa4_entry(pin: Fa4LockWheel, platform: str) -> Any:
+    """An FA4 pin as a conda-lock pip entry: its URL and sha256, no dependencies (installed as pinned)."""
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from packaging.utils import canonicalize_name
+
+    return LockedDependency(
+        name=canonicalize_name(pin.name),
+        version=pin.version,
+        manager="pip",
+        platform=platform,
+        dependencies={},
+        url=pin.url,
+        hash=HashModel(sha256=pin.sha256),
+        categories={"main"},
+    )
+
+
+def fa4_resolver(fa4: Fa4Pins | None) -> str:
+    if fa4 is None:
+        return ""
+    return (
+        f"; + flash-attn-4 {fa4.lock.release}'s pinned wheels from {display_path(fa4.path)} (not resolved; "
+        f"an if_missing pin the layer holds is left to its version)"
     )
 
 
@@ -424,13 +599,27 @@ def runtime_problem(
     wheels: list[PublishedBuild],
     facts: RuntimeFacts,
     build_lock: str,
+    fa4: Fa4Pins | None = None,
 ) -> str | None:
-    """Why a resolved runtime layer is not the build lock's files plus the published wheels, or None."""
+    """Why a resolved runtime layer is not the build lock's files plus the published wheels and FA4's pins (the
+    FA4 lock's files; an `if_missing` one may be the build lock's instead), or None."""
+    from packaging.utils import canonicalize_name
+
     published = {w.project: w for w in wheels}
-    names = {entry.name for entry in entries}
+    pinned = {canonicalize_name(w.name): w for w in fa4.lock.wheels} if fa4 else {}
+    held = {entry.name: entry for entry in entries}
+    names = set(held)
     for wheel in wheels:
         if wheel.project not in names:
             return f"the resolve left out the published {wheel.link.filename}"
+    for name, pin in pinned.items():
+        entry = held.get(name)
+        if entry is None or (
+            not pin.if_missing and (entry.url, entry.hash.sha256) != (pin.url, pin.sha256)
+        ):
+            return (
+                f"{name} is not flash-attn-4's pinned {pin.file} ({pin.url}, sha256 {pin.sha256})"
+            )
     for entry in entries:
         if entry.name in published:
             wheel = published[entry.name]
@@ -447,6 +636,12 @@ def runtime_problem(
                 f"{entry.name} is build-only ({facts.build_only[entry.name]}; toolkit/knowledge/pypi_cuda.yaml) "
                 f"but a runtime package requires it"
             )
+        elif entry.name in pinned and (entry.version, entry.url, entry.hash.sha256) == (
+            pinned[entry.name].version,
+            pinned[entry.name].url,
+            pinned[entry.name].sha256,
+        ):
+            continue  # FA4's pin, vouched for by the FA4 lock (its sha256 the knowledge's)
         elif entry.name not in build:
             return f"{entry.name} {entry.version} is not in {build_lock} (a runtime lock is a part of the build lock)"
         elif (entry.version, entry.url, entry.hash.sha256) != (
@@ -483,6 +678,7 @@ def write_runtime_lock(
         KEY_BUILD_LOCK: sha256_file(build_lock),
         KEY_RESOLVER: layers.resolver,
         **{KEY_PUBLISHED + w.project: w.record_url for w in layers.wheels},
+        **({KEY_FA4_LOCK: sha256_file(layers.fa4.path)} if layers.fa4 else {}),
     }
     sources = [os.path.relpath(build_lock.resolve(), workspace.locks.resolve())]
     platforms = sorted({e.platform for e in layers.entries})
@@ -498,8 +694,15 @@ def write_runtime_lock(
     )
     custom = lockfile.metadata.custom_metadata  # pydantic's copy: what the writer writes
     assert custom is not None
+    carried = [
+        "torch",
+        *(f"the published {w.project}" for w in layers.wheels),
+        *(["flash-attn-4's pins"] if layers.fa4 else []),
+    ]
+    # FA4's nvidia-cutlass-dsl requires libs-cu12, which the pinned libs-cu13 replaces: pip must not resolve
+    no_deps = " --no-deps" if layers.fa4 else ""
     install = (
-        f"uv pip sync / pip install -r {pylock.name}"
+        f"uv pip sync / pip install{no_deps} -r {pylock.name}"
         if pylock
         else f"conda-lock install --prefix DIR {path.name}"
     )
@@ -512,8 +715,9 @@ def write_runtime_lock(
         custom[KEY_DIGEST] = lock_digest(yaml.safe_load(draft.read_text()))
         write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
         draft.write_text(
-            f"# fa-envkit runtime lock of {spec.line} (torch and the published flash-attn, no build-only "
-            f"packages) in conda-lock's format.\n# Written by `toolkit lock {spec.line} --runtime`; do not "
+            f"# fa-envkit runtime lock of {spec.line} ({', '.join(carried)}; no build-only packages) in "
+            f"conda-lock's format.\n"
+            f"# Written by `toolkit lock {spec.line} --runtime`; do not "
             f"edit ({KEY_DIGEST} refuses edits).\n# Install: toolkit install {spec.line} --runtime, or "
             f"{install}\n" + draft.read_text()
         )
@@ -587,16 +791,15 @@ def read_runtime_lock(workspace: Workspace, line: str, kind: str | None = None) 
 def lock_runtime_command(args: argparse.Namespace, workspace: Workspace, paths: list[Path]) -> int:
     from toolkit.spec.rules import checked_spec
 
-    if not args.index:
-        raise ToolkitError(
-            "toolkit lock --runtime: name the published index with --index URL (the folder "
-            "`toolkit publish --to` wrote: file://, http:// or https://)"
-        )
     for path in paths:
         spec = checked_spec(path)
         layers = resolve_runtime(spec, workspace, args.index)
         lock, pylock = write_runtime_lock(spec, workspace, layers)
-        taken = ", ".join(w.link.filename for w in layers.wheels)
+        taken = (
+            ", ".join(w.link.filename for w in layers.wheels) or "none, the line builds no wheel"
+        )
+        if layers.fa4:
+            taken += f"; flash-attn-4 {layers.fa4.lock.release} pinned by {display_path(layers.fa4.path)}"
         written = f"{display_path(lock)}, {display_path(pylock)}" if pylock else display_path(lock)
         counts = {m: sum(e.manager == m for e in layers.entries) for m in ("conda", "pip")}
         what = (

@@ -8,6 +8,7 @@ for byte. A later schema writes its number, and `FORMAT` gains the upgrade from 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -141,6 +142,13 @@ def write_fa4_lock(
 
 def read_fa4_lock(path: Path) -> tuple[Release, str]:
     """(the release, CUDA major) a lock pins, refusing an edited lock or one that disagrees with the knowledge."""
+    lock = load_fa4_lock(path)
+    return release(lock.release), lock.cuda_major
+
+
+def load_fa4_lock(path: Path) -> Fa4Lock:
+    """The lock itself (its wheels' URLs too: a runtime lock takes them), refused in one line where edited or
+    where its wheels are not the knowledge's pins of its release."""
     from toolkit.base.digest import sha256_json
 
     data = read_json(Path(path), "FA4 lock", RELOCK)
@@ -167,4 +175,15 @@ def read_fa4_lock(path: Path) -> tuple[Release, str]:
             f"{path}: its wheels differ from {KNOWLEDGE_FILE.name} for flash-attn-4 {rel.version} "
             f"(lock again)"
         )
-    return rel, lock.cuda_major
+    for (
+        wheel
+    ) in lock.wheels:  # an installer fetches each from its URL: the pinned file, over http(s)
+        parts = urllib.parse.urlsplit(wheel.url)
+        if (
+            parts.scheme not in ("https", "http")
+            or urllib.parse.unquote(parts.path).rsplit("/", 1)[-1] != wheel.file
+        ):
+            raise ToolkitError(
+                f"{path}: {wheel.file}'s URL {wheel.url!r} is not an http(s) URL of that file ({RELOCK} again)"
+            )
+    return lock
