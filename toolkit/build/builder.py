@@ -788,7 +788,9 @@ def step_compile(run: BuildRun) -> BuildResult | None:
         run_env = {**run_env, **cache.client_env}
     try:
         rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
-        run.cache_use = cache.use() if cache is not None else None
+        if cache is not None:
+            run.cache_use = cache.use()
+            cache.stop()  # waited for now: the compiles it ran count in children_cpu_s below
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
         console.print(
