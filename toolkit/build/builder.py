@@ -59,6 +59,7 @@ from toolkit.build.estimate import (
     Sizing,
     estimate_line,
     filled,
+    in_cpu_seconds,
 )
 from toolkit.build.ninja_shim import (
     BUILD_DIR_ALIAS,
@@ -703,8 +704,11 @@ def step_unpack(run: BuildRun) -> BuildResult | None:
 
 def step_schedule(run: BuildRun) -> BuildResult | None:
     """The object order (the previous build's times or the knowledge's costs), in the ninja shim."""
-    run.order = schedule_order(
-        run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key
+    run.order = in_cpu_seconds(
+        schedule_order(
+            run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key
+        ),
+        run.source.threads_per_object,
     )
     run.shim_dir = run.build_dir / SCHEDULE
     run.interrupted = ManifestObjects.read(
