@@ -8,7 +8,7 @@ half its objects are compiled; and the build that continues from it. CPU time is
 build's process tree (RUSAGE_CHILDREN); the wheels are compared by sha256.
 
     python bench/build_resume.py                 # 8 extra kernels: 11 objects
-    python bench/build_resume.py --kernels 16 --at 0.5
+    python bench/build_resume.py --kernels 16 --at 0.5 --out docs/results/2026-12-05-build-resume
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import re
 import resource
 import shutil
@@ -83,7 +84,8 @@ def lock_line(root: Path, line: str) -> None:
 
 
 def argv(root: Path, wheelhouse: str) -> list[str]:
-    return [sys.executable, "-m", "toolkit", "build", "fixture", "--jobs", "1", "--no-install",
+    # without the compile cache: the clean build would fill it and the resumed build take its objects from it
+    return [sys.executable, "-m", "toolkit", "build", "fixture", "--jobs", "1", "--no-install", "--no-compile-cache",
             "--wheelhouse", str(root / wheelhouse)]
 
 
@@ -127,6 +129,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernels", type=int, default=8, help="extra kernels beside the fixture's (default 8)")
     parser.add_argument("--at", type=float, default=0.5, help="the share of objects compiled when stopped")
+    parser.add_argument("--out", type=Path, help="folder for build-resume.json and build-resume.png")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="build-resume-") as scratch:
         root = project(Path(scratch), args.kernels)
@@ -134,13 +137,39 @@ def main() -> int:
         clean = timed_build(root, "clean", cache)
         stopped = interrupted_build(root, "resumed", cache, args.at)
         resumed = timed_build(root, "resumed", cache)
-    print(json.dumps({
+    result = {
+        "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
         "objects": clean["objects_compiled"], "clean": clean, "interrupted": stopped, "resumed": resumed,
         "resumed_cpu_vs_clean": round(resumed["cpu_s"] / clean["cpu_s"], 3),
         "interrupted_plus_resumed_cpu_vs_clean": round((stopped["cpu_s"] + resumed["cpu_s"]) / clean["cpu_s"], 3),
         "wheels_identical": resumed["wheel_sha256"] == clean["wheel_sha256"],
-    }, indent=1))
+    }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "build-resume.json").write_text(json.dumps(result, indent=1) + "\n")
+        plot(result, args.out / "build-resume.png")
     return 0
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["clean build", "interrupted build", "resumed build"]
+    cpu = [result[k]["cpu_s"] for k in ("clean", "interrupted", "resumed")]
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    ax.barh(names, cpu, color=["tab:grey", "tab:orange", "tab:green"])
+    ax.axvline(0.6 * cpu[0], color="black", ls="--", lw=1, label="the goal: resumed <= 60 % of clean")
+    ax.text(cpu[2], 2, f" {result['resumed_cpu_vs_clean']:.0%} of the clean build's CPU time", va="center")
+    ax.set_xlabel(f"CPU time, s ({result['objects']} objects, stopped at {result['interrupted']['stopped_at_objects']})")
+    ax.set_xlim(0, max(cpu) * 1.5)
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -420,6 +420,29 @@ def test_order_from_takes_only_a_record_of_the_same_sdist(project, tmp_path):
     assert record_of(project)["outputs"]["wheel_sha256"] == other["outputs"]["wheel_sha256"]  # nothing lost
 
 
+def test_a_build_ordered_by_a_record_estimates_its_times_as_cpu_seconds(project, tmp_path):
+    """A record's object times are wall seconds under its own sizing: each object kept min(nvcc threads, its 2
+    archs) CPUs busy. The estimate line takes them back to CPU seconds (x threads, / the stretch of more threads
+    than CPUs) before it models this build, so a build at the record's own sizing is estimated at the record's
+    compile time, not at 1/threads of it. Expected: the record's JSON and that arithmetic, one job here."""
+    prior = record_of(project)
+    (record_file,) = project.line_dir.glob("*.build.json")
+    done = toolkit(project.root, "build", "fixture", "--no-install", "--no-compile-cache", "--jobs", "1",
+                   "--wheelhouse", str(tmp_path / "wh"), "--order-from", str(record_file))
+    assert done.returncode == 0, done.stderr
+    (estimate,) = [line for line in done.stderr.splitlines() if line.startswith("estimate: ")]
+    then, now = prior["parallelism"], json.loads(next((tmp_path / "wh" / "fixture").glob("*.build.json"))
+                                                  .read_text())["parallelism"]
+    seconds = [o["seconds"] for o in prior["outputs"]["objects"]]
+    then_threads, now_threads = min(then["nvcc_threads"], 2), min(now["nvcc_threads"], 2)
+    busy = min(then["jobs"], len(seconds))
+    cpu = sum(seconds) * then_threads / max(1.0, busy * then_threads / then["cpus"])
+    expected = cpu / now_threads * max(1.0, now_threads / now["cpus"])
+    figure = float(re.match(r"estimate: about (\d+) s here for 3 objects \(1 jobs x ", estimate).group(1))
+    assert abs(figure - expected) <= 0.5 + 1e-9, (estimate, expected, seconds, then, now)
+    assert "by the previous build's times on this machine" in estimate
+
+
 def test_a_first_build_starts_its_objects_longest_first_by_the_knowledge(project, tmp_path, monkeypatch):
     """No record of the sdist (a fresh wheelhouse) and no --order-from: the knowledge's object costs order the
     compile. The knowledge here is the real toolkit/knowledge/object_costs.yaml plus one entry for the fixture's
@@ -455,7 +478,7 @@ def test_a_first_build_starts_its_objects_longest_first_by_the_knowledge(project
     assert estimate.startswith(f"estimate: about {(4.0 + 2.0) / threads:.0f} s here for 2 objects (1 jobs x "
                                f"{threads} nvcc threads on {result.record.parallelism.cpus} CPUs, by the "
                                "knowledge's object costs")
-    first = next(line for line in lines if line.startswith("compiling "))
+    first = next(line for line in lines if re.match(r"compiling \d+/", line))  # not "compiling in" (the slot)
     assert first.startswith("compiling 0/2 objects, ") and f"ETA about {(4.0 + 2.0) / threads:.0f} s" in first
     schedule = result.record.schedule.to_json()
     assert schedule["order"] == "knowledge" and schedule["from_record"] is None

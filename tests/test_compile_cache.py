@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,12 @@ def nvcc_stages(use: dict, outcome: str) -> int:
     return sum(n for stage, n in use[outcome].items() if stage in NVCC_STAGES)
 
 
+def children_cpu() -> float:
+    """CPU seconds of this test's finished children (and theirs), by the kernel."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def sccache_servers() -> set[int]:
     found = set()
     for process in psutil.process_iter(["name"]):
@@ -80,7 +87,9 @@ def test_a_build_from_the_compile_cache_makes_the_same_wheel(locked_project, tmp
     (every compile a hit): three wheels of one sha256; each build's counts are in its record."""
     root, cache = locked_project, cache_with_sdist(locked_project, tmp_path / "cache")
     servers_before = sccache_servers()
+    cpu0 = children_cpu()
     plain = build(root, tmp_path / "wh0", cache, "--no-compile-cache")
+    plain_cpu = children_cpu() - cpu0
     assert plain.returncode == 0, plain.stderr
     plain_record, plain_wheel = record_and_wheel(tmp_path / "wh0")
     assert plain_record["compile_cache"] is None and "compile cache: off (--no-compile-cache)" in plain.stderr
@@ -89,8 +98,11 @@ def test_a_build_from_the_compile_cache_makes_the_same_wheel(locked_project, tmp
     site = tmp_path / "compile-cache.toml"
     site.write_text(f'[sccache]\nSCCACHE_DIR = "{shared}"\n')
     runs = []
+    build_cpu = []
     for n in (1, 2):
+        cpu0 = children_cpu()
         done = build(root, tmp_path / f"wh{n}", cache, FA_ENVKIT_COMPILE_CACHE=str(site))
+        build_cpu.append(children_cpu() - cpu0)
         assert done.returncode == 0, done.stderr
         assert f"compile cache: sccache, folder {shared}" in done.stderr
         runs.append(record_and_wheel(tmp_path / f"wh{n}"))
@@ -106,6 +118,12 @@ def test_a_build_from_the_compile_cache_makes_the_same_wheel(locked_project, tmp
     assert second["compile_cache"]["misses"] == {}
     assert second["compile_cache"]["hits"] == first["compile_cache"]["misses"]
     assert second["compile_cache"]["tool"] == "sccache 0.16.0" and second["compile_cache"]["errors"] == 0
+    # the record's CPU time counts the compiles the cache's server ran (its children): at least what the same
+    # compiles took without the cache (that build's CPU time as this test's RUSAGE_CHILDREN saw it bounds its
+    # record's), and no more than this test saw the whole build take
+    plain_cpu_s, first_cpu_s = (r["outputs"]["efficiency"]["cpu_s"] for r in (plain_record, first))
+    assert plain_cpu_s <= plain_cpu + 0.1 and first_cpu_s <= build_cpu[0] + 0.1
+    assert first_cpu_s >= 0.8 * plain_cpu_s, (first_cpu_s, plain_cpu_s, plain_cpu)
     assert any(p.is_file() for p in shared.rglob("*")) and not (cache / "sccache").exists()
     # the launcher word is in every compile ninja ran (the build log), and no server outlives its build
     log = (root / second["log"]).read_text()

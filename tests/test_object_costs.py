@@ -38,6 +38,7 @@ FA3_RESULTS = RESULTS / "2026-12-02-h200-fa3"
 FA3_MEASURED = FA3_RESULTS / "build-record.json"
 FA3_CPU_MACHINE = FA3_RESULTS / "cpu-build" / "build-record.json"
 FA3_NINJA = FA3_RESULTS / "cpu-build" / "build.ninja"
+FA3_FP8_FWD = RESULTS / "2026-12-05-h100-round5" / "fa3-build-record.json"
 EDGE = re.compile(r"^build (\S+\.o): \S+ (\S+)$", re.M)
 
 
@@ -72,8 +73,9 @@ def fa3_key(record: dict) -> CostKey:
     return CostKey("fa3", record["flash_attn_3"]["commit"], record["flash_attn_3"]["profile"])
 
 
-def release(profile: str) -> ReleaseCosts:
-    (costs,) = [r for r in load_object_costs().releases if r.key.profile == profile]
+def release(profile: str, fa3_profile: str | None = "hopper-training-fp8") -> ReleaseCosts:
+    (costs,) = [r for r in load_object_costs().releases
+                if r.key.profile == profile and (profile != "fa3" or r.key.fa3_profile == fa3_profile)]
     return costs
 
 
@@ -126,6 +128,31 @@ def test_fa3_costs_are_the_h200_records_times_keyed_by_commit_and_profile():
     ours = {o["name"]: o["seconds"] for o in record["outputs"]["objects"]}
     assert ours.keys() == theirs.keys()
     assert f"Spearman {spearman([ours[n] for n in ours], [theirs[n] for n in ours]):.3f}" in text
+
+
+def test_fa3_fp8_fwd_costs_are_the_h100_records_times_by_the_sources_setup_py_compiles():
+    """The GPU build of profile hopper-fp8-fwd said "estimate: unknown": its own record's times are its costs now,
+    each object under the source the hopper-training-fp8 build.ninja gives it where the profiles share it, else
+    hopper/instantiations/<object>.cu (hopper/setup.py's sources_fwd_sm90)."""
+    record = json.loads(FA3_FP8_FWD.read_text())
+    costs = load_object_costs().measured(fa3_key(record))
+    assert costs is not None and costs == release("fa3", "hopper-fp8-fwd")
+    shared = sources_of_objects(FA3_NINJA, "flash-attention")
+    objects = record["outputs"]["objects"]
+    assert len(objects) == 10
+    expected = {shared.get(o["name"], f"hopper/instantiations/{o['name'].removesuffix('.o')}.cu"): o["seconds"]
+                for o in objects}
+    assert costs.cpu_seconds == expected
+    assert sum(o["name"] in shared for o in objects) == 6
+    assert (costs.version, costs.arch, record["inputs"]["archs"]) == (record["flash_attn_3"]["version"], "90", ["90"])
+    # every object ran at once on its own CPU: each time is one object's work
+    assert len(objects) <= record["parallelism"]["cpus"] and max(o["start_s"] for o in objects) < 0.01
+    text = load_object_costs().sources[costs.source]
+    assert text.startswith("docs/results/2026-12-05-h100-round5/fa3-build-record.json")
+    assert "6 objects the two profiles share" in text
+    # a first build of that profile is ordered, and estimated, by them
+    order = schedule_order(None, Path("no-records"), sdist_of(record), ("90",), fa3_key(record))
+    assert order.kind == "knowledge" and order.source_seconds == expected
 
 
 def test_costs_for_several_archs_add_up_per_arch():

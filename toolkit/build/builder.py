@@ -59,6 +59,7 @@ from toolkit.build.estimate import (
     Sizing,
     estimate_line,
     filled,
+    in_cpu_seconds,
 )
 from toolkit.build.ninja_shim import (
     BUILD_DIR_ALIAS,
@@ -703,8 +704,11 @@ def step_unpack(run: BuildRun) -> BuildResult | None:
 
 def step_schedule(run: BuildRun) -> BuildResult | None:
     """The object order (the previous build's times or the knowledge's costs), in the ninja shim."""
-    run.order = schedule_order(
-        run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key
+    run.order = in_cpu_seconds(
+        schedule_order(
+            run.options.order_from, run.line_dir, run.tree.pin, run.archs, run.tree.costs_key
+        ),
+        run.source.threads_per_object,
     )
     run.shim_dir = run.build_dir / SCHEDULE
     run.interrupted = ManifestObjects.read(
@@ -788,7 +792,9 @@ def step_compile(run: BuildRun) -> BuildResult | None:
         run_env = {**run_env, **cache.client_env}
     try:
         rc = run_logged(cmd, run_env, run.build_dir, run.log_path, console, tracker)
-        run.cache_use = cache.use() if cache is not None else None
+        if cache is not None:
+            run.cache_use = cache.use()
+            cache.stop()  # waited for now: the compiles it ran count in children_cpu_s below
     except KeyboardInterrupt:
         done = ManifestObjects.read(run.shim_dir)
         console.print(

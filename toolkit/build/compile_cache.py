@@ -181,6 +181,24 @@ class CompileCache:
         """This build's hits and misses, by sccache's stage names (CUDA, PTX, CUBIN, C/C++, ...)."""
         return cache_use(self.statistics(), self.location)
 
+    def stop(self) -> None:
+        """Stop the server now (its cache writes finished) and wait for it. The compiles are its children: their
+        CPU time reaches this process's RUSAGE_CHILDREN only once the server has been waited for, so a build
+        stops it before it reads its CPU time (timing.children_cpu_s). Stopping twice does nothing."""
+        if self.proc is None:
+            return
+        run_tied(
+            [str(self.program), "--stop-server"],
+            env={**_without_sccache(os.environ), **self.client_env},
+            capture_output=True,
+            timeout=STOP_TIMEOUT_S,
+        )
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+        self.proc = None
+
 
 def cache_use(statistics: dict[str, Any], location: str) -> CompileCacheUse:
     """The record's part of sccache's statistics."""
@@ -275,7 +293,7 @@ def serving(
                 proc, grace_s=1.0
             )  # an interruption answers now; the cache loses only unfinished writes
             raise
-        _stop(server)
+        server.stop()
 
 
 def _wait_listening(address: str, proc: subprocess.Popen, log: Path) -> None:
@@ -300,18 +318,3 @@ def _wait_listening(address: str, proc: subprocess.Popen, log: Path) -> None:
         f"{display_path(log)}: the compile cache's server did not start within {START_TIMEOUT_S:.0f} s "
         f"(a remote store unreachable? turn it off: `enabled = false` in {display_path(config_file())})"
     )
-
-
-def _stop(server: CompileCache) -> None:
-    """`sccache --stop-server` (it finishes its cache writes), then the server's supervisor ends."""
-    assert server.proc is not None
-    run_tied(
-        [str(server.program), "--stop-server"],
-        env={**_without_sccache(os.environ), **server.client_env},
-        capture_output=True,
-        timeout=STOP_TIMEOUT_S,
-    )
-    try:
-        server.proc.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        kill_group(server.proc)

@@ -1,7 +1,8 @@
 """How long a build takes here: before it compiles (one line) and while it compiles (the bar's ETA).
 
-Both come from the objects' costs (toolkit/build/timing.py's ScheduleOrder: the previous build's times on this
-machine, else toolkit/knowledge/object_costs.yaml's CPU seconds, measured on another machine's CPUs) run through
+Both come from the objects' CPU costs (toolkit/build/timing.py's ScheduleOrder: the previous build's times on this
+machine, wall seconds under its sizing turned into CPU seconds by in_cpu_seconds, else
+toolkit/knowledge/object_costs.yaml's CPU seconds, measured on another machine's CPUs) run through
 the model of ninja's list scheduling that bench/build_efficiency.py checks against committed builds: objects
 longest first, `jobs` at a time, each keeping min(nvcc threads, its -gencode targets) CPUs busy, the CPUs shared
 evenly when more threads run than there are. While the build runs, the model's figure for what is left is
@@ -15,15 +16,15 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.jsonfile import read_json
 from toolkit.build.ninja_shim import MANIFEST_OBJECTS
-from toolkit.build.timing import ninja_log
+from toolkit.build.timing import ScheduleOrder, ninja_log
 
 # The output of the edge ninja reports in a status line: `[n/N] <command ... -o OUT ...>` (ninja prints an
 # edge's line when it finishes, its command with -v or when the rule has no description, as torch's have none)
@@ -90,6 +91,26 @@ class Sizing:
     def stretch(self) -> float:
         """How much longer one object takes than its CPU cost / threads while every slot runs."""
         return max(1.0, self.jobs * self.threads / self.cpus)
+
+
+def in_cpu_seconds(
+    order: ScheduleOrder, threads_per_object: Callable[[tuple[str, ...]], int]
+) -> ScheduleOrder:
+    """The order with a record's times as CPU seconds, as the knowledge's costs are: the estimate line, the
+    shim's object costs and the bar's ETA all take CPU seconds. A record's times are wall seconds under its
+    own sizing (.ninja_log's); the model's time of one object, cost / threads x stretch, turned round. Taken
+    as costs, an estimate at the record's sizing came out `threads` times too short."""
+    if order.recorded is None or not order.object_seconds:
+        return order
+    then, archs = order.recorded
+    busy = min(then.jobs, len(order.object_seconds))  # the slots its objects kept busy at once
+    sizing = Sizing(busy, min(then.nvcc_threads, threads_per_object(archs)), then.cpus)
+    factor = sizing.threads / sizing.stretch()
+    return replace(
+        order,
+        object_seconds={name: s * factor for name, s in order.object_seconds.items()},
+        recorded=None,
+    )
 
 
 def filled(costs: dict[str, float | None]) -> dict[str, float] | None:

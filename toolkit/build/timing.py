@@ -17,7 +17,7 @@ from typing import Literal
 
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.build.record import BuildRecord
+from toolkit.build.record import BuildRecord, Parallelism
 from toolkit.build.wheelhouse import records
 from toolkit.env.lockfile import LockedSdist
 from toolkit.knowledge import files as knowledge_files
@@ -61,6 +61,8 @@ class ScheduleOrder:
     origin: str | None  # the record, or the knowledge file and release, as shown to the user
     object_seconds: dict[str, float] = field(default_factory=dict)
     source_seconds: dict[str, float] = field(default_factory=dict)
+    # the record's sizing and archs: its object_seconds are wall seconds under them, not CPU seconds
+    recorded: tuple[Parallelism, tuple[str, ...]] | None = None
 
     def summary(self) -> str:
         if self.kind == "build.ninja":
@@ -86,14 +88,13 @@ def record_key(record: BuildRecord) -> CostKey:
     return CostKey("fa2", record.sdist.sha256)
 
 
-def previous_object_times(
+def previous_record(
     candidates: list[tuple[Path, BuildRecord]], costs_key: CostKey
-) -> tuple[Path, dict[str, float]] | None:
-    """Per-object compile seconds of the first of these records that built the same source, with its path."""
+) -> tuple[Path, BuildRecord] | None:
+    """The first of these records that built the same source and timed its objects, with its path."""
     for path, record in candidates:
-        objects = record.outputs.objects
-        if record_key(record) == costs_key and objects:
-            return path, {o.name: o.seconds for o in objects}
+        if record_key(record) == costs_key and record.outputs.objects:
+            return path, record
     return None
 
 
@@ -119,14 +120,20 @@ def schedule_order(
     """--order-from's record, else the line's newest record of this sdist, else the knowledge's costs under
     costs_key (a first build), else build.ninja's order. A record measured this machine; the knowledge
     measured another, so it comes only where no record is."""
-    previous = previous_object_times(schedule_candidates(order_from, line_dir), costs_key)
+    previous = previous_record(schedule_candidates(order_from, line_dir), costs_key)
     if order_from and previous is None:
         raise ToolkitError(
             f"{display_path(order_from)}: records no object times of {sdist.filename}; it "
             f"cannot order this build (drop --order-from)"
         )
     if previous:
-        return ScheduleOrder("record", display_path(previous[0]), object_seconds=previous[1])
+        path, record = previous
+        return ScheduleOrder(
+            "record",
+            display_path(path),
+            object_seconds={o.name: o.seconds for o in record.outputs.objects},
+            recorded=(record.parallelism, tuple(record.inputs.archs)),
+        )
     costs = load_object_costs().measured(costs_key)
     if costs is None:
         return ScheduleOrder("build.ninja", None)
