@@ -207,7 +207,10 @@ def test_build_record_holds_inputs_outputs_and_per_object_times(project):
     # the key's spec part leaves out where the external toolchain lies (EnvSpec.build_input_hash): the fixture's
     # spec names its CUDA and python by path, so it differs from the lock's input hash
     assert record["inputs"]["spec_input_hash"] == spec.build_input_hash() != spec.input_hash()
-    assert record["inputs"]["lock_sha256"] == sha256_of(lock_file)
+    # an external line's key pins the sdist its lock records, not the lock (which holds the toolchain's paths)
+    locked_sdist = yaml.safe_load(lock_file.read_text())["metadata"]["custom_metadata"]
+    assert record["inputs"]["sdist_sha256"] == locked_sdist["fa-envkit.flash-attn-sdist.sha256"]
+    assert "lock_sha256" not in record["inputs"]
     assert record["files"] == {"spec": "envs/fixture.yaml", "lock": "locks/fixture.conda-lock.yml"}
     assert record["sdist"]["sha256"] == sha256_of(project.root / "sdist" / record["sdist"]["filename"])
     assert record["inputs"]["toolchain"]["nvcc"].startswith("13.0.")

@@ -93,6 +93,7 @@ from toolkit.build.timing import (
     describe,
     efficiency,
     ninja_objects,
+    order_record,
     schedule_order,
 )
 from toolkit.build.wheel_check import install_and_import, verify_wheel
@@ -527,7 +528,10 @@ class BuildRun:
 
 
 def step_toolchain(run: BuildRun) -> BuildResult | None:
-    """The line's toolchain, the machine's fingerprint and the archs to compile."""
+    """The --order-from record read first (a bad one is refused before anything starts), then the line's
+    toolchain, the machine's fingerprint and the archs to compile."""
+    if run.options.order_from:
+        order_record(run.options.order_from)
     spec, workspace = run.spec, run.workspace
     run.allocation = Allocation.from_environment(os.environ) if run.options.slurm else None
     found = line_env.resolve(spec, run.options.prefix, workspace=workspace)

@@ -98,15 +98,21 @@ def previous_record(
     return None
 
 
+def order_record(order_from: Path) -> BuildRecord:
+    """The record --order-from names, read: the build reads it before anything starts, so a missing or
+    unreadable one is its only line (no compile cache or slot set up first)."""
+    if not order_from.is_file():
+        raise ToolkitError(
+            f"{display_path(order_from)}: no such build record (--order-from takes a "
+            f"wheelhouse/LINE/*.build.json file)"
+        )
+    return BuildRecord.read(order_from)
+
+
 def schedule_candidates(order_from: Path | None, line_dir: Path) -> list[tuple[Path, BuildRecord]]:
     """The record named by --order-from (a committed one, on a fresh machine), else the line's, newest first."""
     if order_from:
-        if not order_from.is_file():
-            raise ToolkitError(
-                f"{display_path(order_from)}: no such build record (--order-from takes a "
-                f"wheelhouse/LINE/*.build.json file)"
-            )
-        return [(order_from, BuildRecord.read(order_from))]
+        return [(order_from, order_record(order_from))]
     return records(line_dir) if line_dir.is_dir() else []
 
 
