@@ -74,8 +74,11 @@ def build_argv(wheelhouse: Path) -> list[str]:
 
 
 def start_build(root: Path, wheelhouse: Path, cache: Path, **env: str) -> subprocess.Popen:
+    """As a terminal runs it in the foreground: its own process group, SIGINT at its default (a test run started
+    in the background inherits it ignored, and the toolkit then rightly ignores Ctrl-C: CI's build finished)."""
     return subprocess.Popen(build_argv(wheelhouse), cwd=root, env={**os.environ, "TOOLKIT_CACHE": str(cache), **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_line(proc: subprocess.Popen, prefix: str) -> list[str]:
