@@ -217,7 +217,10 @@ def test_ctrl_c_is_answered_at_once_while_the_cleanup_still_runs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen([sys.executable, "-m", "toolkit", "fa4", "install", "--wheels", str(tmp_path / "w"),
                                 "--target", str(tmp_path / "target"), "--python", str(stubborn)],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               # as a terminal's foreground command has it: a test run started in the background
+                               # (`nohup ... &`, CI) passes SIGINT on ignored, and the toolkit keeps it ignored
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists():
         if process.poll() is not None or time.monotonic() > deadline:

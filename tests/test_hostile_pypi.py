@@ -374,31 +374,43 @@ def small_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) 
 
 
 def venv_of(tmp_path: Path, packages) -> Path:
-    """VenvBuild.make of the packages (a pypi line's install, its lock named LOCK) at tmp_path/staging/env."""
+    """VenvBuild.make of the packages (a pypi line's install, its lock named LOCK) as `toolkit install` runs it:
+    staged in an owned work folder beside the prefix tmp_path/venvs/env, swapped into place only once made."""
     from rich.console import Console
 
+    from toolkit.base.atomic import owned_dir
+    from toolkit.env.install import replace_prefix
     from toolkit.env.pypi_install import VenvBuild
     from toolkit.knowledge.facts import load_knowledge
 
     pypi = load_knowledge().pypi
     build = VenvBuild(Path(sys.executable), PYTHON, tuple(packages), pypi.lines["13.0.3"], pypi.cuda_home,
                       lock_file=LOCK)
-    staging = tmp_path / "staging" / "env"
-    build.make(staging, tmp_path / "env", Console(quiet=True))
-    return staging
+    prefix = tmp_path / "venvs" / "env"
+    with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
+        build.make(work / "env", prefix, Console(quiet=True))
+        replace_prefix(work / "env", prefix)
+    return prefix
 
 
-def installed(staging: Path) -> list[str]:
+def installed(venv: Path) -> list[str]:
     """The distributions in the venv besides those `python -m venv` put there."""
-    site = staging / "lib" / f"python{PYTHON}" / "site-packages"
+    site = venv / "lib" / f"python{PYTHON}" / "site-packages"
     return sorted(p.name.split("-")[0] for p in site.glob("*.dist-info") if not p.name.startswith(("pip-", "setuptools-")))
+
+
+def nothing_installed(tmp_path: Path) -> bool:
+    """No venv at the prefix and no staged one left beside it: uv installs into the staging folder and the wheels
+    are checked there, before the swap, so a refusal must leave tmp_path/venvs as empty as it was."""
+    return not any((tmp_path / "venvs").iterdir())
 
 
 def test_a_pypi_lock_holding_every_dependency_installs(tmp_path):
     """The control of the refusals below: the whole miniature closure installs."""
-    staging = venv_of(tmp_path, toolchain_wheels(tmp_path / "wheels").values())
-    assert installed(staging) == ["cuda_toolkit", "nvidia_cuda_nvcc", "nvidia_cuda_runtime", "nvidia_cudnn_cu13",
-                                  "torch"]
+    venv = venv_of(tmp_path, toolchain_wheels(tmp_path / "wheels").values())
+    assert installed(venv) == ["cuda_toolkit", "nvidia_cuda_nvcc", "nvidia_cuda_runtime", "nvidia_cudnn_cu13",
+                               "torch"]
+    assert [p.name for p in (tmp_path / "venvs").iterdir()] == ["env"]  # what nothing_installed looks at
 
 
 @pytest.mark.parametrize("deleted, problem", [
@@ -409,16 +421,17 @@ def test_a_pypi_lock_holding_every_dependency_installs(tmp_path):
     ("cuda-toolkit", "cuda-toolkit, which torch requires (cuda-toolkit[nvcc]==13.0.3; sys_platform == \"linux\"), "
                      "is not among the lock's wheels"),
 ])
-def test_a_dependency_deleted_from_a_pypi_lock_is_refused_before_pip_runs(tmp_path, deleted, problem):
+def test_a_dependency_deleted_from_a_pypi_lock_is_refused_before_the_swap(tmp_path, deleted, problem):
     """torch without cudnn installed with rc 0 (--no-deps installs what the lock lists): every Requires-Dist the
-    wheels declare for the target (an extra's where a wheel asks for it) must be in the lock."""
+    wheels declare for the target (an extra's where a wheel asks for it) must be in the lock. uv installs into
+    the staging folder, the closure is checked there, and the refused venv never reaches the prefix."""
     packages = toolchain_wheels(tmp_path / "wheels")
     del packages[deleted]
     with pytest.raises(ToolkitError) as refused:
         venv_of(tmp_path, packages.values())
     assert str(refused.value) == (f"{LOCK}: {problem} (an entry was deleted or edited: re-run `toolkit lock py-cu130`; "
                                   f"nothing was installed)")
-    assert installed(tmp_path / "staging" / "env") == []
+    assert nothing_installed(tmp_path)
 
 
 def test_a_locked_version_its_dependant_does_not_accept_is_refused(tmp_path):
@@ -426,7 +439,7 @@ def test_a_locked_version_its_dependant_does_not_accept_is_refused(tmp_path):
     with pytest.raises(ToolkitError, match=r": nvidia-cudnn-cu13 9\.2\.0 is not what torch requires \(nvidia-cudnn-cu13"
                                            r"==9\.1\.0; platform_system == \"Linux\"\) \(an entry was deleted or edited"):
         venv_of(tmp_path, packages.values())
-    assert installed(tmp_path / "staging" / "env") == []
+    assert nothing_installed(tmp_path)
 
 
 @pytest.mark.parametrize("field", ["version", "name"])
@@ -448,4 +461,4 @@ def test_a_wheel_whose_metadata_is_not_its_entry_is_refused(tmp_path, field):
     assert str(refused.value) == (f"{LOCK}: nvidia-cuda-nvcc 13.0.88 (nvidia_cuda_nvcc-13.0.88-py3-none-any.whl): its "
                                   f"wheel is {found} by its METADATA (the entry was edited: re-run `toolkit lock "
                                   f"py-cu130`)")
-    assert installed(tmp_path / "staging" / "env") == []
+    assert nothing_installed(tmp_path)

@@ -66,10 +66,13 @@ def test_cpu_torch_is_refused_with_one_line(tmp_path):
         pytest.skip(f"needs the CPU torch that .ci/run installs (found {fp.torch})")
     # the spec promises the CUDA build (`check` refuses a toolchain.torch of +cpu); the machine has the CPU one
     write_external_spec(tmp_path / "envs", "cpu", Path(sys.executable), fp.torch.version.split("+")[0])
-    (tmp_path / "locks").mkdir()
-    (tmp_path / "locks" / "cpu.conda-lock.yml").write_text("not read before the preflight\n")
+    env = {**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")}
+    # a real lock: an external line's build key is its lock's sdist sha256, read before the cache and the preflight
+    locked = subprocess.run([sys.executable, "-m", "toolkit", "lock", "cpu"], cwd=tmp_path, capture_output=True,
+                            text=True, env=env)
+    assert locked.returncode == 0, locked.stderr
     done = subprocess.run([sys.executable, "-m", "toolkit", "build", "cpu"], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache")})
+                          text=True, env=env)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     said = (f"torch {fp.torch.version} is a CPU build (torch.version.cuda is None) (flash-attn needs a CUDA build "
