@@ -24,8 +24,11 @@ from toolkit.spec.envspec import load_spec
 from toolkit.spec.rules import checked_spec, violations
 
 ROOT = Path(__file__).resolve().parent.parent
-KNOWN = ("cu118, cu121, cu124, cu126, cu128, cu130, cu132, gpu-machine-fa3, gpu-machine-fa4, gpu-machine, gpu-replica, "
-         "py-cu130-torch211, py-cu130, py-cu132")
+# Every line is a spec file in envs/ except base.yaml (a parent); listed by file name, as a directory listing sorts
+# them ("gpu-machine-fa3.yaml" before "gpu-machine.yaml"), so adding a line to envs/ needs no edit here.
+LINES = [p.name.removesuffix(".yaml") for p in sorted((ROOT / "envs").glob("*.yaml"), key=lambda p: p.name)
+         if p.name != "base.yaml"]
+KNOWN = ", ".join(LINES)
 
 
 def toolkit(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -57,7 +60,7 @@ def test_modules_with_every_line_skipped_fails_and_writes_nothing(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr == (f"error: {tmp_path}/modules: nothing written: no line has an installed environment "
                            f"(run `toolkit install LINE` first, or pass --env-root where they are installed)\n")
-    assert done.stdout.count("skipped ") == len(KNOWN.split(", ")) and not (tmp_path / "modules").exists()
+    assert done.stdout.count("skipped ") == len(LINES) and not (tmp_path / "modules").exists()
 
 
 def test_a_missing_interpreter_is_not_python_none():

@@ -40,11 +40,17 @@ def test_old_spellings_reach_the_same_suite_after_one_notice_each(capsys, argv, 
     assert all(line.startswith("toolkit verify: ") for line in err)
 
 
-def test_a_level_the_suite_lacks_is_one_line_under_either_spelling(capsys):
+def test_fa3s_parity_level_reaches_the_environment_under_either_spelling(capsys, tmp_path):
+    """FA3's parity level was refused ("no transformers parity for FA3 yet"); it has one now (issue 34 item 5), so
+    `--level parity` goes on to the line's environment under --impl and --backend alike, the old spelling adding
+    only its notice. The interpreter passed does not exist: the run stops there, before anything is measured."""
+    missing = tmp_path / "no-env" / "bin" / "python"
     for option in ("--impl", "--backend"):
-        assert main(["verify", "gpu-machine-fa3", option, "flash-attn-3", "--level", "parity",
-                     "--envs", str(ROOT / "envs")]) == 1
+        assert main(["verify", "gpu-machine-fa3", option, "flash-attn-3", "--level", "parity", "--python",
+                     str(missing), "--envs", str(ROOT / "envs"), "--report-dir", str(tmp_path / "reports")]) == 1
         err = capsys.readouterr().err.splitlines()
-        assert err[-1] == ("error: toolkit verify --impl flash-attn-3: no transformers parity for FA3 yet "
-                           "(use --level smoke or full)")
+        # no GPU here: that is said first; on a GPU machine, the missing interpreter
+        assert (err[-1] == "error: no CUDA GPU visible (no /dev/nvidia* device): run verification on a GPU machine"
+                or f"environment python {missing} does not exist" in err[-1]), err
         assert len(err) == (2 if option == "--backend" else 1)
+    assert not (tmp_path / "no-env").exists() and not (tmp_path / "reports").exists()
