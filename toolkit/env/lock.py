@@ -210,7 +210,11 @@ def lock_pip_requirements(
 
 
 def lock_pip_targets(
-    requirements: list[str], index_urls: list[str], targets: list[PipTarget], compile_command: str
+    requirements: list[str],
+    index_urls: list[str],
+    targets: list[PipTarget],
+    compile_command: str,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> list[PipLayer]:
     """Resolve, hash-pin and pick each package's wheel for each platform, by uv whatever runs the toolkit.
 
@@ -218,8 +222,8 @@ def lock_pip_targets(
     interpreter of the target, no download to hash a file the index gives a hash for), twice from one cache:
     as requirements.txt, written beside the lock for pip-sync, and as pylock.toml, whose wheels name each
     entry's file (pypi_lock.pylock_wheels: the one the target installs, as for a pypi line). Every platform's
-    two resolves run side by side. The entries' dependencies are what each wheel's metadata requires for the
-    target (pypi_lock.wheel_metadata_of)."""
+    two resolves run side by side (`meanwhile` with them: uv_compile_all's). The entries' dependencies are what
+    each wheel's metadata requires for the target (pypi_lock.wheel_metadata_of)."""
     uv = pypi_lock.uv_executable()
     options = (
         "--index-strategy",
@@ -253,6 +257,7 @@ def lock_pip_targets(
                 compile_command,
                 "uv pip compile",
                 locking_environment(),
+                meanwhile,
             )
             for workdir, target in zip(workdirs, targets):
                 wheels = pypi_lock.pylock_wheels(
@@ -351,21 +356,28 @@ def lock_pip_layers(
             )
             for target in targets
         ]
-    check_index_reachable(spec.torch_index, display_path(spec.path))
     layers = lock_pip_targets(
-        spec.pip_requirements(), [pypi, spec.torch_index], targets, f"toolkit lock {spec.line}"
+        spec.pip_requirements(),
+        [pypi, spec.torch_index],
+        targets,
+        f"toolkit lock {spec.line}",
+        lambda: check_index_reachable(spec.torch_index, display_path(spec.path)),
     )
     return [with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer for layer in layers]
 
 
 def lock_pypi_layer(
-    spec: EnvSpec, workspace: Workspace = DEFAULT, as_of: str | None = None
+    spec: EnvSpec,
+    workspace: Workspace = DEFAULT,
+    as_of: str | None = None,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> tuple[PipLayer, CondaLayer]:
     """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
     a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants.
 
     `as_of`: the time to resolve at, the one the line's lock records, so that a re-lock gives the lock's wheels
-    whatever the index released since; None resolves (and records) now."""
+    whatever the index released since; None resolves (and records) now. `meanwhile` runs while uv resolves,
+    before the index's reachability is checked (lock_line's sdist pin); should either fail, uv is stopped."""
     if len(spec.platforms) != 1:
         raise ToolkitError(
             f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
@@ -374,10 +386,14 @@ def lock_pypi_layer(
     platform = spec.platforms[0]
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
-    check_index_reachable(spec.torch_index, display_path(spec.path))
     pylock = workspace.pylock_file(spec.line)
     exclude_newer = as_of or pypi_lock.now_utc()
     started = time.perf_counter()
+
+    def checks() -> None:
+        meanwhile()
+        check_index_reachable(spec.torch_index, display_path(spec.path))
+
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         with console.status(
             f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
@@ -395,8 +411,9 @@ def lock_pypi_layer(
                     f"toolkit lock {spec.line}",
                     locking_environment(),
                     exclude_newer,
+                    checks,
                 )
-            except ToolkitError as exc:
+            except pypi_lock.UvFailed as exc:
                 if as_of is None:
                     raise
                 raise ToolkitError(
@@ -674,15 +691,15 @@ def lock_line(
     if current:
         return path, False
     check_destinations(lock_destinations(spec, workspace))
-    # while the layers resolve (uv and py-rattler's worker wait on their indexes), the sdist pin, a request to
-    # PyPI, is read, and conda-lock's modules, 0.3-0.5 s of CPU, are imported
+    # the sdist pin, a request to PyPI, is read while uv resolves (a pypi line) or conda-lock's modules, 0.3-0.5 s
+    # of CPU, are imported; those are imported while uv or py-rattler's worker wait on their indexes
     conda_lock_modules_only()  # here, before another thread imports any of conda-lock
     with ThreadPoolExecutor(2) as pool:
         pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
         pool.submit(import_conda_lock, spec.toolchain.kind != "pypi")
         try:
             conda, pip_layers = lock_layers(
-                spec, backend, conda_exe, workspace, pypi, update, locked
+                spec, backend, conda_exe, workspace, pypi, update, locked, pin.result
             )
         except ToolkitError:
             pin.result()  # its error first, as when the pin was read before the layers
@@ -710,13 +727,20 @@ def lock_layers(
     pypi: str,
     update: bool,
     locked: LockedEnv | None,
+    sdist_pinned: Callable[[], object],
 ) -> tuple[CondaLayer, list[PipLayer]]:
-    """The line's conda layer and each platform's pip layer (lock_line's arguments; `locked`: its lock, if any)."""
+    """The line's conda layer and each platform's pip layer (lock_line's arguments; `locked`: its lock, if any).
+    `sdist_pinned` waits for the sdist pin (its error raised), before anything is said of a layer: a pypi line's
+    while uv resolves, a conda line's before the solve (its worker says what it solved)."""
     if spec.toolchain.kind == "pypi":
         layer, empty = lock_pypi_layer(
-            spec, workspace, None if update or locked is None else locked.exclude_newer or None
+            spec,
+            workspace,
+            None if update or locked is None else locked.exclude_newer or None,
+            sdist_pinned,
         )
         return empty, [layer]
+    sdist_pinned()
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}

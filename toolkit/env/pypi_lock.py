@@ -14,6 +14,7 @@ import functools
 import io
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -86,6 +87,10 @@ def uv_complaint(output: str) -> str:
     )
 
 
+class UvFailed(ToolkitError):
+    """uv could not resolve (its reason in one line), as opposed to a check made while it ran."""
+
+
 @dataclass(frozen=True)
 class Compile:
     """One `uv pip compile requirements.in` in `workdir`, for CPython `python` on `python_platform`, into
@@ -116,11 +121,17 @@ def uv_compile(
 
 
 def uv_compile_all(
-    uv: str, compiles: list[Compile], command: str, what: str, env: dict[str, str]
+    uv: str,
+    compiles: list[Compile],
+    command: str,
+    what: str,
+    env: dict[str, str],
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> None:
     """Each `uv pip compile`, hash-pinned, reading no uv config and downloading no python: the one way each lock
     the toolkit writes asks uv (`command`: what the file says to run again). They run side by side (all started,
     then each awaited: one's waits on the index overlap another's); the first that fails, in order, is raised.
+    `meanwhile` runs while they do (a check of what they read): should it raise, they are stopped.
 
     `--python` names the toolkit's own interpreter: the target is --python-version/--python-platform whatever
     runs uv, and without it uv searches PATH for one, running every pyenv shim there (2-4 s of a 0.05 s
@@ -160,14 +171,17 @@ def uv_compile_all(
                     env=env,
                 )
             )
+        meanwhile()
         outputs = [process.communicate() for process in running]
-    except BaseException:  # an interruption, a uv that cannot start: none is left running
+    except (
+        BaseException
+    ):  # an interruption, a uv that cannot start, `meanwhile`'s error: none is left running
         for process in running:
             kill_group(process)
         raise
     for process, (stdout, stderr) in zip(running, outputs):
         if process.returncode != 0:
-            raise ToolkitError(f"{what} failed: {uv_complaint(stderr + stdout)}")
+            raise UvFailed(f"{what} failed: {uv_complaint(stderr + stdout)}")
 
 
 def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
@@ -209,34 +223,34 @@ def compile_pylock(
     compile_command: str,
     env: dict[str, str],
     exclude_newer: str,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> tuple[str, str]:
     """Resolve with `uv pip compile --format pylock.toml --generate-hashes`; returns (the pylock text, how it
     was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml).
 
     `exclude_newer` (uv's --exclude-newer, a time like 2026-11-23T21:44:12Z) leaves out every file uploaded
-    after it: a re-lock at the lock's own time gives the lock's wheels, whatever the index released since."""
+    after it: a re-lock at the lock's own time gives the lock's wheels, whatever the index released since.
+    `meanwhile`: uv_compile_all's."""
     uv = uv_executable()
     (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    uv_compile(
+    options = (
+        "--format",
+        "pylock.toml",
+        "--index-url",
+        index,
+        "--constraints",
+        "constraints.txt",
+        "--exclude-newer",
+        exclude_newer,
+    )
+    uv_compile_all(
         uv,
-        python,
-        python_platform,
-        [
-            "--format",
-            "pylock.toml",
-            "--index-url",
-            index,
-            "--constraints",
-            "constraints.txt",
-            "--exclude-newer",
-            exclude_newer,
-        ],
-        output_name,
+        [Compile(workdir, python, python_platform, options, output_name)],
         compile_command,
-        workdir,
         "uv pip compile",
         env,
+        meanwhile,
     )
     resolver = (
         f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
