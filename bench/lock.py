@@ -53,9 +53,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 
 from toolkit.base.workspace import Workspace  # noqa: E402
-from toolkit.env.engine import CondaLockEngine, conda_executable, rattler_solve  # noqa: E402
+from toolkit.env.engine import CondaLockEngine, conda_executable  # noqa: E402
 from toolkit.env.lock import conda_request  # noqa: E402
 from toolkit.env.pypi_lock import tomllib  # noqa: E402 - tomllib, or tomli on python 3.10
+from toolkit.env.rattler_solve import rattler_solve  # noqa: E402
 from toolkit.spec.envspec import load_spec  # noqa: E402
 
 TARGET_SECONDS = 3.0

@@ -576,3 +576,23 @@ def test_the_check_after_writing_refuses_what_conda_locks_parser_refuses(locked,
     with pytest.raises(ToolkitError) as caught:
         check_with_conda_lock(broken)
     assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{broken}: malformed conda-lock file")
+
+
+def test_the_solve_worker_loads_the_solve_not_the_engines_module(channel_dir, pip_index, tmp_path):
+    """py-rattler's worker unpickled its job from engine.py (CondaRequest, rattler_fetch_actions), importing all an
+    install needs (0.1 s of CPU per lock); its job is now of toolkit/env/rattler_solve.py alone."""
+    import pickle
+
+    from toolkit.env.engine import rattler_fetch_actions
+
+    envs = write_project(tmp_path, file_url(channel_dir), pip_index)
+    job = tmp_path / "job.pickle"  # what run_isolated hands its worker
+    job.write_bytes(pickle.dumps((rattler_fetch_actions.__module__, rattler_fetch_actions.__qualname__,
+                                  (conda_request(checked_spec(envs / "cu126.yaml")),))))
+    script = (f"import importlib, pickle, sys\nmodule, name, args = pickle.loads(open({str(job)!r}, 'rb').read())\n"
+              "getattr(importlib.import_module(module), name)\n"
+              "print(*sorted(m for m in sys.modules if m.startswith('toolkit.env.')))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["toolkit.env.rattler_solve"]
