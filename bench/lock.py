@@ -11,15 +11,18 @@ so the solver has real choices to make. Only repodata is written (solving reads 
     python bench/lock.py --pypi py-cu132      # a pypi line's pip layer against PyPI: seconds and bytes downloaded
     python bench/lock.py --ratios --repeat 5 --out docs/results/2026-12-05-everyday-lock
 
---ratios: issue 32's two lock rows, each job in its own process (wall seconds, and CPU seconds of it and all it
-started), the two sides alternating which goes first, repeated (medians), with compiled bytecode on both sides:
+--ratios: the everyday lock rows, the toolkit against the libraries doing the same job, each job in its own process
+(wall seconds, and CPU seconds of it and all it started), the jobs of a row alternating which goes first, repeated
+(medians), with compiled bytecode on every side:
 - pypi: `toolkit lock py-cu132 --force` (PyPI; a copy of envs/ and locks/) against `uv pip compile --format
   pylock.toml --generate-hashes` of the same requirements, constraints, index, target and --exclude-newer, one
   uv cache for both (warmed first); uv as typed (it looks for an interpreter on PATH) and with `--python` named.
 - conda: `toolkit lock` of a CUDA 13.0 line (linux-64 and linux-aarch64) against tests/conda_forge_replica's
   records over file:// (--engine rattler; torch a test double on a loopback index) against py-rattler's solve of
-  the same specs and virtual packages for both platforms and its lock file written (rattler.LockFile).
-Both locks the toolkit writes are compared with the ones it wrote before (committed / first run): same bytes.
+  the same specs and virtual packages for both platforms and its lock file written (rattler.LockFile), and that
+  plus the pip layer's uv resolves (requirements.txt and pylock.toml per platform).
+--baseline DIR (a `git archive` of an earlier commit) runs that toolkit as a further job of each row. The locks
+every toolkit writes are compared with the committed ones (pypi) or the first run's (conda): the same bytes.
 
 Target: under 3 s for the embedded py-rattler solver, repodata loading included. A pypi line (torch and NVIDIA's
 CUDA wheels, several GB of wheels) must lock from metadata: seconds, and a few MB downloaded, never a wheel.
@@ -224,7 +227,7 @@ def bench_pypi(line: str) -> None:
     proxy.shutdown()
 
 
-# ---------------------------------------------------------------- --ratios: issue 32's lock rows
+# ---------------------------------------------------------------- --ratios: the lock rows against the libraries
 
 RATTLER_LOCK = """
 import asyncio, json, os, sys
@@ -463,7 +466,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--pypi", metavar="LINE", help="measure a pypi line's lock against PyPI instead (py-cu132)")
     parser.add_argument("--ratios", action="store_true",
-                        help="issue 32's rows: toolkit lock against uv pip compile and py-rattler (see above)")
+                        help="the lock rows: toolkit lock against uv pip compile and py-rattler (see above)")
     parser.add_argument("--repeat", type=int, default=3, help="with --ratios: rounds (medians reported)")
     parser.add_argument("--out", type=Path, help="with --ratios: folder for results.json and lock.png")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
