@@ -596,3 +596,15 @@ def test_the_solve_worker_loads_the_solve_not_the_engines_module(channel_dir, pi
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["toolkit.env.rattler_solve"]
+
+
+@pytest.mark.parametrize("verb", ["lock", "install"])
+def test_a_lock_or_install_imports_the_cache_wing_only_for_runtime(verb):
+    """The entry imported the cache wing's runtime locks (index, publish: 0.1 s of CPU) for every lock and install;
+    it is handed down by name and imported when `--runtime` runs."""
+    script = (f"import sys\nfrom toolkit.cli import build_parser\nbuild_parser([{verb!r}])\n"
+              "print(*sorted(m for m in sys.modules if m.startswith('toolkit.cache')))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
