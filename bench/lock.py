@@ -9,6 +9,20 @@ so the solver has real choices to make. Only repodata is written (solving reads 
     python bench/lock.py                      # 100,000 records, the cu126 line, every backend available
     python bench/lock.py --records 2000 --line cu130
     python bench/lock.py --pypi py-cu132      # a pypi line's pip layer against PyPI: seconds and bytes downloaded
+    python bench/lock.py --ratios --repeat 5 --out docs/results/2026-12-05-everyday-lock
+
+--ratios: the everyday lock rows, the toolkit against the libraries doing the same job, each job in its own process
+(wall seconds, and CPU seconds of it and all it started), the jobs of a row alternating which goes first, repeated
+(medians), with compiled bytecode on every side:
+- pypi: `toolkit lock py-cu132 --force` (PyPI; a copy of envs/ and locks/) against `uv pip compile --format
+  pylock.toml --generate-hashes` of the same requirements, constraints, index, target and --exclude-newer, one
+  uv cache for both (warmed first); uv as typed (it looks for an interpreter on PATH) and with `--python` named.
+- conda: `toolkit lock` of a CUDA 13.0 line (linux-64 and linux-aarch64) against tests/conda_forge_replica's
+  records over file:// (--engine rattler; torch a test double on a loopback index) against py-rattler's solve of
+  the same specs and virtual packages for both platforms and its lock file written (rattler.LockFile), and that
+  plus the pip layer's uv resolves (requirements.txt and pylock.toml per platform).
+--baseline DIR (a `git archive` of an earlier commit) runs that toolkit as a further job of each row. The locks
+every toolkit writes are compared with the committed ones (pypi) or the first run's (conda): the same bytes.
 
 Target: under 3 s for the embedded py-rattler solver, repodata loading included. A pypi line (torch and NVIDIA's
 CUDA wheels, several GB of wheels) must lock from metadata: seconds, and a few MB downloaded, never a wheel.
@@ -20,14 +34,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform as host
 import random
+import resource
 import select
+import shutil
 import socket
 import socketserver
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +56,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 
 from toolkit.base.workspace import Workspace  # noqa: E402
-from toolkit.env.engine import CondaLockEngine, conda_executable, rattler_solve  # noqa: E402
+from toolkit.env.engine import CondaLockEngine, conda_executable  # noqa: E402
 from toolkit.env.lock import conda_request  # noqa: E402
 from toolkit.env.pypi_lock import tomllib  # noqa: E402 - tomllib, or tomli on python 3.10
+from toolkit.env.rattler_solve import rattler_solve  # noqa: E402
 from toolkit.spec.envspec import load_spec  # noqa: E402
 
 TARGET_SECONDS = 3.0
@@ -206,16 +227,259 @@ def bench_pypi(line: str) -> None:
     proxy.shutdown()
 
 
+# ---------------------------------------------------------------- --ratios: the lock rows against the libraries
+
+RATTLER_LOCK = """
+import asyncio, json, os, sys
+import rattler
+job = json.loads(open(sys.argv[1]).read())
+gateway = rattler.Gateway()
+lock = rattler.LockFile([rattler.LockPlatform(p) for p in job["platforms"]])
+lock.set_channels("default", [rattler.LockChannel(c) for c in job["channels"]])
+for platform in job["platforms"]:
+    virtual = []
+    for name, value in sorted(job["virtual_packages"][platform].items()):
+        version, _, build = value.partition(" ")
+        virtual.append(rattler.GenericVirtualPackage(rattler.PackageName(name), rattler.Version(version),
+                                                     rattler.BuildString(build or "0")))
+    records = asyncio.run(rattler.solve(sources=[rattler.Channel(c) for c in job["channels"]], specs=job["specs"],
+                                        gateway=gateway, platforms=[rattler.Subdir(platform), rattler.Subdir("noarch")],
+                                        virtual_packages=virtual))
+    for record in records:
+        lock.add_conda_package("default", rattler.LockPlatform(platform), record)
+lock.to_path(sys.argv[2])
+print(sum(1 for line in open(sys.argv[2]) if line.startswith("- conda:")))
+sys.stdout.flush()
+os._exit(0)  # py-rattler can crash at interpreter exit (docs/conda-offline.md), as the toolkit's worker does
+"""
+
+RATIOS_PYPI_LINE = "py-cu132"
+CHILD_ENV: dict[str, str] = {}  # PYTHONPYCACHEPREFIX of the run: both sides run compiled bytecode, as installed
+
+
+def measured(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the command and everything it started and waited for, its stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run(command, cwd=cwd, env={**environment, **CHILD_ENV, **(env or {})},
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, command[:6]))}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout
+
+
+def pypi_row(tmp: Path, line: str, baseline: Path | None) -> tuple[dict, list[Path]]:
+    """The pypi row's jobs: the toolkit's re-lock of `line` in a copy of envs/ and locks/ (and the `baseline`
+    checkout's, in another copy), uv's compile of the same inputs as typed and with --python; and the files whose
+    bytes must stay those committed."""
+    from toolkit.env.lockfile import read_lock
+    from toolkit.env.pypi_lock import pypi_inputs, uv_executable
+    from toolkit.knowledge.facts import load_knowledge
+
+    workspace = tmp / "pypi"
+    shutil.copytree(ROOT / "envs", workspace / "envs")
+    shutil.copytree(ROOT / "locks", workspace / "locks")
+    spec = load_spec(workspace / "envs" / f"{line}.yaml")
+    requirements, constraints = pypi_inputs(spec, load_knowledge().pypi)
+    exclude_newer = read_lock(workspace / "locks" / f"{line}.conda-lock.yml").exclude_newer
+    uv_dir = tmp / "uv-pypi"
+    uv_dir.mkdir()
+    (uv_dir / "requirements.in").write_text("\n".join(requirements) + "\n")
+    (uv_dir / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    glibc = "2_28"  # toolkit/knowledge/virtual_packages.yaml's linux-64
+    uv = [uv_executable(), "pip", "compile", "--quiet", "--no-config", "--generate-hashes", "--format", "pylock.toml",
+          "--python-version", spec.python, "--python-platform", f"x86_64-manylinux_{glibc}", "--index-url",
+          spec.torch_index, "--constraints", "constraints.txt", "--exclude-newer", exclude_newer, "--output-file",
+          f"pylock.{line}.toml", "requirements.in"]
+    jobs = {
+        "toolkit": ([sys.executable, "-m", "toolkit", "lock", line, "--force", "--envs", str(workspace / "envs"),
+                     "--locks", str(workspace / "locks")], ROOT),
+        "uv": (uv, uv_dir),
+        "uv --python": ([*uv[:4], "--python", sys.executable, *uv[4:]], uv_dir),
+    }
+    kept = [workspace / "locks" / f"{line}.conda-lock.yml", workspace / "locks" / f"pylock.{line}.toml"]
+    if baseline:  # a workspace of its own: a lock names its spec relative to itself
+        before = tmp / "pypi-before"
+        shutil.copytree(workspace, before)
+        jobs["toolkit before"] = ([sys.executable, "-m", "toolkit", "lock", line, "--force", "--envs",
+                                   str(before / "envs"), "--locks", str(before / "locks")], baseline)
+        kept += [before / "locks" / path.name for path in kept]
+    return jobs, kept
+
+
+def conda_inputs(tmp: Path) -> tuple[Path, Path]:
+    """The conda row's inputs: the replica's records as a channel (no payload: a lock reads repodata), a loopback
+    index's files (a torch test double, the flash-attn sdist), a project with the repo's envs/base.yaml."""
+    from conda_channel import build_channel, build_simple_index, make_sdist, make_wheel
+    from conda_forge_replica.replica import CONDA_FORGE, PayloadRoots, packages
+
+    channel = build_channel(tmp / "replica", packages(PayloadRoots(), with_payload=False, channel=CONDA_FORGE))
+    build_simple_index(tmp / "index", [make_wheel(tmp / "dist", "torch", "2.14.1"),
+                                       make_sdist(tmp / "dist", "flash-attn", "2.8.3.post2")])
+    project = tmp / "conda"
+    (project / "envs").mkdir(parents=True)
+    shutil.copy(ROOT / "envs" / "base.yaml", project / "envs" / "base.yaml")
+    return project, channel
+
+
+def conda_jobs(tmp: Path, project: Path, channel: Path, index: str, baseline: Path | None) -> tuple[dict, list[Path]]:
+    """The conda row's jobs: a CUDA 13.0 line of two platforms on the replica channel, locked by the toolkit and
+    solved + written by py-rattler; and the toolkit's files (compared with its first run's)."""
+    (project / "envs" / "cu130.yaml").write_text(
+        f'extends: base\ncuda: "13.0"\npython: "3.12"\ngcc: 14\nplatforms: [linux-64, linux-aarch64]\n'
+        f'channels: [{channel.as_uri()}]\npip_packages: null\ntorch: {{version: "2.14.1", index: "{index}/simple"}}\n'
+        f'archs: ["90"]\n')
+    from toolkit.env.pypi_lock import uv_executable
+
+    request = conda_request(load_spec(project / "envs" / "cu130.yaml"))
+    job = tmp / "rattler-job.json"
+    job.write_text(json.dumps({"channels": list(request.channels), "specs": list(request.specs),
+                               "platforms": list(request.platforms), "virtual_packages": request.virtual_packages}))
+    (tmp / "rattler-lock.py").write_text(RATTLER_LOCK)
+    # the same job as the toolkit's: the solve and lock file, then the pip layer's two resolves per platform
+    uv_dir = tmp / "uv-conda"
+    uv_dir.mkdir()
+    (uv_dir / "requirements.in").write_text("torch==2.14.1\n")
+    compiles = [f"{uv_executable()} pip compile --quiet --no-config --generate-hashes --python {sys.executable} "
+                f"--python-version 3.12 --python-platform {machine}-manylinux_2_28 --index-url {index}/simple "
+                f"{form} --output-file {output} requirements.in"
+                for machine in ("x86_64", "aarch64")
+                for form, output in (("", f"{machine}.txt"), ("--format pylock.toml", f"pylock.{machine}.toml"))]
+    rattler = [sys.executable, str(tmp / "rattler-lock.py"), str(job), str(tmp / "rattler.lock")]
+    jobs = {
+        "toolkit": ([sys.executable, "-m", "toolkit", "lock", "cu130", "--force", "--engine", "rattler", "--pypi",
+                     f"{index}/simple", "--envs", str(project / "envs"), "--locks", str(project / "locks")], ROOT),
+        "py-rattler": (rattler, tmp),
+        "py-rattler + uv": (["sh", "-c", " && ".join([" ".join(rattler), *compiles])], uv_dir),
+    }
+    names = ["cu130.conda-lock.yml", "cu130.linux-64.requirements.txt", "cu130.linux-aarch64.requirements.txt"]
+    files = [project / "locks" / name for name in names]
+    if baseline:
+        command = jobs["toolkit"][0]
+        jobs["toolkit before"] = ([*command[:-1], str(project / "locks-before")], baseline)
+        files += [project / "locks-before" / name for name in names]
+    return jobs, files
+
+
+def run_rows(rows: dict[str, dict], repeat: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Every job of every row `repeat` times, the row's jobs in turn, the first one rotating each round."""
+    times: dict[str, dict[str, list[tuple[float, float]]]] = {row: {job: [] for job in jobs} for row, jobs in rows.items()}
+    for round_ in range(repeat):
+        for row, jobs in rows.items():
+            names = list(jobs)
+            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                command, cwd = jobs[name]
+                wall, cpu, _ = measured(command, cwd)
+                times[row][name].append((wall, cpu))
+                print(f"  {row:6s} {name:12s} {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
+    return times
+
+
+def unchanged(paths: list[Path], before: dict[Path, bytes]) -> bool:
+    changed = [path for path in paths if path.read_bytes() != before[path]]
+    for path in changed:
+        print(f"CHANGED: {path}")
+    return not changed
+
+
+def bench_ratios(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conda_channel import serve_directory
+
+    with tempfile.TemporaryDirectory(prefix="bench-lock-") as scratch:
+        tmp = Path(scratch)
+        CHILD_ENV.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), UV_CACHE_DIR=str(tmp / "uv-cache"))
+        for checkout in (ROOT, args.baseline or ROOT):  # the bytecode each side runs, as installed
+            measured([sys.executable, "-c", "import toolkit.env.lock, toolkit.cache.runtime_lock, conda_lock, rattler"],
+                     checkout)
+        pypi, pypi_files = pypi_row(tmp, RATIOS_PYPI_LINE, args.baseline)
+        committed = {path: (ROOT / "locks" / path.name).read_bytes() for path in pypi_files}
+        project, channel = conda_inputs(tmp)
+        with serve_directory(tmp / "index") as index:
+            conda, conda_files = conda_jobs(tmp, project, channel, index, args.baseline)
+            for jobs in (pypi, conda):  # warm: uv's cache, the toolkit's first conda lock (its bytes kept below)
+                for command, cwd in jobs.values():
+                    measured(command, cwd)
+            first = {path: conda_files[i % 3].read_bytes() for i, path in enumerate(conda_files)}
+            times = run_rows({"pypi": pypi, "conda": conda}, args.repeat)
+        same = {"pypi": unchanged(pypi_files, committed), "conda": unchanged(conda_files, first)}
+    medians = {row: {job: {"wall_s": statistics.median(w for w, _ in runs), "cpu_s": statistics.median(c for _, c in runs)}
+                     for job, runs in jobs.items()} for row, jobs in times.items()}
+    goals = {"pypi": ("uv", 2.0), "conda": ("py-rattler", 3.0)}
+    results = {}
+    for row, (library, goal) in goals.items():
+        toolkit, other = medians[row]["toolkit"], medians[row][library]
+        results[row] = {"medians": medians[row], "runs": times[row], "library": library, "goal_ratio": goal,
+                        "wall_ratio": toolkit["wall_s"] / other["wall_s"], "cpu_ratio": toolkit["cpu_s"] / other["cpu_s"],
+                        "locks_unchanged": same[row]}
+        for job in medians[row]:
+            if job not in ("toolkit", library):
+                results[row][f"wall_ratio_vs {job}"] = toolkit["wall_s"] / medians[row][job]["wall_s"]
+                results[row][f"cpu_ratio_vs {job}"] = toolkit["cpu_s"] / medians[row][job]["cpu_s"]
+    for row, result in results.items():
+        print(f"{row}: " + " | ".join(f"{job} {m['wall_s']:.2f} s wall {m['cpu_s']:.2f} s CPU"
+                                      for job, m in result["medians"].items()))
+        verdict = "met" if result["wall_ratio"] <= result["goal_ratio"] else "MISSED"
+        print(f"{row}: toolkit / {result['library']}: {result['wall_ratio']:.2f}x wall, {result['cpu_ratio']:.2f}x CPU "
+              f"(goal <= {result['goal_ratio']:.0f}x: {verdict}); the toolkit's locks "
+              f"{'unchanged' if result['locks_unchanged'] else 'CHANGED'}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "machine": f"{host.machine()}, {os.cpu_count()} cores, python {host.python_version()}, "
+                           f"load average {os.getloadavg()[0]:.1f}",
+                "command": " ".join(["python", "bench/lock.py", *sys.argv[1:]]), "repeat": args.repeat}
+        (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
+        plot(results, args.out / "lock.png")
+    return 0 if all(same.values()) else 1
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, measure in zip(axes, ("wall_s", "cpu_s")):
+        for row_index, result in enumerate(results.values()):
+            jobs = list(result["medians"])
+            for job_index, job in enumerate(jobs):
+                x = row_index + (job_index - (len(jobs) - 1) / 2) * 0.25
+                ax.bar(x, result["medians"][job][measure], 0.23, color=f"C{job_index}")
+                ax.text(x, result["medians"][job][measure], job, ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(range(len(results)), [f"{row} ({r['wall_ratio']:.2f}x wall, {r['cpu_ratio']:.2f}x CPU)"
+                                            for row, r in results.items()], fontsize=8)
+        ax.set_ylabel(f"{'wall' if measure == 'wall_s' else 'CPU'} seconds (median)")
+    fig.suptitle("toolkit lock against uv pip compile / py-rattler solve + lock file")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000, help="filler records (default 100000)")
     parser.add_argument("--line", default="cu126", help="the line whose conda layer is solved (default cu126)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--pypi", metavar="LINE", help="measure a pypi line's lock against PyPI instead (py-cu132)")
+    parser.add_argument("--ratios", action="store_true",
+                        help="the lock rows: toolkit lock against uv pip compile and py-rattler (see above)")
+    parser.add_argument("--repeat", type=int, default=3, help="with --ratios: rounds (medians reported)")
+    parser.add_argument("--out", type=Path, help="with --ratios: folder for results.json and lock.png")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="with --ratios: a checkout of the toolkit before (git archive of a commit), run as the "
+                             "job `toolkit before` of each row; its locks must be the same bytes too")
     args = parser.parse_args()
     if args.pypi:
         bench_pypi(args.pypi)
         return
+    if args.ratios:
+        code = bench_ratios(args)
+        sys.stdout.flush()
+        os._exit(code)
     spec = load_spec(Workspace(envs=ROOT / Workspace.envs).spec_file(args.line))
     with tempfile.TemporaryDirectory(prefix="bench-channel-") as tmp:
         channel = Path(tmp) / "channel"

@@ -24,7 +24,7 @@ OVERRIDES = {"CONDA_OVERRIDE_CUDA": "__cuda", "CONDA_OVERRIDE_GLIBC": "__glibc",
 
 def dry_run(args: list[str]) -> int:
     from toolkit.base.errors import ToolkitError
-    from toolkit.env.engine import fetch_action, rattler_solve
+    from toolkit.env.rattler_solve import fetch_action, rattler_solve
 
     channels, specs, skip = [], [], False
     for index, arg in enumerate(args):

@@ -470,3 +470,141 @@ def test_a_stale_lock_names_the_lines_file_not_every_file_as_changed():
     reason = stale_reason(spec, locked) or ""
     assert reason.startswith("envs/py-cu130.yaml or what it extends (envs/base.yaml) changed since this lock was made")
     assert ", envs/base.yaml changed" not in reason
+
+
+# ---------------------------------------------------------------- what a lock costs (issue 32)
+
+
+def test_uv_resolves_for_the_target_with_the_toolkits_interpreter_not_one_searched_on_path(pip_index, tmp_path,
+                                                                                          monkeypatch):
+    """uv was left to find an interpreter: it ran every python on PATH (each pyenv shim: 2-4 s of a 0.05 s resolve
+    here). Given the toolkit's own, it runs none of them; the target is still --python-version's."""
+    shims, ran = tmp_path / "shims", tmp_path / "ran"
+    shims.mkdir()
+    for name in ("python", "python3", "python3.12"):
+        (shims / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\nexit 127\n")  # a pyenv shim of no version
+        (shims / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    layer = lock_pip_requirements(["torch==2.9.1"], [pip_index], PipTarget("linux-64", "3.12.7", "2.28"), "t")
+    assert not ran.exists(), ran.read_text()
+    assert [(p.name, p.version) for p in layer.packages] == [("torch", "2.9.1")]
+    assert "torch==2.9.1" in layer.requirements
+
+
+def test_every_platforms_two_resolves_run_side_by_side(channel_dir, pip_index, tmp_path, monkeypatch):
+    """The requirements.txt and pylock.toml resolves of each platform ran one after another (4 for a line of two
+    platforms). A wrapper of the real uv notes each start and waits until all four have started (a barrier that
+    one-after-another never passes: each then notes it ran alone) before running uv."""
+    from toolkit.env import pypi_lock
+
+    uv, log = pypi_lock.uv_executable(), tmp_path / "uv.log"
+    wrapper = tmp_path / "uv"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in *compile*) ;; *) exec {uv} "$@" ;; esac
+echo start >> {log}
+i=0
+while [ "$(grep -c start {log})" -lt 4 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+[ $i -lt 50 ] || echo alone >> {log}
+exec {uv} "$@"
+""")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(pypi_lock, "uv_executable", lambda: str(wrapper))
+    _, lock = lock_fixture_line(tmp_path, file_url(channel_dir), pip_index, backend="rattler")
+    assert log.read_text().split() == ["start"] * 4
+    assert {(p.platform, p.name) for p in read_lock(lock).packages if p.manager == "pip"} == {
+        ("linux-64", "torch"), ("linux-aarch64", "torch")}
+
+
+def test_writing_a_lock_imports_conda_locks_models_not_its_cli(channel_dir, pip_index, tmp_path):
+    """conda-lock's package __init__ imports its whole CLI (conda_lock.conda_lock: its solvers, ensureconda,
+    vendored poetry) to re-export `main`; the lock's writer and check need its models only."""
+    script = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+from conda_channel import file_url, write_project
+from toolkit.base.workspace import Workspace
+from toolkit.env.lock import lock_line
+from toolkit.spec.rules import checked_spec
+envs = write_project(Path({str(tmp_path)!r}), {file_url(channel_dir)!r}, {pip_index!r})
+path, written = lock_line(checked_spec(envs / "cu126.yaml"), "rattler", workspace=Workspace(locks=envs.parent / "locks"),
+                          pypi={pip_index!r})
+print(written, "conda_lock.conda_lock" in sys.modules, "conda_lock.lockfile.v2prelim.models" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"]
+    parse_conda_lock_file(tmp_path / "locks" / "cu126.conda-lock.yml")  # conda-lock, all of it, reads what was written
+
+
+def test_the_lock_text_is_conda_locks_writers(locked, tmp_path):
+    """conda_lock_text dumps with libyaml's emitter and adds the digest: the bytes of conda-lock's own writer
+    (write_conda_lock_file, PyYAML's pure-Python emitter) for the same lock."""
+    from conda_lock.lockfile import write_conda_lock_file
+
+    from toolkit.env.lockfile import conda_lock_text
+
+    _, lock = locked
+    lockfile = parse_conda_lock_file(lock)
+    text = conda_lock_text(lockfile.model_copy(deep=True))
+    write_conda_lock_file(lockfile, tmp_path / "theirs.yml", metadata_choices=None, include_help_text=False)
+    assert text == (tmp_path / "theirs.yml").read_text()
+    assert lock.read_text().endswith(text)  # the header, then the text written
+
+
+@pytest.mark.parametrize("edit", ["optional dropped", "entry repeated", "version 3", "url a list"])
+def test_the_check_after_writing_refuses_what_conda_locks_parser_refuses(locked, tmp_path, edit):
+    """check_with_conda_lock validates with conda-lock's models on libyaml's parse, without conda-lock's parser: what
+    parse_conda_lock_file refuses it refuses, in one line naming the file."""
+    from toolkit.env.lockfile import check_with_conda_lock
+
+    _, lock = locked
+    document = yaml.safe_load(lock.read_text())
+    if edit == "optional dropped":
+        del document["package"][0]["optional"]
+    elif edit == "entry repeated":
+        document["package"].append(dict(document["package"][0]))
+    elif edit == "version 3":
+        document["version"] = 3
+    else:
+        document["package"][1]["url"] = [document["package"][1]["url"]]
+    broken = tmp_path / "cu126.conda-lock.yml"
+    broken.write_text(yaml.safe_dump(document, sort_keys=False))
+    with pytest.raises(Exception):  # noqa: B017 - conda-lock's own refusal, whatever its type
+        parse_conda_lock_file(broken)
+    with pytest.raises(ToolkitError) as caught:
+        check_with_conda_lock(broken)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{broken}: malformed conda-lock file")
+
+
+def test_the_solve_worker_loads_the_solve_not_the_engines_module(channel_dir, pip_index, tmp_path):
+    """py-rattler's worker unpickled its job from engine.py (CondaRequest, rattler_fetch_actions), importing all an
+    install needs (0.1 s of CPU per lock); its job is now of toolkit/env/rattler_solve.py alone."""
+    import pickle
+
+    from toolkit.env.engine import rattler_fetch_actions
+
+    envs = write_project(tmp_path, file_url(channel_dir), pip_index)
+    job = tmp_path / "job.pickle"  # what run_isolated hands its worker
+    job.write_bytes(pickle.dumps((rattler_fetch_actions.__module__, rattler_fetch_actions.__qualname__,
+                                  (conda_request(checked_spec(envs / "cu126.yaml")),))))
+    script = (f"import importlib, pickle, sys\nmodule, name, args = pickle.loads(open({str(job)!r}, 'rb').read())\n"
+              "getattr(importlib.import_module(module), name)\n"
+              "print(*sorted(m for m in sys.modules if m.startswith('toolkit.env.')))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["toolkit.env.rattler_solve"]
+
+
+@pytest.mark.parametrize("verb", ["lock", "install"])
+def test_a_lock_or_install_imports_the_cache_wing_only_for_runtime(verb):
+    """The entry imported the cache wing's runtime locks (index, publish: 0.1 s of CPU) for every lock and install;
+    it is handed down by name and imported when `--runtime` runs."""
+    script = (f"import sys\nfrom toolkit.cli import build_parser\nbuild_parser([{verb!r}])\n"
+              "print(*sorted(m for m in sys.modules if m.startswith('toolkit.cache')))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -48,9 +48,9 @@ from packaging.version import Version
 
 from toolkit.base.errors import ToolkitError
 from toolkit.build.wheel_check import wheel_entries
-from toolkit.env.engine import rattler_solve
 from toolkit.env.lock import conda_request
 from toolkit.env.lockfile import LockedSdist
+from toolkit.env.rattler_solve import rattler_solve
 from toolkit.machine.line_env import include_environment
 from toolkit.spec.envspec import load_spec
 

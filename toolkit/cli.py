@@ -7,9 +7,15 @@ import importlib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from toolkit import __version__
 from toolkit.base.entry import parse_verb_args, program
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from toolkit.base.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -116,11 +122,22 @@ def verb_of(argv: list[str] | None) -> list[str]:
 def hand_down_runtime_locks(subparsers: argparse._SubParsersAction) -> None:
     """`toolkit lock --runtime` and `toolkit install --runtime` are env's verbs running the cache wing's runtime
     locks (they read a published index); env sits below cache, so the entry hands the handlers down as
-    `args.runtime_command` instead of env importing upward (tests/test_wings.py)."""
-    from toolkit.cache.runtime_lock import install_runtime_command, lock_runtime_command
-
-    for verb, command in (("lock", lock_runtime_command), ("install", install_runtime_command)):
+    `args.runtime_command` instead of env importing upward (tests/test_wings.py). The cache wing is imported
+    when one runs: every other lock and install spent 0.1 s of CPU importing it."""
+    for verb, command in (("lock", lock_runtime), ("install", install_runtime)):
         subparsers.choices[verb].set_defaults(runtime_command=command)
+
+
+def lock_runtime(args: argparse.Namespace, workspace: Workspace, paths: list[Path]) -> int:
+    from toolkit.cache.runtime_lock import lock_runtime_command
+
+    return lock_runtime_command(args, workspace, paths)
+
+
+def install_runtime(line: str, args: argparse.Namespace, workspace: Workspace) -> int:
+    from toolkit.cache.runtime_lock import install_runtime_command
+
+    return install_runtime_command(line, args, workspace)
 
 
 def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:

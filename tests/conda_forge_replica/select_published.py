@@ -30,8 +30,8 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 from replica import build_number, channel_folder, load_records, published_record  # noqa: E402
 
 from toolkit.base.errors import ToolkitError  # noqa: E402
-from toolkit.env.engine import rattler_solve  # noqa: E402
 from toolkit.env.lock import conda_request  # noqa: E402
+from toolkit.env.rattler_solve import rattler_solve  # noqa: E402
 from toolkit.spec.envspec import load_spec  # noqa: E402
 
 KEEP = ("url", "sha256", "md5", "depends", "constrains", "build_number", "noarch", "license", "size", "timestamp")

@@ -25,11 +25,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from rich.console import Console
 
 from toolkit.base.arguments import add_lines
@@ -61,7 +62,8 @@ from toolkit.env.lockfile import (
     LockedEnv,
     LockedSdist,
     check_with_conda_lock,
-    lock_digest,
+    conda_lock_modules_only,
+    conda_lock_text,
     pylock_problem,
     read_lock,
     relock_hint,
@@ -204,60 +206,88 @@ def missing_lock(spec: EnvSpec, workspace: Workspace = DEFAULT) -> str:
 def lock_pip_requirements(
     requirements: list[str], index_urls: list[str], target: PipTarget, compile_command: str
 ) -> PipLayer:
-    """Resolve, hash-pin and pick each package's wheel for one platform, by uv whatever runs the toolkit.
+    """One platform's pip layer (lock_pip_targets)."""
+    return lock_pip_targets(requirements, index_urls, [target], compile_command)[0]
+
+
+def lock_pip_targets(
+    requirements: list[str],
+    index_urls: list[str],
+    targets: list[PipTarget],
+    compile_command: str,
+    meanwhile: Callable[[], object] = lambda: None,
+) -> list[PipLayer]:
+    """Resolve, hash-pin and pick each package's wheel for each platform, by uv whatever runs the toolkit.
 
     `uv pip compile --python-platform --python-version` resolves for the target from the indexes' metadata (no
     interpreter of the target, no download to hash a file the index gives a hash for), twice from one cache:
     as requirements.txt, written beside the lock for pip-sync, and as pylock.toml, whose wheels name each
-    entry's file (pypi_lock.pylock_wheels: the one the target installs, as for a pypi line). The entries'
-    dependencies are what each wheel's metadata requires for the target (pypi_lock.wheel_metadata_of)."""
+    entry's file (pypi_lock.pylock_wheels: the one the target installs, as for a pypi line). Every platform's
+    two resolves run side by side (`meanwhile` with them: uv_compile_all's). The entries' dependencies are what
+    each wheel's metadata requires for the target (pypi_lock.wheel_metadata_of)."""
     uv = pypi_lock.uv_executable()
-    options = [
+    options = (
         "--index-strategy",
         "unsafe-best-match",
         "--emit-index-url",
         *_index_args(index_urls),
-    ]
-    with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
-        (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
+    )
+    layers = []
+    with ExitStack() as stack:
+        workdirs = [
+            stack.enter_context(owned_dir(Path(tempfile.gettempdir()), "pip")) for _ in targets
+        ]
+        for workdir in workdirs:
+            (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
         started = time.perf_counter()
-        with console.status(f"{target.platform}: uv is resolving the pip layer"):
-            for output, form in (
-                ("requirements.txt", []),
-                (PIP_PYLOCK, ["--format", "pylock.toml"]),
-            ):
-                pypi_lock.uv_compile(
-                    uv,
-                    target.python,
-                    target.python_platform,
-                    [*options, *form],
-                    output,
-                    compile_command,
-                    workdir,
-                    "uv pip compile",
-                    locking_environment(),
-                )
-            wheels = pypi_lock.pylock_wheels(
-                (workdir / PIP_PYLOCK).read_text(),
-                f"uv's pylock.toml of {target.platform}",
-                target.platform,
-                target.python,
-                target.glibc,
+        with console.status(
+            f"{', '.join(t.platform for t in targets)}: uv is resolving the pip layer"
+        ):
+            pypi_lock.uv_compile_all(
+                uv,
+                [
+                    pypi_lock.Compile(
+                        workdir, target.python, target.python_platform, (*options, *form), output
+                    )
+                    for workdir, target in zip(workdirs, targets)
+                    for output, form in (
+                        ("requirements.txt", ()),
+                        (PIP_PYLOCK, ("--format", "pylock.toml")),
+                    )
+                ],
+                compile_command,
+                "uv pip compile",
+                locking_environment(),
+                meanwhile,
             )
-            metadata = pypi_lock.wheel_metadata_of(wheels, workdir / "wheels")
-        compiled = (workdir / "requirements.txt").read_text()
-    packages = pip_entries(wheels, metadata, target)
-    console.print(
-        f"{target.platform}: {len(packages)} pip packages pinned (uv) "
-        f"in {time.perf_counter() - started:.1f} s"
-    )
-    resolver = (
-        f"uv {pypi_lock.uv_version(uv)} (uv pip compile --python-platform {target.python_platform} "
-        f"--python-version {target.python})"
-    )
-    return PipLayer(
-        platform=target.platform, resolver=resolver, requirements=compiled, packages=packages
-    )
+            for workdir, target in zip(workdirs, targets):
+                wheels = pypi_lock.pylock_wheels(
+                    (workdir / PIP_PYLOCK).read_text(),
+                    f"uv's pylock.toml of {target.platform}",
+                    target.platform,
+                    target.python,
+                    target.glibc,
+                )
+                metadata = pypi_lock.wheel_metadata_of(wheels, workdir / "wheels")
+                packages = pip_entries(wheels, metadata, target)
+                console.print(
+                    f"{target.platform}: {len(packages)} pip packages pinned (uv) "
+                    f"in {time.perf_counter() - started:.1f} s"
+                )
+                resolver = (
+                    f"uv {pypi_lock.uv_version(uv)} (uv pip compile --python-platform "
+                    f"{target.python_platform} --python-version {target.python})"
+                )
+                compiled = (workdir / "requirements.txt").read_text()
+                layers.append(
+                    PipLayer(
+                        platform=target.platform,
+                        resolver=resolver,
+                        requirements=compiled,
+                        packages=packages,
+                    )
+                )
+    return layers
 
 
 def _index_args(index_urls: list[str]) -> list[str]:
@@ -273,6 +303,7 @@ def pip_entries(
 ) -> list[Any]:
     """The chosen wheels -> conda-lock pip entries: url + sha256, and as dependencies the locked packages each
     wheel's Requires-Dist names for this platform (with their specifiers; an extra's requirements left out)."""
+    conda_lock_modules_only()
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
@@ -312,30 +343,42 @@ def pip_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path=path))
 
 
-def lock_pip_layer(spec: EnvSpec, target: PipTarget, pypi: str = PYPI_SIMPLE) -> PipLayer:
-    """The line's pip layer for one platform: torch from the line's index, the rest from PyPI (or its mirror)."""
+def lock_pip_layers(
+    spec: EnvSpec, targets: list[PipTarget], pypi: str = PYPI_SIMPLE
+) -> list[PipLayer]:
+    """The line's pip layer for each platform: torch from the line's index, the rest from PyPI (or its mirror)."""
     if spec.toolchain.kind == "external":
-        return PipLayer(
-            platform=target.platform,
-            resolver="none: external toolchain (the machine provides python, "
-            "torch and the build dependencies; `toolkit build` checks its fingerprint)",
-            requirements="",
-        )
-    check_index_reachable(spec.torch_index, display_path(spec.path))
-    layer = lock_pip_requirements(
-        spec.pip_requirements(), [pypi, spec.torch_index], target, f"toolkit lock {spec.line}"
+        return [
+            PipLayer(
+                platform=target.platform,
+                resolver="none: external toolchain (the machine provides python, "
+                "torch and the build dependencies; `toolkit build` checks its fingerprint)",
+                requirements="",
+            )
+            for target in targets
+        ]
+    layers = lock_pip_targets(
+        spec.pip_requirements(),
+        [pypi, spec.torch_index],
+        targets,
+        f"toolkit lock {spec.line}",
+        lambda: check_index_reachable(spec.torch_index, display_path(spec.path)),
     )
-    return with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer
+    return [with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer for layer in layers]
 
 
 def lock_pypi_layer(
-    spec: EnvSpec, workspace: Workspace = DEFAULT, as_of: str | None = None
+    spec: EnvSpec,
+    workspace: Workspace = DEFAULT,
+    as_of: str | None = None,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> tuple[PipLayer, CondaLayer]:
     """A pypi line's whole environment: its pip layer resolved by uv into pylock.toml from torch.index (PyPI or
     a mirror of it: torch and NVIDIA's wheels both live there), and the empty conda layer the lock format wants.
 
     `as_of`: the time to resolve at, the one the line's lock records, so that a re-lock gives the lock's wheels
-    whatever the index released since; None resolves (and records) now."""
+    whatever the index released since; None resolves (and records) now. `meanwhile` runs while uv resolves,
+    before the index's reachability is checked (lock_line's sdist pin); should either fail, uv is stopped."""
     if len(spec.platforms) != 1:
         raise ToolkitError(
             f"{spec.where('platforms')}: platforms: a pypi line locks one platform (one pylock.toml; "
@@ -344,10 +387,14 @@ def lock_pypi_layer(
     platform = spec.platforms[0]
     target = PipTarget(platform, spec.python, virtual_packages(spec)[platform]["__glibc"])
     requirements, constraints = pypi_lock.pypi_inputs(spec, load_knowledge().pypi)
-    check_index_reachable(spec.torch_index, display_path(spec.path))
     pylock = workspace.pylock_file(spec.line)
     exclude_newer = as_of or pypi_lock.now_utc()
     started = time.perf_counter()
+
+    def checks() -> None:
+        meanwhile()
+        check_index_reachable(spec.torch_index, display_path(spec.path))
+
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         with console.status(
             f"{platform}: uv is resolving {', '.join(requirements[:2])} (metadata only, no wheel "
@@ -365,8 +412,9 @@ def lock_pypi_layer(
                     f"toolkit lock {spec.line}",
                     locking_environment(),
                     exclude_newer,
+                    checks,
                 )
-            except ToolkitError as exc:
+            except pypi_lock.UvFailed as exc:
                 if as_of is None:
                     raise
                 raise ToolkitError(
@@ -403,6 +451,7 @@ def with_flash_attn_4(
     nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
     requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
     An `if_missing` pin the layer already has is left to the layer's version."""
+    conda_lock_modules_only()
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.utils import canonicalize_name
 
@@ -511,7 +560,7 @@ def write_lock(
     workspace: Workspace = DEFAULT,
 ) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
-    from conda_lock.lockfile import write_conda_lock_file
+    conda_lock_modules_only()
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
     locks_dir = workspace.locks
@@ -550,12 +599,7 @@ def write_lock(
             (tmp / target.name).write_text(text)
             lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
-        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
-        lockfile.metadata.custom_metadata[KEY_DIGEST] = lock_digest(
-            yaml.safe_load(draft.read_text())
-        )
-        write_conda_lock_file(lockfile, draft, metadata_choices=None, include_help_text=False)
-        draft.write_text(lock_header(spec, sources) + draft.read_text())
+        draft.write_text(lock_header(spec, sources) + conda_lock_text(lockfile))
         read_lock(draft)  # what we wrote reads back and verifies
         check_with_conda_lock(draft)  # and conda-lock, which installs it, parses it
         for layer in pip_layers:
@@ -633,36 +677,84 @@ def lock_line(
     path = workspace.lock_file(spec.line)
     locked = None
     current = False
-    if path.exists():
+    # read where it decides something: whether the lock is current, or the time a pypi line resolves at
+    if path.exists() and (not (force or update) or (spec.toolchain.kind == "pypi" and not update)):
         try:
             locked = read_lock(path)
             current = (
-                stale_reason(spec, locked) is None
+                not (force or update)
+                and stale_reason(spec, locked) is None
                 and pylock_problem(locked) is None
                 and pylock_disagreement(spec, locked) is None
             )
         except ToolkitError:
             pass
-    if current and not (force or update):
+    if current:
         return path, False
     check_destinations(lock_destinations(spec, workspace))
-    sdist = fetch_sdist_pin(spec.flash_attn_version, pypi)
+    # the sdist pin, a request to PyPI, is read while uv resolves (a pypi line) or conda-lock's modules, 0.3-0.5 s
+    # of CPU, are imported; those are imported while uv or py-rattler's worker wait on their indexes
+    conda_lock_modules_only()  # here, before another thread imports any of conda-lock
+    with ThreadPoolExecutor(2) as pool:
+        pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
+        pool.submit(import_conda_lock, spec.toolchain.kind != "pypi")
+        try:
+            conda, pip_layers = lock_layers(
+                spec, backend, conda_exe, workspace, pypi, update, locked, pin.result
+            )
+        except ToolkitError:
+            pin.result()  # its error first, as when the pin was read before the layers
+            raise
+        sdist = pin.result()
+    return write_lock(spec, conda, pip_layers, sdist, workspace), True
+
+
+def import_conda_lock(solver: bool) -> None:
+    """conda-lock's modules that make a lock: its models (the lock is written with them) and, for a `solver`
+    (a line with a conda layer, external too), the conversions engine.layer_from_actions makes its layer with.
+    Called in a thread while this one waits on uv or py-rattler's worker; an import here and one of the same
+    module there wait for each other (this one holds no import lock while it waits), never for nothing."""
+    import conda_lock.lockfile.v2prelim.models
+
+    if solver:
+        import conda_lock.src_parser  # noqa: F401
+
+
+def lock_layers(
+    spec: EnvSpec,
+    backend: str,
+    conda_exe: str | None,
+    workspace: Workspace,
+    pypi: str,
+    update: bool,
+    locked: LockedEnv | None,
+    sdist_pinned: Callable[[], object],
+) -> tuple[CondaLayer, list[PipLayer]]:
+    """The line's conda layer and each platform's pip layer (lock_line's arguments; `locked`: its lock, if any).
+    `sdist_pinned` waits for the sdist pin (its error raised), before anything is said of a layer: a pypi line's
+    while uv resolves, a conda line's before the solve (its worker says what it solved)."""
     if spec.toolchain.kind == "pypi":
         layer, empty = lock_pypi_layer(
-            spec, workspace, None if update or locked is None else locked.exclude_newer or None
+            spec,
+            workspace,
+            None if update or locked is None else locked.exclude_newer or None,
+            sdist_pinned,
         )
-        return write_lock(spec, empty, [layer], sdist, workspace), True
+        return empty, [layer]
+    sdist_pinned()
     request = conda_request(spec)
     conda = choose_engine(backend, conda_exe, console).solve(request)
     pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
-    pip_layers = [
-        lock_pip_layer(
-            spec, PipTarget(platform, pythons.get(platform, spec.python), glibc[platform]), pypi
-        )
-        for platform in spec.platforms
-    ]
-    return write_lock(spec, conda, pip_layers, sdist, workspace), True
+    pip_layers = lock_pip_layers(
+        spec,
+        [
+            PipTarget(platform, pythons.get(platform, spec.python), glibc[platform])
+            for platform in spec.platforms
+        ],
+        pypi,
+    )
+    return conda, pip_layers
 
 
 def pylock_disagreement(spec: EnvSpec, locked: LockedEnv) -> str | None:

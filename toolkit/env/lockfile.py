@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -78,6 +78,8 @@ UTC_TIME = re.compile(
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
 FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
+# libyaml's emitter where built in: the bytes of PyYAML's pure-Python one (conda-lock's writer's), 5-10x faster
+FAST_DUMPER = getattr(yaml, "CDumper", yaml.Dumper)
 MAX_LOCK_BYTES = (
     64 << 20
 )  # a lock of thousands of packages is a few MB; more is not one `toolkit lock` wrote
@@ -406,15 +408,55 @@ def shape_problem(value: object, shape: Shape, at: str) -> str | None:
     return None
 
 
+def conda_lock_modules_only() -> None:
+    """Let `from conda_lock.<module> import ...` run without conda_lock/__init__.py, which imports all of
+    conda-lock (its CLI, solvers, vendored poetry: 0.3 s of CPU) only to re-export the CLI's `main`: the package
+    is registered unexecuted, as a namespace package is, and its modules import what they use. Call it before
+    importing conda-lock's models; the toolkit uses no name of the package itself (conda-lock's CLI runs as
+    `python -m conda_lock`, in its own process). A conda-lock already imported is left as it is."""
+    import importlib.util
+
+    if "conda_lock" not in sys.modules and (spec := importlib.util.find_spec("conda_lock")):
+        sys.modules["conda_lock"] = importlib.util.module_from_spec(spec)
+
+
+def conda_lock_text(lockfile: Any) -> str:
+    """A conda-lock `Lockfile` (v2prelim model) as conda-lock's writer writes it without its help text
+    (write_conda_lock_file: packages sorted, virtual ones left out, the v1 form in field order) with the lock's
+    digest added (`lock_digest` of the text without it). Dumped by libyaml's emitter, which writes PyYAML's bytes
+    (tests/golden, the committed locks re-made) in a fraction of the pure-Python emitter's time."""
+    lockfile.alphasort_inplace()
+    lockfile.filter_virtual_packages_inplace()
+    document = lockfile.to_v1().dict_for_output()
+    custom = document["metadata"]["custom_metadata"]
+    written = load_lock_yaml(_dump(document))
+    assert isinstance(written, dict)  # a mapping dumped reads back as one
+    custom[KEY_DIGEST] = lock_digest(written)
+    return _dump(document)
+
+
+def _dump(document: dict) -> str:
+    return yaml.dump(document, sort_keys=False, Dumper=FAST_DUMPER)
+
+
 def check_with_conda_lock(path: Path) -> None:
-    """conda-lock's own parser on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file), so
-    that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem."""
-    from conda_lock.lockfile import parse_conda_lock_file
+    """conda-lock's own lock models on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file),
+    so that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem.
+
+    What conda-lock's parse_conda_lock_file checks: version 1, its v1 model, the v1 -> v2 conversion (an entry
+    repeated); on the text as libyaml parses it (the data PyYAML's pure-Python parser gives, several times
+    faster), and without its topological sort, which orders packages and refuses nothing."""
+    conda_lock_modules_only()
+    from conda_lock.lockfile.v1.models import Lockfile as LockfileV1
+    from conda_lock.lockfile.v2prelim.models import lockfile_v1_to_v2
     from pydantic import ValidationError
 
     where, relock = display_path(path), relock_hint(path)
     try:
-        parse_conda_lock_file(path)
+        content = load_lock_yaml(path.read_text())
+        if not isinstance(content, dict) or content.pop("version", None) != 1:
+            raise ValueError("not a version 1 conda-lock file")
+        lockfile_v1_to_v2(LockfileV1.model_validate(content))
     except ValidationError as exc:
         raise ToolkitError(
             f"{where}: malformed conda-lock file ({first_problem(exc)}; {relock})"

@@ -10,9 +10,11 @@ package, the one the target installs), so both name the same files and hashes.
 
 from __future__ import annotations
 
+import functools
 import io
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency there)
     import tomli as tomllib
 
-from toolkit.base.children import run_tied
+from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.env.wheels import MACHINES, target_markers
@@ -59,6 +61,7 @@ def uv_executable() -> str:
         return found
 
 
+@functools.cache
 def uv_version(uv: str) -> str:
     return run_tied([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
 
@@ -84,6 +87,22 @@ def uv_complaint(output: str) -> str:
     )
 
 
+class UvFailed(ToolkitError):
+    """uv could not resolve (its reason in one line), as opposed to a check made while it ran."""
+
+
+@dataclass(frozen=True)
+class Compile:
+    """One `uv pip compile requirements.in` in `workdir`, for CPython `python` on `python_platform`, into
+    `output` (`options`: the indexes, constraints and format that lock takes)."""
+
+    workdir: Path
+    python: str
+    python_platform: str
+    options: tuple[str, ...]
+    output: str
+
+
 def uv_compile(
     uv: str,
     python: str,
@@ -95,33 +114,74 @@ def uv_compile(
     what: str,
     env: dict[str, str],
 ) -> None:
-    """`uv pip compile requirements.in` in workdir for one target python and platform, hash-pinned, reading no
-    uv config and downloading no python: the one way each lock the toolkit writes asks uv (`options`: the
-    indexes, constraints and format that lock takes; `command`: what the file says to run again)."""
-    run_uv(
-        [
-            uv,
-            "pip",
-            "compile",
-            "--quiet",
-            "--no-config",
-            "--no-python-downloads",
-            "--generate-hashes",
-            "--python-version",
-            python,
-            "--python-platform",
-            python_platform,
-            *options,
-            "--custom-compile-command",
-            command,
-            "--output-file",
-            output,
-            "requirements.in",
-        ],
-        workdir,
-        what,
-        env,
+    """`uv pip compile requirements.in` in workdir for one target python and platform (uv_compile_all)."""
+    uv_compile_all(
+        uv, [Compile(workdir, python, python_platform, tuple(options), output)], command, what, env
     )
+
+
+def uv_compile_all(
+    uv: str,
+    compiles: list[Compile],
+    command: str,
+    what: str,
+    env: dict[str, str],
+    meanwhile: Callable[[], object] = lambda: None,
+) -> None:
+    """Each `uv pip compile`, hash-pinned, reading no uv config and downloading no python: the one way each lock
+    the toolkit writes asks uv (`command`: what the file says to run again). They run side by side (all started,
+    then each awaited: one's waits on the index overlap another's); the first that fails, in order, is raised.
+    `meanwhile` runs while they do (a check of what they read): should it raise, they are stopped.
+
+    `--python` names the toolkit's own interpreter: the target is --python-version/--python-platform whatever
+    runs uv, and without it uv searches PATH for one, running every pyenv shim there (2-4 s of a 0.05 s
+    resolve on a machine with pyenv); the files written are the same."""
+    import subprocess
+
+    running: list[subprocess.Popen] = []
+    try:
+        for job in compiles:
+            argv = [
+                uv,
+                "pip",
+                "compile",
+                "--quiet",
+                "--no-config",
+                "--no-python-downloads",
+                "--generate-hashes",
+                *(["--python", sys.executable] if sys.executable else []),
+                "--python-version",
+                job.python,
+                "--python-platform",
+                job.python_platform,
+                *job.options,
+                "--custom-compile-command",
+                command,
+                "--output-file",
+                job.output,
+                "requirements.in",
+            ]
+            running.append(
+                popen_tied(
+                    argv,
+                    cwd=job.workdir,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+            )
+        meanwhile()
+        outputs = [process.communicate() for process in running]
+    except (
+        BaseException
+    ):  # an interruption, a uv that cannot start, `meanwhile`'s error: none is left running
+        for process in running:
+            kill_group(process)
+        raise
+    for process, (stdout, stderr) in zip(running, outputs):
+        if process.returncode != 0:
+            raise UvFailed(f"{what} failed: {uv_complaint(stderr + stdout)}")
 
 
 def run_uv(command: list[str], workdir: Path, what: str, env: dict[str, str]) -> None:
@@ -163,34 +223,34 @@ def compile_pylock(
     compile_command: str,
     env: dict[str, str],
     exclude_newer: str,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> tuple[str, str]:
     """Resolve with `uv pip compile --format pylock.toml --generate-hashes`; returns (the pylock text, how it
     was resolved). `output_name` is the pylock's own file name (uv requires pylock.<name>.toml).
 
     `exclude_newer` (uv's --exclude-newer, a time like 2026-11-23T21:44:12Z) leaves out every file uploaded
-    after it: a re-lock at the lock's own time gives the lock's wheels, whatever the index released since."""
+    after it: a re-lock at the lock's own time gives the lock's wheels, whatever the index released since.
+    `meanwhile`: uv_compile_all's."""
     uv = uv_executable()
     (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
     (workdir / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    uv_compile(
+    options = (
+        "--format",
+        "pylock.toml",
+        "--index-url",
+        index,
+        "--constraints",
+        "constraints.txt",
+        "--exclude-newer",
+        exclude_newer,
+    )
+    uv_compile_all(
         uv,
-        python,
-        python_platform,
-        [
-            "--format",
-            "pylock.toml",
-            "--index-url",
-            index,
-            "--constraints",
-            "constraints.txt",
-            "--exclude-newer",
-            exclude_newer,
-        ],
-        output_name,
+        [Compile(workdir, python, python_platform, options, output_name)],
         compile_command,
-        workdir,
         "uv pip compile",
         env,
+        meanwhile,
     )
     resolver = (
         f"uv {uv_version(uv)} (uv pip compile --format pylock.toml --python-platform {python_platform} "
@@ -290,6 +350,9 @@ def pylock_wheels(
 
 def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
     """The conda-lock pip entries of a pylock: per package, the wheel this target installs (pylock_wheels)."""
+    from toolkit.env.lockfile import conda_lock_modules_only
+
+    conda_lock_modules_only()
     from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
     return [

@@ -1,0 +1,135 @@
+"""py-rattler's solve of a conda layer, in run_isolated's worker interpreter: this module and what it imports
+are all the worker loads (the engines' module, with everything an install needs, cost it 0.1 s of CPU), and the
+request (CondaRequest) lives here so that unpickling it loads nothing more. engine.py re-exports its names.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from toolkit.base.atomic import checkpoint
+from toolkit.base.errors import ToolkitError
+
+
+@dataclass(frozen=True)
+class CondaRequest:
+    """The conda layer's inputs, derived from a spec: what either engine solves."""
+
+    line: str
+    spec_file: str  # for messages
+    channels: tuple[str, ...]  # channel names or URLs (local paths already made file:// URLs)
+    platforms: tuple[str, ...]
+    specs: tuple[str, ...]  # match specs; none for an external toolchain
+    virtual_packages: dict[
+        str, dict[str, str]
+    ]  # platform -> {"__cuda": "12.6", "__archspec": "1 x86_64", ...}
+
+
+def rattler_virtual_packages(values: dict[str, str]) -> list[Any]:
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
+
+    packages = []
+    for name, value in sorted(values.items()):
+        version, _, build = value.partition(" ")
+        packages.append(
+            GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0"))
+        )
+    return packages
+
+
+def rattler_solve(
+    channels: tuple[str, ...],
+    specs: tuple[str, ...],
+    platform: str,
+    virtual: dict[str, str],
+    gateway: Any = None,
+) -> list[Any]:
+    """One platform's solve with py-rattler; solver and channel failures become one-line messages."""
+    import asyncio
+
+    import rattler
+    from rattler.exceptions import SolverError
+
+    try:
+        return asyncio.run(
+            rattler.solve(
+                sources=[rattler.Channel(c) for c in channels],
+                specs=list(specs),
+                gateway=gateway or rattler.Gateway(),
+                platforms=[rattler.Subdir(platform), rattler.Subdir("noarch")],
+                virtual_packages=rattler_virtual_packages(virtual),
+            )
+        )
+    except SolverError as exc:
+        raise ToolkitError(
+            f"conda layer does not solve for {platform} with __cuda={virtual.get('__cuda')}: "
+            f"{_one_line(str(exc))}"
+        ) from None
+    except Exception as exc:  # py-rattler raises one exception type per transport/parse failure
+        if exc.__class__.__module__ != "exceptions":
+            raise
+        causes = [part.strip() for part in str(exc).split("Caused by:")]
+        reason = causes[0] if len(causes) == 1 else f"{causes[0]}: {causes[-1]}"
+        raise ToolkitError(
+            f"cannot read channels {', '.join(channels)} for {platform}: {_one_line(reason)} "
+            f"(conda-forge unreachable? use a mirror or local channel in `channels:`, "
+            f"or lock on a machine that reaches it: see locks/README.md)"
+        ) from None
+
+
+def _one_line(text: str) -> str:
+    """A solver's tree-shaped explanation on one line."""
+    parts = [line.strip(" │├└─") for line in text.splitlines()]
+    return "; ".join(part for part in parts if part)
+
+
+def fetch_action(record: Any) -> dict:
+    """A py-rattler RepoDataRecord as the FETCH action a `micromamba create --dry-run --json` reports."""
+    return {
+        "name": record.name.normalized,
+        "version": str(record.version),
+        "build": str(record.build),
+        "build_number": record.build_number,
+        "depends": list(record.depends),
+        "constrains": list(record.constrains),
+        "url": record.url,
+        "fn": record.file_name,
+        "md5": record.md5.hex() if record.md5 else "",
+        "sha256": record.sha256.hex() if record.sha256 else None,
+        "subdir": record.subdir,
+        "channel": record.channel or "",
+        "timestamp": int(record.timestamp.timestamp() * 1000) if record.timestamp else 0,
+    }
+
+
+def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
+    """Solve every platform with py-rattler (runs inside run_isolated's worker, with its own console)."""
+    import rattler
+
+    console = Console(stderr=True, highlight=False)
+    gateway = rattler.Gateway()
+    solved = {}
+    for platform in request.platforms:
+        started = time.perf_counter()
+        with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
+            try:
+                records = rattler_solve(
+                    request.channels,
+                    request.specs,
+                    platform,
+                    request.virtual_packages[platform],
+                    gateway,
+                )
+            except ToolkitError as exc:
+                raise ToolkitError(f"{request.spec_file}: {exc}") from None
+        solved[platform] = [fetch_action(r) for r in records]
+        checkpoint("lock:solve")
+        console.print(
+            f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
+            f"in {time.perf_counter() - started:.2f} s"
+        )
+    return solved
