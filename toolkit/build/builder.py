@@ -275,6 +275,10 @@ def build_environment(
         "MAX_JOBS": str(par.jobs),
         "NVCC_THREADS": str(par.nvcc_threads),
         "FLASH_ATTN_LOCAL_VERSION": local,  # into METADATA, not only the file name
+        # torch's cpp_extension (2.13 and 2.14.1 here) puts a ccache or sccache found on PATH before every compiler
+        # (torch/utils/cpp_extension.py _wrap_compiler); the build's own launcher (compile_cache.py, after
+        # --slurm's srun) owns that place, so torch's, a second sccache with another server, is turned off
+        "TORCH_NO_COMPILER_WRAPPER": "1",
         "CUDA_HOME": str(tc.cuda_home),
         "CUDA_PATH": str(tc.cuda_home),
         "PATH": tc.path_env,
