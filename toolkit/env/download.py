@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from toolkit.base.atomic import checkpoint, clean_stale, publish_file, write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
 CHUNK = 1 << 20
+STAMP_BYTES = 512  # a stamp is one line of a sha256 and five numbers
 RETRIES = 3  # a transient failure is tried again this many times
 RETRY_WAIT_S = 0.5  # before the first retry; doubled before each next one
 TRANSIENT_ERRNOS = {
@@ -175,9 +177,32 @@ def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
 def _stamped(entry: Path, pin: Pin) -> Path | None:
     """The entry if its stamp says it still holds the bytes that hashed to the pin, else None."""
     try:
-        return entry if _stamp_path(entry).read_text() == _stamp_text(entry, pin) else None
-    except OSError:
+        found = regular_file_bytes(_stamp_path(entry), STAMP_BYTES)
+        return entry if found == _stamp_text(entry, pin).encode() else None
+    except (Unreadable, OSError):
         return None
+
+
+def kept_with_stamp(
+    entry: Path, pin: Pin, name: str, read: Callable[[Path], bytes], limit: int
+) -> bytes:
+    """read(entry) for a verified entry, kept beside it (.<file>.<name>, at most `limit` bytes) after its stamp and
+    taken from there while that stamp still holds: what a warm install needs from an archive (its info/index.json)
+    is then one small read, not the archive's. Trusted as far as the stamp is (_stamp_text)."""
+    kept = entry.with_name(f".{entry.name}.{name}")
+    stamp = _stamp_text(entry, pin).encode()
+    try:
+        found = regular_file_bytes(kept, len(stamp) + limit)
+        if found.startswith(stamp):
+            return found[len(stamp) :]
+    except (Unreadable, OSError):
+        pass
+    value = read(entry)
+    try:
+        write_atomic(kept, stamp + value)
+    except OSError:
+        pass  # a read-only cache: read again next time
+    return value
 
 
 def _stamp_path(entry: Path) -> Path:

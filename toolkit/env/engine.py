@@ -402,9 +402,15 @@ class RattlerEngine(CondaEngine):
     def verified(self, job: InstallJob) -> list[VerifiedArchive]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
         inside their prefix enter the cache (archives.check_conda_archive), and each must be the package its
-        entry names (its info/index.json, kept for py-rattler's record)."""
-        from toolkit.env.archives import archive_identity, check_conda_archive
-        from toolkit.env.download import fetch_all
+        entry names (its info/index.json, kept for py-rattler's record, and beside the verified archive: a warm
+        install reads no archive)."""
+        from toolkit.env.archives import (
+            MAX_INFO_BYTES,
+            archive_identity,
+            archive_index_json,
+            check_conda_archive,
+        )
+        from toolkit.env.download import fetch_all, kept_with_stamp
         from toolkit.env.rattler_link import VerifiedArchive
 
         where = display_path(job.lock_file)
@@ -418,7 +424,10 @@ class RattlerEngine(CondaEngine):
         )
         verified = []
         for package, archive in zip(job.conda, archives):
-            identity = archive_identity(archive)
+            index_json = kept_with_stamp(
+                archive, package, "index.json", archive_index_json, MAX_INFO_BYTES
+            )
+            identity = archive_identity(archive, index_json)
             check_identity(package, identity, job.lock_file)
             verified.append(
                 VerifiedArchive(
