@@ -4,13 +4,15 @@ Rows, each job in a subprocess (wall seconds, and CPU seconds of it and all it s
 goes first, repeated --repeat times (median reported):
 
 - pypi cold / warm: a venv of small wheels served on 127.0.0.1 (two CUDA-shaped wheels as the tests build them,
-  python's own pip and setuptools, and --fillers wheels of 200 modules each), by the toolkit (VenvBuild.make: venv,
-  verified downloads, uv --offline, the CUDA links) against `uv venv` + `uv pip install --require-hashes --no-deps
-  --compile-bytecode -r` of the same wheels by URL and sha256. Cold: empty caches on both sides; warm: kept.
+  python's own pip and setuptools, and --fillers wheels of 200 modules each), by the toolkit (find_python's probe,
+  then VenvBuild.make: venv, python's own pip, uv from a pylock of the entries, the METADATA checks, the CUDA
+  links) against `uv venv` + `uv pip install --require-hashes --no-deps --compile-bytecode -r` of the same wheels
+  by URL and sha256. Cold: empty caches on both sides; warm: kept.
 - conda warm: the conda layer of the tests' fixture channel (tests/conda_channel.py, 15 packages over file://)
-  by the toolkit's py-rattler engine (verified archives, its kept rattler cache) against `rattler.install` of
-  the same archives with a persistent cache, its records made as from a lock (index.json, sha256, size). (The
-  conda-forge replica needs the image's CUDA in /usr/local/cuda.)
+  by the toolkit's py-rattler engine (RattlerEngine.install: archives found by their stamps, py-rattler in a
+  fork, its kept package cache) against `rattler.install` of the same archives with a persistent cache, its
+  records made as from a lock (index.json, sha256, size). (The conda-forge replica needs the image's CUDA in
+  /usr/local/cuda.)
 
 Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
 
@@ -49,13 +51,15 @@ import sys, json
 from pathlib import Path
 from rich.console import Console
 from toolkit.env.lockfile import LockedPackage
-from toolkit.env.pypi_install import VenvBuild
+from toolkit.env.pypi_install import VenvBuild, find_python
 from toolkit.knowledge.facts import load_knowledge
 packages = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
 pypi = load_knowledge().pypi
 prefix = Path(sys.argv[2])
-VenvBuild(Path(sys.executable).resolve(), "%d.%d" % sys.version_info[:2], packages, pypi.lines["13.0.3"],
-          pypi.cuda_home).make(prefix.parent / "staging", prefix, Console(quiet=True))
+version = "%d.%d" % sys.version_info[:2]
+python, bundled = find_python(version, Path(sys.executable).resolve())  # as VenvBuild.of: the python, its pip
+VenvBuild(python, version, packages, pypi.lines["13.0.3"], pypi.cuda_home, bundled=bundled).make(
+    prefix.parent / "staging", prefix, Console(quiet=True))
 """
 
 TOOLKIT_CONDA = """
