@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from rich.console import Console
@@ -32,10 +33,14 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.env.engine import install_pip_layer, relocate_scripts
 from toolkit.env.lockfile import LockedPackage
-from toolkit.env.standin import OtherEnvironment, StandIn, copy_in, local_wheels
 from toolkit.env.wheels import Closure
 from toolkit.knowledge.facts import PypiLine, load_knowledge
-from toolkit.spec.envspec import EnvSpec
+
+if (
+    TYPE_CHECKING
+):  # --torch-from and --wheels only: an install without them does not import the stand-ins' reader
+    from toolkit.env.standin import StandIn
+    from toolkit.spec.envspec import EnvSpec
 
 # The interpreter's X.Y (venv and ensurepip must import), then the pip wheels it keeps for ensurepip: its own
 # _bundled folder, or (Debian's) WHEEL_PKG_DIR. One probe for both: each python started costs a tenth of a second.
@@ -118,6 +123,8 @@ class VenvBuild:
                 f"pypi line of toolkit/knowledge/pypi_cuda.yaml (`toolkit check {spec.line}` says why)"
             )
         python, bundled = find_python(spec.python, given)
+        from toolkit.env.standin import OtherEnvironment, local_wheels
+
         stand_ins: tuple[StandIn, ...] = ()
         rest = tuple(packages)
         if torch_from:
@@ -148,6 +155,8 @@ class VenvBuild:
         site = site_packages(staging, self.version)
         written = venv_files(staging, site)
         if self.stand_ins:
+            from toolkit.env.standin import copy_in
+
             copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
             console.print(
                 f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
