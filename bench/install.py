@@ -199,14 +199,20 @@ def summary(rows: dict) -> dict:
     return out
 
 
-def plot(results: dict, path: Path) -> None:
+GOALS = {"pypi cold": 1.3, "pypi warm": 1.5, "conda warm": 1.5}  # issue's "done when": toolkit / library
+
+
+def plot(results: dict, path: Path, before: dict | None = None) -> None:
+    """Wall seconds of each side; with `before` (an earlier run's rows), each row's ratios then and now beside
+    the goal."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, axes = plt.subplots(1, 2 if before else 1, figsize=(12 if before else 7, 3.8), squeeze=False)
+    ax = axes[0][0]
     x = range(len(names))
     ax.bar([i - 0.2 for i in x], [results[n]["toolkit_wall_s"] for n in names], 0.4, label="toolkit")
     ax.bar([i + 0.2 for i in x], [results[n]["library_wall_s"] for n in names], 0.4, label="uv / py-rattler")
@@ -216,6 +222,18 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xticks(list(x), names)
     ax.set_ylabel("wall seconds (median)")
     ax.legend()
+    if before:
+        ax = axes[0][1]
+        bars = [("before, wall", before, "wall_ratio"), ("before, CPU", before, "cpu_ratio"),
+                ("after, wall", results, "wall_ratio"), ("after, CPU", results, "cpu_ratio")]
+        for k, (label, rows, key) in enumerate(bars):
+            ax.bar([i + (k - 1.5) * 0.2 for i in x], [rows[n][key] if n in rows else 0 for n in names], 0.2,
+                   label=label)
+        for i, n in enumerate(names):
+            ax.hlines(GOALS.get(n, 1.5), i - 0.45, i + 0.45, colors="black", linestyles="dashed")
+        ax.set_xticks(list(x), names)
+        ax.set_ylabel("toolkit / library (dashed: the goal)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -225,7 +243,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fillers", type=int, default=20, help="filler wheels of 200 modules each")
     parser.add_argument("--out", type=Path, help="folder for results.json and install.png")
+    parser.add_argument("--before", type=Path, help="an earlier run's results.json, whose ratios the plot shows beside")
+    parser.add_argument("--replot", action="store_true", help="only draw install.png again from --out's results.json")
     args = parser.parse_args()
+    before = json.loads(args.before.read_text())["rows"] if args.before else None
+    if args.replot:
+        plot(json.loads((args.out / "results.json").read_text())["rows"], args.out / "install.png", before)
+        return 0
     results = summary(run(args))
     for name, r in results.items():
         print(f"{name:11s} toolkit {r['toolkit_wall_s']:6.2f} s wall {r['toolkit_cpu_s']:6.2f} s CPU | library "
@@ -238,7 +262,7 @@ def main() -> int:
                 "command": " ".join(["python", "bench/install.py", *sys.argv[1:]]), "repeat": args.repeat,
                 "fillers": args.fillers}
         (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
-        plot(results, args.out / "install.png")
+        plot(results, args.out / "install.png", before)
     return 0
 
 
