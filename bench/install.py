@@ -4,13 +4,15 @@ Rows, each job in a subprocess (wall seconds, and CPU seconds of it and all it s
 goes first, repeated --repeat times (median reported):
 
 - pypi cold / warm: a venv of small wheels served on 127.0.0.1 (two CUDA-shaped wheels as the tests build them,
-  python's own pip and setuptools, and --fillers wheels of 200 modules each), by the toolkit (VenvBuild.make: venv,
-  verified downloads, uv --offline, the CUDA links) against `uv venv` + `uv pip install --require-hashes --no-deps
-  --compile-bytecode -r` of the same wheels by URL and sha256. Cold: empty caches on both sides; warm: kept.
+  python's own pip and setuptools, and --fillers wheels of 200 modules each), by the toolkit (find_python's probe,
+  then VenvBuild.make: venv, python's own pip, uv from a pylock of the entries, the METADATA checks, the CUDA
+  links) against `uv venv` + `uv pip install --require-hashes --no-deps --compile-bytecode -r` of the same wheels
+  by URL and sha256. Cold: empty caches on both sides; warm: kept.
 - conda warm: the conda layer of the tests' fixture channel (tests/conda_channel.py, 15 packages over file://)
-  by the toolkit's py-rattler engine (verified archives, its kept rattler cache) against `rattler.install` of
-  the same archives with a persistent cache, its records made as from a lock (index.json, sha256, size). (The
-  conda-forge replica needs the image's CUDA in /usr/local/cuda.)
+  by the toolkit's py-rattler engine (RattlerEngine.install: archives found by their stamps, py-rattler in a
+  fork, its kept package cache) against `rattler.install` of the same archives with a persistent cache, its
+  records made as from a lock (index.json, sha256, size). (The conda-forge replica needs the image's CUDA in
+  /usr/local/cuda.)
 
 Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
 
@@ -49,13 +51,15 @@ import sys, json
 from pathlib import Path
 from rich.console import Console
 from toolkit.env.lockfile import LockedPackage
-from toolkit.env.pypi_install import VenvBuild
+from toolkit.env.pypi_install import VenvBuild, find_python
 from toolkit.knowledge.facts import load_knowledge
 packages = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
 pypi = load_knowledge().pypi
 prefix = Path(sys.argv[2])
-VenvBuild(Path(sys.executable).resolve(), "%d.%d" % sys.version_info[:2], packages, pypi.lines["13.0.3"],
-          pypi.cuda_home).make(prefix.parent / "staging", prefix, Console(quiet=True))
+version = "%d.%d" % sys.version_info[:2]
+python, bundled = find_python(version, Path(sys.executable).resolve())  # as VenvBuild.of: the python, its pip
+VenvBuild(python, version, packages, pypi.lines["13.0.3"], pypi.cuda_home, bundled=bundled).make(
+    prefix.parent / "staging", prefix, Console(quiet=True))
 """
 
 TOOLKIT_CONDA = """
@@ -195,14 +199,20 @@ def summary(rows: dict) -> dict:
     return out
 
 
-def plot(results: dict, path: Path) -> None:
+GOALS = {"pypi cold": 1.3, "pypi warm": 1.5, "conda warm": 1.5}  # issue's "done when": toolkit / library
+
+
+def plot(results: dict, path: Path, before: dict | None = None) -> None:
+    """Wall seconds of each side; with `before` (an earlier run's rows), each row's ratios then and now beside
+    the goal."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, axes = plt.subplots(1, 2 if before else 1, figsize=(12 if before else 7, 3.8), squeeze=False)
+    ax = axes[0][0]
     x = range(len(names))
     ax.bar([i - 0.2 for i in x], [results[n]["toolkit_wall_s"] for n in names], 0.4, label="toolkit")
     ax.bar([i + 0.2 for i in x], [results[n]["library_wall_s"] for n in names], 0.4, label="uv / py-rattler")
@@ -212,6 +222,18 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xticks(list(x), names)
     ax.set_ylabel("wall seconds (median)")
     ax.legend()
+    if before:
+        ax = axes[0][1]
+        bars = [("before, wall", before, "wall_ratio"), ("before, CPU", before, "cpu_ratio"),
+                ("after, wall", results, "wall_ratio"), ("after, CPU", results, "cpu_ratio")]
+        for k, (label, rows, key) in enumerate(bars):
+            ax.bar([i + (k - 1.5) * 0.2 for i in x], [rows[n][key] if n in rows else 0 for n in names], 0.2,
+                   label=label)
+        for i, n in enumerate(names):
+            ax.hlines(GOALS.get(n, 1.5), i - 0.45, i + 0.45, colors="black", linestyles="dashed")
+        ax.set_xticks(list(x), names)
+        ax.set_ylabel("toolkit / library (dashed: the goal)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -221,7 +243,13 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fillers", type=int, default=20, help="filler wheels of 200 modules each")
     parser.add_argument("--out", type=Path, help="folder for results.json and install.png")
+    parser.add_argument("--before", type=Path, help="an earlier run's results.json, whose ratios the plot shows beside")
+    parser.add_argument("--replot", action="store_true", help="only draw install.png again from --out's results.json")
     args = parser.parse_args()
+    before = json.loads(args.before.read_text())["rows"] if args.before else None
+    if args.replot:
+        plot(json.loads((args.out / "results.json").read_text())["rows"], args.out / "install.png", before)
+        return 0
     results = summary(run(args))
     for name, r in results.items():
         print(f"{name:11s} toolkit {r['toolkit_wall_s']:6.2f} s wall {r['toolkit_cpu_s']:6.2f} s CPU | library "
@@ -234,7 +262,7 @@ def main() -> int:
                 "command": " ".join(["python", "bench/install.py", *sys.argv[1:]]), "repeat": args.repeat,
                 "fillers": args.fillers}
         (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
-        plot(results, args.out / "install.png")
+        plot(results, args.out / "install.png", before)
     return 0
 
 

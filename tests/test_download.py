@@ -9,6 +9,8 @@ import http.server
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from toolkit.env import download
 from toolkit.env.archives import check_conda_archive
 from toolkit.env.download import cache_entry, fetch_verified
 from toolkit.env.lockfile import LockedPackage, LockedSdist
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def sha256_of(path: Path) -> str:
@@ -83,6 +87,31 @@ def test_an_unchanged_entry_is_not_hashed_again_and_a_changed_one_is_refused(cha
     with pytest.raises(ToolkitError, match=f"{cached.name}: sha256 {sha256_of(cached)} is not the lock's"):
         fetch_verified(pin, tmp_path / "cache", "ninja 1.12.1")
     assert hashed == [cached] and not cached.exists()
+
+
+def test_a_warm_fetch_all_reads_no_archive_and_imports_no_network_or_bar(channel_dir, tmp_path):
+    """A warm install pays only stat calls for its archives: every entry found by its stamp is taken without
+    hashing it, and neither the network modules nor rich's progress bars are imported (a fresh interpreter,
+    whose sys.modules says what was imported)."""
+    pins = [(a.name.rsplit("-", 2)[0], a.as_uri(), sha256_of(a)) for a in sorted(channel_dir.rglob("*.conda"))[:3]]
+    code = f"""
+import sys
+from pathlib import Path
+from rich.console import Console
+from toolkit.env import download
+from toolkit.env.lockfile import LockedPackage
+pins = [LockedPackage("conda", name, "1", url, sha) for name, url, sha in {pins!r}]
+hashed = []
+download.sha256_file = lambda path, real=download.sha256_file: hashed.append(path) or real(path)
+found = download.fetch_all(pins, Path({str(tmp_path / "cache")!r}), str, Console(quiet=True), "archives")
+print(len(found), len(hashed), *sorted(m for m in ("rich.progress", "urllib.request", "http.client") if m in sys.modules))
+"""
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split()[:2] == ["3", "3"]  # cold: each downloaded (file://) and hashed once
+    warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.split() == ["3", "0"]
 
 
 def test_a_hostile_archive_with_the_pinned_hash_never_enters_the_cache(tmp_path):

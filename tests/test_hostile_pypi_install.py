@@ -60,6 +60,23 @@ def test_a_python_of_another_version_is_refused_before_anything_is_written(tmp_p
     assert not prefix.exists() and os.listdir(tmp_path) == ["bin"]
 
 
+def test_one_probe_finds_the_python_and_the_pip_it_bundles(monkeypatch):
+    """The venv's pip is python's own ensurepip wheel, found by the probe that checks the python's version (each
+    python started costs a tenth of a second of an install): one probe, the wheel by hashlib's sha256."""
+    import ensurepip
+
+    from toolkit.env import pypi_install
+
+    probes: list[list[str]] = []
+    real = pypi_install.run_tied
+    monkeypatch.setattr(pypi_install, "run_tied", lambda argv, **kw: probes.append(list(argv)) or real(argv, **kw))
+    python, bundled = pypi_install.find_python(f"{sys.version_info[0]}.{sys.version_info[1]}", Path(sys.executable))
+    [wheel] = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+    assert python == Path(sys.executable) and len(probes) == 1
+    assert [(p.name, p.url, p.sha256) for p in bundled] == [
+        ("pip", wheel.resolve().as_uri(), hashlib.sha256(wheel.read_bytes()).hexdigest())]
+
+
 def test_no_python_of_the_specs_version_on_path_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolkitError, match=r"^python3\.11: not on PATH; the line's spec asks for python 3\.11 "

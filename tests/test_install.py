@@ -4,6 +4,7 @@ layer with pip --require-hashes --no-deps; tampering and interruptions leave not
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -176,3 +177,26 @@ def test_aarch64_lock_installs_on_this_host_as_files(lock_over_http, tmp_path, i
     job = InstallJob(lock_over_http, "linux-aarch64", conda=tuple(conda), pip=(), staging=staging, prefix=prefix)
     RattlerEngine(Console(stderr=True)).install(job)
     assert (staging / "bin" / "aarch64-conda-linux-gnu-g++").exists()
+
+
+def test_a_warm_install_reads_no_archive_for_its_identity(lock_over_http, tmp_path, isolated_caches, monkeypatch):
+    """Each archive's info/index.json is kept beside it once verified (with its stamp): a warm install checks each
+    package's identity from there, without unpacking any archive again; an archive changed since (a new ctime) is
+    read again."""
+    from toolkit.env import archives
+
+    read: list[str] = []
+    real = archives._index_json
+    monkeypatch.setattr(archives, "_index_json", lambda archive: read.append(Path(archive).name) or real(archive))
+    workspace = Workspace(locks=lock_over_http.parent)
+    install_line("cu126", tmp_path / "a", workspace, backend="rattler", platform="linux-64")
+    files = sorted(p.url.rsplit("/", 1)[-1] for p in parse_conda_lock_file(lock_over_http).package
+                   if p.platform == "linux-64" and p.manager == "conda")
+    assert sorted(read) == files
+    read.clear()
+    install_line("cu126", tmp_path / "b", workspace, backend="rattler", platform="linux-64")
+    assert read == []
+    [touched] = (isolated_caches / "fa-envkit" / "conda-pkgs").glob(f"*/{files[0]}")
+    os.utime(touched)  # the same bytes, another ctime: hashed and read again
+    install_line("cu126", tmp_path / "c", workspace, backend="rattler", platform="linux-64")
+    assert read == [files[0]]

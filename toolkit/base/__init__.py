@@ -28,6 +28,7 @@ PUBLIC = (
     "bounded_read.open_regular",
     "bounded_read.regular_file_bytes",
     "children",
+    "children.die_with_parent",
     "children.kill_group",
     "children.popen_tied",
     "children.run_tied",

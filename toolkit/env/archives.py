@@ -74,16 +74,11 @@ class PackageIdentity:
     index_json: bytes = b""
 
 
-def archive_identity(archive: Path) -> PackageIdentity:
-    """The package an archive is by its own info/index.json; a one-line ToolkitError when unreadable."""
+def archive_identity(archive: Path, data: bytes | None = None) -> PackageIdentity:
+    """The package an archive is by its own info/index.json (`data`: that file as read before from this archive,
+    download.kept_with_stamp); a one-line ToolkitError when unreadable."""
     where = display_path(archive)
-    try:
-        data = _index_json(archive)
-    except BROKEN_ARCHIVE as exc:
-        raise ToolkitError(
-            f"{where}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
-            f"re-lock from a trusted channel)"
-        ) from None
+    data = archive_index_json(archive) if data is None else data
     index = parse_json(
         data, f"{where}: info/index.json", "package index", "re-lock from a trusted channel"
     )
@@ -98,6 +93,17 @@ def archive_identity(archive: Path) -> PackageIdentity:
         )
     name, version, build = texts
     return PackageIdentity(name, version, build, data)
+
+
+def archive_index_json(archive: Path) -> bytes:
+    """The archive's info/index.json as it holds it; a one-line ToolkitError when unreadable."""
+    try:
+        return _index_json(archive)
+    except BROKEN_ARCHIVE as exc:
+        raise ToolkitError(
+            f"{display_path(archive)}: not a readable conda archive ({exc.__class__.__name__}: {exc}; "
+            f"re-lock from a trusted channel)"
+        ) from None
 
 
 def _index_json(archive: Path) -> bytes:

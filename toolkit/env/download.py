@@ -7,38 +7,34 @@ archives, checked for what it would write) and only then renamed into place, und
 the entry, so jobs sharing a cache (Slurm array tasks, installs of several lines) never write or
 remove one entry at once. A cached file that does not hash to its name is removed and reported
 rather than silently fetched again: something other than this module wrote into the cache.
+
+A warm install finds every entry by its stamp (a stat, no read): the network and progress-bar modules are
+imported only when something is downloaded or hashed.
 """
 
 from __future__ import annotations
 
 import errno
-import http.client
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TransferSpeedColumn,
-)
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from toolkit.base.atomic import checkpoint, clean_stale, publish_file, write_atomic
+from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.base.paths import display_path
 from toolkit.env.lockfile import FILE_NAME, SHA256
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
 CHUNK = 1 << 20
+STAMP_BYTES = 512  # a stamp is one line of a sha256 and five numbers
 RETRIES = 3  # a transient failure is tried again this many times
 RETRY_WAIT_S = 0.5  # before the first retry; doubled before each next one
 TRANSIENT_ERRNOS = {
@@ -124,7 +120,14 @@ def fetch_all(
     check: Callable[[Path], None] | None = None,
 ) -> list[Path]:
     """fetch_verified of every pin, in order, with a live bar: one for the whole (pins done) and one per download
-    (bytes); `describe` names a pin in messages, `label` what they are ("conda archives")."""
+    (bytes); `describe` names a pin in messages, `label` what they are ("conda archives"). Entries whose stamp
+    still holds (a warm cache) are taken as they are, without a bar, a lock or a read: an entry is written only
+    where none is, and removed only when it does not hash to its pin, which its stamp says it did."""
+    found = [_stamped(cache_entry(cache, pin), pin) for pin in pins]
+    if all(found):
+        return [entry for entry in found if entry]
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -133,11 +136,10 @@ def fetch_all(
     )
     with Progress(*columns, console=console, transient=True) as progress:
         overall = progress.add_task(f"verifying {len(pins)} {label}", total=len(pins))
-        found = []
-        for pin in pins:
-            found.append(fetch_verified(pin, cache, describe(pin), check, progress))
+        for n, pin in enumerate(pins):
+            found[n] = found[n] or fetch_verified(pin, cache, describe(pin), check, progress)
             progress.advance(overall)
-    return found
+    return [entry for entry in found if entry]
 
 
 def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path], None]) -> Path:
@@ -158,15 +160,11 @@ def fetch_content_pinned(url: str, entry: Path, what: str, check: Callable[[Path
 
 def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
     """The entry once it hashes to the pin; hashed again only when it changed since it last did (_stamp)."""
-    stamp = _stamp_path(entry)
-    try:
-        if stamp.read_text() == _stamp_text(entry, pin):
-            return entry
-    except OSError:
-        pass
+    if _stamped(entry, pin):
+        return entry
     actual = sha256_file(entry)
     if actual != pin.sha256:
-        stamp.unlink(missing_ok=True)
+        _stamp_path(entry).unlink(missing_ok=True)
         entry.unlink()
         raise ToolkitError(
             f"{display_path(entry)}: sha256 {actual} is not {pinned_by}'s {pin.sha256} "
@@ -174,6 +172,37 @@ def _cached(entry: Path, pin: Pin, pinned_by: str) -> Path:
         )
     _stamp(entry, pin)
     return entry
+
+
+def _stamped(entry: Path, pin: Pin) -> Path | None:
+    """The entry if its stamp says it still holds the bytes that hashed to the pin, else None."""
+    try:
+        found = regular_file_bytes(_stamp_path(entry), STAMP_BYTES)
+        return entry if found == _stamp_text(entry, pin).encode() else None
+    except (Unreadable, OSError):
+        return None
+
+
+def kept_with_stamp(
+    entry: Path, pin: Pin, name: str, read: Callable[[Path], bytes], limit: int
+) -> bytes:
+    """read(entry) for a verified entry, kept beside it (.<file>.<name>, at most `limit` bytes) after its stamp and
+    taken from there while that stamp still holds: what a warm install needs from an archive (its info/index.json)
+    is then one small read, not the archive's. Trusted as far as the stamp is (_stamp_text)."""
+    kept = entry.with_name(f".{entry.name}.{name}")
+    stamp = _stamp_text(entry, pin).encode()
+    try:
+        found = regular_file_bytes(kept, len(stamp) + limit)
+        if found.startswith(stamp):
+            return found[len(stamp) :]
+    except (Unreadable, OSError):
+        pass
+    value = read(entry)
+    try:
+        write_atomic(kept, stamp + value)
+    except OSError:
+        pass  # a read-only cache: read again next time
+    return value
 
 
 def _stamp_path(entry: Path) -> Path:
@@ -204,6 +233,11 @@ def _download(
     """The file at `url` into `partial`; a transient failure (a reset connection, a timeout, a cut-off body,
     HTTP 408/429/5xx) is tried again from the start, RETRIES times after waits of RETRY_WAIT_S, 2x, 4x...:
     one reset connection must not fail an install of 71 archives. Anything else fails at once."""
+    import http.client
+    import urllib.error
+
+    from rich.progress import Progress
+
     progress = progress or Progress(disable=True)
     task = progress.add_task(filename, total=None)
     try:
@@ -226,6 +260,9 @@ def _download(
 
 
 def _fetch_once(url: str, partial: Path, progress: Progress, task: TaskID) -> None:
+    import http.client
+    import urllib.request
+
     with urllib.request.urlopen(url, timeout=60) as response, partial.open("xb") as out:
         size = int(response.headers.get("Content-Length") or 0)
         progress.update(task, total=size or None)
@@ -244,6 +281,9 @@ def _fetch_once(url: str, partial: Path, progress: Progress, task: TaskID) -> No
 def transient(exc: BaseException) -> bool:
     """Whether a failed download may succeed when tried again: the network's or the server's passing state,
     not a missing file, a refused request or a malformed URL."""
+    import http.client
+    import urllib.error
+
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code in (408, 429) or exc.code >= 500
     if isinstance(exc, urllib.error.URLError):

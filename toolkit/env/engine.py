@@ -10,8 +10,10 @@ way they differ for the caller is `relocates`: py-rattler builds in a staging fo
 final prefix (install then swaps it in), micromamba/conda write the prefix into files and must build
 at the final path.
 
-py-rattler runs in a worker interpreter (toolkit/env/isolated.py). py-rattler and conda-lock are imported
-inside functions, so importing this module (reading a lock) needs neither.
+py-rattler runs in a worker process (toolkit/env/isolated.py). py-rattler and conda-lock are imported
+inside functions, so importing this module (reading a lock) needs neither; nor does it import what only one
+step uses (the download cache, the archive checks, rich's progress bars, the wheel checks): every install
+pays for its imports.
 """
 
 from __future__ import annotations
@@ -27,12 +29,9 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
-from packaging.utils import canonicalize_name
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn
 
 from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import kill_group, popen_tied, run_tied
@@ -40,9 +39,6 @@ from toolkit.base.entry import add_option_alias
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
-from toolkit.env.archives import PackageIdentity, archive_identity, check_conda_archive
-from toolkit.env.download import fetch_all
-from toolkit.env.isolated import run_isolated
 from toolkit.env.lockfile import (
     CONDA_SUFFIXES,
     LockedEnv,
@@ -51,12 +47,18 @@ from toolkit.env.lockfile import (
     check_wheel_identity,
     relock_hint,
 )
-from toolkit.env.rattler_link import VerifiedArchive, rattler_install
 from toolkit.env.rattler_solve import (  # the worker's module (CondaRequest: the engines' input)
     CondaRequest,
     rattler_fetch_actions,
 )
-from toolkit.env.wheels import Closure, closure_problem, installed_metadata
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+    from toolkit.env.archives import PackageIdentity
+    from toolkit.env.rattler_link import VerifiedArchive
+    from toolkit.env.wheels import Closure
 
 CONDA_EXECUTABLES = ("micromamba", "mamba", "conda")
 ENGINES = (
@@ -351,6 +353,8 @@ class RattlerEngine(CondaEngine):
 
     def solve(self, request: CondaRequest) -> CondaLayer:
         """py-rattler solves; conda-lock's own code turns the result into its models."""
+        from toolkit.env.isolated import run_isolated
+
         actions = (
             run_isolated(rattler_fetch_actions, request)
             if request.specs
@@ -361,12 +365,16 @@ class RattlerEngine(CondaEngine):
     def install(self, job: InstallJob) -> None:
         """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its
         package cache, kept between installs (Workspace.rattler_cache), where each archive was unpacked once; its
-        own bar shows the link at a terminal, a line says it elsewhere."""
+        own bar shows the link at a terminal, a line says it elsewhere. py-rattler runs in a fork of this process
+        (run_forked), which neither starts an interpreter nor imports the toolkit again."""
+        from toolkit.env.isolated import run_forked
+        from toolkit.env.rattler_link import rattler_install
+
         archives = self.verified(job)
         started = time.perf_counter()
         if not self.console.is_terminal:
             self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
-        count = run_isolated(
+        count = run_forked(
             rattler_install,
             archives,
             str(job.staging),
@@ -384,7 +392,17 @@ class RattlerEngine(CondaEngine):
     def verified(self, job: InstallJob) -> list[VerifiedArchive]:
         """A verified local copy of every conda archive (toolkit/env/download.py); only archives that write
         inside their prefix enter the cache (archives.check_conda_archive), and each must be the package its
-        entry names (its info/index.json, kept for py-rattler's record)."""
+        entry names (its info/index.json, kept for py-rattler's record, and beside the verified archive: a warm
+        install reads no archive)."""
+        from toolkit.env.archives import (
+            MAX_INFO_BYTES,
+            archive_identity,
+            archive_index_json,
+            check_conda_archive,
+        )
+        from toolkit.env.download import fetch_all, kept_with_stamp
+        from toolkit.env.rattler_link import VerifiedArchive
+
         where = display_path(job.lock_file)
         archives = fetch_all(
             job.conda,
@@ -396,7 +414,10 @@ class RattlerEngine(CondaEngine):
         )
         verified = []
         for package, archive in zip(job.conda, archives):
-            identity = archive_identity(archive)
+            index_json = kept_with_stamp(
+                archive, package, "index.json", archive_index_json, MAX_INFO_BYTES
+            )
+            identity = archive_identity(archive, index_json)
             check_identity(package, identity, job.lock_file)
             verified.append(
                 VerifiedArchive(
@@ -553,6 +574,8 @@ class UvProgress:
         """(uv's exit status, all it wrote), its progress shown as it goes."""
         import subprocess
 
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
         output = []
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn())
         with (
@@ -601,6 +624,10 @@ def checked_metadata(
     """One-line ToolkitError naming the lock and the entry unless what was installed for each entry (its .dist-info's
     METADATA) names the entry's package and version and, with a closure, the lock holds every dependency the wheels
     declare: before the environment is swapped in."""
+    from packaging.utils import canonicalize_name
+
+    from toolkit.env.wheels import closure_problem, installed_metadata
+
     [site, *_] = sorted(staging.glob("lib/python*/site-packages")) or [staging]
     installed = installed_metadata(site, [p.name for p in packages])
     found = []

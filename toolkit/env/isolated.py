@@ -1,9 +1,12 @@
-"""Process isolation: run one function in a fresh interpreter that ends with os._exit.
+"""Process isolation: run one function in another process that ends with os._exit.
 
-py-rattler sometimes crashes at interpreter exit after a solve or install (3-10% of runs, see
-docs/conda-offline.md); a worker that skips finalization avoids it, and keeps py-rattler's runtime
-out of the caller's process. The function travels by module and name, its arguments and result by
-pickle; ToolkitErrors cross back as ToolkitErrors, anything else as one line after its traceback.
+py-rattler sometimes crashes at interpreter exit after a solve or install (3-10% of runs in 2026-11, 22 of 150
+installs with py-rattler 0.28.0: a segfault or "PyGILState_Release" abort while its runtime's threads outlive
+finalization); a worker that skips finalization avoids it, and keeps py-rattler's runtime out of the caller's
+process. `run_isolated` starts a fresh interpreter: the function travels by module and name, its arguments by
+pickle. `run_forked` forks this process instead (no interpreter start, no imports again: most of a warm conda
+install's fixed cost), where that is safe. Either way the result comes back by pickle; ToolkitErrors cross back
+as ToolkitErrors, anything else as one line after its traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.base.atomic import owned_dir
-from toolkit.base.children import run_tied
+from toolkit.base.children import die_with_parent, run_tied
 from toolkit.base.errors import ToolkitError
 
 
@@ -44,21 +47,77 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def run_forked(function: Callable[..., Any], *args: Any) -> Any:
+    """function(*args) in a forked copy of this process; its result, or its ToolkitError raised here.
+
+    A fork copies only the thread that calls it: a lock another thread held (a console's, py-rattler's runtime)
+    would stay held in the copy, and a runtime whose threads are gone would wait for them forever. So with more
+    than one thread in this process (threads of native code too: /proc/self/task) this is run_isolated. The copy
+    dies with this process, leaves Ctrl-C to it (which then ends the copy), runs none of its signal handlers (a
+    SIGTERM must not remove this run's temporaries twice) and leaves by os._exit: no exit hooks, no finalization."""
+    if len(os.listdir("/proc/self/task")) > 1:
+        return run_isolated(function, *args)
+    sys.stdout.flush()  # else the copy would write what is still buffered a second time
+    sys.stderr.flush()
+    parent = os.getpid()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the copy
+        try:
+            os.close(read)
+            die_with_parent(parent)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            data = pickle.dumps(_outcome(function, args))
+            with os.fdopen(write, "wb") as out:
+                out.write(data)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as stream:
+            data = stream.read()
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C, SIGTERM: end the copy before this process goes on
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    try:
+        status_and_value = pickle.loads(data)
+    except (pickle.UnpicklingError, EOFError, ValueError):  # it died before or while writing
+        raise ToolkitError(
+            f"{function.__qualname__}: worker process died (exit {os.waitstatus_to_exitcode(status)}; "
+            f"re-run the same command)"
+        ) from None
+    outcome, value = status_and_value
+    if outcome == "error":
+        raise ToolkitError(value)
+    return value
+
+
+def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+    """("ok", function(*args)), or ("error", one line): a ToolkitError's, or an internal error's after its traceback."""
+    try:
+        return ("ok", function(*args))
+    except ToolkitError as exc:
+        return ("error", str(exc))
+    except Exception as exc:  # a bug, not bad input: keep its traceback visible
+        traceback.print_exc()
+        return (
+            "error",
+            f"{function.__name__}: internal error {exc.__class__.__name__}: {exc} (traceback above)",
+        )
+
+
 def worker_main() -> None:
     """The worker's side: run the pickled job, write the outcome, and leave without finalization."""
     job, result = Path(sys.argv[1]), Path(sys.argv[2])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent handles Ctrl-C (and kills it)
     module, name, args = pickle.loads(job.read_bytes())
-    try:
-        outcome = ("ok", getattr(importlib.import_module(module), name)(*args))
-    except ToolkitError as exc:
-        outcome = ("error", str(exc))
-    except Exception as exc:  # a bug, not bad input: keep its traceback visible
-        traceback.print_exc()
-        outcome = (
-            "error",
-            f"{name}: internal error {exc.__class__.__name__}: {exc} (traceback above)",
-        )
+    outcome = _outcome(getattr(importlib.import_module(module), name), args)
     result.write_bytes(pickle.dumps(outcome))
     sys.stdout.flush()
     sys.stderr.flush()

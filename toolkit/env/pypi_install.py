@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from rich.console import Console
@@ -32,12 +33,24 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
 from toolkit.env.engine import install_pip_layer, relocate_scripts
 from toolkit.env.lockfile import LockedPackage
-from toolkit.env.standin import OtherEnvironment, StandIn, copy_in, local_wheels
 from toolkit.env.wheels import Closure
 from toolkit.knowledge.facts import PypiLine, load_knowledge
-from toolkit.spec.envspec import EnvSpec
 
-VERSION_CODE = "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])"
+if (
+    TYPE_CHECKING
+):  # --torch-from and --wheels only: an install without them does not import the stand-ins' reader
+    from toolkit.env.standin import StandIn
+    from toolkit.spec.envspec import EnvSpec
+
+# The interpreter's X.Y (venv and ensurepip must import), then the pip wheels it keeps for ensurepip: its own
+# _bundled folder, or (Debian's) WHEEL_PKG_DIR. One probe for both: each python started costs a tenth of a second.
+PROBE_CODE = (
+    "import ensurepip, glob, os, sys, sysconfig, venv\n"
+    "print('%d.%d' % sys.version_info[:2])\n"
+    "folders = [sysconfig.get_config_var('WHEEL_PKG_DIR'), "
+    "os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')]\n"
+    "print('\\n'.join(w for f in folders if f for w in glob.glob(os.path.join(f, 'pip-*.whl'))))\n"
+)
 
 
 def site_packages(root: Path, python: str) -> Path:
@@ -50,9 +63,10 @@ def cuda_home(root: Path, python: str) -> Path:
     return site_packages(root, python) / load_knowledge().pypi.cuda_home
 
 
-def find_python(version: str, given: Path | None) -> Path:
+def find_python(version: str, given: Path | None) -> tuple[Path, tuple[LockedPackage, ...]]:
     """The interpreter the venv is made with: `given` (--python), else pythonX.Y on PATH; refused unless it
-    runs, is that version and has venv and ensurepip (Debian splits them into python3.X-venv)."""
+    runs, is that version and has venv and ensurepip (Debian splits them into python3.X-venv). With it, the
+    pip wheel it bundles for ensurepip as a lock entry (bundled_pip), found by the same probe."""
     fix = f"install python {version}, or pass --python PATH"
     found = str(given) if given else shutil.which(f"python{version}")
     if not found:
@@ -60,19 +74,18 @@ def find_python(version: str, given: Path | None) -> Path:
             f"python{version}: not on PATH; the line's spec asks for python {version} ({fix})"
         )
     try:
-        done = run_tied(
-            [found, "-I", "-c", VERSION_CODE], capture_output=True, text=True, timeout=60
-        )
+        done = run_tied([found, "-I", "-c", PROBE_CODE], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolkitError(f"{found}: does not run ({exc.__class__.__name__}; {fix})") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolkitError(f"{found}: cannot make a venv ({last}; {fix})")
-    if done.stdout.strip() != version:
+    found_version, *wheels = done.stdout.splitlines() or [""]
+    if found_version.strip() != version:
         raise ToolkitError(
-            f"{found}: is python {done.stdout.strip()}, the line's spec asks for {version} ({fix})"
+            f"{found}: is python {found_version.strip()}, the line's spec asks for {version} ({fix})"
         )
-    return Path(found)
+    return Path(found), pip_entry(wheels)
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,9 @@ class VenvBuild:
     cuda_home: str  # relative to site-packages
     stand_ins: tuple[StandIn, ...] = ()  # copied from another environment (--torch-from) instead
     lock_file: Path = Path("lock")  # the lock the packages are from, named in messages
+    bundled: tuple[LockedPackage, ...] | None = (
+        None  # python's own pip (find_python); None: asked of it in make
+    )
 
     @classmethod
     def of(
@@ -106,14 +122,16 @@ class VenvBuild:
                 f"{display_path(spec.path)}: CUDA {spec.cuda} with torch {spec.torch_version} is not a "
                 f"pypi line of toolkit/knowledge/pypi_cuda.yaml (`toolkit check {spec.line}` says why)"
             )
-        python = find_python(spec.python, given)
+        python, bundled = find_python(spec.python, given)
+        from toolkit.env.standin import OtherEnvironment, local_wheels
+
         stand_ins: tuple[StandIn, ...] = ()
         rest = tuple(packages)
         if torch_from:
             stand_ins, rest = OtherEnvironment.probe(torch_from).split(rest, spec.python, spec.cuda)
         if wheels:
             rest = local_wheels(rest, wheels)
-        return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins, lock_file)
+        return cls(python, spec.python, rest, line, pypi.cuda_home, stand_ins, lock_file, bundled)
 
     def make(self, staging: Path, prefix: Path, console: Console) -> list[str]:
         """The venv at staging, for use at prefix; returns what the toolkit wrote outside the wheels' RECORDs.
@@ -122,7 +140,8 @@ class VenvBuild:
         ensurepip takes seconds, so pip is installed by uv before the wheels, from the wheel the python itself
         bundles for ensurepip (hashed here), unless the lock pins one."""
         check_venv_prefix(prefix)
-        seed = () if any(p.name == "pip" for p in self.packages) else bundled_pip(self.python)
+        bundled = bundled_pip(self.python) if self.bundled is None else self.bundled
+        seed = () if any(p.name == "pip" for p in self.packages) else bundled
         without = ["--without-pip"] if seed else []
         done = run_tied(
             [str(self.python), "-I", "-m", "venv", *without, "--prompt", prefix.name, str(staging)],
@@ -136,6 +155,8 @@ class VenvBuild:
         site = site_packages(staging, self.version)
         written = venv_files(staging, site)
         if self.stand_ins:
+            from toolkit.env.standin import copy_in
+
             copied = sum(copy_in(stand_in, site) for stand_in in self.stand_ins)
             console.print(
                 f"{len(self.stand_ins)} packages copied from --torch-from ({copied / 1e9:.1f} GB, every file "
@@ -167,23 +188,19 @@ class VenvBuild:
         return Closure(names, self.packages[0].platform, self.version)
 
 
-# Where python keeps the pip wheel ensurepip installs: its own _bundled folder, or (Debian's) WHEEL_PKG_DIR.
-BUNDLED_PIP_CODE = (
-    "import ensurepip, glob, os, sysconfig\n"
-    "folders = [sysconfig.get_config_var('WHEEL_PKG_DIR'), "
-    "os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')]\n"
-    "print('\\n'.join(w for f in folders if f for w in glob.glob(os.path.join(f, 'pip-*.whl'))))\n"
-)
-
-
 def bundled_pip(python: Path) -> tuple[LockedPackage, ...]:
     """The pip wheel `python` bundles for ensurepip, as a lock entry (sha256 of the file as it is there): the
     pip `python -m venv` would install. None found (a python without one): () and the venv installs its own."""
     done = run_tied(
-        [str(python), "-I", "-c", BUNDLED_PIP_CODE], capture_output=True, text=True, timeout=60
+        [str(python), "-I", "-c", PROBE_CODE], capture_output=True, text=True, timeout=60
     )
+    return pip_entry(done.stdout.splitlines()[1:] if done.returncode == 0 else [])
+
+
+def pip_entry(wheels: list[str]) -> tuple[LockedPackage, ...]:
+    """The newest of the pip wheels the probe listed, as a lock entry; () for none."""
     found = []
-    for line in done.stdout.splitlines() if done.returncode == 0 else ():
+    for line in wheels:
         try:
             _, version, *_ = parse_wheel_filename(Path(line).name)
         except InvalidWheelFilename:

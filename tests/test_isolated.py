@@ -1,0 +1,54 @@
+"""The py-rattler worker (toolkit/env/isolated.py): run_forked runs a function in a fork of this process, whose
+parent is this process itself (run_isolated's worker is a fresh interpreter below the children supervisor), falls
+back to run_isolated where another thread runs, and reports a copy that dies as one line. The fork's cases run in
+a fresh interpreter of one thread (pytest's own process may hold others: a test's server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from toolkit.env.isolated import run_forked
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FORKED = """
+import os
+from toolkit.base.errors import ToolkitError
+from toolkit.env.isolated import run_forked, run_isolated
+
+def refuse(what):
+    raise ToolkitError(f"{what}: refused")
+
+print(run_forked(os.getppid) == os.getpid(), run_forked(os.getpid) != os.getpid(), run_isolated(os.getppid) != os.getpid())
+for call in (lambda: run_forked(refuse, "archive.conda"), lambda: run_forked(os._exit, 3)):
+    try:
+        call()
+    except ToolkitError as exc:
+        print(exc)
+"""
+
+
+def test_a_forked_worker_is_a_child_of_this_process_and_crosses_errors_back_in_one_line():
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "True True True",  # the fork's parent is this process; run_isolated's is the supervisor
+        "archive.conda: refused",
+        "_exit: worker process died (exit 3; re-run the same command)",
+    ]
+
+
+def test_with_another_thread_running_the_worker_is_a_fresh_interpreter():
+    """A fork copies only the calling thread: a lock the other one holds would stay held in the copy."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert run_forked(os.getppid) != os.getpid()
+    finally:
+        stop.set()
+        other.join()
