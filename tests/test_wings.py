@@ -195,6 +195,7 @@ ALLOWED = {
     "doctor/command.py": "a published-build row per distribution, FA4's kernel-cache row",
     "cache/publish.py": "FA4's kernel caches published beside the wheels",
     "cache/table.py": "FA4's kernel-cache entries beside the wheels' entries",
+    "cache/runtime_lock.py": "FA4's pinned wheels (its lock, not a build) in a line's runtime lock",
     "site/publish.py": "FA3's archives in the provenance, FA4's kernel caches found for publish",
 }
 
