@@ -156,8 +156,10 @@ def test_a_blackwell_build_holds_exactly_its_declared_archs_and_says_what_else(p
     pinned = cache / "sdist" / sha256_of(sdist) / sdist.name
     pinned.parent.mkdir(parents=True)
     pinned.write_bytes(sdist.read_bytes())
+    # without the compile cache: this test is about the arch check; through sccache 0.16 this four-arch + PTX
+    # build once failed in CI with nvlink unable to read one of nvcc's temporary files (not yet understood)
     built = toolkit(project.root, "build", "fixture", "--arch", "80,90,100,120", "--no-install",
-                    "--wheelhouse", str(tmp_path / "wh"), cache=cache,
+                    "--no-compile-cache", "--wheelhouse", str(tmp_path / "wh"), cache=cache,
                     extra_env={"FA_FIXTURE_NVCC_FLAGS": "-gencode arch=compute_120,code=compute_120"})
     assert built.returncode == 0, built.stderr + built.stdout
     assert ("device code: sm_80, sm_90, sm_100, sm_120 as declared; also PTX compute_120 (the driver "
