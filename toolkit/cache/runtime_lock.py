@@ -511,18 +511,10 @@ def pylock_with(text: str, pins: list[Fa4LockWheel], where: str) -> str:
 
 def fa4_entry(pin: Fa4LockWheel, platform: str) -> Any:
     """An FA4 pin as a conda-lock pip entry: its URL and sha256, no dependencies (installed as pinned)."""
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.utils import canonicalize_name
 
-    return LockedDependency(
-        name=canonicalize_name(pin.name),
-        version=pin.version,
-        manager="pip",
-        platform=platform,
-        dependencies={},
-        url=pin.url,
-        hash=HashModel(sha256=pin.sha256),
-        categories={"main"},
+    return pypi_lock.pinned_pip_entry(
+        canonicalize_name(pin.name), pin.version, pin.url, pin.sha256, platform
     )
 
 

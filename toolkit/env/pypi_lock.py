@@ -350,24 +350,29 @@ def pylock_wheels(
 
 def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
     """The conda-lock pip entries of a pylock: per package, the wheel this target installs (pylock_wheels)."""
-    from toolkit.env.lockfile import conda_lock_modules_only
-
-    conda_lock_modules_only()
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
-
     return [
-        LockedDependency(
-            name=wheel.name,
-            version=wheel.version,
-            manager="pip",
-            platform=platform,
-            dependencies={},
-            url=wheel.url,
-            hash=HashModel(sha256=wheel.sha256),
-            categories={"main"},
-        )
+        pinned_pip_entry(wheel.name, wheel.version, wheel.url, wheel.sha256, platform)
         for wheel in pylock_wheels(text, where, platform, python, glibc)
     ]
+
+
+def pinned_pip_entry(name: str, version: str, url: str, sha256: str, platform: str) -> Any:
+    """A conda-lock pip entry installed as pinned: one file by URL and sha256, no dependencies."""
+    from toolkit.env.lockfile import conda_lock_modules_only
+
+    conda_lock_modules_only()  # its models, without the CLI its package imports
+    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+    return LockedDependency(
+        name=name,
+        version=version,
+        manager="pip",
+        platform=platform,
+        dependencies={},
+        url=url,
+        hash=HashModel(sha256=sha256),
+        categories={"main"},
+    )
 
 
 def wheel_metadata_of(wheels: list[PylockWheel], downloads: Path) -> list[WheelMetadata]:

@@ -296,6 +296,11 @@ def _oldest(releases: list[Release]) -> str:
     return min((r.uploaded for r in releases if r.uploaded), default="")
 
 
+def newer_finding(package: str, newer: list[Release], why: str) -> list[Finding]:
+    """One finding naming the releases newer than what the knowledge holds, dated by the oldest; none if none."""
+    return [Finding(package, tuple(r.version for r in newer), why, _oldest(newer))] if newer else []
+
+
 class Ask:
     """Fetches each URL once, keeping every answer (for --record) and, per URL that failed, why."""
 
@@ -430,36 +435,24 @@ def fa4_closure(src: PypiSource) -> list[Finding]:
                 f"flash-attn-4 {release.version} (drop it from upstream.yaml or pin it)",
             )
         ]
-    newer = src.newer_than(pinned)
-    if not newer:
-        return []
-    return [
-        Finding(
-            src.package,
-            tuple(r.version for r in newer),
-            f"newer than {pinned}, which toolkit/knowledge/flash_attn_4.yaml pins for flash-attn-4 "
-            f"{release.version} (check that release's Requires-Dist allows it; pin its wheels with size and sha256)",
-            _oldest(newer),
-        )
-    ]
+    return newer_finding(
+        src.package,
+        src.newer_than(pinned),
+        f"newer than {pinned}, which toolkit/knowledge/flash_attn_4.yaml pins for flash-attn-4 "
+        f"{release.version} (check that release's Requires-Dist allows it; pin its wheels with size and sha256)",
+    )
 
 
 def transformers_names(src: PypiSource) -> list[Finding]:
     """The newest transformers wheel's attn_implementation names against attention_backends.yaml `transformers`
     (whose list holds every backend's name: tests/test_check_updates_sources.py)."""
     known = frameworks.transformers()
-    newer = src.newer_than(known.version)
-    out = []
-    if newer:
-        out.append(
-            Finding(
-                "transformers",
-                tuple(r.version for r in newer),
-                f"newer than {known.version}, whose attn_implementation names toolkit/knowledge/attention_backends.yaml "
-                f"`transformers` records (check the names below, then record the release and its source)",
-                _oldest(newer),
-            )
-        )
+    out = newer_finding(
+        "transformers",
+        src.newer_than(known.version),
+        f"newer than {known.version}, whose attn_implementation names toolkit/knowledge/attention_backends.yaml "
+        f"`transformers` records (check the names below, then record the release and its source)",
+    )
     wheel = src.newest_file(".whl")
     answer = src.ask(wheel[1]) if wheel else None
     if wheel is None or answer is None:
@@ -510,18 +503,12 @@ def transformers_names(src: PypiSource) -> list[Finding]:
 def verl_routing(src: PypiSource) -> list[Finding]:
     """The newest verl's flash-attn pins and index routing (its sdist's pyproject.toml) against the knowledge's."""
     known = frameworks.verl()
-    newer = src.newer_than(known.version)
-    out = []
-    if newer:
-        out.append(
-            Finding(
-                "verl",
-                tuple(r.version for r in newer),
-                f"newer than {known.version}, which toolkit/knowledge/attention_backends.yaml `verl` was read from "
-                f"(read its config keys, its flash-attn pin and index again)",
-                _oldest(newer),
-            )
-        )
+    out = newer_finding(
+        "verl",
+        src.newer_than(known.version),
+        f"newer than {known.version}, which toolkit/knowledge/attention_backends.yaml `verl` was read from "
+        f"(read its config keys, its flash-attn pin and index again)",
+    )
     sdist = src.newest_file(".tar.gz")
     answer = src.ask(sdist[1]) if sdist else None
     if sdist is None or answer is None:
