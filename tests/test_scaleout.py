@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,6 +154,25 @@ def test_default_stages_install_only_lines_with_a_locked_toolchain(project):
     assert build.endswith(f"-m toolkit build envs/cu126.yaml --jobs={plan.lines[0].jobs} --nvcc-threads="
                           f"{plan.lines[0].nvcc_threads}")
     assert [s.command for s in plan.lines[1].verify_stages] == [f"{sys.executable} -m toolkit verify envs/gpu-machine.yaml"]
+
+
+def test_nodes_ask_for_nodes_and_build_with_job_steps(project):
+    """--nodes N: the array's tasks ask for N nodes and the build stage runs `toolkit build --slurm` with the
+    threads alone (its jobs are what the allocation holds); without it the build takes --jobs."""
+    spec = checked_spec(project / "envs" / "cu126.yaml")
+    plan = plan_matrix([spec], RunOptions(nodes=3, cpus=4, nvcc_threads=2), None, "toolkit matrix run --nodes=3")
+    write_run_dir(plan)
+    build = plan.build_script.read_text()
+    assert "#SBATCH --nodes=3\n" in build and "#SBATCH --cpus-per-task=4\n" in build
+    assert plan.lines[0].build_stages[-1].command.endswith("-m toolkit build envs/cu126.yaml --nvcc-threads=2 --slurm")
+    assert "#SBATCH --nodes" not in plan.verify_script("cu126").read_text()  # a verification is one GPU job
+
+
+def test_nodes_with_the_local_executor_is_one_line(project, capsys):
+    assert main(["matrix", "run", "cu126", "--executor", "local", "--nodes", "2"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: toolkit matrix run: --nodes 2: a build spreads over the nodes of a Slurm allocation, which "
+        "--executor local has none of (use --executor slurm, or leave --nodes out)")
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -358,3 +378,33 @@ def test_slurm_matrix_of_fixture_lines_through_the_real_verbs(tmp_path, monkeypa
     assert (bad["build"], bad["build_detail"], bad["verify"]) == ("failed", "build, exit 1", "not run")
     assert "torch 2.12.0, the line wants 2.13.0" in Path(bad["build_log"]).read_text()
     assert not list(tmp_path.glob("wheelhouse/fxbad/*.whl"))
+
+
+@pytest.mark.slurm
+@pytest.mark.nvcc
+def test_slurm_matrix_with_nodes_compiles_in_job_steps(tmp_path, monkeypatch, slurm_cluster, capsys):
+    """--nodes 1 on the real single-node cluster: the fixture line's build task runs `toolkit build --slurm`,
+    which says it runs each compile as a job step of the task's allocation, and makes the wheel."""
+    from conda_channel import build_simple_index, serve_directory
+    from fixtures.fa_fixture_project import (
+        make_stub_torch_env,
+        pack_fixture_sdist,
+        write_external_spec,
+    )
+
+    monkeypatch.chdir(tmp_path)
+    python = make_stub_torch_env(tmp_path / "venvs" / "fxn", "2.13.0", "13.0")
+    write_external_spec(tmp_path / "envs", "fxn", python, "2.13.0", archs=("80",))
+    build_simple_index(tmp_path / "index", [pack_fixture_sdist(tmp_path / "sdist")])
+    with serve_directory(tmp_path / "index") as url:
+        assert main(["lock", "fxn", "--pypi", f"{url}/simple"]) == 0
+        capsys.readouterr()
+        code = main(["matrix", "run", "fxn", "--nodes", "1", "--cpus", "1", "--nvcc-threads", "1", "--verify", "never",
+                     "--json"])
+        row = json.loads(capsys.readouterr().out)["lines"][0]
+    log = Path(row["build_log"]).read_text()
+    assert code == 0, log[-3000:]
+    (wheel,) = (tmp_path / "wheelhouse" / "fxn").glob("*.whl")
+    assert row["build"] == "done" and row["wheel"] == wheel.name
+    assert re.search(r"Slurm job \d+: 1 node\(s\) of \d+ CPUs and \d+ MB; each compile a job step", log), log[-3000:]
+    assert "-m toolkit build envs/fxn.yaml --nvcc-threads=1 --slurm" in log

@@ -271,6 +271,14 @@ def add_run_options(parser: argparse.ArgumentParser, hidden: bool = False) -> No
         "(repeatable; a plain value: letters, digits and _.,:/@%%+=&|!*^~-)",
     )
     option(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="spread each line's build over N nodes: its batch task asks for N nodes of --cpus each and "
+        "runs `toolkit build --slurm`, every compile a job step, the link on the first node (needs a "
+        "filesystem the nodes share; default: one node, no job steps)",
+    )
+    option(
         "--max-parallel",
         type=int,
         metavar="N",

@@ -109,6 +109,7 @@ OWN_SBATCH_OPTIONS = {
     "account": "--account",
     "time": "--time",
     "gres": "--gres",
+    "nodes": "--nodes",
 }
 
 
@@ -138,11 +139,15 @@ class RunOptions:
     sbatch: tuple[str, ...] = ()  # more sbatch options for every job
     max_parallel: int = 1
     poll: float = 0.5
+    nodes: int | None = (
+        None  # each build over this many nodes, its compiles job steps (`toolkit build --slurm`)
+    )
 
     def __post_init__(self) -> None:
         for name in (
             "cpus",
             "nvcc_threads",
+            "nodes",
             "verify_cpus",
             "verify_mem_gb",
             "max_parallel",
@@ -157,6 +162,12 @@ class RunOptions:
             check_site_value(name, getattr(self, name), kind)
         for option in self.sbatch:
             check_sbatch_option(option)
+        if self.nodes is not None and self.executor != "slurm":
+            raise ToolkitError(
+                f"toolkit matrix run: --nodes {self.nodes}: a build spreads over the nodes of a Slurm "
+                f"allocation, which --executor {self.executor} has none of (use --executor slurm, or leave "
+                "--nodes out)"
+            )
 
 
 def check_site_value(name: str, value: str | None, kind: str) -> None:
@@ -363,6 +374,10 @@ def build_sizing_options(spec: EnvSpec, options: RunOptions, jobs: int, threads:
     them, so the build must keep to them. A local build sizes itself from this machine's cores and
     MemAvailable, as `toolkit build` does (the batch defaults would run 8 x 2 nvcc threads on any laptop),
     and takes only what the run's --cpus / --nvcc-threads say."""
+    if (
+        options.nodes is not None
+    ):  # the jobs follow from the allocation: as many steps as its nodes hold
+        return f" --nvcc-threads={threads} --slurm"
     if options.executor != "local":
         return f" --jobs={jobs} --nvcc-threads={threads}"
     given = {
@@ -471,6 +486,8 @@ def plan_matrix(
         }
         return tuple(f"--{k}={v}" for k, v in named.items() if v) + tuple(options.sbatch)
 
+    nodes = (f"--nodes={options.nodes}",) if options.nodes is not None else ()
+
     return MatrixPlan(
         run_dir=new_run_dir(options.runs_dir),
         workdir=Path.cwd().resolve(),
@@ -480,7 +497,7 @@ def plan_matrix(
         lines=lines,
         build_resources=array,
         verify_resources=verify,
-        build_options=site_options(options.partition, options.time, None),
+        build_options=nodes + site_options(options.partition, options.time, None),
         verify_options=site_options(
             options.verify_partition or options.partition,
             options.verify_time or options.time,
