@@ -11,8 +11,11 @@ goes first, repeated --repeat times (median reported):
 - conda warm: the conda layer of the tests' fixture channel (tests/conda_channel.py, 15 packages over file://)
   by the toolkit's py-rattler engine (RattlerEngine.install: archives found by their stamps, py-rattler in a
   fork, its kept package cache) against `rattler.install` of the same archives with a persistent cache, its
-  records made as from a lock (index.json, sha256, size). (The conda-forge replica needs the image's CUDA in
-  /usr/local/cuda.)
+  records made as from a lock (index.json, sha256, size).
+- conda replica warm (--replica): the same for the conda layer of a CUDA 13.0 line solved from the conda-forge
+  replica (tests/conda_forge_replica: real records, payload from the image's CUDA 13.0 in /usr/local/cuda, made
+  of NVIDIA's wheels): the 70-odd archives and GBs a real line installs, where the fixture's 15 are mostly fixed
+  costs.
 
 Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
 
@@ -33,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -123,6 +127,61 @@ def pypi_wheels(index: Path, fillers: int) -> list[dict]:
              "platform": "linux-64"} for p in packages]
 
 
+def conda_jobs(archives: list[Path], tmp: Path, name: str) -> tuple[Path, Path]:
+    """The toolkit's install entries of these archives (as a lock gives them) and py-rattler's records of them
+    (index.json, sha256, size, read before anything is timed): <name>.json and <name>-rattler.json."""
+    conda = [{"manager": "conda", "name": a.name.rsplit("-", 2)[0], "version": a.name.rsplit("-", 2)[1],
+              "url": a.as_uri(), "sha256": hashlib.sha256(a.read_bytes()).hexdigest(), "platform": "linux-64"}
+             for a in archives]
+    (tmp / f"{name}.json").write_text(json.dumps(conda))
+    (tmp / f"{name}-records").mkdir()
+    for n, (entry, a) in enumerate(zip(conda, archives)):
+        (tmp / f"{name}-records" / f"{n}.json").write_bytes(archive_identity(a).index_json)
+        entry.update(index=str(tmp / f"{name}-records" / f"{n}.json"), size=a.stat().st_size)
+    (tmp / f"{name}-rattler.json").write_text(json.dumps(conda))
+    return tmp / f"{name}.json", tmp / f"{name}-rattler.json"
+
+
+REPLICA_SOLVE = """
+import json, os, sys
+from pathlib import Path
+from toolkit.env.lock import conda_request
+from toolkit.env.rattler_solve import rattler_solve
+from toolkit.spec.envspec import load_spec
+request = conda_request(load_spec(Path(sys.argv[1])))
+records = rattler_solve(request.channels, request.specs, "linux-64", request.virtual_packages["linux-64"])
+print(json.dumps([str(r.url) for r in records]))
+sys.stdout.flush()
+os._exit(0)  # py-rattler can crash at interpreter exit (docs/conda-offline.md)
+"""
+
+
+def replica_archives(tmp: Path) -> list[Path]:
+    """The archives a CUDA 13.0 line installs from the replica channel with real payload: the channel built from
+    tests/conda_forge_replica (as tests/test_replica.py's replica_channel), the line's conda layer solved on it
+    by the toolkit's py-rattler solve (envs/base.yaml's packages, the line as tests/test_replica.py writes it)."""
+    from conda_forge_replica.replica import CONDA_FORGE, PayloadRoots, packages
+
+    cuda = Path("/usr/local/cuda")
+    if not (cuda / "dist-info").is_dir():
+        raise SystemExit(f"--replica: needs {cuda} made of NVIDIA's wheels (its dist-info/ gives the payload)")
+    site = os.environ.get("FA_CUDA_TORCH")
+    channel = build_channel(tmp / "replica", packages(PayloadRoots(cuda.resolve(), Path(site) if site else None),
+                                                      channel=CONDA_FORGE))
+    envs = tmp / "replica-envs"
+    envs.mkdir()
+    shutil.copy(ROOT / "envs" / "base.yaml", envs / "base.yaml")
+    (envs / "cu130.yaml").write_text(
+        f'extends: base\ncuda: "13.0"\npython: "{sys.version_info.major}.{sys.version_info.minor}"\ngcc: 12\n'
+        f'channels: [{channel.as_uri()}]\npip_packages: null\ntorch: {{version: "2.13.0", index: '
+        f'"http://127.0.0.1:9/simple"}}\narchs: ["90"]\n')
+    solved = subprocess.run([sys.executable, "-c", REPLICA_SOLVE, str(envs / "cu130.yaml")], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if solved.returncode != 0:
+        raise SystemExit(f"--replica: the solve failed: {solved.stderr[-2000:]}")
+    return [Path(url.removeprefix("file://")) for url in json.loads(solved.stdout)]
+
+
 def run(args: argparse.Namespace) -> dict:
     uv = uv_executable()
     rows: dict[str, dict[str, list[tuple[float, float]]]] = {}
@@ -133,17 +192,13 @@ def run(args: argparse.Namespace) -> dict:
                  {"PYTHONPATH": str(ROOT)})  # the toolkit's and py-rattler's bytecode, as installed
         wheels = pypi_wheels(tmp / "index", args.fillers)
         channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
-        archives = sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")])
-        conda = [{"manager": "conda", "name": a.name.rsplit("-", 2)[0], "version": a.name.rsplit("-", 2)[1],
-                  "url": a.as_uri(), "sha256": hashlib.sha256(a.read_bytes()).hexdigest(), "platform": "linux-64"}
-                 for a in archives]
-        (tmp / "conda.json").write_text(json.dumps(conda))
-        # py-rattler's side gets each record as a lock gives it (index.json, sha256, size), read before it is timed
-        (tmp / "records").mkdir()
-        for n, (entry, a) in enumerate(zip(conda, archives)):
-            (tmp / "records" / f"{n}.json").write_bytes(archive_identity(a).index_json)
-            entry.update(index=str(tmp / "records" / f"{n}.json"), size=a.stat().st_size)
-        (tmp / "rattler.json").write_text(json.dumps(conda))
+        layers = {"conda warm": conda_jobs(sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")]), tmp,
+                                           "fixture")}
+        if args.replica:
+            archives = replica_archives(tmp)
+            print(f"replica layer: {len(archives)} archives, "
+                  f"{sum(a.stat().st_size for a in archives) / 2**20:.0f} MiB", file=sys.stderr)
+            layers["conda replica warm"] = conda_jobs(archives, tmp, "replica")
         with serve_directory(tmp / "index") as url:
             lock = [{**w, "url": f"{url}/{w['url']}"} for w in wheels]
             (tmp / "pypi.json").write_text(json.dumps(lock))
@@ -165,22 +220,35 @@ def run(args: argparse.Namespace) -> dict:
                               "--require-hashes", "--compile-bytecode", "-r", str(tmp / "requirements.txt")], env)
                 return a[0] + b[0], a[1] + b[1]
 
-            def toolkit_conda(cache: Path) -> tuple[float, float]:
-                return measured([sys.executable, "-c", TOOLKIT_CONDA, str(tmp / "conda.json"),
-                                 str(tmp / f"tkc-{next(counter)}")], {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+            def toolkit_conda(entries: Path) -> Callable[[Path], tuple[float, float]]:
+                def job(cache: Path) -> tuple[float, float]:
+                    prefix = tmp / f"tkc-{next(counter)}"
+                    try:
+                        return measured([sys.executable, "-c", TOOLKIT_CONDA, str(entries), str(prefix)],
+                                        {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+                    finally:
+                        shutil.rmtree(prefix, ignore_errors=True)  # the replica's prefixes are GBs each
+                return job
 
-            def rattler_conda(cache: Path) -> tuple[float, float]:
-                return measured([sys.executable, "-c", RATTLER_CONDA, str(tmp / "rattler.json"),
-                                 str(tmp / f"rc-{next(counter)}"), str(cache)], {})
+            def rattler_conda(records: Path) -> Callable[[Path], tuple[float, float]]:
+                def job(cache: Path) -> tuple[float, float]:
+                    prefix = tmp / f"rc-{next(counter)}"
+                    try:
+                        return measured([sys.executable, "-c", RATTLER_CONDA, str(records), str(prefix), str(cache)],
+                                        {})
+                    finally:
+                        shutil.rmtree(prefix, ignore_errors=True)
+                return job
 
             for turn in range(args.repeat):
                 pairs = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
-                         ("conda warm", toolkit_conda, rattler_conda, False)]
+                         *((name, toolkit_conda(entries), rattler_conda(records), False)
+                           for name, (entries, records) in layers.items())]
                 for name, ours, theirs, cold in pairs:
                     row = rows.setdefault(name, {"toolkit": [], "library": []})
                     order = [("toolkit", ours), ("library", theirs)]
                     for side, job in (order if turn % 2 == 0 else order[::-1]):
-                        cache = tmp / f"cache-{side}-{name.split()[0]}" / (f"cold{turn}" if cold else "kept")
+                        cache = tmp / f"cache-{side}-{name.rsplit(' ', 1)[0]}" / (f"cold{turn}" if cold else "kept")
                         if not cold and not cache.exists():
                             job(cache)  # warm: fill the kept cache first
                         row[side].append(job(cache))
@@ -199,7 +267,8 @@ def summary(rows: dict) -> dict:
     return out
 
 
-GOALS = {"pypi cold": 1.3, "pypi warm": 1.5, "conda warm": 1.5}  # issue's "done when": toolkit / library
+# the "done when" of the everyday verbs: toolkit / library
+GOALS = {"pypi cold": 1.3, "pypi warm": 1.5, "conda warm": 1.5, "conda replica warm": 1.5}
 
 
 def plot(results: dict, path: Path, before: dict | None = None) -> None:
@@ -242,6 +311,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fillers", type=int, default=20, help="filler wheels of 200 modules each")
+    parser.add_argument("--replica", action="store_true",
+                        help="add the row of a CUDA 13.0 line's conda layer from the conda-forge replica")
     parser.add_argument("--out", type=Path, help="folder for results.json and install.png")
     parser.add_argument("--before", type=Path, help="an earlier run's results.json, whose ratios the plot shows beside")
     parser.add_argument("--replot", action="store_true", help="only draw install.png again from --out's results.json")

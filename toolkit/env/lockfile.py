@@ -29,10 +29,12 @@ from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError, first_problem, shown
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import LOCK_SUFFIX, Workspace
-from toolkit.spec.envspec import PLATFORMS, EnvSpec
+from toolkit.spec.platforms import PLATFORMS
 
 if TYPE_CHECKING:
     from packaging.version import Version
+
+    from toolkit.spec.envspec import EnvSpec
 
 # metadata.custom_metadata keys (conda-lock allows only str -> str there).
 KEY_LINE = "fa-envkit.line"

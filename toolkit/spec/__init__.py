@@ -4,7 +4,6 @@
 # holds every import across wings to this list and every entry to a use).
 PUBLIC = (
     "envspec.EnvSpec",
-    "envspec.PLATFORMS",
     "envspec.load_spec",
     "envspec.resolve_spec_arg",
     "envspec.spec_paths",
@@ -12,6 +11,7 @@ PUBLIC = (
     "patches",
     "patches.AppliedPatch",
     "patches.PatchRecord",
+    "platforms.PLATFORMS",
     "rules.checked_spec",
     "rules.register",
 )

@@ -36,9 +36,9 @@ from toolkit.base.entry import rename_notice
 from toolkit.base.errors import ToolkitError, shown
 from toolkit.base.paths import display_path, printable
 from toolkit.base.workspace import DEFAULT, Workspace, checked_line
+from toolkit.spec.platforms import PLATFORMS
 
 BASE_NAME = "base"
-PLATFORMS = ("linux-64", "linux-aarch64")
 # Placeholders allowed in conda_packages / pip_packages version strings.
 TEMPLATE_FIELDS = ("cuda", "python", "gcc")
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
