@@ -6,6 +6,20 @@ import torch
 import torch.nn.functional as F
 from flash_attn_interface import flash_attn_func
 
+
+def sdpa(q, k, v, causal, dtype):
+    """torch's attention in `dtype`, the K/V heads repeated for GQA, causal aligned to the bottom right as
+    flash-attn's is when there are fewer queries than keys."""
+    t = [x.transpose(1, 2).to(dtype) for x in (q, k, v)]
+    rep = q.shape[2] // k.shape[2]
+    t[1], t[2] = t[1].repeat_interleave(rep, 1), t[2].repeat_interleave(rep, 1)
+    mask = None
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        mask = torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq)
+    return F.scaled_dot_product_attention(*t, attn_mask=mask).transpose(1, 2)
+
+
 torch.manual_seed(0)
 rows = []
 for b, sq, sk, hq, hk, causal in [(2, 512, 512, 8, 8, False), (2, 512, 512, 8, 8, True),
@@ -16,19 +30,9 @@ for b, sq, sk, hq, hk, causal in [(2, 512, 512, 8, 8, False), (2, 512, 512, 8, 8
     out = flash_attn_func(q, k, v, causal=causal)
     out = out[0] if isinstance(out, tuple) else out
 
-    def sdpa(dtype):
-        t = [x.transpose(1, 2).to(dtype) for x in (q, k, v)]
-        rep = hq // hk
-        t[1], t[2] = t[1].repeat_interleave(rep, 1), t[2].repeat_interleave(rep, 1)
-        # causal aligned to the bottom right, as flash-attn's is when sq != sk
-        mask = None
-        if causal:
-            mask = torch.ones(sq, sk, device="cuda", dtype=torch.bool).tril(sk - sq)
-        return F.scaled_dot_product_attention(*t, attn_mask=mask).transpose(1, 2)
-
-    ref = sdpa(torch.float32)
+    ref = sdpa(q, k, v, causal, torch.float32)
     fa_err = (out.float() - ref).abs().max().item()
-    torch_err = (sdpa(torch.bfloat16).float() - ref).abs().max().item()
+    torch_err = (sdpa(q, k, v, causal, torch.bfloat16).float() - ref).abs().max().item()
     ok = fa_err <= 2 * torch_err
     rows.append((b, sq, sk, hq, hk, causal, fa_err, torch_err, ok))
     print(f"b{b} q{sq} k{sk} h{hq}:{hk} causal={causal}: fa3 {fa_err:.4f} torch-bf16 {torch_err:.4f} "
