@@ -17,9 +17,7 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -38,6 +36,7 @@ from fixtures.fa_fixture_project import (  # noqa: E402
     pack_fixture_sdist,
     write_external_spec,
 )
+from timing import children_cpu, machine  # noqa: E402
 
 PROGRESS = re.compile(r"^compiling (\d+)/(\d+) objects")
 KERNEL = """// bench/build_resume.py: one more object for the fixture
@@ -48,11 +47,6 @@ __global__ void extra_{n}_kernel(float *x, int n) {{
   for (int k = 0; k < 64 && i < n; ++k) x[i] = x[i] * 0.5f + __sinf(x[i] + k);
 }}
 """
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def project(work: Path, kernels: int) -> Path:
@@ -138,7 +132,7 @@ def main() -> int:
         stopped = interrupted_build(root, "resumed", cache, args.at)
         resumed = timed_build(root, "resumed", cache)
     result = {
-        "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
+        "machine": machine(),
         "objects": clean["objects_compiled"], "clean": clean, "interrupted": stopped, "resumed": resumed,
         "resumed_cpu_vs_clean": round(resumed["cpu_s"] / clean["cpu_s"], 3),
         "interrupted_plus_resumed_cpu_vs_clean": round((stopped["cpu_s"] + resumed["cpu_s"]) / clean["cpu_s"], 3),

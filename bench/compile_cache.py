@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -36,14 +34,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from build_resume import lock_line, project  # noqa: E402
 from fixtures.fa_fixture_project import make_stub_torch_env, other_python, write_external_spec  # noqa: E402
+from timing import children_cpu, machine  # noqa: E402
 
 NVCC_STAGES = ("CUDA", "CUDA (Device code)", "PTX", "CUBIN")  # sccache's names of nvcc's stages: the kernels'
 DEVICE_STAGES = ("PTX", "CUBIN")  # cicc and ptxas: most of a kernel's compile time
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def rate(hits: dict[str, int], misses: dict[str, int], stages: tuple[str, ...] | None) -> float | None:
@@ -103,7 +97,7 @@ def main() -> int:
     result = {
         "objects": args.kernels + 3,
         "kernels": args.kernels + 2,
-        "machine": f"{platform.node()}: {os.cpu_count()} CPUs, {platform.platform()}",
+        "machine": machine(),
         "runs": runs,
         "wall_vs_no_cache": {name: round(run["wall_s"] / base["wall_s"], 3) for name, run in runs.items()},
         "wall_saved_s": {name: round(base["wall_s"] - run["wall_s"], 1) for name, run in runs.items()},

@@ -29,9 +29,7 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -48,6 +46,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from build_resume import project  # noqa: E402
+from timing import children_cpu, machine  # noqa: E402
 
 from toolkit.build.estimate import Sizing, compile_wall, estimate_line  # noqa: E402
 from toolkit.build.record import BuildRecord  # noqa: E402
@@ -64,11 +63,6 @@ FA_URL = (
 )
 TORCH_NINJA = ROOT / "docs/results/2026-12-01-h200-hold-3/replica/build.ninja"
 RECORDS = ("*/build-record.json", "*/*/build-record.json", "*/record-a.json", "*/fa3-build-record.json")
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def line_seconds(text: str) -> float | None:
@@ -286,7 +280,7 @@ def main() -> int:
     nvcc = Path(os.environ.get("FA_CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
     cpus = os.cpu_count() or 1
     result: dict = {
-        "machine": f"{platform.node()}: {cpus} CPUs, {platform.platform()}",
+        "machine": machine(),
         "load_average_at_start": os.getloadavg(), "goal": f"within {GOAL:.0%} of the measured time",
     }
     with tempfile.TemporaryDirectory(prefix="build-estimate-") as scratch:

@@ -28,16 +28,11 @@ import argparse
 import hashlib
 import json
 import os
-import platform
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conda_channel import build_channel, serve_directory, toolchain_packages  # noqa: E402
 from test_hostile_pypi_install import cuda_wheels, wheel  # noqa: E402
+from timing import Run, alternating, as_pairs, measured, run_metadata, side_figures  # noqa: E402
 
 from toolkit.env.archives import archive_identity  # noqa: E402
 from toolkit.env.pypi_lock import uv_executable  # noqa: E402
@@ -92,24 +88,6 @@ asyncio.run(rattler.install(records, target_prefix=sys.argv[2], cache_dir=Path(s
 sys.stdout.flush()
 os._exit(0)  # py-rattler crashes at interpreter exit in a few % of runs (docs/conda-offline.md), as the toolkit's worker
 """
-
-
-# Python's bytecode as an installed toolkit has it (pip compiles it): written once, to a folder of the run, whatever
-# PYTHONDONTWRITEBYTECODE says (an editable checkout without it would compile every module of every run).
-BYTECODE: dict[str, str] = {}
-
-
-def measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the command and everything it started and waited for)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    done = subprocess.run(command, env={**environment, **BYTECODE, **env}, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{command[:3]}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def pypi_wheels(index: Path, fillers: int) -> list[dict]:
@@ -182,14 +160,14 @@ def replica_archives(tmp: Path) -> list[Path]:
     return [Path(url.removeprefix("file://")) for url in json.loads(solved.stdout)]
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace) -> dict[str, dict[str, list[Run]]]:
     uv = uv_executable()
-    rows: dict[str, dict[str, list[tuple[float, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="install-bench-") as scratch:
         tmp = Path(scratch)
-        BYTECODE["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+        # Python's bytecode as an installed toolkit has it (pip compiles it): written once, to a folder of the run
+        pycache = tmp / "pycache"
         measured([sys.executable, "-c", "import toolkit.env.pypi_install, toolkit.env.rattler_link, rattler"],
-                 {"PYTHONPATH": str(ROOT)})  # the toolkit's and py-rattler's bytecode, as installed
+                 {"PYTHONPATH": str(ROOT)}, pycache=pycache)  # the toolkit's and py-rattler's bytecode, as installed
         wheels = pypi_wheels(tmp / "index", args.fillers)
         channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
         layers = {"conda warm": conda_jobs(sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")]), tmp,
@@ -206,64 +184,66 @@ def run(args: argparse.Namespace) -> dict:
                                                           for w in lock))
             counter = iter(range(10**6))
 
-            def toolkit_pypi(cache: Path) -> tuple[float, float]:
+            def toolkit_pypi(cache: Path) -> Run:
                 prefix = tmp / f"tk-{next(counter)}" / "env"
                 prefix.parent.mkdir()
                 return measured([sys.executable, "-c", TOOLKIT_PYPI, str(tmp / "pypi.json"), str(prefix)],
-                                {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+                                {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}, pycache=pycache)
 
-            def uv_pypi(cache: Path) -> tuple[float, float]:
+            def uv_pypi(cache: Path) -> Run:
                 prefix = tmp / f"uv-{next(counter)}"
                 env = {"UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1"}
-                a = measured([uv, "venv", "-q", "-p", sys.executable, str(prefix)], env)
+                a = measured([uv, "venv", "-q", "-p", sys.executable, str(prefix)], env, pycache=pycache)
                 b = measured([uv, "pip", "install", "-q", "--python", str(prefix / "bin" / "python"), "--no-deps",
-                              "--require-hashes", "--compile-bytecode", "-r", str(tmp / "requirements.txt")], env)
-                return a[0] + b[0], a[1] + b[1]
+                              "--require-hashes", "--compile-bytecode", "-r", str(tmp / "requirements.txt")], env,
+                             pycache=pycache)
+                return Run(a.wall_s + b.wall_s, a.cpu_s + b.cpu_s)
 
-            def toolkit_conda(entries: Path) -> Callable[[Path], tuple[float, float]]:
-                def job(cache: Path) -> tuple[float, float]:
+            def toolkit_conda(entries: Path) -> Callable[[Path], Run]:
+                def job(cache: Path) -> Run:
                     prefix = tmp / f"tkc-{next(counter)}"
                     try:
                         return measured([sys.executable, "-c", TOOLKIT_CONDA, str(entries), str(prefix)],
-                                        {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)})
+                                        {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}, pycache=pycache)
                     finally:
                         shutil.rmtree(prefix, ignore_errors=True)  # the replica's prefixes are GBs each
                 return job
 
-            def rattler_conda(records: Path) -> Callable[[Path], tuple[float, float]]:
-                def job(cache: Path) -> tuple[float, float]:
+            def rattler_conda(records: Path) -> Callable[[Path], Run]:
+                def job(cache: Path) -> Run:
                     prefix = tmp / f"rc-{next(counter)}"
                     try:
                         return measured([sys.executable, "-c", RATTLER_CONDA, str(records), str(prefix), str(cache)],
-                                        {})
+                                        pycache=pycache)
                     finally:
                         shutil.rmtree(prefix, ignore_errors=True)
                 return job
 
-            for turn in range(args.repeat):
-                pairs = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
-                         *((name, toolkit_conda(entries), rattler_conda(records), False)
-                           for name, (entries, records) in layers.items())]
-                for name, ours, theirs, cold in pairs:
-                    row = rows.setdefault(name, {"toolkit": [], "library": []})
-                    order = [("toolkit", ours), ("library", theirs)]
-                    for side, job in (order if turn % 2 == 0 else order[::-1]):
-                        cache = tmp / f"cache-{side}-{name.rsplit(' ', 1)[0]}" / (f"cold{turn}" if cold else "kept")
-                        if not cold and not cache.exists():
-                            job(cache)  # warm: fill the kept cache first
-                        row[side].append(job(cache))
-    return rows
+            def in_cache(name: str, side: str, job: Callable[[Path], Run], cold: bool) -> Callable[[int], Run]:
+                """The job of one side of a row in its cache: a new one each round (cold), else the side's kept one,
+                filled by an unmeasured run first (warm)."""
+                def each(turn: int) -> Run:
+                    cache = tmp / f"cache-{side}-{name.rsplit(' ', 1)[0]}" / (f"cold{turn}" if cold else "kept")
+                    if not cold and not cache.exists():
+                        job(cache)
+                    return job(cache)
+                return each
+
+            pairs = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
+                     *((name, toolkit_conda(entries), rattler_conda(records), False)
+                       for name, (entries, records) in layers.items())]
+            return alternating({name: {"toolkit": in_cache(name, "toolkit", ours, cold),
+                                       "library": in_cache(name, "library", theirs, cold)}
+                                for name, ours, theirs, cold in pairs}, args.repeat)
 
 
-def summary(rows: dict) -> dict:
+def summary(rows: dict[str, dict[str, list[Run]]]) -> dict:
     out = {}
     for name, row in rows.items():
-        median = {side: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
-                  for side, runs in row.items()}
-        out[name] = {"toolkit_wall_s": median["toolkit"][0], "toolkit_cpu_s": median["toolkit"][1],
-                     "library_wall_s": median["library"][0], "library_cpu_s": median["library"][1],
-                     "wall_ratio": median["toolkit"][0] / median["library"][0],
-                     "cpu_ratio": median["toolkit"][1] / median["library"][1], "runs": row}
+        figures = side_figures(row)
+        out[name] = {**figures,
+                     "wall_ratio": figures["toolkit_wall_s"] / figures["library_wall_s"],
+                     "cpu_ratio": figures["toolkit_cpu_s"] / figures["library_cpu_s"], "runs": as_pairs(row)}
     return out
 
 
@@ -328,10 +308,7 @@ def main() -> int:
               f"{r['cpu_ratio']:.2f}x CPU")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": f"{platform.node()} "
-                f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-                "command": " ".join(["python", "bench/install.py", *sys.argv[1:]]), "repeat": args.repeat,
-                "fillers": args.fillers}
+        meta = run_metadata("install.py", sys.argv[1:], repeat=args.repeat, fillers=args.fillers)
         (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
         plot(results, args.out / "install.png", before)
     return 0

@@ -34,26 +34,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform as host
 import random
-import resource
 import select
 import shutil
 import socket
 import socketserver
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
+from timing import Run, alternating, as_pairs, measured, median, run_metadata  # noqa: E402
 
 from toolkit.base.workspace import Workspace  # noqa: E402
 from toolkit.env.engine import CondaLockEngine, conda_executable  # noqa: E402
@@ -254,21 +251,18 @@ os._exit(0)  # py-rattler can crash at interpreter exit (docs/conda-offline.md),
 """
 
 RATIOS_PYPI_LINE = "py-cu132"
-CHILD_ENV: dict[str, str] = {}  # PYTHONPYCACHEPREFIX of the run: both sides run compiled bytecode, as installed
 
 
-def measured(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the command and everything it started and waited for, its stdout)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    done = subprocess.run(command, cwd=cwd, env={**environment, **CHILD_ENV, **(env or {})},
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, command[:6]))}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done.stdout
+class Scratch:
+    """Where the --ratios jobs run: every job of every side with the run's compiled bytecode (as installed) and one
+    uv cache (warmed first)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.pycache = tmp / "pycache"
+        self.env = {"UV_CACHE_DIR": str(tmp / "uv-cache")}
+
+    def measured(self, command: list[str], cwd: Path) -> Run:
+        return measured(command, self.env, cwd, pycache=self.pycache)
 
 
 def pypi_row(tmp: Path, line: str, baseline: Path | None) -> tuple[dict, list[Path]]:
@@ -364,18 +358,23 @@ def conda_jobs(tmp: Path, project: Path, channel: Path, index: str, baseline: Pa
     return jobs, files
 
 
-def run_rows(rows: dict[str, dict], repeat: int) -> dict[str, dict[str, list[tuple[float, float]]]]:
+def run_rows(rows: dict[str, dict[str, tuple[list[str], Path]]], repeat: int,
+             scratch: Scratch) -> dict[str, dict[str, list[Run]]]:
     """Every job of every row `repeat` times, the row's jobs in turn, the first one rotating each round."""
-    times: dict[str, dict[str, list[tuple[float, float]]]] = {row: {job: [] for job in jobs} for row, jobs in rows.items()}
-    for round_ in range(repeat):
-        for row, jobs in rows.items():
-            names = list(jobs)
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-                command, cwd = jobs[name]
-                wall, cpu, _ = measured(command, cwd)
-                times[row][name].append((wall, cpu))
-                print(f"  {row:6s} {name:12s} {wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
-    return times
+
+    def job(row: str, name: str, command: list[str], cwd: Path) -> Callable[[int], Run]:
+        def each(_turn: int) -> Run:
+            done = scratch.measured(command, cwd)
+            print(f"  {row:6s} {name:12s} {done.wall_s:6.2f} s wall {done.cpu_s:6.2f} s CPU", flush=True)
+            return done
+        return each
+
+    return alternating({row: {name: job(row, name, *jobs[name]) for name in jobs} for row, jobs in rows.items()},
+                       repeat)
+
+
+def seconds(run: Run) -> dict[str, float]:
+    return {"wall_s": run.wall_s, "cpu_s": run.cpu_s}
 
 
 def unchanged(paths: list[Path], before: dict[Path, bytes]) -> bool:
@@ -389,12 +388,12 @@ def bench_ratios(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(ROOT / "tests"))
     from conda_channel import serve_directory
 
-    with tempfile.TemporaryDirectory(prefix="bench-lock-") as scratch:
-        tmp = Path(scratch)
-        CHILD_ENV.update(PYTHONPYCACHEPREFIX=str(tmp / "pycache"), UV_CACHE_DIR=str(tmp / "uv-cache"))
+    with tempfile.TemporaryDirectory(prefix="bench-lock-") as folder:
+        tmp = Path(folder)
+        scratch = Scratch(tmp)
         for checkout in (ROOT, args.baseline or ROOT):  # the bytecode each side runs, as installed
-            measured([sys.executable, "-c", "import toolkit.env.lock, toolkit.cache.runtime_lock, conda_lock, rattler"],
-                     checkout)
+            scratch.measured([sys.executable, "-c",
+                              "import toolkit.env.lock, toolkit.cache.runtime_lock, conda_lock, rattler"], checkout)
         pypi, pypi_files = pypi_row(tmp, RATIOS_PYPI_LINE, args.baseline)
         committed = {path: (ROOT / "locks" / path.name).read_bytes() for path in pypi_files}
         project, channel = conda_inputs(tmp)
@@ -402,17 +401,16 @@ def bench_ratios(args: argparse.Namespace) -> int:
             conda, conda_files = conda_jobs(tmp, project, channel, index, args.baseline)
             for jobs in (pypi, conda):  # warm: uv's cache, the toolkit's first conda lock (its bytes kept below)
                 for command, cwd in jobs.values():
-                    measured(command, cwd)
+                    scratch.measured(command, cwd)
             first = {path: conda_files[i % 3].read_bytes() for i, path in enumerate(conda_files)}
-            times = run_rows({"pypi": pypi, "conda": conda}, args.repeat)
+            times = run_rows({"pypi": pypi, "conda": conda}, args.repeat, scratch)
         same = {"pypi": unchanged(pypi_files, committed), "conda": unchanged(conda_files, first)}
-    medians = {row: {job: {"wall_s": statistics.median(w for w, _ in runs), "cpu_s": statistics.median(c for _, c in runs)}
-                     for job, runs in jobs.items()} for row, jobs in times.items()}
+    medians = {row: {job: seconds(median(runs)) for job, runs in jobs.items()} for row, jobs in times.items()}
     goals = {"pypi": ("uv", 2.0), "conda": ("py-rattler", 3.0)}
     results = {}
     for row, (library, goal) in goals.items():
         toolkit, other = medians[row]["toolkit"], medians[row][library]
-        results[row] = {"medians": medians[row], "runs": times[row], "library": library, "goal_ratio": goal,
+        results[row] = {"medians": medians[row], "runs": as_pairs(times[row]), "library": library, "goal_ratio": goal,
                         "wall_ratio": toolkit["wall_s"] / other["wall_s"], "cpu_ratio": toolkit["cpu_s"] / other["cpu_s"],
                         "locks_unchanged": same[row]}
         for job in medians[row]:
@@ -428,10 +426,7 @@ def bench_ratios(args: argparse.Namespace) -> int:
               f"{'unchanged' if result['locks_unchanged'] else 'CHANGED'}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "machine": f"{host.machine()}, {os.cpu_count()} cores, python {host.python_version()}, "
-                           f"load average {os.getloadavg()[0]:.1f}",
-                "command": " ".join(["python", "bench/lock.py", *sys.argv[1:]]), "repeat": args.repeat}
+        meta = run_metadata("lock.py", sys.argv[1:], repeat=args.repeat)
         (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
         plot(results, args.out / "lock.png")
     return 0 if all(same.values()) else 1

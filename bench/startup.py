@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
-import time
-from datetime import datetime, timezone
+from collections.abc import Callable
 from pathlib import Path
+
+from timing import Run, alternating, as_pairs, measured, run_metadata, side_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 # The goals set for these jobs, CPU seconds of the whole process.
@@ -35,19 +31,6 @@ GOALS = {"toolkit --help": 0.15, "toolkit check LINE": 0.5, "read a lock": 0.15}
 
 READ_LOCK = "import sys\nfrom toolkit.env.lockfile import read_lock\nread_lock(sys.argv[1])\n"
 LOAD_YAML = "import sys, yaml\nfor p in sys.argv[1:]:\n    yaml.load(open(p).read(), Loader=yaml.CSafeLoader)\n"
-
-
-def measured(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the command and everything it started and waited for), run in the folder of
-    the toolkit it imports (`python -m` puts the working folder first on sys.path)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    done = subprocess.run(command, env=env, cwd=env.get("PYTHONPATH", ROOT), capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{command}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def jobs(line: str, lock: Path) -> dict[str, dict[str, list[str]]]:
@@ -62,39 +45,35 @@ def jobs(line: str, lock: Path) -> dict[str, dict[str, list[str]]]:
     }
 
 
-def run(args: argparse.Namespace, lock: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    sides = {"toolkit": {**env, "PYTHONPATH": str(ROOT)}, "library": env}
+def run(args: argparse.Namespace, lock: Path) -> dict[str, dict[str, list[Run]]]:
+    # Each side's toolkit (none for the library's), which its jobs run in the folder of: `python -m` puts the working
+    # folder first on sys.path.
+    sides: dict[str, Path | None] = {"toolkit": ROOT, "library": None}
     if args.before:
-        sides["before"] = {**env, "PYTHONPATH": str(args.before.resolve())}
-    rows: dict = {}
-    table = jobs(args.line, lock)
-    for commands in table.values():
-        for side, side_env in sides.items():  # unmeasured: bytecode written, caches filled
-            measured(commands["library" if side == "library" else "toolkit"], side_env)
-    for turn in range(args.repeat):
-        for name, commands in table.items():
-            row = rows.setdefault(name, {side: [] for side in sides})
-            order = list(sides)
-            order = order[turn % len(order):] + order[: turn % len(order)]  # each side first in turn
-            for side in order:
-                row[side].append(measured(commands["library" if side == "library" else "toolkit"], sides[side]))
-    return rows
+        sides["before"] = args.before.resolve()
+
+    def job(command: list[str], toolkit: Path | None) -> Callable[[int], Run]:
+        return lambda _turn: measured(command, {"PYTHONPATH": str(toolkit)} if toolkit else {}, toolkit or ROOT)
+
+    rows = {name: {side: job(commands["toolkit" if toolkit else "library"], toolkit) for side, toolkit in sides.items()}
+            for name, commands in jobs(args.line, lock).items()}
+    for row in rows.values():
+        for each in row.values():  # unmeasured: bytecode written, caches filled
+            each(0)
+    return alternating(rows, args.repeat)
 
 
-def summary(rows: dict) -> dict:
+def summary(rows: dict[str, dict[str, list[Run]]]) -> dict:
     out = {}
     for name, row in rows.items():
-        median = {side: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
-                  for side, runs in row.items()}
+        figures = side_figures(row)
         out[name] = {
-            **{f"{side}_{what}_s": value for side, (wall, cpu) in median.items()
-               for what, value in (("wall", wall), ("cpu", cpu))},
-            "cpu_ratio": median["toolkit"][1] / median["library"][1],
-            "wall_ratio": median["toolkit"][0] / median["library"][0],
+            **figures,
+            "cpu_ratio": figures["toolkit_cpu_s"] / figures["library_cpu_s"],
+            "wall_ratio": figures["toolkit_wall_s"] / figures["library_wall_s"],
             "goal_cpu_s": GOALS[name],
-            "goal_met": median["toolkit"][1] <= GOALS[name],
-            "runs": row,
+            "goal_met": figures["toolkit_cpu_s"] <= GOALS[name],
+            "runs": as_pairs(row),
         }
     return out
 
@@ -139,11 +118,7 @@ def main() -> int:
               f"{r['cpu_ratio']:.2f}x CPU | goal <= {r['goal_cpu_s']} s CPU: {'met' if r['goal_met'] else 'MISSED'}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, python "
-                           f"{platform.python_version()}",
-                "command": " ".join(["python", "bench/startup.py", *sys.argv[1:]]), "lock": lock.name,
-                "line": args.line, "repeat": args.repeat}
+        meta = run_metadata("startup.py", sys.argv[1:], lock=lock.name, line=args.line, repeat=args.repeat)
         (args.out / "results.json").write_text(json.dumps({**meta, "rows": results}, indent=1) + "\n")
         plot(results, args.out / "startup.png")
     return 0
