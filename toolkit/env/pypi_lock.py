@@ -137,48 +137,53 @@ def uv_compile_all(
     runs uv, and without it uv searches PATH for one, running every pyenv shim there (2-4 s of a 0.05 s
     resolve on a machine with pyenv); the files written are the same."""
     import subprocess
+    from contextlib import ExitStack
 
     running: list[subprocess.Popen] = []
-    try:
-        for job in compiles:
-            argv = [
-                uv,
-                "pip",
-                "compile",
-                "--quiet",
-                "--no-config",
-                "--no-python-downloads",
-                "--generate-hashes",
-                *(["--python", sys.executable] if sys.executable else []),
-                "--python-version",
-                job.python,
-                "--python-platform",
-                job.python_platform,
-                *job.options,
-                "--custom-compile-command",
-                command,
-                "--output-file",
-                job.output,
-                "requirements.in",
-            ]
-            running.append(
-                popen_tied(
-                    argv,
-                    cwd=job.workdir,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
+    # each process's pipes are closed however this ends (Popen's __exit__, which waits: it has ended by then)
+    with ExitStack() as started:
+        try:
+            for job in compiles:
+                argv = [
+                    uv,
+                    "pip",
+                    "compile",
+                    "--quiet",
+                    "--no-config",
+                    "--no-python-downloads",
+                    "--generate-hashes",
+                    *(["--python", sys.executable] if sys.executable else []),
+                    "--python-version",
+                    job.python,
+                    "--python-platform",
+                    job.python_platform,
+                    *job.options,
+                    "--custom-compile-command",
+                    command,
+                    "--output-file",
+                    job.output,
+                    "requirements.in",
+                ]
+                running.append(
+                    started.enter_context(
+                        popen_tied(
+                            argv,
+                            cwd=job.workdir,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            text=True,
+                            env=env,
+                        )
+                    )
                 )
-            )
-        meanwhile()
-        outputs = [process.communicate() for process in running]
-    except (
-        BaseException
-    ):  # an interruption, a uv that cannot start, `meanwhile`'s error: none is left running
-        for process in running:
-            kill_group(process)
-        raise
+            meanwhile()
+            outputs = [process.communicate() for process in running]
+        except (
+            BaseException
+        ):  # an interruption, a uv that cannot start, `meanwhile`'s error: none is left running
+            for process in running:
+                kill_group(process)
+            raise
     for process, (stdout, stderr) in zip(running, outputs):
         if process.returncode != 0:
             raise UvFailed(f"{what} failed: {uv_complaint(stderr + stdout)}")
