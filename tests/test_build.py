@@ -371,6 +371,49 @@ def test_slurm_build_runs_every_compile_as_a_job_step_and_makes_the_same_wheel(p
     assert again.name == first.name and sha256_of(again) == sha256_of(first)
 
 
+SLOW_COMPILER = """#!/bin/sh
+# test witness: a compiler call in a job step takes minutes, so that a step is running when the build is killed
+if [ -n "${SLURM_STEP_ID:-}" ]; then touch @MARK; sleep 300; fi
+exec @REAL "$@"
+"""
+KILLED_BUILD = """
+"$PYTHON" -m toolkit build fixture --slurm --no-install --no-compile-cache --wheelhouse "$WHEELHOUSE" &
+build=$!
+for _ in $(seq 600); do [ -e "$MARK" ] && break; sleep 0.2; done
+squeue -h -s -j "$SLURM_JOB_ID" -o %i > "$BEFORE"
+kill -9 "$build"
+for _ in $(seq 150); do
+    squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -qE '[.][0-9]+$' || break
+    sleep 0.2
+done
+squeue -h -s -j "$SLURM_JOB_ID" -o %i > "$AFTER"
+"""
+
+
+def test_a_killed_slurm_build_leaves_no_job_step_running(project, slurm_cluster, tmp_path):
+    """SIGKILL of `toolkit build --slurm` while a compile's job step runs (a g++ that sleeps five minutes), in an
+    allocation that outlives the build: within 30 s no job step of it is left (the children supervisor's SIGTERM
+    reaches srun, which ends its step), rather than compiles that go on holding the allocation's CPUs."""
+    witnesses, mark = tmp_path / "bin", tmp_path / "compiling"
+    witnesses.mkdir()
+    for name in ("g++", "gcc"):
+        real = shutil.which(name)
+        assert real is not None
+        (witnesses / name).write_text(SLOW_COMPILER.replace("@MARK", str(mark)).replace("@REAL", real))
+        (witnesses / name).chmod(0o755)
+    before, after = tmp_path / "steps-before", tmp_path / "steps-after"
+    done = subprocess.run(
+        ["salloc", "--quiet", "-N1", "-c2", "--mem=9300", "bash", "-c", KILLED_BUILD],
+        cwd=project.root, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TOOLKIT_CACHE": str(tmp_path / "cache"), "PYTHON": sys.executable,
+             "WHEELHOUSE": str(tmp_path / "wh"), "MARK": str(mark), "BEFORE": str(before), "AFTER": str(after),
+             "PATH": f"{witnesses}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr + done.stdout
+    compile_steps = re.compile(r"^\d+\.\d+$")
+    assert any(compile_steps.match(s) for s in before.read_text().split()), before.read_text()  # one was running
+    assert not [s for s in after.read_text().split() if compile_steps.match(s)], after.read_text()
+
+
 def test_slurm_build_outside_an_allocation_says_so_in_one_line(project):
     env_without_job = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
     refused = subprocess.run([sys.executable, "-m", "toolkit", "build", "fixture", "--slurm", "--force"],

@@ -139,6 +139,7 @@ def test_a_build_killed_mid_compile_resumes_with_the_wheel_of_an_uninterrupted_o
     os.killpg(proc.pid, signal.SIGKILL)  # the toolkit and its supervisor's group; ninja's jobs die with them
     proc.wait()
     wait_until_gone(cache)
+    proc.communicate()  # the rest of its output, to the end, and its pipes closed (nothing holds them now)
     key = clean_record["inputs_key"]
     # killed in the compile slot (it compiled through the compile cache): the folder lies there, its marker
     # naming its keyed folder, until the next build puts it back
