@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -200,3 +201,68 @@ def test_a_warm_install_reads_no_archive_for_its_identity(lock_over_http, tmp_pa
     os.utime(touched)  # the same bytes, another ctime: hashed and read again
     install_line("cu126", tmp_path / "c", workspace, backend="rattler", platform="linux-64")
     assert read == [files[0]]
+
+
+def test_conda_meta_is_py_rattlers_own_record_naming_the_lock_url(lock_over_http, tmp_path, isolated_caches):
+    """conda-meta's records are py-rattler's own bytes with the lock's URL line swapped in, not parsed and printed
+    again (0.03 s of a 71-package layer): the record py-rattler writes has the one-member-a-line form the swap
+    reads, so no record takes the parse-and-print fallback, which fails here. (In a process of its own: this
+    one's threads, the fixture's server, make the install's py-rattler a fresh interpreter, not a fork that
+    would keep the fallback's replacement.)"""
+    prefix = tmp_path / "env"
+    script = ("import sys\nfrom pathlib import Path\nfrom toolkit.base.workspace import Workspace\n"
+              "from toolkit.env import rattler_link\nfrom toolkit.env.install import install_line\n"
+              "def fallback(path, *args):\n    raise SystemExit(f'parsed again: {path}')\n"
+              "rattler_link.read_json = fallback\n"
+              f"install_line('cu126', Path({str(prefix)!r}), Workspace(locks=Path({str(lock_over_http.parent)!r})), "
+              "backend='rattler', platform='linux-64')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "parsed again" not in done.stderr, done.stderr[-3000:]
+    conda = {p.name: p for p in parse_conda_lock_file(lock_over_http).package
+             if p.platform == "linux-64" and p.manager == "conda"}
+    records = list((prefix / "conda-meta").glob("*.json"))
+    assert {json.loads(meta.read_text())["name"] for meta in records} == set(conda)
+    for meta in records:
+        text = meta.read_text()
+        record = json.loads(text)
+        assert record["url"] == conda[record["name"]].url and text == json.dumps(record, indent=2)
+
+
+def test_conda_meta_records_of_another_form_are_parsed_and_named_whole(tmp_path):
+    """A record not in py-rattler's pretty form (here compact) still ends up naming the lock's URL and channel,
+    every other member as it was; one in that form gets both lines swapped (a nested `url` kept); a record of no
+    archive of the install is left as it is."""
+    from toolkit.env.rattler_link import VerifiedArchive, name_the_lock_urls
+
+    local = tmp_path / "cache" / "abc" / "zlib-1.3-h0_0.conda"
+    archive = VerifiedArchive(str(local), "https://example.org/ch/linux-64/zlib-1.3-h0_0.conda",
+                              "https://example.org/ch", "0" * 64, 10, b"{}", "zlib-1.3-h0_0.json")
+    meta = tmp_path / "conda-meta"
+    meta.mkdir()
+    written = {"name": "zlib", "version": "1.3", "build": "h0_0", "fn": local.name, "url": local.as_uri(),
+               "channel": "somewhere-else", "files": ["lib/libz.so"], "paths_data": {"paths": [{"url": "x"}]}}
+    other = {"name": "other", "fn": "other-1-0.conda", "url": "file:///elsewhere/other-1-0.conda"}
+    (meta / "zlib-1.3-h0_0.json").write_text(json.dumps(written))
+    (meta / "other-1-0.json").write_text(json.dumps(other, indent=2))
+    name_the_lock_urls(meta, [archive])
+    assert json.loads((meta / "zlib-1.3-h0_0.json").read_text()) == {
+        **written, "url": archive.url, "channel": archive.channel}
+    assert (meta / "other-1-0.json").read_text() == json.dumps(other, indent=2)
+    pretty = {**written, "channel": archive.channel}
+    (meta / "zlib-1.3-h0_0.json").write_text(json.dumps(pretty, indent=2))  # py-rattler's form: the url line swapped
+    name_the_lock_urls(meta, [archive])
+    assert (meta / "zlib-1.3-h0_0.json").read_text() == json.dumps({**pretty, "url": archive.url}, indent=2)
+
+
+def test_an_install_imports_neither_the_lock_verb_nor_rich_for_the_engine():
+    """Importing the conda engines for an install loaded rich's console through the solve's module (engine.py
+    imports it for CondaRequest) and YAML for conda-lock's inputs; the install verb loaded the lock verb's module
+    (its pip resolver, urllib's HTTP client) for the one line of a missing lock: 0.03-0.05 s of every install."""
+    script = ("import sys\nimport toolkit.env.engine\nprint(*sorted(m for m in sys.modules if m.split('.')[0] in "
+              "('rich', 'conda_lock', 'rattler', 'pydantic')))\nimport toolkit.env.install\n"
+              "print(*sorted(m for m in sys.modules if m in ('toolkit.env.lock', 'toolkit.env.pypi_lock')))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["", ""]

@@ -13,7 +13,6 @@ deletes what a live run is writing, nor anything it did not name itself.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -207,7 +206,8 @@ AT_FDCWD = -100
 def exchange(new: Path, old: Path) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE): a reader of `old` sees the old
     tree or the new one, never nothing, even if the process is killed. False where unsupported."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    # libc, linked in (as base/children's prctl): find_library runs ldconfig
+    libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)
     if renameat2 is None:
         return False

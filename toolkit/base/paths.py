@@ -9,7 +9,10 @@ from toolkit.base.errors import ToolkitError
 
 
 def printable(text: str) -> str:
-    """Text with every unprintable character escaped, so that it cannot end or colour a one-line message."""
+    """Text with every unprintable character escaped, so that it cannot end or colour a one-line message. (Checked
+    whole first: most text has none, and a warm install names each of its archives, for messages it may need.)"""
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 

@@ -12,8 +12,8 @@ at the final path.
 
 py-rattler runs in a worker process (toolkit/env/isolated.py). py-rattler and conda-lock are imported
 inside functions, so importing this module (reading a lock) needs neither; nor does it import what only one
-step uses (the download cache, the archive checks, rich's progress bars, the wheel checks): every install
-pays for its imports.
+step uses (the download cache, the archive checks, rich's progress bars, the wheel checks, the YAML writer of
+conda-lock's inputs): every install pays for its imports.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
-
-import yaml
 
 from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import kill_group, popen_tied, run_tied
@@ -168,6 +166,8 @@ def locking_environment() -> dict[str, str]:
 
 def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Path, Path]:
     """The environment file and virtual-package spec conda-lock reads (both engines hash the same)."""
+    import yaml  # here: an install from a lock already read writes no YAML
+
     environment = directory / f"{request.line}.environment.yml"
     environment.write_text(
         yaml.safe_dump(
@@ -427,6 +427,7 @@ class RattlerEngine(CondaEngine):
                     package.sha256,
                     archive.stat().st_size,
                     identity.index_json,
+                    f"{identity.name}-{identity.version}-{identity.build}.json",
                 )
             )
         return verified

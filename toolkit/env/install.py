@@ -52,7 +52,6 @@ from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env.engine import CondaEngine, InstallJob, add_engine_options, choose_engine
 from toolkit.env.install_record import PrefixRecord, record_rows
-from toolkit.env.lock import missing_lock
 from toolkit.env.lockfile import LockedEnv, environment_problem, read_lock, stale_reason
 from toolkit.env.pypi_install import VenvBuild, check_venv_prefix
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg
@@ -472,6 +471,9 @@ def install_command(args: argparse.Namespace) -> int:
     if not workspace.lock_file(
         line
     ).exists():  # a typo (cu26) is named as one, then what locking it needs
+        # here: the lock verb's module (its resolvers, urllib's HTTP client) for this one line
+        from toolkit.env.lock import missing_lock
+
         raise ToolkitError(missing_lock(load_spec(resolve_spec_arg(line, workspace)), workspace))
     with run_temporaries("install"):
         prefix = install_line(

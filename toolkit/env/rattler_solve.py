@@ -9,8 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-
 from toolkit.base.atomic import checkpoint
 from toolkit.base.errors import ToolkitError
 
@@ -109,6 +107,9 @@ def fetch_action(record: Any) -> dict:
 def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
     """Solve every platform with py-rattler (runs inside run_isolated's worker, with its own console)."""
     import rattler
+
+    # here: engine.py imports this module (CondaRequest) for every install, which prints with its own console
+    from rich.console import Console
 
     console = Console(stderr=True, highlight=False)
     gateway = rattler.Gateway()
