@@ -341,8 +341,9 @@ class PypiSource:
             key=lambda r: Version(r.version),
         )
 
-    def newest_file(self, suffix: str) -> tuple[Release, str] | None:
-        """The newest final release and its file named *suffix; None (said as "not checked") where there is none."""
+    def newest_file(self, suffix: str) -> tuple[Release, str, bytes] | None:
+        """The newest final release, the URL of its file named *suffix and that file's bytes; None (said as "not
+        checked") where there is no such file or it could not be read."""
         stable = _stable(self.releases)
         if not stable:
             return None
@@ -353,7 +354,8 @@ class PypiSource:
                 f"{self.url} (no {suffix} file of {self.package} {newest.version} listed)"
             )
             return None
-        return newest, url
+        answer = self.ask(url)
+        return None if answer is None else (newest, url, answer)
 
 
 def new_minors(releases: list[Release], known: dict) -> list[tuple[str, list[Release]]]:
@@ -454,10 +456,9 @@ def transformers_names(src: PypiSource) -> list[Finding]:
         f"`transformers` records (check the names below, then record the release and its source)",
     )
     wheel = src.newest_file(".whl")
-    answer = src.ask(wheel[1]) if wheel else None
-    if wheel is None or answer is None:
+    if wheel is None:
         return out
-    newest, url = wheel
+    newest, url, answer = wheel
     read = answers.attn_implementation_names(answer, url)
     if read.problem:
         return [
@@ -510,10 +511,9 @@ def verl_routing(src: PypiSource) -> list[Finding]:
         f"(read its config keys, its flash-attn pin and index again)",
     )
     sdist = src.newest_file(".tar.gz")
-    answer = src.ask(sdist[1]) if sdist else None
-    if sdist is None or answer is None:
+    if sdist is None:
         return out
-    newest, url = sdist
+    newest, url, answer = sdist
     routes = answers.verl_flash_attn(answer, url)
     if set(routes) != set(known.flash_attn):
         said = (
