@@ -334,19 +334,28 @@ exec @REAL "$@"
 """
 
 
+def compiler_witnesses(folder: Path, script: str, **slots: Path) -> Path:
+    """`folder` holding g++ and gcc: `script` with @REAL the real compiler and @NAME each slot's path."""
+    folder.mkdir()
+    for name in ("g++", "gcc"):
+        real = shutil.which(name)
+        assert real is not None
+        text = script.replace("@REAL", real)
+        for slot, path in slots.items():
+            text = text.replace(f"@{slot}", str(path))
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return folder
+
+
 def test_slurm_build_runs_every_compile_as_a_job_step_and_makes_the_same_wheel(project, slurm_cluster, tmp_path):
     """`toolkit build --slurm` inside a real allocation (salloc on tests/slurm_cluster.sh's node): g++ and gcc
     on PATH are witnesses that log the SLURM_STEP_ID they run under (nvcc runs them through -ccbin $CXX, the
     .cpp goes to $CXX directly). Every compiler call of ninja's compiles (in the build folder; the preflight's
     probe compiles elsewhere) runs in a job step of the allocation, one step per object; the link runs outside
     any step; the wheel is the non-Slurm build's, byte for byte."""
-    witnesses, log = tmp_path / "bin", tmp_path / "compiler-calls.log"
-    witnesses.mkdir()
-    for name in ("g++", "gcc"):
-        real = shutil.which(name)
-        assert real is not None
-        (witnesses / name).write_text(COMPILER_WITNESS.replace("@LOG", str(log)).replace("@REAL", real))
-        (witnesses / name).chmod(0o755)
+    log = tmp_path / "compiler-calls.log"
+    witnesses = compiler_witnesses(tmp_path / "bin", COMPILER_WITNESS, LOG=log)
     (first,) = project.line_dir.glob("*.whl")
     wheelhouse = tmp_path / "wh"  # no cached wheel there: it compiles
     built = subprocess.run(
@@ -394,13 +403,8 @@ def test_a_killed_slurm_build_leaves_no_job_step_running(project, slurm_cluster,
     """SIGKILL of `toolkit build --slurm` while a compile's job step runs (a g++ that sleeps five minutes), in an
     allocation that outlives the build: within 30 s no job step of it is left (the children supervisor's SIGTERM
     reaches srun, which ends its step), rather than compiles that go on holding the allocation's CPUs."""
-    witnesses, mark = tmp_path / "bin", tmp_path / "compiling"
-    witnesses.mkdir()
-    for name in ("g++", "gcc"):
-        real = shutil.which(name)
-        assert real is not None
-        (witnesses / name).write_text(SLOW_COMPILER.replace("@MARK", str(mark)).replace("@REAL", real))
-        (witnesses / name).chmod(0o755)
+    mark = tmp_path / "compiling"
+    witnesses = compiler_witnesses(tmp_path / "bin", SLOW_COMPILER, MARK=mark)
     before, after = tmp_path / "steps-before", tmp_path / "steps-after"
     done = subprocess.run(
         ["salloc", "--quiet", "-N1", "-c2", "--mem=9300", "bash", "-c", KILLED_BUILD],

@@ -123,19 +123,26 @@ def publish_build(root: Path, wheel: Path, dest: Path, lock_sha256: str, line: s
     return dest / "files" / line / wheel.name
 
 
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *lines: str) -> Path:
+    """tmp_path/checkout with envs/base.yaml and these lines' specs from the repo, the working directory, with its
+    own uv, pip, toolkit and XDG caches under tmp_path."""
+    root = tmp_path / "checkout"
+    (root / "envs").mkdir(parents=True)
+    for name in ("base", *lines):
+        shutil.copy(ROOT / "envs" / f"{name}.yaml", root / "envs")
+    monkeypatch.chdir(root)
+    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
+                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
+        monkeypatch.setenv(key, str(value))
+    return root
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture_wheel: Path) -> Iterator[Project]:
     """A checkout with envs/ (base, py-cu130 pointing at the stand-in index), its build lock, and the fixture wheel
     published from the line's wheelhouse; both indexes served while the test runs."""
-    root = tmp_path / "checkout"
-    (root / "envs").mkdir(parents=True)
-    for name in ("base", LINE):
-        shutil.copy(ROOT / "envs" / f"{name}.yaml", root / "envs")
-    monkeypatch.chdir(root)
-    env = {"UV_CACHE_DIR": str(tmp_path / "uv-cache"), "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("TOOLKIT_CACHE", str(root / ".cache"))
+    root = checkout(tmp_path, monkeypatch, LINE)
+    env = {key: os.environ[key] for key in ("UV_CACHE_DIR", "PIP_CACHE_DIR")}  # for the installers the tests run
     stand_in_index(tmp_path / "stand-in")
     with serve_directory(tmp_path / "stand-in") as pypi, serve(tmp_path / "published") as (url, _):
         spec = root / "envs" / f"{LINE}.yaml"
@@ -363,13 +370,7 @@ def conda_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture_wheel
                   replica_records_channel: Path) -> Iterator[CondaProject]:
     """A CUDA 13.0 conda line locked (py-rattler) against conda-forge's records and a loopback stand-in of its
     torch index (torch requiring filelock; base.yaml's build requirements), its fixture wheel published."""
-    root = tmp_path / "checkout"
-    (root / "envs").mkdir(parents=True)
-    shutil.copy(ROOT / "envs" / "base.yaml", root / "envs")
-    monkeypatch.chdir(root)
-    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
-                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
-        monkeypatch.setenv(key, str(value))
+    root = checkout(tmp_path, monkeypatch)
     monkeypatch.setenv("FIXTURE_PYTHON", sys.executable)
     dist = tmp_path / "stand-in" / "dist"
     files = [make_wheel(dist, "torch", "2.14.1", ("filelock",)), make_sdist(dist, "flash-attn", "2.8.3.post2"),
@@ -509,15 +510,8 @@ def fa4_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mirror: str | 
     from toolkit.env.fa4_lock import write_fa4_lock
     from toolkit.spec.envspec import load_spec
 
-    root = tmp_path / "checkout"
-    (root / "envs").mkdir(parents=True)
-    for name in ("base", LINE):
-        shutil.copy(ROOT / "envs" / f"{name}.yaml", root / "envs")
+    root = checkout(tmp_path, monkeypatch, LINE)
     (root / "envs" / f"{FA4_LINE}.yaml").write_text(FA4_SPEC)
-    monkeypatch.chdir(root)
-    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
-                       "TOOLKIT_CACHE": root / ".cache"}.items():
-        monkeypatch.setenv(key, str(value))
     stand_in_index(tmp_path / "stand-in", (TORCH_TYPING,))
     with serve_directory(tmp_path / "stand-in") as pypi:
         spec = root / "envs" / f"{LINE}.yaml"
@@ -676,13 +670,7 @@ def test_a_conda_fa4_lines_runtime_lock_carries_the_same_fa4_files_as_its_build_
     from toolkit.spec.envspec import load_spec
 
     monkeypatch.setattr(fa4_lock, "pypi_files", recorded_pypi())
-    root = tmp_path / "checkout"
-    (root / "envs").mkdir(parents=True)
-    shutil.copy(ROOT / "envs" / "base.yaml", root / "envs")
-    monkeypatch.chdir(root)
-    for key, value in {"UV_CACHE_DIR": tmp_path / "uv-cache", "PIP_CACHE_DIR": tmp_path / "pip-cache",
-                       "TOOLKIT_CACHE": root / ".cache", "XDG_CACHE_HOME": tmp_path / "xdg"}.items():
-        monkeypatch.setenv(key, str(value))
+    root = checkout(tmp_path, monkeypatch)
     dist = tmp_path / "stand-in" / "dist"
     files = [make_wheel(dist, "torch", "2.14.1", ("filelock",)), make_sdist(dist, "flash-attn", "2.8.3.post2"),
              *(make_wheel(dist, name, "1.0") for name in ("filelock", "packaging", "psutil", "einops", "setuptools",
