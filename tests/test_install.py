@@ -237,7 +237,8 @@ def test_conda_meta_records_of_another_form_are_parsed_and_named_whole(tmp_path)
 
     local = tmp_path / "cache" / "abc" / "zlib-1.3-h0_0.conda"
     archive = VerifiedArchive(str(local), "https://example.org/ch/linux-64/zlib-1.3-h0_0.conda",
-                              "https://example.org/ch", "0" * 64, 10, b"{}", "zlib-1.3-h0_0.json")
+                              "https://example.org/ch", "0" * 64, 10,
+                              json.dumps({"name": "zlib", "version": "1.3", "build": "h0_0"}).encode())
     meta = tmp_path / "conda-meta"
     meta.mkdir()
     written = {"name": "zlib", "version": "1.3", "build": "h0_0", "fn": local.name, "url": local.as_uri(),

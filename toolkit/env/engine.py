@@ -427,7 +427,6 @@ class RattlerEngine(CondaEngine):
                     package.sha256,
                     archive.stat().st_size,
                     identity.index_json,
-                    f"{identity.name}-{identity.version}-{identity.build}.json",
                 )
             )
         return verified

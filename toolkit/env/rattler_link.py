@@ -26,7 +26,12 @@ class VerifiedArchive:
     sha256: str
     size: int
     index_json: bytes  # its info/index.json, as archives.archive_identity read it
-    record: str  # <name>-<version>-<build>.json by that index.json: conda-meta's file for it
+
+    @property
+    def record(self) -> str:
+        """conda-meta's file for it: <name>-<version>-<build>.json by its index.json."""
+        index = json.loads(self.index_json)
+        return f"{index['name']}-{index['version']}-{index['build']}.json"
 
 
 def rattler_install(
