@@ -139,9 +139,8 @@ class RunOptions:
     sbatch: tuple[str, ...] = ()  # more sbatch options for every job
     max_parallel: int = 1
     poll: float = 0.5
-    nodes: int | None = (
-        None  # each build over this many nodes, its compiles job steps (`toolkit build --slurm`)
-    )
+    # each build over this many nodes, its compiles job steps (`toolkit build --slurm`); None: one node, no steps
+    nodes: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -374,9 +373,7 @@ def build_sizing_options(spec: EnvSpec, options: RunOptions, jobs: int, threads:
     them, so the build must keep to them. A local build sizes itself from this machine's cores and
     MemAvailable, as `toolkit build` does (the batch defaults would run 8 x 2 nvcc threads on any laptop),
     and takes only what the run's --cpus / --nvcc-threads say."""
-    if (
-        options.nodes is not None
-    ):  # the jobs follow from the allocation: as many steps as its nodes hold
+    if options.nodes is not None:  # the jobs are what the allocation's nodes hold side by side
         return f" --nvcc-threads={threads} --slurm"
     if options.executor != "local":
         return f" --jobs={jobs} --nvcc-threads={threads}"
