@@ -22,11 +22,10 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Run:
-    """One job measured: wall seconds, CPU seconds of it and everything it started and waited for, its stdout."""
+    """One job measured: wall seconds, CPU seconds of it and everything it started and waited for."""
 
     wall_s: float
     cpu_s: float
-    stdout: str = ""
 
 
 def children_cpu() -> float:
@@ -54,7 +53,7 @@ def measured(command: Sequence[str | Path], env: Mapping[str, str] | None = None
     cpu = children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, command[:6]))}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return Run(wall, cpu, done.stdout)
+    return Run(wall, cpu)
 
 
 def in_turn(sides: Sequence[str], turn: int) -> list[str]:
