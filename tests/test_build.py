@@ -557,9 +557,12 @@ def still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
     return running
 
 
-def in_cache(process: psutil.Process, cache: Path) -> bool:
+def of_the_build(process: psutil.Process, cache: Path) -> bool:
+    """Started by the build of this cache: its command line names the cache, or it inherited the build's
+    TOOLKIT_CACHE (a host compiler started by sccache's server after the test's first look names neither file)."""
     try:
-        return any(str(cache) in part for part in process.cmdline())
+        return (any(str(cache) in part for part in process.cmdline())
+                or process.environ().get("TOOLKIT_CACHE") == str(cache))
     except psutil.Error:
         return False
 
@@ -618,8 +621,8 @@ def test_a_killed_build_leaves_no_wheel_no_record_and_no_process(project, tmp_pa
     deadline = time.monotonic() + (30 if sig == signal.SIGKILL else 0)
     while still_running(below) and time.monotonic() < deadline:
         time.sleep(0.2)
-    # and those started after the look above: their command lines name the build folder in the cache
-    later = [p for p in psutil.process_iter() if p.pid != os.getpid() and in_cache(p, cache)]
+    # and those started after the look above
+    later = [p for p in psutil.process_iter() if p.pid != os.getpid() and of_the_build(p, cache)]
     survivors = still_running(below + later)
     for survivor in survivors:  # not left running on the test machine
         survivor.kill()

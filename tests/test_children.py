@@ -137,6 +137,37 @@ def test_kill_group_kills_a_group_whose_supervisor_cannot_answer():
         wait_gone([proc.pid, sleeper, *command], timeout=0)  # what a failed kill_group left
 
 
+# A command like sccache's server after SIGTERM: its main thread ended (pthread_exit; /proc shows the process as a
+# zombie), another thread still at work, and below it a child that ignores SIGTERM, in the command's process group
+ZOMBIE_LEADER = """
+import ctypes, signal, subprocess, sys, threading, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+threading.Thread(target=time.sleep, args=(600,)).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_kill_group_ends_the_children_of_a_process_whose_main_thread_has_ended():
+    """The supervisor's look below it goes through a zombie main thread: a look that stopped there saw nothing
+    left, the supervisor exited at once, and kill_group, answered before its grace_s, never sent the SIGKILL
+    the sleeper needs."""
+    proc = popen_tied([sys.executable, "-c", ZOMBIE_LEADER], stdout=subprocess.PIPE, text=True)
+    sleeper = int(proc.stdout.readline())
+    (command,) = psutil.Process(proc.pid).children()
+    deadline = time.monotonic() + 10
+    while command.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert command.status() == psutil.STATUS_ZOMBIE and command.num_threads() == 2  # the ended one counts
+        kill_group(proc, grace_s=1.0)
+        assert wait_gone([sleeper, command.pid], timeout=1) == []
+    finally:
+        proc.stdout.close()
+        wait_gone([proc.pid, command.pid, sleeper], timeout=0)
+
+
 # A uv that writes its pid and then works for ten minutes, and the toolkit's own call of it, by the code
 # that calls it (NOT REAL: no package of this name and URL exists; nothing is downloaded, the tool is this script).
 SLOW_TOOL = "#!/bin/sh\necho $$ > {pidfile}\nexec sleep 600\n"

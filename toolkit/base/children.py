@@ -152,18 +152,21 @@ def _ignore_stop_signals() -> None:
 
 
 def _descendants() -> list[int]:
-    """The live processes below this one, from /proc (orphans are re-parented to this subreaper)."""
+    """The processes below this one, from /proc (orphans are re-parented to this subreaper), zombies too: a
+    multi-threaded process whose main thread has ended shows as a zombie while its other threads run on, and
+    its children still name it as their parent (sccache's server ended by SIGTERM is one: a walk that
+    skipped zombies missed the nvcc below it and left its compiler running). A zombie below ends the wait
+    once its parent reaps it; this process reaps its own (_reap) before each look."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                state, ppid = stat.read().rsplit(")", 1)[1].split()[:2]
-        except (OSError, ValueError):
+                ppid = stat.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, ValueError, IndexError):
             continue  # gone
-        if state != "Z":
-            children.setdefault(int(ppid), []).append(int(entry))
+        children.setdefault(int(ppid), []).append(int(entry))
     found, todo = [], [os.getpid()]
     while todo:
         below = children.get(todo.pop(), [])
@@ -187,7 +190,11 @@ def _end_descendants() -> None:
     """SIGTERM to everything below this process, SIGKILL to what is still there after STOP_GRACE_S."""
     signalled: set[int] = set()
     start = time.monotonic()
-    while (pids := _descendants()) and time.monotonic() < start + 2 * STOP_GRACE_S:
+    while True:
+        _reap()
+        pids = _descendants()
+        if not pids or time.monotonic() > start + 2 * STOP_GRACE_S:
+            return
         late = time.monotonic() > start + STOP_GRACE_S
         for pid in pids:
             if late or pid not in signalled:
@@ -197,7 +204,6 @@ def _end_descendants() -> None:
                     pass
                 signalled.add(pid)
         time.sleep(0.05)
-        _reap()
 
 
 def supervise(parent_pid: int, argv: list[str]) -> int:
