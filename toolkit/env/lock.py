@@ -64,6 +64,8 @@ from toolkit.env.lockfile import (
     check_with_conda_lock,
     conda_lock_modules_only,
     conda_lock_text,
+    load_lock_document,
+    locked_env,
     pylock_problem,
     read_lock,
     relock_hint,
@@ -600,8 +602,9 @@ def write_lock(
             lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
         draft.write_text(lock_header(spec, sources) + conda_lock_text(lockfile))
-        read_lock(draft)  # what we wrote reads back and verifies
-        check_with_conda_lock(draft)  # and conda-lock, which installs it, parses it
+        written = load_lock_document(draft)
+        locked_env(draft, written)  # what we wrote reads back and verifies
+        check_with_conda_lock(draft, written)  # and conda-lock, which installs it, parses it
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)

@@ -430,10 +430,9 @@ def conda_lock_text(lockfile: Any) -> str:
     lockfile.alphasort_inplace()
     lockfile.filter_virtual_packages_inplace()
     document = lockfile.to_v1().dict_for_output()
-    custom = document["metadata"]["custom_metadata"]
-    written = load_lock_yaml(_dump(document))
-    assert isinstance(written, dict)  # a mapping dumped reads back as one
-    custom[KEY_DIGEST] = lock_digest(written)
+    # the digest of the data dumped, which is plain JSON data: what the text parses back to (read_lock of the
+    # written file checks that, as for any lock)
+    document["metadata"]["custom_metadata"][KEY_DIGEST] = lock_digest(document)
     return _dump(document)
 
 
@@ -441,9 +440,10 @@ def _dump(document: dict) -> str:
     return yaml.dump(document, sort_keys=False, Dumper=FAST_DUMPER)
 
 
-def check_with_conda_lock(path: Path) -> None:
+def check_with_conda_lock(path: Path, document: dict | None = None) -> None:
     """conda-lock's own lock models on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file),
     so that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem.
+    `document`: the file as load_lock_yaml parsed it, where the caller has it (else the file is parsed).
 
     What conda-lock's parse_conda_lock_file checks: version 1, its v1 model, the v1 -> v2 conversion (an entry
     repeated); on the text as libyaml parses it (the data PyYAML's pure-Python parser gives, several times
@@ -455,7 +455,7 @@ def check_with_conda_lock(path: Path) -> None:
 
     where, relock = display_path(path), relock_hint(path)
     try:
-        content = load_lock_yaml(path.read_text())
+        content = load_lock_yaml(path.read_text()) if document is None else dict(document)
         if not isinstance(content, dict) or content.pop("version", None) != 1:
             raise ValueError("not a version 1 conda-lock file")
         lockfile_v1_to_v2(LockfileV1.model_validate(content))
@@ -477,7 +477,11 @@ def read_lock(path: Path) -> LockedEnv:
     """Read and verify a lock; ToolkitError (one line) if it is missing, malformed, tampered, or holds a
     value without its strict form. Nothing is touched before this returns."""
     path = Path(path)
-    document = load_lock_document(path)
+    return locked_env(path, load_lock_document(path))
+
+
+def locked_env(path: Path, document: dict) -> LockedEnv:
+    """read_lock's checks of a lock `path` that load_lock_document has read (and checked) as `document`."""
     relock = relock_hint(path)
     custom = document["metadata"]["custom_metadata"]
     check = _checker(path, relock)
