@@ -720,7 +720,10 @@ def import_conda_lock(solver: bool) -> None:
     import conda_lock.lockfile.v2prelim.models
 
     if solver:
-        import conda_lock.src_parser  # noqa: F401
+        import conda_lock.content_hash
+        import conda_lock.interfaces.vendored_conda
+        import conda_lock.src_parser.conda_common
+        import conda_lock.virtual_package  # noqa: F401
 
 
 def lock_layers(

@@ -413,13 +413,16 @@ def shape_problem(value: object, shape: Shape, at: str) -> str | None:
 def conda_lock_modules_only() -> None:
     """Let `from conda_lock.<module> import ...` run without conda_lock/__init__.py, which imports all of
     conda-lock (its CLI, solvers, vendored poetry: 0.3 s of CPU) only to re-export the CLI's `main`: the package
-    is registered unexecuted, as a namespace package is, and its modules import what they use. Call it before
-    importing conda-lock's models; the toolkit uses no name of the package itself (conda-lock's CLI runs as
-    `python -m conda_lock`, in its own process). A conda-lock already imported is left as it is."""
+    is registered unexecuted, as a namespace package is, and its modules import what they use; so is
+    conda_lock.src_parser, whose __init__ imports every source parser (engine.lock_specification uses one
+    function of one module). Call it before importing conda-lock's modules; the toolkit uses no name of either
+    package itself (conda-lock's CLI runs as `python -m conda_lock`, in its own process). A conda-lock already
+    imported is left as it is."""
     import importlib.util
 
-    if "conda_lock" not in sys.modules and (spec := importlib.util.find_spec("conda_lock")):
-        sys.modules["conda_lock"] = importlib.util.module_from_spec(spec)
+    for package in ("conda_lock", "conda_lock.src_parser"):
+        if package not in sys.modules and (spec := importlib.util.find_spec(package)):
+            sys.modules[package] = importlib.util.module_from_spec(spec)
 
 
 def conda_lock_text(lockfile: Any) -> str:
