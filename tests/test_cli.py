@@ -439,3 +439,21 @@ def test_no_pydantic_adapter_is_built_at_import():
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+# a verb's threads read sysconfig's table (uv's find_uv_bin, imports); its first fill is unguarded before CPython
+# 3.13, so a reader beside it saw the table empty: `toolkit lock py-cu132` once ended in a TypeError traceback
+SYSCONFIG_FILLED = """
+import sys, sysconfig
+from toolkit.base.entry import run_main
+def verb(argv):
+    print(sysconfig._CONFIG_VARS is not None and sysconfig._CONFIG_VARS.get("EXE") is not None)
+    return 0
+sys.exit(run_main(verb, []))
+"""
+
+
+def test_every_verb_starts_with_sysconfigs_table_filled():
+    done = subprocess.run([sys.executable, "-c", SYSCONFIG_FILLED], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr

@@ -1,6 +1,7 @@
 """The py-rattler worker (toolkit/env/isolated.py): run_forked runs a function in a fork of this process, whose
 parent is this process itself (run_isolated's worker is a fresh interpreter below the children supervisor), falls
-back to run_isolated where another thread runs, and reports a copy that dies as one line. The fork's cases run in
+back to run_isolated where another thread runs, and reports a copy that dies as one line; start_forked lets this
+process go on meanwhile, and cancel ends the copy. The fork's cases run in
 a fresh interpreter of one thread (pytest's own process may hold others: a test's server)."""
 
 from __future__ import annotations
@@ -52,3 +53,41 @@ def test_with_another_thread_running_the_worker_is_a_fresh_interpreter():
     finally:
         stop.set()
         other.join()
+
+
+STARTED = """
+import os, sys, time
+from pathlib import Path
+from toolkit.env.isolated import start_forked
+
+def wait_for(path):  # the copy waits for a file only this process writes after the fork
+    while not Path(path).exists():
+        time.sleep(0.01)
+    return os.getpid()
+
+go, never = Path(sys.argv[1]), Path(sys.argv[2])
+forked = start_forked(wait_for, str(go))
+go.write_text("")  # this process goes on while the copy runs
+print(forked.result() == forked.pid, flush=True)
+forked.cancel()  # after result: nothing to end
+stuck = start_forked(wait_for, str(never))
+print(stuck.pid, flush=True)
+stuck.cancel()
+try:
+    os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+except ChildProcessError:
+    print("no child left", flush=True)  # not even a zombie
+"""
+
+
+def test_a_started_fork_runs_beside_this_process_and_a_cancelled_one_is_gone(tmp_path):
+    """start_forked: the copy waits for what this process does after the fork, and gives its result; cancel ends
+    one still running and reaps it."""
+    import psutil
+
+    done = subprocess.run([sys.executable, "-c", STARTED, str(tmp_path / "go"), str(tmp_path / "never")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result, stuck, left = done.stdout.splitlines()
+    assert result == "True" and left == "no child left"
+    assert not psutil.pid_exists(int(stuck))

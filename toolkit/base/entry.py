@@ -13,6 +13,7 @@ import difflib
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import Callable, Sequence
 from functools import wraps
 from pathlib import Path
@@ -40,6 +41,9 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
             announced.append(exc)
             print(f"error: {interrupted_line(exc)}", file=sys.stderr, flush=True)
 
+    # sysconfig fills its table on the first call, unguarded before CPython 3.13: a verb's threads reading it at
+    # once (uv's find_uv_bin beside imports in a lock's threads) saw it empty, EXE None, and a traceback
+    sysconfig.get_config_vars()
     try:
         with terminate_like_interrupt(announce):
             return main(argv)

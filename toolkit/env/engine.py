@@ -19,6 +19,7 @@ conda-lock's inputs): every install pays for its imports.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -48,6 +50,7 @@ from toolkit.env.lockfile import (
 )
 from toolkit.env.rattler_solve import (  # the worker's module (CondaRequest: the engines' input)
     CondaRequest,
+    Solved,
     rattler_fetch_actions,
 )
 
@@ -74,6 +77,17 @@ class CondaLayer:
     packages: list[Any]  # conda_lock LockedDependency
     content_hash: dict[str, str]
     channels: list[Any]  # conda_lock Channel
+
+
+@dataclass(frozen=True)
+class PendingSolve:
+    """A solve under way (CondaEngine.start_solve): `pythons` waits for it and gives each platform's python
+    version (what the pip layer is resolved for, while the layer is made), `layer` gives the layer; `cancel`
+    ends it (after those, or when the caller stops first: an error elsewhere, Ctrl-C)."""
+
+    layer: Callable[[], CondaLayer]
+    pythons: Callable[[], dict[str, str]]
+    cancel: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,15 @@ class CondaEngine(ABC):
     @abstractmethod
     def solve(self, request: CondaRequest) -> CondaLayer:
         """The conda layer of every platform of the request."""
+
+    def start_solve(self, request: CondaRequest) -> PendingSolve:
+        """The solve of `request` started now, where the engine can run it beside the caller's other work;
+        else it runs when its result is first asked for."""
+        layer = functools.cache(lambda: self.solve(request))
+        return PendingSolve(
+            layer,
+            lambda: {p.platform: p.version for p in layer().packages if p.name == "python"},
+        )
 
     @abstractmethod
     def install(self, job: InstallJob) -> None:
@@ -367,21 +390,59 @@ class CondaLockEngine(CondaEngine):
 
 
 class RattlerEngine(CondaEngine):
-    """py-rattler in a worker interpreter; archives verified by the download cache before it sees them
-    (py-rattler does not check sha256 for file:// channels), pip layer by pip --require-hashes."""
+    """py-rattler in a worker process (a fork, else a worker interpreter); archives verified by the download
+    cache before it sees them (py-rattler does not check sha256 for file:// channels), pip layer by uv with
+    hashes."""
 
     relocates = True
 
     def solve(self, request: CondaRequest) -> CondaLayer:
-        """py-rattler solves; conda-lock's own code turns the result into its models."""
+        """py-rattler solves in a worker interpreter; conda-lock's own code turns the result into its models."""
         from toolkit.env.isolated import run_isolated
 
-        actions = (
-            run_isolated(rattler_fetch_actions, request)
-            if request.specs
-            else {platform: [] for platform in request.platforms}
+        return self.pending(request, lambda: run_isolated(rattler_fetch_actions, request)).layer()
+
+    def start_solve(self, request: CondaRequest) -> PendingSolve:
+        """py-rattler solves in a fork of this process, which goes on meanwhile (no interpreter start, no
+        imports again); where a fork is not safe (threads), `solve` runs when the result is asked for."""
+        from toolkit.env.isolated import start_forked
+
+        forked = start_forked(rattler_fetch_actions, request) if request.specs else None
+        if forked is None:
+            return super().start_solve(request)
+        return self.pending(request, forked.result, forked.cancel)
+
+    def pending(
+        self,
+        request: CondaRequest,
+        result: Callable[[], Solved],
+        cancel: Callable[[], None] = lambda: None,
+    ) -> PendingSolve:
+        """A solve whose worker's `result` is waited for once, said, and made conda-lock's models."""
+
+        @functools.cache
+        def solved() -> dict[str, list[dict]]:
+            if not request.specs:
+                return {platform: [] for platform in request.platforms}
+            with self.console.status(f"{request.line}: solving the conda layer (py-rattler)"):
+                done = result()
+            for platform in request.platforms:
+                self.console.print(
+                    f"{request.line}: {platform}: {len(done.actions[platform])} conda packages solved "
+                    f"by py-rattler in {done.seconds[platform]:.2f} s"
+                )
+            return done.actions
+
+        return PendingSolve(
+            lambda: layer_from_actions(request, solved()),
+            lambda: {
+                platform: action["version"]
+                for platform, actions in solved().items()
+                for action in actions
+                if action["name"] == "python"
+            },
+            cancel,
         )
-        return layer_from_actions(request, actions)
 
     def install(self, job: InstallJob) -> None:
         """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its

@@ -5,7 +5,8 @@ installs with py-rattler 0.28.0: a segfault or "PyGILState_Release" abort while 
 finalization); a worker that skips finalization avoids it, and keeps py-rattler's runtime out of the caller's
 process. `run_isolated` starts a fresh interpreter: the function travels by module and name, its arguments by
 pickle. `run_forked` forks this process instead (no interpreter start, no imports again: most of a warm conda
-install's fixed cost), where that is safe. Either way the result comes back by pickle; ToolkitErrors cross back
+install's fixed cost), where that is safe; `start_forked` forks and lets this process go on meanwhile (a lock's
+solve beside its other work). Either way the result comes back by pickle; ToolkitErrors cross back
 as ToolkitErrors, anything else as one line after its traceback.
 """
 
@@ -20,7 +21,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from toolkit.base.atomic import owned_dir
 from toolkit.base.children import die_with_parent, run_tied
@@ -48,15 +49,23 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
 
 
 def run_forked(function: Callable[..., Any], *args: Any) -> Any:
-    """function(*args) in a forked copy of this process; its result, or its ToolkitError raised here.
+    """function(*args) in a forked copy of this process (start_forked), else in a worker interpreter
+    (run_isolated); its result, or its ToolkitError raised here."""
+    forked = start_forked(function, *args)
+    return run_isolated(function, *args) if forked is None else forked.result()
+
+
+def start_forked(function: Callable[..., Any], *args: Any) -> Forked | None:
+    """function(*args) started in a forked copy of this process, which goes on meanwhile; None where a fork is
+    not safe.
 
     A fork copies only the thread that calls it: a lock another thread held (a console's, py-rattler's runtime)
     would stay held in the copy, and a runtime whose threads are gone would wait for them forever. So with more
-    than one thread in this process (threads of native code too: /proc/self/task) this is run_isolated. The copy
+    than one thread in this process (threads of native code too: /proc/self/task) there is no fork. The copy
     dies with this process, leaves Ctrl-C to it (which then ends the copy), runs none of its signal handlers (a
     SIGTERM must not remove this run's temporaries twice) and leaves by os._exit: no exit hooks, no finalization."""
     if len(os.listdir("/proc/self/task")) > 1:
-        return run_isolated(function, *args)
+        return None
     sys.stdout.flush()  # else the copy would write what is still buffered a second time
     sys.stderr.flush()
     parent = os.getpid()
@@ -77,25 +86,43 @@ def run_forked(function: Callable[..., Any], *args: Any) -> Any:
         finally:
             os._exit(0)
     os.close(write)
-    try:
-        with os.fdopen(read, "rb") as stream:
-            data = stream.read()
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # Ctrl-C, SIGTERM: end the copy before this process goes on
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise
-    try:
-        status_and_value = pickle.loads(data)
-    except (pickle.UnpicklingError, EOFError, ValueError):  # it died before or while writing
-        raise ToolkitError(
-            f"{function.__qualname__}: worker process died (exit {os.waitstatus_to_exitcode(status)}; "
-            f"re-run the same command)"
-        ) from None
-    outcome, value = status_and_value
-    if outcome == "error":
-        raise ToolkitError(value)
-    return value
+    return Forked(function.__qualname__, pid, os.fdopen(read, "rb"))
+
+
+class Forked:
+    """A function running in a forked copy of this process (start_forked): `result` waits for its outcome,
+    `cancel` ends it; one of them must be called (the copy's outcome is read once)."""
+
+    def __init__(self, name: str, pid: int, stream: BinaryIO) -> None:
+        self.name, self.pid, self.stream = name, pid, stream
+        self.status: int | None = None  # the copy's wait status, once it was waited for
+
+    def result(self) -> Any:
+        """The function's result, or its ToolkitError raised here."""
+        try:
+            with self.stream:
+                data = self.stream.read()
+            _, self.status = os.waitpid(self.pid, 0)
+        except BaseException:  # Ctrl-C, SIGTERM: end the copy before this process goes on
+            self.cancel()
+            raise
+        try:
+            outcome, value = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, ValueError):  # it died before or while writing
+            raise ToolkitError(
+                f"{self.name}: worker process died (exit {os.waitstatus_to_exitcode(self.status)}; "
+                f"re-run the same command)"
+            ) from None
+        if outcome == "error":
+            raise ToolkitError(value)
+        return value
+
+    def cancel(self) -> None:
+        """End the copy unless it was waited for (SIGKILL: it holds nothing of this process's to finish)."""
+        if self.status is None:
+            os.kill(self.pid, signal.SIGKILL)
+            _, self.status = os.waitpid(self.pid, 0)
+        self.stream.close()
 
 
 def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:

@@ -43,6 +43,7 @@ from toolkit.env import pypi_lock
 from toolkit.env.engine import (
     CondaLayer,
     CondaRequest,
+    PendingSolve,
     add_engine_options,
     choose_engine,
     locking_environment,
@@ -260,7 +261,7 @@ def lock_pip_targets(
                 compile_command,
                 "uv pip compile",
                 locking_environment(),
-                meanwhile,
+                lambda: (meanwhile(), pypi_lock.uv_version(uv)),  # the version the lock records
             )
             for workdir, target in zip(workdirs, targets):
                 wheels = pypi_lock.pylock_wheels(
@@ -695,20 +696,27 @@ def lock_line(
     if current:
         return path, False
     check_destinations(lock_destinations(spec, workspace))
-    # the sdist pin, a request to PyPI, is read while uv resolves (a pypi line) or conda-lock's modules, 0.3-0.5 s
-    # of CPU, are imported; those are imported while uv or py-rattler's worker wait on their indexes
+    # a conda line's solve starts first (py-rattler's in a fork of this process, while it has one thread); the
+    # sdist pin, a request to PyPI, is read while it solves or uv resolves (a pypi line), and conda-lock's modules
+    # (0.2-0.3 s of CPU) are imported meanwhile
     conda_lock_modules_only()  # here, before another thread imports any of conda-lock
-    with ThreadPoolExecutor(2) as pool:
-        pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
-        pool.submit(import_conda_lock, spec.toolchain.kind != "pypi")
-        try:
-            conda, pip_layers = lock_layers(
-                spec, backend, conda_exe, workspace, pypi, update, locked, pin.result
-            )
-        except ToolkitError:
-            pin.result()  # its error first, as when the pin was read before the layers
-            raise
-        sdist = pin.result()
+    request = conda_request(spec) if spec.toolchain.kind != "pypi" else None
+    solving = choose_engine(backend, conda_exe, console).start_solve(request) if request else None
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
+            pool.submit(import_conda_lock, request is not None)
+            try:
+                conda, pip_layers = lock_layers(
+                    spec, request, solving, workspace, pypi, update, locked, pin.result
+                )
+            except ToolkitError:
+                pin.result()  # its error first, as when the pin was read before the layers
+                raise
+            sdist = pin.result()
+    finally:
+        if solving is not None:
+            solving.cancel()  # a solve still running when something else failed
     return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
@@ -728,17 +736,18 @@ def import_conda_lock(solver: bool) -> None:
 
 def lock_layers(
     spec: EnvSpec,
-    backend: str,
-    conda_exe: str | None,
+    request: CondaRequest | None,
+    solving: PendingSolve | None,
     workspace: Workspace,
     pypi: str,
     update: bool,
     locked: LockedEnv | None,
     sdist_pinned: Callable[[], object],
 ) -> tuple[CondaLayer, list[PipLayer]]:
-    """The line's conda layer and each platform's pip layer (lock_line's arguments; `locked`: its lock, if any).
-    `sdist_pinned` waits for the sdist pin (its error raised), before anything is said of a layer: a pypi line's
-    while uv resolves, a conda line's before the solve (its worker says what it solved)."""
+    """The line's conda layer and each platform's pip layer (lock_line's arguments; `request` and `solving`: a
+    conda line's request and its solve, started; `locked`: its lock, if any). `sdist_pinned` waits for the sdist
+    pin (its error raised), before anything is said of a layer: a pypi line's while uv resolves, a conda line's
+    before the solve's result (said by the engine)."""
     if spec.toolchain.kind == "pypi":
         layer, empty = lock_pypi_layer(
             spec,
@@ -747,10 +756,12 @@ def lock_layers(
             sdist_pinned,
         )
         return empty, [layer]
+    # lock_line's, for every line with a conda layer
+    assert request is not None and solving is not None
     sdist_pinned()
-    request = conda_request(spec)
-    conda = choose_engine(backend, conda_exe, console).solve(request)
-    pythons = {p.platform: p.version for p in conda.packages if p.name == "python"}
+    pythons = (
+        solving.pythons()
+    )  # uv resolves while another thread imports what solving.layer() needs
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
     pip_layers = lock_pip_layers(
         spec,
@@ -760,7 +771,7 @@ def lock_layers(
         ],
         pypi,
     )
-    return conda, pip_layers
+    return solving.layer(), pip_layers
 
 
 def pylock_disagreement(spec: EnvSpec, locked: LockedEnv) -> str | None:

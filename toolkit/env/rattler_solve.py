@@ -104,33 +104,34 @@ def fetch_action(record: Any) -> dict:
     }
 
 
-def rattler_fetch_actions(request: CondaRequest) -> dict[str, list[dict]]:
-    """Solve every platform with py-rattler (runs inside run_isolated's worker, with its own console)."""
+@dataclass(frozen=True)
+class Solved:
+    """A solve's FETCH actions of every platform, and the seconds each platform's solve took."""
+
+    actions: dict[str, list[dict]]
+    seconds: dict[str, float]
+
+
+def rattler_fetch_actions(request: CondaRequest) -> Solved:
+    """Solve every platform with py-rattler (in a worker: run_isolated's, or a fork of the lock verb's process,
+    which says what was solved; the worker prints nothing, so nothing it says comes before the verb's own)."""
     import rattler
 
-    # here: engine.py imports this module (CondaRequest) for every install, which prints with its own console
-    from rich.console import Console
-
-    console = Console(stderr=True, highlight=False)
     gateway = rattler.Gateway()
-    solved = {}
+    actions, seconds = {}, {}
     for platform in request.platforms:
         started = time.perf_counter()
-        with console.status(f"{request.line}: solving the conda layer for {platform} (py-rattler)"):
-            try:
-                records = rattler_solve(
-                    request.channels,
-                    request.specs,
-                    platform,
-                    request.virtual_packages[platform],
-                    gateway,
-                )
-            except ToolkitError as exc:
-                raise ToolkitError(f"{request.spec_file}: {exc}") from None
-        solved[platform] = [fetch_action(r) for r in records]
+        try:
+            records = rattler_solve(
+                request.channels,
+                request.specs,
+                platform,
+                request.virtual_packages[platform],
+                gateway,
+            )
+        except ToolkitError as exc:
+            raise ToolkitError(f"{request.spec_file}: {exc}") from None
+        actions[platform] = [fetch_action(r) for r in records]
+        seconds[platform] = time.perf_counter() - started
         checkpoint("lock:solve")
-        console.print(
-            f"{request.line}: {platform}: {len(records)} conda packages solved by py-rattler "
-            f"in {time.perf_counter() - started:.2f} s"
-        )
-    return solved
+    return Solved(actions, seconds)
