@@ -166,3 +166,22 @@ def test_the_lock_specification_is_conda_locks_make_lock_spec(tmp_path):
     assert _content_hashes(ours, virtual_file) == expected["hashes"]
     assert [d["name"] for d in expected["dependencies"]["linux-64"]] == ["python", "cuda-version", "cuda-nvcc",
                                                                           "gxx_linux-64", "ninja", "pip"]
+
+
+CONDA_COMMON_THEN_CLI = """
+import sys
+from toolkit.env.lockfile import conda_common
+conda_common().conda_spec_to_versioned_dep("python 3.12.*", "main")
+print("conda_lock.pypi_solver" in sys.modules)  # the source parsers were not imported
+from conda_lock.src_parser import make_lock_spec  # and the package is whole for whoever imports it next
+from conda_lock.conda_lock import render_lockfile_for_platform
+print("ok")
+"""
+
+
+def test_conda_common_leaves_conda_locks_source_parsers_importable_in_the_same_process():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", CONDA_COMMON_THEN_CLI], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert (done.returncode, done.stdout) == (0, "False\nok\n"), done.stderr

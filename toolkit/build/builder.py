@@ -416,22 +416,18 @@ def run_logged(
 
 # ---------------------------------------------------------------- the wheel sources
 
-# The implementations `toolkit build` compiles, by name, in the order a line builds them: each module's
-# wanted(spec, workspace) is its WheelSource where the line asks for it, else None.
-WHEEL_SOURCES: dict[str, Callable[[EnvSpec, Workspace], WheelSource | None]] = {
-    "flash-attn-2": fa2.wanted,
-    "flash-attn-3": fa3.wanted,
+# The implementations `toolkit build` compiles, by the names EnvSpec.compiled_implementations gives: each
+# module's WheelSource of a line.
+WHEEL_SOURCES: dict[str, Callable[[EnvSpec, Workspace], WheelSource]] = {
+    "flash-attn-2": fa2.Fa2Source.of,
+    "flash-attn-3": fa3.Fa3Source.of,
 }
 DEFAULT_SOURCE = fa2.Fa2Source.of  # what build() compiles when handed no source
 
 
 def sources_of(spec: EnvSpec, workspace: Workspace) -> list[WheelSource]:
-    """What `toolkit build LINE` makes: each implementation of WHEEL_SOURCES the line asks for."""
-    return [
-        source
-        for wanted in WHEEL_SOURCES.values()
-        if (source := wanted(spec, workspace)) is not None
-    ]
+    """What `toolkit build LINE` makes: the WheelSource of each implementation the line compiles."""
+    return [WHEEL_SOURCES[name](spec, workspace) for name in spec.compiled_implementations()]
 
 
 def first_estimate(

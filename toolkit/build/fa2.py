@@ -125,8 +125,3 @@ class Fa2Source:
             patches=[asdict(p) for p in applied],
             after_install=fa4_hooks.restore_after_flash_attn_2(self.locked),
         )
-
-
-def wanted(spec: EnvSpec, workspace: Workspace) -> Fa2Source | None:
-    """FA2 unless the line leaves it out (FA3 or FA4 instead of it)."""
-    return Fa2Source.of(spec, workspace) if spec.flash_attn_2_left_out() is None else None

@@ -139,8 +139,10 @@ class Fa3Source:
     label: str = "FlashAttention-3"
 
     @classmethod
-    def of(cls, spec: EnvSpec) -> Fa3Source:
-        assert spec.flash_attn_3 is not None  # wanted() asks only such a line
+    def of(cls, spec: EnvSpec, workspace: Workspace | None = None) -> Fa3Source:
+        """The line's FA3 (builder.WHEEL_SOURCES: a line whose compiled_implementations name it; the source is
+        fetched by its pinned commit, in no workspace folder)."""
+        assert spec.flash_attn_3 is not None
         found = fa3_pins.commit(spec.flash_attn_3.commit)
         chosen = fa3_pins.profile(spec.flash_attn_3.profile)
         return cls(
@@ -217,8 +219,3 @@ class Fa3Source:
             record_section=section,
             check_wheel=lambda wheel: check_beside(wheel, theirs),
         )
-
-
-def wanted(spec: EnvSpec, workspace: Workspace) -> Fa3Source | None:
-    """FA3 where the line asks for it (a `flash_attn_3:` section with commit and profile)."""
-    return Fa3Source.of(spec) if spec.flash_attn_3 is not None else None

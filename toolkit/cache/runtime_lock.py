@@ -217,13 +217,6 @@ class Fa4Pins:
     lock: Fa4Lock
 
 
-def builds_wheels(spec: EnvSpec) -> bool:
-    """Whether `toolkit build` compiles a wheel for the line (build/builder.py sources_of): flash-attn 2.x unless
-    left out, FA3 where asked. A line with FA4 instead of FA2 and no FA3 compiles nothing, so nothing of it is
-    published and its runtime lock is torch and FA4's pins."""
-    return spec.flash_attn_2_left_out() is None or spec.flash_attn_3 is not None
-
-
 def line_fa4_pins(spec: EnvSpec, workspace: Workspace) -> Fa4Pins | None:
     """locks/<line>.fa4-lock.json of a line with a flash_attn_4 section (None without one), digest-checked and
     checked against the knowledge's pins (env/fa4_lock.py); a lock of another release, CUDA major or python than
@@ -256,7 +249,9 @@ def published_for(spec: EnvSpec, workspace: Workspace, index: str | None) -> Pub
     locked_env = read_lock(build_lock)
     facts = runtime_facts()
     fa4 = line_fa4_pins(spec, workspace)
-    if not builds_wheels(spec):
+    # a line that compiles nothing (FA4 instead of FA2, no FA3) publishes nothing: its runtime lock is torch and
+    # FA4's pins
+    if not spec.compiled_implementations():
         return Published(build_lock, locked_env, None, [], facts, fa4)
     if not index:
         raise ToolkitError(

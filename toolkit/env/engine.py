@@ -45,7 +45,7 @@ from toolkit.env.lockfile import (
     LockedPackage,
     brief,
     check_wheel_identity,
-    conda_lock_modules_only,
+    conda_common,
     relock_hint,
 )
 from toolkit.env.rattler_solve import (  # the worker's module (CondaRequest: the engines' input)
@@ -236,9 +236,8 @@ def lock_specification(request: CondaRequest, environment: Path) -> Any:
     its first, `nodefaults` left out), without importing conda-lock's source parsers: for pip sections and
     pyproject files they import its PyPI solver and vendored poetry, 0.15-0.3 s of CPU on every conda lock.
     The files hold only conda specs and channels, so the result is make_lock_spec's (tests compare both)."""
-    conda_lock_modules_only()
+    conda_spec_to_versioned_dep = conda_common().conda_spec_to_versioned_dep
     from conda_lock.models.lock_spec import LockSpecification
-    from conda_lock.src_parser.conda_common import conda_spec_to_versioned_dep
 
     unique = {}
     for spec in request.specs:

@@ -63,6 +63,7 @@ from toolkit.env.lockfile import (
     LockedEnv,
     LockedSdist,
     check_with_conda_lock,
+    conda_common,
     conda_lock_modules_only,
     conda_lock_text,
     load_lock_document,
@@ -730,8 +731,9 @@ def import_conda_lock(solver: bool) -> None:
     if solver:
         import conda_lock.content_hash
         import conda_lock.interfaces.vendored_conda
-        import conda_lock.src_parser.conda_common
         import conda_lock.virtual_package  # noqa: F401
+
+        conda_common()
 
 
 def lock_layers(

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -413,16 +415,39 @@ def shape_problem(value: object, shape: Shape, at: str) -> str | None:
 def conda_lock_modules_only() -> None:
     """Let `from conda_lock.<module> import ...` run without conda_lock/__init__.py, which imports all of
     conda-lock (its CLI, solvers, vendored poetry: 0.3 s of CPU) only to re-export the CLI's `main`: the package
-    is registered unexecuted, as a namespace package is, and its modules import what they use; so is
-    conda_lock.src_parser, whose __init__ imports every source parser (engine.lock_specification uses one
-    function of one module). Call it before importing conda-lock's modules; the toolkit uses no name of either
-    package itself (conda-lock's CLI runs as `python -m conda_lock`, in its own process). A conda-lock already
-    imported is left as it is."""
+    is registered unexecuted, as a namespace package is, and its modules import what they use. Call it before
+    importing conda-lock's models; the toolkit uses no name of the package itself (conda-lock's CLI runs as
+    `python -m conda_lock`, in its own process). A conda-lock already imported is left as it is."""
     import importlib.util
 
-    for package in ("conda_lock", "conda_lock.src_parser"):
-        if package not in sys.modules and (spec := importlib.util.find_spec(package)):
+    if "conda_lock" not in sys.modules and (spec := importlib.util.find_spec("conda_lock")):
+        sys.modules["conda_lock"] = importlib.util.module_from_spec(spec)
+
+
+_CONDA_COMMON = threading.Lock()
+
+
+def conda_common() -> ModuleType:
+    """conda-lock's conda_lock.src_parser.conda_common (its spec -> dependency conversion) without the package's
+    __init__, which imports every source parser, and through them conda-lock's PyPI solver and vendored poetry
+    (0.15-0.3 s of CPU): the package is registered unexecuted while the module is imported, then taken out again,
+    so that a later import of the package in this process (conda-lock's own CLI module) runs its __init__."""
+    import importlib
+    import importlib.util
+
+    package = "conda_lock.src_parser"
+    with _CONDA_COMMON:  # one import at a time: another thread's must not see the package taken out
+        if (done := sys.modules.get(f"{package}.conda_common")) is not None:
+            return done
+        conda_lock_modules_only()
+        hollow = package not in sys.modules
+        if hollow and (spec := importlib.util.find_spec(package)):
             sys.modules[package] = importlib.util.module_from_spec(spec)
+        try:
+            return importlib.import_module(f"{package}.conda_common")
+        finally:
+            if hollow:
+                del sys.modules[package]
 
 
 def conda_lock_text(lockfile: Any) -> str:

@@ -461,6 +461,15 @@ class EnvSpec:
             return "flash_attn_4.with_flash_attn_2: false"
         return None
 
+    def compiled_implementations(self) -> tuple[str, ...]:
+        """The attention implementations `toolkit build` compiles for the line, in build order (the names of
+        build/builder.WHEEL_SOURCES): flash-attn 2.x unless left out, FA3 where asked; none for a line with FA4
+        instead of FA2 and no FA3 (FA4 is pinned wheels)."""
+        return (
+            *(("flash-attn-2",) if self.flash_attn_2_left_out() is None else ()),
+            *(("flash-attn-3",) if self.flash_attn_3 is not None else ()),
+        )
+
     def conda_specs(self) -> list[str]:
         """Conda match specs, 'name version' or 'name', in file order."""
         return [
