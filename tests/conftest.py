@@ -62,6 +62,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         require_nvcc()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """`uv cache prune` of the toolkit's uv cache (Workspace.uv_cache: the user's, kept between runs). The tests'
+    installs leave there every wheel they served from a loopback index or a temporary folder, under a new key each
+    run since each run's ports and paths are new: 40,144 files, 11.9 GiB a run on this project's CI machine, whose
+    disk once filled up and failed CI. uv's prune removes what no key reaches any more and keeps what PyPI's stable
+    URLs hit again."""
+    from toolkit.base.workspace import Workspace
+    from toolkit.env.pypi_lock import uv_executable
+
+    cache = Workspace().uv_cache
+    if cache.is_dir():
+        try:
+            subprocess.run([uv_executable(), "cache", "prune", "--cache-dir", str(cache)], capture_output=True,
+                           timeout=300, check=False)
+        except subprocess.TimeoutExpired:  # another uv holds the cache: the next session prunes
+            pass
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The single-node cluster tests/slurm_cluster.sh starts (test_scaleout, test_build's --slurm build);
