@@ -574,7 +574,7 @@ def test_the_check_after_writing_refuses_what_conda_locks_parser_refuses(locked,
     with pytest.raises(Exception):  # noqa: B017 - conda-lock's own refusal, whatever its type
         parse_conda_lock_file(broken)
     with pytest.raises(ToolkitError) as caught:
-        check_with_conda_lock(broken)
+        check_with_conda_lock(broken, yaml.safe_load(broken.read_text()))  # safe_dump wrote the repeat as an alias
     assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{broken}: malformed conda-lock file")
 
 

@@ -468,10 +468,10 @@ def _dump(document: dict) -> str:
     return yaml.dump(document, sort_keys=False, Dumper=FAST_DUMPER)
 
 
-def check_with_conda_lock(path: Path, document: dict | None = None) -> None:
+def check_with_conda_lock(path: Path, document: object) -> None:
     """conda-lock's own lock models on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file),
     so that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem.
-    `document`: the file as load_lock_yaml parsed it, where the caller has it (else the file is parsed).
+    `document`: the file at `path` as load_lock_yaml parsed it (the writer's read-back shares that one parse).
 
     What conda-lock's parse_conda_lock_file checks: version 1, its v1 model, the v1 -> v2 conversion (an entry
     repeated); on the text as libyaml parses it (the data PyYAML's pure-Python parser gives, several times
@@ -483,9 +483,9 @@ def check_with_conda_lock(path: Path, document: dict | None = None) -> None:
 
     where, relock = display_path(path), relock_hint(path)
     try:
-        content = load_lock_yaml(path.read_text()) if document is None else dict(document)
-        if not isinstance(content, dict) or content.pop("version", None) != 1:
+        if not isinstance(document, dict) or document.get("version") != 1:
             raise ValueError("not a version 1 conda-lock file")
+        content = {key: value for key, value in document.items() if key != "version"}
         lockfile_v1_to_v2(LockfileV1.model_validate(content))
     except ValidationError as exc:
         raise ToolkitError(
