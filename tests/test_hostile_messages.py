@@ -261,6 +261,7 @@ def test_a_pypi_mirror_of_html_pages_only_is_named_as_such(tmp_path):
             fetch_sdist_pin("2.8.3.post2", index)
     finally:
         server.shutdown()
+        server.server_close()  # its listening socket, else collected later as an unclosed socket's ResourceWarning
     assert str(caught.value) == (
         f"--pypi {index}: {index}/flash-attn/ answered text/html, not PyPI's JSON simple API (PEP 691, "
         f"application/vnd.pypi.simple.v1+json), which the sdist pin reads: give a mirror that serves it, or leave "

@@ -267,3 +267,33 @@ def test_an_install_imports_neither_the_lock_verb_nor_rich_for_the_engine():
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["", ""]
+
+
+REFUSED_WHILE_PREFORKED = """
+import os, sys
+import psutil
+from pathlib import Path
+from rich.console import Console
+from toolkit.base.errors import ToolkitError
+from toolkit.env.engine import InstallJob, RattlerEngine
+
+def refused(self, job):  # the archive checks refuse, while py-rattler's copy waits for its arguments
+    assert [c.pid for c in psutil.Process().children()] != [], "no copy was forked"
+    raise ToolkitError("archive.conda: refused")
+
+RattlerEngine.verified = refused
+job = InstallJob(Path("x.conda-lock.yml"), "linux-64", (), (), Path(sys.argv[1]), Path(sys.argv[1]))
+try:
+    RattlerEngine(Console(stderr=True)).install(job)
+except ToolkitError as exc:
+    print(exc, [c.pid for c in psutil.Process().children()])
+"""
+
+
+def test_a_refused_archive_ends_the_copy_forked_to_link_it(tmp_path):
+    """RattlerEngine.install forks py-rattler's copy before it verifies the archives (isolated.prefork); when they
+    are refused, the copy is ended and reaped, not left waiting for arguments that never come."""
+    done = subprocess.run([sys.executable, "-c", REFUSED_WHILE_PREFORKED, str(tmp_path / "staging")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "archive.conda: refused []"

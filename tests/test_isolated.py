@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from toolkit.env.isolated import run_forked
+from toolkit.env.isolated import prefork, run_forked
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,3 +91,68 @@ def test_a_started_fork_runs_beside_this_process_and_a_cancelled_one_is_gone(tmp
     result, stuck, left = done.stdout.splitlines()
     assert result == "True" and left == "no child left"
     assert not psutil.pid_exists(int(stuck))
+
+
+PREFORKED = """
+import gc, os, sys, time
+from pathlib import Path
+from toolkit.base.errors import ToolkitError
+from toolkit.env.isolated import prefork
+
+ready = Path(sys.argv[1])
+
+def prepare():  # the copy's imports, before its arguments exist
+    ready.write_text(str(os.getpid()))
+
+def add(a, b):
+    if a < 0:
+        raise ToolkitError(f"{a}: refused")
+    return (os.getpid(), os.getppid(), a + b)
+
+linker = prefork(add, prepare)
+print(gc.get_freeze_count() == 0, flush=True)  # this process's collector is as it was
+while not ready.exists():  # prepare ran in the copy before this process sent anything
+    time.sleep(0.01)
+pid, parent, total = linker.run(2, 3)
+print(pid == int(ready.read_text()), pid != os.getpid(), parent == os.getpid(), total, flush=True)
+try:
+    prefork(add).run(-1, 0)
+except ToolkitError as exc:
+    print(exc, flush=True)
+waiting = prefork(add)
+print(waiting.forked.pid, flush=True)
+waiting.cancel()  # never given its arguments
+try:
+    os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+except ChildProcessError:
+    print("no child left", flush=True)
+"""
+
+
+def test_a_preforked_copy_prepares_while_this_process_finds_its_arguments_and_a_cancelled_one_is_gone(tmp_path):
+    """prefork: prepare() runs in the copy before run() is called (this process waits for its mark), run gives
+    the copy's result (a ToolkitError as one line), and cancel ends a copy still waiting and reaps it."""
+    import psutil
+
+    done = subprocess.run([sys.executable, "-c", PREFORKED, str(tmp_path / "ready")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    unfrozen, ran, refused, waiting, left = done.stdout.splitlines()
+    assert unfrozen == "True"
+    assert ran == "True True True 5"
+    assert refused == "-1: refused"
+    assert left == "no child left"
+    assert not psutil.pid_exists(int(waiting))
+
+
+def test_with_another_thread_running_a_prefork_runs_in_a_fresh_interpreter():
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        waiting = prefork(os.getppid)
+        assert waiting.forked is None
+        assert waiting.run() != os.getpid()
+    finally:
+        stop.set()
+        other.join()

@@ -447,16 +447,21 @@ class RattlerEngine(CondaEngine):
         """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its
         package cache, kept between installs (Workspace.rattler_cache), where each archive was unpacked once; its
         own bar shows the link at a terminal, a line says it elsewhere. py-rattler runs in a fork of this process
-        (run_forked), which neither starts an interpreter nor imports the toolkit again."""
-        from toolkit.env.isolated import run_forked
-        from toolkit.env.rattler_link import rattler_install
+        (isolated.prefork), which neither starts an interpreter nor imports the toolkit again, forked first: it
+        imports py-rattler while this process verifies the archives it is then given."""
+        from toolkit.env.isolated import prefork
+        from toolkit.env.rattler_link import rattler_imports, rattler_install
 
-        archives = self.verified(job)
+        linker = prefork(rattler_install, rattler_imports)
+        try:
+            archives = self.verified(job)
+        except BaseException:  # a refused archive, Ctrl-C: the waiting copy ends with it
+            linker.cancel()
+            raise
         started = time.perf_counter()
         if not self.console.is_terminal:
             self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
-        count = run_forked(
-            rattler_install,
+        count = linker.run(
             archives,
             str(job.staging),
             str(job.prefix),

@@ -6,12 +6,16 @@ finalization); a worker that skips finalization avoids it, and keeps py-rattler'
 process. `run_isolated` starts a fresh interpreter: the function travels by module and name, its arguments by
 pickle. `run_forked` forks this process instead (no interpreter start, no imports again: most of a warm conda
 install's fixed cost), where that is safe; `start_forked` forks and lets this process go on meanwhile (a lock's
-solve beside its other work). Either way the result comes back by pickle; ToolkitErrors cross back
-as ToolkitErrors, anything else as one line after its traceback.
+solve beside its other work), and `prefork` forks before the arguments are known, so that the copy's imports
+run while this process finds them (a warm install's archive checks). Either way the result comes back by pickle;
+ToolkitErrors cross back as ToolkitErrors, anything else as one line after its traceback. Each fork freezes the
+collector's objects first (gc.freeze): a collection in the copy would otherwise touch every object inherited and
+copy each page it is on (the link of a warm install took a fifth longer).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import pickle
@@ -51,8 +55,7 @@ def run_isolated(function: Callable[..., Any], *args: Any) -> Any:
 def run_forked(function: Callable[..., Any], *args: Any) -> Any:
     """function(*args) in a forked copy of this process (start_forked), else in a worker interpreter
     (run_isolated); its result, or its ToolkitError raised here."""
-    forked = start_forked(function, *args)
-    return run_isolated(function, *args) if forked is None else forked.result()
+    return prefork(function).run(*args)
 
 
 def start_forked(function: Callable[..., Any], *args: Any) -> Forked | None:
@@ -64,13 +67,45 @@ def start_forked(function: Callable[..., Any], *args: Any) -> Forked | None:
     than one thread in this process (threads of native code too: /proc/self/task) there is no fork. The copy
     dies with this process, leaves Ctrl-C to it (which then ends the copy), runs none of its signal handlers (a
     SIGTERM must not remove this run's temporaries twice) and leaves by os._exit: no exit hooks, no finalization."""
+    return _fork(function, lambda: args)
+
+
+def prefork(function: Callable[..., Any], prepare: Callable[[], object] = lambda: None) -> Prefork:
+    """function forked before its arguments are known: the copy runs prepare() at once (the imports function
+    needs: py-rattler's and asyncio's, a third of a warm conda install) while this process finds the arguments
+    (verifies the archives), then waits for them; Prefork.run sends them and gives the result. Where a fork is
+    not safe (start_forked), run starts a worker interpreter instead."""
+    read, write = os.pipe()
+
+    def arguments() -> tuple[Any, ...]:  # in the copy
+        os.close(write)
+        try:
+            prepare()
+        except Exception:  # an import that fails here fails again in function, which says so
+            pass
+        with os.fdopen(read, "rb") as incoming:
+            return tuple(pickle.load(incoming))
+
+    forked = _fork(function, arguments)
+    os.close(read)
+    if forked is None:
+        os.close(write)
+        return Prefork(function, None, None)
+    return Prefork(function, forked, os.fdopen(write, "wb"))
+
+
+def _fork(function: Callable[..., Any], arguments: Callable[[], tuple[Any, ...]]) -> Forked | None:
+    """start_forked's copy, which gets function's arguments from `arguments()` (prefork's wait for them)."""
     if len(os.listdir("/proc/self/task")) > 1:
         return None
     sys.stdout.flush()  # else the copy would write what is still buffered a second time
     sys.stderr.flush()
     parent = os.getpid()
     read, write = os.pipe()
+    gc.freeze()
     pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the copy
         try:
             os.close(read)
@@ -78,7 +113,7 @@ def start_forked(function: Callable[..., Any], *args: Any) -> Forked | None:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
-            data = pickle.dumps(_outcome(function, args))
+            data = pickle.dumps(_outcome(function, arguments()))
             with os.fdopen(write, "wb") as out:
                 out.write(data)
             sys.stdout.flush()
@@ -87,6 +122,33 @@ def start_forked(function: Callable[..., Any], *args: Any) -> Forked | None:
             os._exit(0)
     os.close(write)
     return Forked(function.__qualname__, pid, os.fdopen(read, "rb"))
+
+
+class Prefork:
+    """A function forked ahead of its arguments (prefork): `run` or `cancel` must be called, once."""
+
+    def __init__(
+        self, function: Callable[..., Any], forked: Forked | None, outgoing: BinaryIO | None
+    ) -> None:
+        self.function, self.forked, self.outgoing = function, forked, outgoing
+
+    def run(self, *args: Any) -> Any:
+        """function(*args) in the waiting copy (a worker interpreter where there is none); its result, or its
+        ToolkitError raised here."""
+        if self.forked is None or self.outgoing is None:
+            return run_isolated(self.function, *args)
+        try:
+            with self.outgoing:
+                pickle.dump(args, self.outgoing)
+        except BrokenPipeError:  # the copy is gone: its result says so
+            pass
+        return self.forked.result()
+
+    def cancel(self) -> None:
+        """End the copy (this process stopped before its arguments were found: an archive refused, Ctrl-C)."""
+        if self.forked is not None and self.outgoing is not None:
+            self.outgoing.close()
+            self.forked.cancel()
 
 
 class Forked:
