@@ -450,25 +450,28 @@ class RattlerEngine(CondaEngine):
         (isolated.prefork), which neither starts an interpreter nor imports the toolkit again, forked first: it
         imports py-rattler while this process verifies the archives it is then given."""
         from toolkit.env.isolated import prefork
-        from toolkit.env.rattler_link import rattler_imports, rattler_install
+        from toolkit.env.rattler_link import rattler_imports, rattler_install, write_index_files
 
         linker = prefork(rattler_install, rattler_imports)
-        try:
-            archives = self.verified(job)
-        except BaseException:  # a refused archive, Ctrl-C: the waiting copy ends with it
-            linker.cancel()
-            raise
-        started = time.perf_counter()
-        if not self.console.is_terminal:
-            self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
-        count = linker.run(
-            archives,
-            str(job.staging),
-            str(job.prefix),
-            job.platform,
-            str(Workspace().rattler_cache),
-            self.console.is_terminal,
-        )
+        with owned_dir(Path(tempfile.gettempdir()), "index") as indexes:
+            try:
+                archives = self.verified(job)
+                index_files = write_index_files(archives, indexes)
+            except BaseException:  # a refused archive, Ctrl-C: the waiting copy ends with it
+                linker.cancel()
+                raise
+            started = time.perf_counter()
+            if not self.console.is_terminal:
+                self.console.print(f"linking {len(archives)} conda packages (py-rattler)")
+            count = linker.run(
+                archives,
+                index_files,
+                str(job.staging),
+                str(job.prefix),
+                job.platform,
+                str(Workspace().rattler_cache),
+                self.console.is_terminal,
+            )
         self.console.print(
             f"{count} conda packages installed in {time.perf_counter() - started:.1f} s"
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +41,20 @@ def rattler_imports() -> None:
     import rattler  # noqa: F401
 
 
+def write_index_files(archives: list[VerifiedArchive], directory: Path) -> list[str]:
+    """Each archive's info/index.json as a file (<n>.json in `directory`), which is what py-rattler makes a record
+    from: written by the toolkit while py-rattler's copy imports (off the link's path)."""
+    files = []
+    for n, archive in enumerate(archives):
+        index = directory / f"{n}.json"
+        index.write_bytes(archive.index_json)
+        files.append(str(index))
+    return files
+
+
 def rattler_install(
     archives: list[VerifiedArchive],
+    index_files: list[str],
     prefix: str,
     final_prefix: str,
     platform: str,
@@ -52,28 +63,26 @@ def rattler_install(
 ) -> int:
     """Install verified archives with py-rattler (runs in a forked copy or a worker interpreter); the number installed.
 
-    Each record is made from the archive's own info/index.json with the sha256 the download cache checked and
-    the file's size (PackageRecord.from_index_json), not by py-rattler reading the whole archive again
-    (RepoDataRecord.from_package_archive hashes it, seconds for a CUDA layer): what is installed is what was
-    hashed. py-rattler's package cache is keyed by that sha256, so a warm install links from it. conda-meta
-    then names the lock's URL."""
+    Each record is made from the archive's own info/index.json (`index_files`, write_index_files) with the sha256
+    the download cache checked and the file's size (PackageRecord.from_index_json), not by py-rattler reading the
+    whole archive again (RepoDataRecord.from_package_archive hashes it, seconds for a CUDA layer): what is
+    installed is what was hashed. py-rattler's package cache is keyed by that sha256, so a warm install links
+    from it. conda-meta then names the lock's URL."""
     import asyncio
 
     import rattler
 
-    with tempfile.TemporaryDirectory(prefix="fa-envkit-index-") as tmp:
-        records = []
-        for n, archive in enumerate(archives):
-            index = Path(tmp, f"{n}.json")
-            index.write_bytes(archive.index_json)
-            record = rattler.PackageRecord.from_index_json(
-                index, size=archive.size, sha256=archive.sha256
-            )
-            records.append(
-                rattler.RepoDataRecord(
-                    record, Path(archive.local).name, Path(archive.local).as_uri(), archive.channel
-                )
-            )
+    records = [
+        rattler.RepoDataRecord(
+            rattler.PackageRecord.from_index_json(
+                Path(index), size=archive.size, sha256=archive.sha256
+            ),
+            Path(archive.local).name,
+            Path(archive.local).as_uri(),
+            archive.channel,
+        )
+        for archive, index in zip(archives, index_files, strict=True)
+    ]
     asyncio.run(
         rattler.install(
             records,
