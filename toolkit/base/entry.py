@@ -9,7 +9,9 @@ the verify and bench children run under a line's python that may lack the toolki
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
+import gc
 import os
 import re
 import sys
@@ -44,6 +46,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     # sysconfig fills its table on the first call, unguarded before CPython 3.13: a verb's threads reading it at
     # once (uv's find_uv_bin beside imports in a lock's threads) saw it empty, EXE None, and a traceback
     sysconfig.get_config_vars()
+    end_without_last_collection()
     try:
         with terminate_like_interrupt(announce):
             return main(argv)
@@ -67,6 +70,23 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
         first = announced[0] if announced else exc
         announce(first)
         return 143 if isinstance(first, Terminated) else 130
+
+
+def end_without_last_collection() -> None:
+    """At this process's exit, freeze the collector's objects (gc.freeze) before the interpreter finalizes: its
+    finalization otherwise runs a collection over every object the verb made and imported, 0.02 s
+    of a warm install and 0.12-0.15 s of a conda line's lock (pydantic's and conda-lock's), a tenth of each.
+    Frozen objects are still released by their reference counts; only garbage in reference cycles is left to
+    the process's end, and the toolkit closes its files and removes its temporaries itself (`with`), never in a
+    finalizer. Registered once a process, before the verb runs: the exit handlers its libraries register (their
+    temporaries' removal) run before it, and freezing stops none of those registered earlier."""
+    global _EXIT_FREEZE_REGISTERED
+    if not _EXIT_FREEZE_REGISTERED:
+        atexit.register(gc.freeze)
+        _EXIT_FREEZE_REGISTERED = True
+
+
+_EXIT_FREEZE_REGISTERED = False
 
 
 def interrupted_line(exc: KeyboardInterrupt) -> str:
