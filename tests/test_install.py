@@ -3,6 +3,7 @@ layer with pip --require-hashes --no-deps; tampering and interruptions leave not
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -139,6 +140,24 @@ def test_a_warm_install_hardlinks_from_the_toolkits_rattler_cache(lock_over_http
         assert (installed.st_ino, installed.st_dev) == (unpacked.st_ino, unpacked.st_dev)
     assert cached.stat().st_nlink == 3 and cached.stat().st_mtime_ns == unpacked.st_mtime_ns  # not unpacked again
     assert (second / "etc" / "nvcc.profile").read_text() == f"TOP = {second}\n"  # patched: a copy of its own
+
+
+def test_clearing_the_caches_leaves_an_installed_environment_whole(lock_over_http, tmp_path, isolated_caches, capsys):
+    """`toolkit caches clear` after an install: the environment's files (hard links into py-rattler's cache, uv's
+    wheels) keep their bytes, and the next install downloads and links again."""
+    prefix = install_line("cu126", tmp_path / "env", Workspace(locks=lock_over_http.parent), backend="rattler",
+                          platform="linux-64")
+    files = sorted(p for p in prefix.rglob("*") if p.is_file() and not p.is_symlink())
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    assert (prefix / "lib" / "libcudart.so.fixture").stat().st_nlink == 2  # linked from the cache
+    assert main(["caches", "clear"]) == 0
+    capsys.readouterr()
+    assert not (isolated_caches / "fa-envkit" / "rattler-pkgs").exists()
+    assert not (isolated_caches / "fa-envkit" / "conda-pkgs").exists()
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in files} == before
+    again = install_line("cu126", tmp_path / "again", Workspace(locks=lock_over_http.parent), backend="rattler",
+                         platform="linux-64")
+    assert (again / "lib" / "libcudart.so.fixture").read_bytes() == (prefix / "lib" / "libcudart.so.fixture").read_bytes()
 
 
 def test_if_stale_leaves_an_environment_of_the_same_lock_as_it_is(lock_over_http, tmp_path, isolated_caches):

@@ -39,6 +39,10 @@ VERBS: dict[str, Verb] = {
         "toolkit.env.lock", "lock lines' conda + pip layers into locks/<line>.conda-lock.yml"
     ),
     "install": Verb("toolkit.env.install", "create a line's environment from its lock"),
+    "caches": Verb(
+        "toolkit.env.caches",
+        "the toolkit's caches on this machine: their sizes (`caches [show]`), `caches prune`, `caches clear`",
+    ),
     "modules": Verb("toolkit.site.modules", "write Lmod / Tcl modulefiles for the installed lines"),
     "publish": Verb(
         "toolkit.site.publish",

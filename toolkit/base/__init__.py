@@ -56,6 +56,7 @@ PUBLIC = (
     "paths.folder_argument",
     "paths.plain_path",
     "paths.printable",
+    "paths.tree_bytes",
     "typed.adapter",
     "versioned.Format",
     "workspace.BUILD_RECORD_SUFFIX",

@@ -42,6 +42,7 @@ from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import held_if_free, lock_file_for, locked
 from toolkit.base.jsonfile import read_json
+from toolkit.base.paths import tree_bytes
 from toolkit.build.source import SourceTree, WheelSource
 
 KEY = re.compile(r"[0-9a-f]{64}")
@@ -194,17 +195,6 @@ def discard(folder: Path) -> bool:
             remove_path(folder)
             lock_file_for(folder).unlink(missing_ok=True)
         return free
-
-
-def tree_bytes(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def prune(

@@ -5,6 +5,7 @@ the install record.
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
 # holds every import across wings to this list and every entry to a use).
 PUBLIC = (
+    "caches.register",
     "download.fetch_content_pinned",
     "download.fetch_verified",
     "engine.InstallJob",

@@ -1,0 +1,205 @@
+"""`toolkit caches`: the toolkit's caches on this machine ($XDG_CACHE_HOME/fa-envkit, shared by every project of the
+user), what each holds and its size (`show`, the default step); `prune`, what no install reads again (uv's
+unreachable entries, the folders earlier versions of the toolkit kept there); `clear`, all of them.
+
+They only grow otherwise: uv's holds every pip layer's wheels unpacked (a CUDA torch line: 4-6 GB a torch
+version), the verified conda archives and py-rattler's unpacked copies of them each a CUDA layer's size again.
+An environment already installed never reads a cache: py-rattler and uv link or copy each file into it (a hard
+link keeps its data when the cache's name for it goes), so removing one costs only the next install's downloads.
+
+A cache folder that is a symbolic link (one moved to a scratch filesystem) is shown and left as it is: nothing
+outside the toolkit's own folders is removed. A folder is first renamed into a temporary of the toolkit's, then
+removed, so an install running meanwhile sees it whole or not at all (it may then fail in one line, its
+environment left as it was: run it again), and one a killed `clear` left is removed by the next (clean_stale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolkit.base.arguments import add_json
+from toolkit.base.atomic import checkpoint, clean_stale, owned_dir
+from toolkit.base.entry import add_verb_with_default_step
+from toolkit.base.errors import ToolkitError
+from toolkit.base.paths import tree_bytes
+from toolkit.base.workspace import Workspace
+
+# Folders an earlier version of the toolkit kept in the user's cache, which nothing reads now.
+FORMER = {
+    "wheels": "the pip layers' verified wheels, as versions before uv installed them kept them (uv's cache has "
+    "them now)",
+}
+
+
+@dataclass(frozen=True)
+class CacheFolder:
+    """One of the toolkit's cache folders, as `show` reports it."""
+
+    name: str
+    path: str
+    holds: str
+    former: bool  # kept by an earlier version: nothing reads it now
+    size_bytes: int
+    link_to: str | None  # a symbolic link's target: shown, never removed
+
+    @property
+    def removable(self) -> bool:
+        return self.link_to is None and os.path.isdir(self.path)
+
+
+def cache_folders(workspace: Workspace) -> list[CacheFolder]:
+    """Every folder the toolkit keeps in the user's cache (those that do not exist too, as 0 bytes)."""
+    kinds = [
+        (workspace.uv_cache, "uv's cache: the pip layers' wheels, downloaded and unpacked", False),
+        (workspace.conda_package_cache, "the verified conda archives", False),
+        (workspace.rattler_cache, "py-rattler's package cache: those archives unpacked", False),
+        *((workspace.user_cache / name, holds, True) for name, holds in FORMER.items()),
+    ]
+    return [
+        CacheFolder(
+            name=path.name,
+            path=str(path),
+            holds=holds,
+            former=former,
+            size_bytes=0 if path.is_symlink() else tree_bytes(path),
+            link_to=os.readlink(path) if path.is_symlink() else None,
+        )
+        for path, holds, former in kinds
+    ]
+
+
+def remove_folder(folder: CacheFolder, user_cache: Path) -> None:
+    """The folder renamed into a temporary of the toolkit's beside it (an install sees it whole or not at all),
+    then removed; a rename refused is one line."""
+    with owned_dir(user_cache, f"removing-{folder.name}") as gone:
+        try:
+            os.rename(folder.path, gone / folder.name)
+        except OSError as exc:
+            raise ToolkitError(
+                f"{folder.path}: cannot remove it ({exc.strerror}); nothing of it was removed"
+            ) from None
+        checkpoint("caches:remove")
+
+
+def uv_cache_command(step: str, folder: CacheFolder) -> None:
+    """`uv cache prune` / `uv cache clean` of uv's cache: uv's own rules for what is unreachable, under uv's lock
+    on its cache, read-only entries included."""
+    from toolkit.base.children import run_tied
+    from toolkit.env.engine import locking_environment
+    from toolkit.env.pypi_lock import uv_executable
+
+    done = run_tied(
+        [uv_executable(), "cache", step, "--cache-dir", folder.path],
+        capture_output=True,
+        text=True,
+        env=locking_environment(),
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"{folder.path}: `uv cache {step}` failed ({last})")
+
+
+def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, int]]:
+    """`prune` (everything False) or `clear`; each folder acted on with the bytes it has now."""
+    if not workspace.user_cache.is_dir():
+        if os.path.lexists(workspace.user_cache):
+            raise ToolkitError(
+                f"{workspace.user_cache}: not a folder, and the toolkit's caches would be in it: move it away "
+                f"(or set XDG_CACHE_HOME to another folder); nothing was removed"
+            )
+        return []  # no cache yet: nothing to remove
+    clean_stale(workspace.user_cache)  # what a killed `clear` left
+    done = []
+    for folder in cache_folders(workspace):
+        if not folder.removable:
+            continue
+        if folder.path == str(workspace.uv_cache):
+            uv_cache_command("clean" if everything else "prune", folder)
+        elif everything or folder.former:
+            remove_folder(folder, workspace.user_cache)
+        else:
+            continue
+        done.append((folder, tree_bytes(Path(folder.path))))
+    return done
+
+
+def size_text(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+def caches_show_command(args: argparse.Namespace) -> int:
+    workspace = Workspace()
+    if workspace.user_cache.is_dir():
+        clean_stale(workspace.user_cache)  # what a killed `clear` left, not counted anywhere
+    folders = cache_folders(workspace)
+    if args.json:
+        print(json.dumps([asdict(f) for f in folders], indent=2))
+        return 0
+    for f in folders:
+        where = f"{f.path} -> {f.link_to} (a link: left to you)" if f.link_to else f.path
+        state = "" if os.path.lexists(f.path) else " (none)"
+        former = " (an earlier version's: `toolkit caches prune` removes it)" if f.former else ""
+        print(f"{size_text(f.size_bytes):>9}  {where}{state}\n           {f.holds}{former}")
+    total = sum(f.size_bytes for f in folders)
+    print(f"{size_text(total):>9}  in all")
+    return 0
+
+
+def caches_prune_command(args: argparse.Namespace) -> int:
+    return report(shrink(Workspace(), everything=False))
+
+
+def caches_clear_command(args: argparse.Namespace) -> int:
+    return report(shrink(Workspace(), everything=True))
+
+
+def report(done: list[tuple[CacheFolder, int]]) -> int:
+    for folder, left in done:
+        print(
+            f"{folder.path}: {size_text(folder.size_bytes)} -> {size_text(left)}"
+            + (" (removed)" if not os.path.lexists(folder.path) else "")
+        )
+    freed = sum(folder.size_bytes - left for folder, left in done)
+    print(f"{size_text(freed)} freed")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_verb_with_default_step(
+        subparsers,
+        "caches",
+        "show",
+        description="`toolkit caches [show]`: the toolkit's caches in $XDG_CACHE_HOME/fa-envkit (~/.cache/fa-envkit), "
+        "what each holds and its size. `toolkit caches prune`: what no install reads again (uv's unreachable "
+        "entries, folders an earlier version kept). `toolkit caches clear`: all of them, downloaded again when next "
+        "needed; installed environments keep working (their files are links or copies, not references).",
+    )
+    steps = parser.add_subparsers(
+        title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
+    )
+    show = steps.add_parser(
+        "show",
+        help="each cache folder, what it holds and its size",
+        description="Each of the toolkit's cache folders in $XDG_CACHE_HOME/fa-envkit: its path (a symbolic link "
+        "with its target: never removed), what it holds and the bytes of its files.",
+    )
+    add_json(show)
+    show.set_defaults(func=caches_show_command)
+    prune = steps.add_parser(
+        "prune",
+        help="remove what no install reads again (uv's unreachable entries, former folders)",
+        description="`uv cache prune` of uv's cache (uv's own rules), and the folders an earlier version of "
+        "the toolkit kept there; the verified conda archives and py-rattler's cache stay.",
+    )
+    prune.set_defaults(func=caches_prune_command)
+    clear = steps.add_parser(
+        "clear",
+        help="remove every cache folder (downloaded again when next needed)",
+        description="Every cache folder removed (uv's by `uv cache clean`); the next install downloads what it "
+        "needs again. Installed environments keep working: their files are links or copies.",
+    )
+    clear.set_defaults(func=caches_clear_command)
