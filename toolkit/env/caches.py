@@ -181,25 +181,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     steps = parser.add_subparsers(
         title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
     )
-    show = steps.add_parser(
+    for name, help, description, handler in STEPS:
+        step = steps.add_parser(name, help=help, description=description)
+        if name == "show":
+            add_json(step)
+        step.set_defaults(func=handler)
+
+
+# each step: its name, help line, description and handler
+STEPS = (
+    (
         "show",
-        help="each cache folder, what it holds and its size",
-        description="Each of the toolkit's cache folders in $XDG_CACHE_HOME/fa-envkit: its path (a symbolic link "
-        "with its target: never removed), what it holds and the bytes of its files.",
-    )
-    add_json(show)
-    show.set_defaults(func=caches_show_command)
-    prune = steps.add_parser(
+        "each cache folder, what it holds and its size",
+        "Each of the toolkit's cache folders in $XDG_CACHE_HOME/fa-envkit: its path (a symbolic link with its "
+        "target: never removed), what it holds and the bytes of its files.",
+        caches_show_command,
+    ),
+    (
         "prune",
-        help="remove what no install reads again (uv's unreachable entries, former folders)",
-        description="`uv cache prune` of uv's cache (uv's own rules), and the folders an earlier version of "
-        "the toolkit kept there; the verified conda archives and py-rattler's cache stay.",
-    )
-    prune.set_defaults(func=caches_prune_command)
-    clear = steps.add_parser(
+        "remove what no install reads again (uv's unreachable entries, former folders)",
+        "`uv cache prune` of uv's cache (uv's own rules), and the folders an earlier version of the toolkit kept "
+        "there; the verified conda archives and py-rattler's cache stay.",
+        caches_prune_command,
+    ),
+    (
         "clear",
-        help="remove every cache folder (downloaded again when next needed)",
-        description="Every cache folder removed (uv's by `uv cache clean`); the next install downloads what it "
-        "needs again. Installed environments keep working: their files are links or copies.",
-    )
-    clear.set_defaults(func=caches_clear_command)
+        "remove every cache folder (downloaded again when next needed)",
+        "Every cache folder removed (uv's by `uv cache clean`); the next install downloads what it needs again. "
+        "Installed environments keep working: their files are links or copies.",
+        caches_clear_command,
+    ),
+)
