@@ -87,7 +87,7 @@ def test_clear_removes_every_folder_and_frees_their_bytes(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert sum(find_bytes(tmp_path / "fa-envkit" / name) for name in FOLDERS) == 0
     assert f"{before / 1e6:.1f} MB freed" in out
-    assert sorted(p.name for p in (tmp_path / "fa-envkit").iterdir()) == ["uv"]  # uv keeps its empty cache
+    assert sorted(p.name for p in (tmp_path / "fa-envkit").iterdir()) == ["in-use.lock", "uv"]  # uv keeps its empty cache
 
 
 def test_a_cache_folder_that_is_a_link_is_shown_and_left(tmp_path, monkeypatch, capsys):
@@ -156,3 +156,36 @@ def test_no_cache_yet_is_nothing_to_remove(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "none"))
     assert main(["caches", "clear"]) == 0
     assert capsys.readouterr().out == "0.0 MB freed\n" and not (tmp_path / "none").exists()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from toolkit.base.fslock import locked
+with locked(Path(sys.argv[1]), shared=True):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_nothing_is_removed_while_an_install_holds_the_caches(tmp_path, monkeypatch, capsys):
+    """An install holds the caches' lock shared (RattlerEngine.install, install_pip_layer): prune and clear refuse
+    in one line, remove nothing, and work once it has ended."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fill(tmp_path)
+    before = {name: digest(tmp_path / "fa-envkit" / name) for name in FOLDERS}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "fa-envkit" / "in-use")], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for step in ("prune", "clear"):
+            assert main(["caches", step]) == 1
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "a running install is using the caches" in err
+        assert {name: digest(tmp_path / "fa-envkit" / name) for name in FOLDERS} == before
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert main(["caches", "clear"]) == 0
+    capsys.readouterr()
+    assert not (tmp_path / "fa-envkit" / "conda-pkgs").exists()

@@ -9,6 +9,8 @@ test_hostile_lock_install.py; here the lock itself and `fa4 cache-install`'s unp
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from test_fa4_jit_cache_install import FP, KEY, A, artifact, entry
 from test_hostile_spec import bounded
 
 from toolkit.base.errors import ToolkitError
-from toolkit.base.fslock import locked
+from toolkit.base.fslock import held_if_free, lock_file_for, locked
 from toolkit.fa4 import jit as fa4_jit
 
 
@@ -112,3 +114,35 @@ def test_a_refused_cache_install_leaves_no_dest_lock(tmp_path):
     with pytest.raises(ToolkitError, match="holds files no cache-install wrote"):
         fa4_jit.unpack(record, KEY, dest)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "wh"]
+
+
+SHARED_HOLDER = """
+import sys, time
+from pathlib import Path
+from toolkit.base.fslock import locked
+with locked(Path(sys.argv[1]), shared=True):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_shared_holders_hold_together_and_keep_out_an_exclusive_one(tmp_path, capsys):
+    """locked(shared=True): a second shared holder takes it at once (no wait said), an exclusive one finds it
+    taken; a shared holder whose body fails leaves the lock file (another may hold it)."""
+    entry = tmp_path / "in-use"
+    holder = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(entry)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with locked(entry, shared=True):
+            with held_if_free(entry) as free:
+                assert free is False
+        assert "waiting" not in capsys.readouterr().err
+        with pytest.raises(RuntimeError), locked(tmp_path / "other", shared=True):
+            raise RuntimeError("the body failed")
+        assert lock_file_for(tmp_path / "other").exists()
+    finally:
+        holder.kill()
+        holder.communicate()
+    with held_if_free(entry) as free:
+        assert free is True

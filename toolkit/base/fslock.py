@@ -39,25 +39,27 @@ def lock_file_for(entry: Path) -> Path:
 
 
 @contextmanager
-def locked(entry: Path) -> Iterator[Path]:
-    """Hold the exclusive lock on `entry` for the body; waits (saying so once) while another holder has it."""
+def locked(entry: Path, shared: bool = False) -> Iterator[Path]:
+    """Hold the exclusive lock on `entry` for the body (`shared`: a shared one, which excludes only an exclusive
+    holder); waits (saying so once) while another holder has it."""
     lock_file = lock_file_for(entry)
+    operation = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     said = False
     while True:
         fd, created = _open(lock_file)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not said:
                     print(
-                        f"waiting for {display_path(lock_file)} (another job is writing "
-                        f"{display_path(Path(entry))})",
+                        f"waiting for {display_path(lock_file)} (another job is "
+                        f"{'removing' if shared else 'writing'} {display_path(Path(entry))})",
                         file=sys.stderr,
                         flush=True,
                     )
                     said = True
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, operation)
             if _still_named(fd, lock_file):
                 break
         except BaseException:
@@ -67,7 +69,7 @@ def locked(entry: Path) -> Iterator[Path]:
     try:
         yield lock_file
     except BaseException:
-        if created:
+        if created and not shared:  # a shared lock's file: another holder may hold it too
             lock_file.unlink(
                 missing_ok=True
             )  # before the unlock: a waiter then finds the name gone

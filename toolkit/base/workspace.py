@@ -149,6 +149,12 @@ class Workspace:
         """uv's cache for the pip layers (each verified wheel unpacked once, linked into each environment)."""
         return self.user_cache / "uv"
 
+    @property
+    def caches_in_use(self) -> Path:
+        """The entry whose lock every install holds, shared, while it reads or fills the caches above, and `toolkit
+        caches prune/clear` exclusively while it removes them (base/fslock.py: `in-use.lock`)."""
+        return self.user_cache / "in-use"
+
     def options(self) -> list[str]:
         """The --envs/--locks/--wheelhouse words that ask a verb for this workspace (none for the default)."""
         return [

@@ -8,9 +8,10 @@ An environment already installed never reads a cache: py-rattler and uv link or 
 link keeps its data when the cache's name for it goes), so removing one costs only the next install's downloads.
 
 A cache folder that is a symbolic link (one moved to a scratch filesystem) is shown and left as it is: nothing
-outside the toolkit's own folders is removed. A folder is first renamed into a temporary of the toolkit's, then
-removed, so an install running meanwhile sees it whole or not at all (it may then fail in one line, its
-environment left as it was: run it again), and one a killed `clear` left is removed by the next (clean_stale).
+outside the toolkit's own folders is removed. Every install holds a shared lock on the caches while it uses them
+(Workspace.caches_in_use): `prune` and `clear` remove nothing while one runs (one line says so), and an install
+started meanwhile waits for them. A folder is renamed into a temporary of the toolkit's before it is removed, so
+one that a killed `clear` left is no cache any more, and the next `caches` run removes it (clean_stale).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from toolkit.base.arguments import add_json
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir
 from toolkit.base.entry import add_verb_with_default_step
 from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import held_if_free, lock_file_for
 from toolkit.base.paths import tree_bytes
 from toolkit.base.workspace import Workspace
 
@@ -114,16 +116,23 @@ def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, in
         return []  # no cache yet: nothing to remove
     clean_stale(workspace.user_cache)  # what a killed `clear` left
     done = []
-    for folder in cache_folders(workspace):
-        if not folder.removable:
-            continue
-        if folder.path == str(workspace.uv_cache):
-            uv_cache_command("clean" if everything else "prune", folder)
-        elif everything or folder.former:
-            remove_folder(folder, workspace.user_cache)
-        else:
-            continue
-        done.append((folder, tree_bytes(Path(folder.path))))
+    with held_if_free(workspace.caches_in_use) as free:
+        if not free:
+            raise ToolkitError(
+                f"{workspace.user_cache}: a running install is using the caches (it holds "
+                f"{lock_file_for(workspace.caches_in_use).name}): run `toolkit caches "
+                f"{'clear' if everything else 'prune'}` again when it has ended; nothing was removed"
+            )
+        for folder in cache_folders(workspace):
+            if not folder.removable:
+                continue
+            if folder.path == str(workspace.uv_cache):
+                uv_cache_command("clean" if everything else "prune", folder)
+            elif everything or folder.former:
+                remove_folder(folder, workspace.user_cache)
+            else:
+                continue
+            done.append((folder, tree_bytes(Path(folder.path))))
     return done
 
 

@@ -37,6 +37,7 @@ from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.entry import add_option_alias
 from toolkit.base.errors import ToolkitError
+from toolkit.base.fslock import locked
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
 from toolkit.env.lockfile import (
@@ -453,7 +454,10 @@ class RattlerEngine(CondaEngine):
         from toolkit.env.rattler_link import rattler_imports, rattler_install, write_index_files
 
         linker = prefork(rattler_install, rattler_imports)
-        with owned_dir(Path(tempfile.gettempdir()), "index") as indexes:
+        with (
+            locked(Workspace().caches_in_use, shared=True),  # no `toolkit caches clear` meanwhile
+            owned_dir(Path(tempfile.gettempdir()), "index") as indexes,
+        ):
             try:
                 archives = self.verified(job)
                 index_files = write_index_files(archives, indexes)
@@ -563,10 +567,13 @@ def install_pip_layer(
             f"{staging}: the conda layer has no bin/python for the pip layer (lock python)"
         )
     started = time.perf_counter()
-    if seed:
-        run_uv_install(list(seed), staging, console, lock_file, compile_bytecode=False)
-    if packages:
-        run_uv_install(packages, staging, console, lock_file, compile_bytecode=True)
+    with locked(
+        Workspace().caches_in_use, shared=True
+    ):  # uv's cache: no `toolkit caches clear` meanwhile
+        if seed:
+            run_uv_install(list(seed), staging, console, lock_file, compile_bytecode=False)
+        if packages:
+            run_uv_install(packages, staging, console, lock_file, compile_bytecode=True)
     checked_metadata([*seed, *packages], staging, lock_file, closure)
     console.print(
         f"{len(packages) + len(seed)} pip packages installed with uv in "

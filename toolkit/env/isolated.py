@@ -142,7 +142,9 @@ class Prefork:
                 pickle.dump(args, self.outgoing)
         except BrokenPipeError:  # the copy is gone: its result says so
             pass
-        except BaseException:  # Ctrl-C, SIGTERM while sending: the copy ends before this process goes on
+        except (
+            BaseException
+        ):  # Ctrl-C, SIGTERM while sending: the copy ends before this process goes on
             self.forked.cancel()
             raise
         return self.forked.result()
