@@ -453,11 +453,11 @@ class RattlerEngine(CondaEngine):
         from toolkit.env.isolated import prefork
         from toolkit.env.rattler_link import rattler_imports, rattler_install, write_index_files
 
-        linker = prefork(rattler_install, rattler_imports)
         with (
             locked(Workspace().caches_in_use, shared=True),  # no `toolkit caches clear` meanwhile
             owned_dir(Path(tempfile.gettempdir()), "index") as indexes,
         ):
+            linker = prefork(rattler_install, rattler_imports)
             try:
                 archives = self.verified(job)
                 index_files = write_index_files(archives, indexes)
