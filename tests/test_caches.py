@@ -138,6 +138,8 @@ def test_a_strange_cache_home_touches_only_the_toolkits_folders(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", hostile)
     found = shown(capsys)
     assert all(f["path"].startswith(os.path.join(hostile, "fa-envkit") + os.sep) for f in found.values())
+    assert main(["caches"]) == 0  # the table: one line a folder and one for what it holds, whatever the path
+    assert len(capsys.readouterr().out.splitlines()) == 2 * len(found) + 1
 
 
 def test_a_cache_home_that_is_a_file_is_one_line_and_nothing_is_removed(tmp_path, monkeypatch, capsys):

@@ -27,7 +27,7 @@ from toolkit.base.atomic import checkpoint, clean_stale, owned_dir
 from toolkit.base.entry import add_verb_with_default_step
 from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import held_if_free, lock_file_for
-from toolkit.base.paths import tree_bytes
+from toolkit.base.paths import printable, tree_bytes
 from toolkit.base.workspace import Workspace
 
 # Folders an earlier version of the toolkit kept in the user's cache, which nothing reads now.
@@ -82,7 +82,7 @@ def remove_folder(folder: CacheFolder, user_cache: Path) -> None:
             os.rename(folder.path, gone / folder.name)
         except OSError as exc:
             raise ToolkitError(
-                f"{folder.path}: cannot remove it ({exc.strerror}); nothing of it was removed"
+                f"{printable(folder.path)}: cannot remove it ({exc.strerror}); nothing of it was removed"
             ) from None
         checkpoint("caches:remove")
 
@@ -102,7 +102,9 @@ def uv_cache_command(step: str, folder: CacheFolder) -> None:
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"{folder.path}: `uv cache {step}` failed ({last})")
+        raise ToolkitError(
+            f"{printable(folder.path)}: `uv cache {step}` failed ({printable(last)})"
+        )
 
 
 def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, int]]:
@@ -110,7 +112,7 @@ def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, in
     if not workspace.user_cache.is_dir():
         if os.path.lexists(workspace.user_cache):
             raise ToolkitError(
-                f"{workspace.user_cache}: not a folder, and the toolkit's caches would be in it: move it away "
+                f"{printable(str(workspace.user_cache))}: not a folder, and the toolkit's caches would be in it: move it away "
                 f"(or set XDG_CACHE_HOME to another folder); nothing was removed"
             )
         return []  # no cache yet: nothing to remove
@@ -119,7 +121,7 @@ def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, in
     with held_if_free(workspace.caches_in_use) as free:
         if not free:
             raise ToolkitError(
-                f"{workspace.user_cache}: a running install is using the caches (it holds "
+                f"{printable(str(workspace.user_cache))}: a running install is using the caches (it holds "
                 f"{lock_file_for(workspace.caches_in_use).name}): run `toolkit caches "
                 f"{'clear' if everything else 'prune'}` again when it has ended; nothing was removed"
             )
@@ -149,7 +151,7 @@ def caches_show_command(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(f) for f in folders], indent=2))
         return 0
     for f in folders:
-        where = f"{f.path} -> {f.link_to} (a link: left to you)" if f.link_to else f.path
+        where = printable(f"{f.path} -> {f.link_to} (a link: left to you)" if f.link_to else f.path)
         state = "" if os.path.lexists(f.path) else " (none)"
         former = " (an earlier version's: `toolkit caches prune` removes it)" if f.former else ""
         print(f"{size_text(f.size_bytes):>9}  {where}{state}\n           {f.holds}{former}")
@@ -169,7 +171,7 @@ def caches_clear_command(args: argparse.Namespace) -> int:
 def report(done: list[tuple[CacheFolder, int]]) -> int:
     for folder, left in done:
         print(
-            f"{folder.path}: {size_text(folder.size_bytes)} -> {size_text(left)}"
+            f"{printable(folder.path)}: {size_text(folder.size_bytes)} -> {size_text(left)}"
             + (" (removed)" if not os.path.lexists(folder.path) else "")
         )
     freed = sum(folder.size_bytes - left for folder, left in done)
