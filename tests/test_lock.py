@@ -393,6 +393,39 @@ def test_pip_entries_are_the_targets_wheels_with_the_dependencies_their_metadata
         assert {p.url.rsplit("/", 1)[-1] for layer in layers.values() for p in layer.packages} <= ranged
 
 
+def test_every_platforms_wheels_are_read_once_each_side_by_side(tmp_path, monkeypatch):
+    """lock_pip_targets reads the METADATA of every platform's wheels in one go, each file once: a py3 wheel both
+    platforms install (the fixture's torch and typing-extensions) is read once, not once a platform."""
+    from collections import Counter
+
+    from toolkit.env import pypi_lock
+    from toolkit.env.lock import lock_pip_targets
+
+    files = dependency_index(tmp_path / "index")
+    reads: Counter[str] = Counter()
+    read = pypi_lock._wheel_metadata
+
+    def counted(wheel, downloads):
+        reads[wheel.url] += 1
+        return read(wheel, downloads)
+
+    monkeypatch.setattr(pypi_lock, "_wheel_metadata", counted)
+    server = serve_with_ranges(tmp_path / "index")
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        layers = lock_pip_targets(["torch==2.9.1"], [f"{url}/simple"],
+                                  [PipTarget(p, "3.11", "2.28") for p in ("linux-64", "linux-aarch64")],
+                                  "toolkit lock test")
+    finally:
+        server.shutdown()
+        server.server_close()
+    locked = {p.url for layer in layers for p in layer.packages}
+    shared = {p.url for p in layers[0].packages} & {p.url for p in layers[1].packages}
+    assert set(reads) == locked and set(reads.values()) == {1}
+    shared_files = {u.rsplit("/", 1)[-1] for u in shared}  # the fixture's: torch's and typing-extensions' py3 wheels
+    assert shared_files == {name for name in files if name.startswith(("torch-", "typing_extensions-"))}
+
+
 @pytest.mark.network
 def test_flash_attn_sdist_pin_from_pypi():
     from toolkit.env.lock import fetch_sdist_pin

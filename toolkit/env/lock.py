@@ -264,15 +264,26 @@ def lock_pip_targets(
                 locking_environment(),
                 lambda: (meanwhile(), pypi_lock.uv_version(uv)),  # the version the lock records
             )
-            for workdir, target in zip(workdirs, targets):
-                wheels = pypi_lock.pylock_wheels(
+            wheels_of = [
+                pypi_lock.pylock_wheels(
                     (workdir / PIP_PYLOCK).read_text(),
                     f"uv's pylock.toml of {target.platform}",
                     target.platform,
                     target.python,
                     target.glibc,
                 )
-                metadata = pypi_lock.wheel_metadata_of(wheels, workdir / "wheels")
+                for workdir, target in zip(workdirs, targets)
+            ]
+            # every platform's wheels read side by side, each file once (a pure-Python wheel is every platform's)
+            unique = {w.url: w for wheels in wheels_of for w in wheels}
+            metadata_at = dict(
+                zip(
+                    unique,
+                    pypi_lock.wheel_metadata_of(list(unique.values()), workdirs[0] / "wheels"),
+                )
+            )
+            for workdir, target, wheels in zip(workdirs, targets, wheels_of):
+                metadata = [metadata_at[w.url] for w in wheels]
                 packages = pip_entries(wheels, metadata, target)
                 console.print(
                     f"{target.platform}: {len(packages)} pip packages pinned (uv) "
