@@ -91,7 +91,8 @@ def workspace_actions(parser: argparse.ArgumentParser) -> dict[str, tuple]:
 NO_WORKSPACE = {("explain",), ("matrix",), ("knowledge",), ("knowledge", "check-updates"), ("fa4",), ("fa4", "fetch"),
                 ("fa4", "install"), ("fa4", "join"), ("fa4", "env"), ("fa4", "cache-install"),
                 ("fa4", "recommend"), ("fa4", "warm"), ("recommend",),  # fa4 recommend: only refused now
-                ("export",)}  # export reads a published index alone: no spec, lock or wheelhouse of this checkout
+                ("export",),  # export reads a published index alone: no spec, lock or wheelhouse of this checkout
+                ("caches",), ("caches", "show"), ("caches", "prune"), ("caches", "clear")}  # the user's caches only
 
 
 def test_every_verb_declares_the_workspace_options_once_with_one_help_text():
