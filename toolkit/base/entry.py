@@ -216,15 +216,18 @@ class DefaultStep(argparse.ArgumentParser):
 
 def add_verb_with_default_step(
     verbs: argparse._SubParsersAction, name: str, default_step: str, **kwargs: Any
-) -> argparse.ArgumentParser:
+) -> argparse._SubParsersAction:
     """A verb whose steps are verbs of their own (`matrix show`, `matrix run`), where words that name no step
     go to `default_step`: `toolkit matrix --json`, `toolkit matrix cu126` are `toolkit matrix show ...`, as the
-    README spells them. Add the steps with add_subparsers(parser_class=argparse.ArgumentParser)."""
+    README spells them. Returns what its steps are added to (`add_parser`), as plain parsers: a step is no
+    DefaultStep of its own."""
     prog = verbs.add_parser(name).prog  # its prog (the entry lists the verb: toolkit/cli.py)
     parser = DefaultStep(prog=prog, **kwargs)
     parser.default_step = default_step
     verbs.choices[name] = parser
-    return parser
+    return parser.add_subparsers(
+        title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
+    )
 
 
 def parse_verb_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,8 +54,11 @@ class CacheFolder:
         return self.link_to is None and os.path.isdir(self.path)
 
 
-def cache_folders(workspace: Workspace) -> list[CacheFolder]:
-    """Every folder the toolkit keeps in the user's cache (those that do not exist too, as 0 bytes)."""
+def cache_folders(
+    workspace: Workspace, acted_on: Callable[[Path, bool], bool] = lambda path, former: True
+) -> list[CacheFolder]:
+    """Every folder the toolkit keeps in the user's cache (those that do not exist too, as 0 bytes), or those
+    `acted_on(path, former)` picks: only their files are walked for their size."""
     kinds = [
         (workspace.uv_cache, "uv's cache: the pip layers' wheels, downloaded and unpacked", False),
         (workspace.conda_package_cache, "the verified conda archives", False),
@@ -71,6 +75,7 @@ def cache_folders(workspace: Workspace) -> list[CacheFolder]:
             link_to=os.readlink(path) if path.is_symlink() else None,
         )
         for path, holds, former in kinds
+        if acted_on(path, former)
     ]
 
 
@@ -125,15 +130,18 @@ def shrink(workspace: Workspace, everything: bool) -> list[tuple[CacheFolder, in
                 f"{lock_file_for(workspace.caches_in_use).name}): run `toolkit caches "
                 f"{'clear' if everything else 'prune'}` again when it has ended; nothing was removed"
             )
-        for folder in cache_folders(workspace):
+
+        # prune: uv's (by uv's rules) and the former folders
+        def acted_on(path: Path, former: bool) -> bool:
+            return everything or former or path == workspace.uv_cache
+
+        for folder in cache_folders(workspace, acted_on):  # the others' files are not even walked
             if not folder.removable:
                 continue
             if folder.path == str(workspace.uv_cache):
                 uv_cache_command("clean" if everything else "prune", folder)
-            elif everything or folder.former:
-                remove_folder(folder, workspace.user_cache)
             else:
-                continue
+                remove_folder(folder, workspace.user_cache)
             done.append((folder, tree_bytes(Path(folder.path))))
     return done
 
@@ -180,7 +188,7 @@ def report(done: list[tuple[CacheFolder, int]]) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_verb_with_default_step(
+    steps = add_verb_with_default_step(
         subparsers,
         "caches",
         "show",
@@ -188,9 +196,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "what each holds and its size. `toolkit caches prune`: what no install reads again (uv's unreachable "
         "entries, folders an earlier version kept). `toolkit caches clear`: all of them, downloaded again when next "
         "needed; installed environments keep working (their files are links or copies, not references).",
-    )
-    steps = parser.add_subparsers(
-        title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
     )
     for name, help, description, handler in STEPS:
         step = steps.add_parser(name, help=help, description=description)

@@ -130,7 +130,7 @@ def github_matrix(specs: list[EnvSpec]) -> dict:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = add_verb_with_default_step(
+    verbs = add_verb_with_default_step(
         subparsers,
         "matrix",
         "show",
@@ -138,9 +138,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`toolkit matrix --json` is `toolkit matrix show --json`). `toolkit matrix run [LINE...]`: "
         "lock (if stale) -> install -> build -> verify for each line as Slurm jobs (or here, with "
         "--executor local) and a summary.",
-    )
-    verbs = parser.add_subparsers(
-        title="steps", metavar="STEP", parser_class=argparse.ArgumentParser
     )
     show = verbs.add_parser(
         "show",
