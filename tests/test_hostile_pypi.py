@@ -4,7 +4,9 @@ bad merge would leave it), a pylock that is not the one written with it, and uv'
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -246,7 +248,7 @@ def test_the_wheel_chosen_is_the_most_specific_one_the_target_installs(platform,
     pylock = f'lock-version = "1.0"\ncreated-by = "uv"\n\n[[packages]]\nname = "multi"\nversion = "1.0"\nwheels = [{wheels}]\n'
     [picked] = pypi_lock.pylock_entries(pylock, "locks/pylock.x.toml", platform, python, glibc)
     assert (picked.name, picked.version, picked.platform) == ("multi", "1.0", platform)
-    assert (picked.url, picked.hash.sha256) == (f"https://files.example/multi-1.0-{MULTI[chosen]}.whl", chosen * 64)
+    assert (picked.url, picked.sha256) == (f"https://files.example/multi-1.0-{MULTI[chosen]}.whl", chosen * 64)
 
 
 # ---------------------------------------------------------------- `toolkit lock`: current, and where it writes
@@ -270,6 +272,30 @@ def test_lock_never_calls_a_lock_current_whose_pylock_disagrees(project, capsys,
     damage(project / "locks")
     assert main(["lock", "py-cu130", "--pypi", UNREACHABLE]) == 1
     assert cli_error(capsys).startswith(f"{UNREACHABLE}/flash-attn/: cannot read flash-attn's release files")
+
+
+def test_lock_leaves_no_writer_waiting_when_it_writes_nothing(project):
+    """`toolkit lock` forks the lock's writer before it reads the spec (it imports conda-lock meanwhile): a lock
+    found current, or a spec refused, ends it. None is left waiting below the process (one would wait until it
+    ends: a long-lived caller of `main` would collect them)."""
+    copied(project, "py-cu130")
+    (project / "envs" / "broken.yaml").write_text("extends: [\n")
+    script = (
+        "import os\n"
+        "from toolkit.cli import main\n"
+        f"codes = [main(['lock', 'py-cu130', '--pypi', {UNREACHABLE!r}]), main(['lock', 'broken'])]\n"
+        "def parent(pid):\n"
+        "    try:\n"
+        "        return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+        "    except OSError:\n"
+        "        return None\n"
+        "print(codes, [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == str(os.getpid())])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    said = done.stdout.splitlines()
+    assert said[0] == "locks/py-cu130.conda-lock.yml: up to date (inputs unchanged)", done.stdout + done.stderr
+    assert said[-1] == "[0, 1] []", done.stdout + done.stderr  # the two exit codes, no child process left
 
 
 def write_offline(project: Path, line: str) -> Path:

@@ -306,7 +306,7 @@ def test_pip_layer_against_pypi(platform, python):
     assert target.machine in psutil.url and psutil.url.startswith("https://files.pythonhosted.org/")
     for entry in entries.values():  # the chosen artifact is one of the pinned hashes
         assert f"{entry.name}=={entry.version}" in layer.requirements
-        assert f"--hash=sha256:{entry.hash.sha256}" in layer.requirements
+        assert f"--hash=sha256:{entry.sha256}" in layer.requirements
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
@@ -386,8 +386,8 @@ def test_pip_entries_are_the_targets_wheels_with_the_dependencies_their_metadata
                     else "filelock-3.20.0-py3-none-any.whl")
         assert entries["filelock"].url == f"{url}/simple/filelock/{filelock}"
         for entry in entries.values():
-            assert entry.hash.sha256 == sha[entry.url.rsplit("/", 1)[-1]]
-            assert f"--hash=sha256:{entry.hash.sha256}" in layer.requirements
+            assert entry.sha256 == sha[entry.url.rsplit("/", 1)[-1]]
+            assert f"--hash=sha256:{entry.sha256}" in layer.requirements
     if server:  # each locked wheel's METADATA was read by ranges (uv's own requests aside)
         ranged = {path.rsplit("/", 1)[-1] for path, byte_range in server.requested if byte_range}
         assert {p.url.rsplit("/", 1)[-1] for layer in layers.values() for p in layer.packages} <= ranged
@@ -461,30 +461,30 @@ def recorded_fa4_pypi(project: str) -> list[dict]:
 def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp_path):
     """The lock's pip layer carries FA4's 13 pins as the knowledge has them (libs-cu13 for a CUDA 13 line, never
     the libs-cu12 the meta package requires), with PyPI's URLs; a pin the layer already has is left to it."""
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+    from dataclasses import replace
 
     from toolkit.env.lock import PipLayer, with_flash_attn_4
+    from toolkit.env.lockfile import PipEntry
     from toolkit.knowledge import fa4_pins
 
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "base.yaml").write_text((ROOT / "envs" / "base.yaml").read_text())
     (tmp_path / "envs" / "cu130fa4.yaml").write_text(FA4_LINE.format(channel=file_url(channel_dir)))
     spec = checked_spec(tmp_path / "envs" / "cu130fa4.yaml")
-    torch_layer = PipLayer("linux-64", "pip-tools (test)", "", [LockedDependency(
-        name="typing-extensions", version="4.16.0", manager="pip", platform="linux-64", dependencies={},
-        url="https://files.example/typing_extensions-4.16.0-py3-none-any.whl", hash=HashModel(sha256="ab" * 32),
-        categories={"main"})])
+    torch_layer = PipLayer("linux-64", "pip-tools (test)", "", [PipEntry(
+        "typing-extensions", "4.16.0", "linux-64", "https://files.example/typing_extensions-4.16.0-py3-none-any.whl",
+        "ab" * 32)])
     layer = with_flash_attn_4(spec, torch_layer, recorded_fa4_pypi)
     pins = {p.name: p for p in fa4_pins.release("4.0.0b36").wheels_for("13")}  # the release FA4_LINE names
     added = {p.name: p for p in layer.packages[1:]}
     assert set(added) == set(pins) - {"typing-extensions"} and "nvidia-cutlass-dsl-libs-cu12" not in added
-    assert all(added[n].hash.sha256 == pins[n].sha256 and added[n].url.endswith(pins[n].file) for n in added)
+    assert all(added[n].sha256 == pins[n].sha256 and added[n].url.endswith(pins[n].file) for n in added)
     assert "flash-attn-4 4.0.0b36: 12 pinned wheels" in layer.resolver
     path = write_lock(spec, RATTLER.solve(conda_request(spec)), [layer], FIXED_SDIST, Workspace(locks=tmp_path / "locks"))
     locked = {p.name: p for p in read_lock(path).packages_for("linux-64") if p.manager == "pip"}
     assert locked["flash-attn-4"].version == "4.0.0b36" and locked["typing-extensions"].version == "4.16.0"
     assert locked["nvidia-cutlass-dsl-libs-cu13"].sha256 == pins["nvidia-cutlass-dsl-libs-cu13"].sha256
-    quack = torch_layer.packages[0].model_copy(update={"name": "quack-kernels", "version": "0.6.4"})
+    quack = replace(torch_layer.packages[0], name="quack-kernels", version="0.6.4")
     clash = PipLayer("linux-64", "x", "", [quack])
     with pytest.raises(ToolkitError, match="already pins quack-kernels 0.6.4 and flash-attn-4 4.0.0b36 pins 0.6.5"):
         with_flash_attn_4(spec, clash, recorded_fa4_pypi)
@@ -548,26 +548,38 @@ exec {uv} "$@"
         ("linux-64", "torch"), ("linux-aarch64", "torch")}
 
 
-def test_writing_a_lock_imports_conda_locks_models_not_its_cli(channel_dir, pip_index, tmp_path):
+def test_writing_a_lock_imports_conda_locks_models_not_its_cli_and_only_in_its_writer(channel_dir, pip_index,
+                                                                                      tmp_path):
     """conda-lock's package __init__ imports its whole CLI (conda_lock.conda_lock: its solvers, ensureconda,
-    vendored poetry) to re-export `main`; the lock's writer and check need its models only."""
+    vendored poetry) to re-export `main`; the lock's writer and check need its models only. And those only in the
+    writer's process (forked as the lock starts): imported in a thread of the locking process, they took 0.25 s of
+    its wall (one interpreter lock), so that process imports no module of conda-lock at all."""
     script = f"""
 import sys
 from pathlib import Path
 sys.path.insert(0, {str(ROOT / 'tests')!r})
 from conda_channel import file_url, write_project
 from toolkit.base.workspace import Workspace
-from toolkit.env.lock import lock_line
+from toolkit.env import lock
 from toolkit.spec.rules import checked_spec
+
+def noting(draft, draft_of=lock.write_draft):  # what the writer's process imported once it wrote the draft
+    written = draft_of(draft)
+    Path({str(tmp_path / "writer")!r}).write_text(
+        f'{{"conda_lock.conda_lock" in sys.modules}} {{"conda_lock.lockfile.v2prelim.models" in sys.modules}}')
+    return written
+
+lock.write_draft = noting
 envs = write_project(Path({str(tmp_path)!r}), {file_url(channel_dir)!r}, {pip_index!r})
-path, written = lock_line(checked_spec(envs / "cu126.yaml"), "rattler", workspace=Workspace(locks=envs.parent / "locks"),
-                          pypi={pip_index!r})
-print(written, "conda_lock.conda_lock" in sys.modules, "conda_lock.lockfile.v2prelim.models" in sys.modules)
+path, written = lock.lock_line(checked_spec(envs / "cu126.yaml"), "rattler",
+                               workspace=Workspace(locks=envs.parent / "locks"), pypi={pip_index!r})
+print(written, any(name.split(".")[0] == "conda_lock" for name in sys.modules))
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "False", "True"]
+    assert done.stdout.split() == ["True", "False"]  # written, and no conda-lock module in the locking process
+    assert (tmp_path / "writer").read_text().split() == ["False", "True"]  # the writer's: models, no CLI
     parse_conda_lock_file(tmp_path / "locks" / "cu126.conda-lock.yml")  # conda-lock, all of it, reads what was written
 
 

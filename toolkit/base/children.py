@@ -16,10 +16,10 @@ the supervisor needs (the parent's side imports subprocess and shutil where it u
 
 from __future__ import annotations
 
+import _signal as signal  # signal.py's C module: signal.py imports enum, a third of the supervisor's start
 import ctypes
 import errno
 import os
-import signal
 import sys
 import time
 
@@ -175,15 +175,17 @@ def _descendants() -> list[int]:
     return found
 
 
-def _reap() -> None:
-    """Collect the exit status of every ended child (the command's and adopted orphans')."""
+def _reap() -> bool:
+    """Collect the exit status of every ended child (the command's and adopted orphans'); whether a child is left.
+    None left, nothing is below this process: an orphan is re-parented to this subreaper, so whatever is still
+    running below has an ancestor among its children."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
 
 
 def _end_descendants() -> None:
@@ -191,8 +193,7 @@ def _end_descendants() -> None:
     signalled: set[int] = set()
     start = time.monotonic()
     while True:
-        _reap()
-        pids = _descendants()
+        pids = _descendants() if _reap() else []  # the walk of /proc only where a child is left
         if not pids or time.monotonic() > start + 2 * STOP_GRACE_S:
             return
         late = time.monotonic() > start + STOP_GRACE_S

@@ -76,6 +76,7 @@ from toolkit.env.lockfile import (
     MAX_LOCK_BYTES,
     LockedEnv,
     LockedPackage,
+    PipEntry,
     YamlAlias,
     load_lock_yaml,
     lock_digest,
@@ -333,10 +334,10 @@ def resolve_pypi_runtime(
         )
         text = (workdir / pylock.name).read_text()
     where = display_path(pylock)
-    entries = pypi_lock.pylock_entries(text, where, platform, target.python, target.glibc)
+    entries = pylock_models(text, where, platform, target)
     if published.fa4:
         text = pylock_with(text, fa4_additions(published.fa4.lock, entries, where), where)
-        entries = pypi_lock.pylock_entries(text, where, platform, target.python, target.glibc)
+        entries = pylock_models(text, where, platform, target)
     problem = runtime_problem(entries, pip, wheels, facts, display_path(build_lock), published.fa4)
     if problem:
         raise ToolkitError(f"{display_path(pylock)}: {problem} (not written)")
@@ -347,6 +348,15 @@ def resolve_pypi_runtime(
         + fa4_resolver(published.fa4)
     )
     return RuntimeLayers(entries, wheels, resolver, pylock=text, fa4=published.fa4)
+
+
+def pylock_models(text: str, where: str, platform: str, target: Any) -> list[Any]:
+    """conda-lock's pip entries of a runtime pylock (pypi_lock.pylock_entries), which the runtime checks compare
+    with the build lock's models."""
+    return [
+        e.model()
+        for e in pypi_lock.pylock_entries(text, where, platform, target.python, target.glibc)
+    ]
 
 
 def runtime_conda_names(records: list[Any], build_only: dict[str, str]) -> set[str]:
@@ -508,9 +518,7 @@ def fa4_entry(pin: Fa4LockWheel, platform: str) -> Any:
     """An FA4 pin as a conda-lock pip entry: its URL and sha256, no dependencies (installed as pinned)."""
     from packaging.utils import canonicalize_name
 
-    return pypi_lock.pinned_pip_entry(
-        canonicalize_name(pin.name), pin.version, pin.url, pin.sha256, platform
-    )
+    return PipEntry(canonicalize_name(pin.name), pin.version, platform, pin.url, pin.sha256).model()
 
 
 def fa4_resolver(fa4: Fa4Pins | None) -> str:
@@ -526,7 +534,6 @@ def published_entry(build: PublishedBuild, target: Any, pip: dict[str, Any], whe
     """The published wheel as a conda-lock pip entry: its page URL and sha256, and the dependencies its Requires-Dist
     names for the target (read from the index's PEP 658 `<wheel>.metadata`, checked against the page's sha256);
     each must be in the build lock's pip layer."""
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -538,7 +545,7 @@ def published_entry(build: PublishedBuild, target: Any, pip: dict[str, Any], whe
             f"{build.link.filename} (refused; {then})"
         )
     markers = target.markers()
-    dependencies = {}
+    dependencies: dict[str, str] = {}
     for line in (
         email.parser.BytesParser().parsebytes(data, headersonly=True).get_all("Requires-Dist") or []
     ):
@@ -551,16 +558,14 @@ def published_entry(build: PublishedBuild, target: Any, pip: dict[str, Any], whe
                     f"layer does not hold ({then}; add it to pip_packages and lock again)"
                 )
             dependencies[name] = str(requirement.specifier) or "*"
-    return LockedDependency(
-        name=canonicalize_name(build.project),
-        version=str(build.link.version),
-        manager="pip",
-        platform=target.platform,
-        dependencies=dependencies,
-        url=build.link.url,
-        hash=HashModel(sha256=build.link.sha256),
-        categories={"main"},
-    )
+    return PipEntry(
+        canonicalize_name(build.project),
+        str(build.link.version),
+        target.platform,
+        build.link.url,
+        build.link.sha256,
+        dependencies,
+    ).model()
 
 
 def pip_closure(roots: list[str], pip: dict[str, Any], where: str) -> list[Any]:

@@ -81,12 +81,29 @@ class CondaLayer:
 
 
 @dataclass(frozen=True)
+class SolvedConda:
+    """A conda layer as py-rattler solved it: each platform's FETCH actions, plain data. conda-lock's models are
+    made of it (conda_layer) where the lock's text is made, in a process of its own (lock.write_draft): the
+    process that solves and resolves never imports conda-lock (0.25 s of its wall in a conda lock)."""
+
+    request: CondaRequest
+    actions: dict[str, list[dict]]
+
+
+def conda_layer(solved: CondaLayer | SolvedConda) -> CondaLayer:
+    """conda-lock's models of a solved layer (one the conda-lock CLI solved is already made of them)."""
+    if isinstance(solved, CondaLayer):
+        return solved
+    return layer_from_actions(solved.request, solved.actions)
+
+
+@dataclass(frozen=True)
 class PendingSolve:
     """A solve under way (CondaEngine.start_solve): `pythons` waits for it and gives each platform's python
     version (what the pip layer is resolved for, while the layer is made), `layer` gives the layer; `cancel`
     ends it (after those, or when the caller stops first: an error elsewhere, Ctrl-C)."""
 
-    layer: Callable[[], CondaLayer]
+    layer: Callable[[], CondaLayer | SolvedConda]
     pythons: Callable[[], dict[str, str]]
     cancel: Callable[[], None] = lambda: None
 
@@ -400,7 +417,9 @@ class RattlerEngine(CondaEngine):
         """py-rattler solves in a worker interpreter; conda-lock's own code turns the result into its models."""
         from toolkit.env.isolated import run_isolated
 
-        return self.pending(request, lambda: run_isolated(rattler_fetch_actions, request)).layer()
+        return conda_layer(
+            self.pending(request, lambda: run_isolated(rattler_fetch_actions, request)).layer()
+        )
 
     def start_solve(self, request: CondaRequest) -> PendingSolve:
         """py-rattler solves in a fork of this process, which goes on meanwhile (no interpreter start, no
@@ -418,7 +437,7 @@ class RattlerEngine(CondaEngine):
         result: Callable[[], Solved],
         cancel: Callable[[], None] = lambda: None,
     ) -> PendingSolve:
-        """A solve whose worker's `result` is waited for once, said, and made conda-lock's models."""
+        """A solve whose worker's `result` is waited for once and said."""
 
         @functools.cache
         def solved() -> dict[str, list[dict]]:
@@ -434,7 +453,7 @@ class RattlerEngine(CondaEngine):
             return done.actions
 
         return PendingSolve(
-            lambda: layer_from_actions(request, solved()),
+            lambda: SolvedConda(request, solved()),
             lambda: {
                 platform: action["version"]
                 for platform, actions in solved().items()

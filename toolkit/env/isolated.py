@@ -125,7 +125,8 @@ def _fork(function: Callable[..., Any], arguments: Callable[[], tuple[Any, ...]]
 
 
 class Prefork:
-    """A function forked ahead of its arguments (prefork): `run` or `cancel` must be called, once."""
+    """A function forked ahead of its arguments (prefork): `run` or `cancel` must be called (`cancel` after `run`
+    does nothing: a caller may cancel in a `finally`)."""
 
     def __init__(
         self, function: Callable[..., Any], forked: Forked | None, outgoing: BinaryIO | None

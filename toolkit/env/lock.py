@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -44,10 +45,13 @@ from toolkit.env.engine import (
     CondaLayer,
     CondaRequest,
     PendingSolve,
+    SolvedConda,
     add_engine_options,
     choose_engine,
+    conda_layer,
     locking_environment,
 )
+from toolkit.env.isolated import Prefork, prefork
 from toolkit.env.lockfile import (
     KEY_CUDA,
     KEY_DIGEST,
@@ -62,6 +66,7 @@ from toolkit.env.lockfile import (
     KEY_TOOLCHAIN,
     LockedEnv,
     LockedSdist,
+    PipEntry,
     check_with_conda_lock,
     conda_common,
     conda_lock_modules_only,
@@ -89,6 +94,19 @@ SDIST_PROJECT = "flash-attn"
 PIP_PYLOCK = "pylock.toml"  # the pip layer as uv's pylock, read for its wheels (uv wants this name)
 VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
 console = Console(stderr=True, highlight=False)
+# what write_draft imports: conda-lock's models (the lock is written and checked with them) and what
+# engine.layer_from_actions makes a conda layer with (a pypi line's layer is empty: those go unused)
+WRITER_MODULES = (
+    "conda_lock.content_hash",
+    "conda_lock.interfaces.vendored_conda",
+    "conda_lock.lockfile",  # apply_categories, and conda_lock.lookup with it
+    "conda_lock.lockfile.v1.models",
+    "conda_lock.lockfile.v2prelim.models",
+    "conda_lock.models.channel",
+    "conda_lock.models.lock_spec",
+    "conda_lock.virtual_package",
+    "pydantic",
+)
 
 
 def channel_url(channel: str, relative_to: Path) -> str:
@@ -128,7 +146,7 @@ class PipLayer:
     platform: str
     resolver: str  # how it was resolved, recorded in the lock
     requirements: str  # uv's hash-pinned requirements.txt, for pip-sync
-    packages: list[Any] = field(default_factory=list)  # conda_lock LockedDependency (manager pip)
+    packages: list[PipEntry] = field(default_factory=list)
     pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
     exclude_newer: str = (
         ""  # a pypi line's: the time it was resolved at (uv --exclude-newer), recorded in the lock
@@ -315,11 +333,9 @@ def _index_args(index_urls: list[str]) -> list[str]:
 
 def pip_entries(
     wheels: list[pypi_lock.PylockWheel], metadata: list[WheelMetadata], target: PipTarget
-) -> list[Any]:
-    """The chosen wheels -> conda-lock pip entries: url + sha256, and as dependencies the locked packages each
+) -> list[PipEntry]:
+    """The chosen wheels -> the lock's pip entries: url + sha256, and as dependencies the locked packages each
     wheel's Requires-Dist names for this platform (with their specifiers; an extra's requirements left out)."""
-    conda_lock_modules_only()
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -327,7 +343,7 @@ def pip_entries(
     markers = target.markers()
     entries = []
     for wheel, meta in zip(wheels, metadata):
-        dependencies = {}
+        dependencies: dict[str, str] = {}
         for line in meta.requires:
             requirement = Requirement(line)
             name = canonicalize_name(requirement.name)
@@ -336,15 +352,13 @@ def pip_entries(
             ):
                 dependencies[name] = str(requirement.specifier) or "*"
         entries.append(
-            LockedDependency(
-                name=canonicalize_name(meta.name),
-                version=meta.version,
-                manager="pip",
-                platform=target.platform,
-                dependencies=dependencies,
-                url=pip_url(wheel.url),
-                hash=HashModel(sha256=wheel.sha256),
-                categories={"main"},
+            PipEntry(
+                canonicalize_name(meta.name),
+                meta.version,
+                target.platform,
+                pip_url(wheel.url),
+                wheel.sha256,
+                dependencies,
             )
         )
     return entries
@@ -466,8 +480,6 @@ def with_flash_attn_4(
     nvidia-cutlass-dsl), each with its index URL and pinned sha256. They are not resolved: the meta package
     requires libs-cu12 even on CUDA 13, and every installer of this lock installs pip entries with --no-deps.
     An `if_missing` pin the layer already has is left to the layer's version."""
-    conda_lock_modules_only()
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
     from packaging.utils import canonicalize_name
 
     from toolkit.env import fa4_lock
@@ -494,16 +506,7 @@ def with_flash_attn_4(
                 f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)"
             )
         added.append(
-            LockedDependency(
-                name=name,
-                version=entry["version"],
-                manager="pip",
-                platform=layer.platform,
-                dependencies={},
-                url=entry["url"],
-                hash=HashModel(sha256=entry["sha256"]),
-                categories={"main"},
-            )
+            PipEntry(name, entry["version"], layer.platform, entry["url"], entry["sha256"])
         )
     resolver = f"{layer.resolver}; + flash-attn-4 {rel.version}: {len(added)} pinned wheels (knowledge, not resolved)"
     return replace(layer, packages=[*layer.packages, *added], resolver=resolver)
@@ -567,17 +570,54 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
     )
 
 
-def write_lock(
-    spec: EnvSpec,
-    conda: CondaLayer,
-    pip_layers: list[PipLayer],
-    sdist: LockedSdist,
-    workspace: Workspace = DEFAULT,
-) -> Path:
-    """Assemble and write the lock (and its requirements files): temp files, read back, then renamed."""
+@dataclass(frozen=True)
+class LockDraft:
+    """What a lock file says, as plain data (no conda-lock model): write_draft makes conda-lock's models and text."""
+
+    header: str
+    conda: CondaLayer | SolvedConda
+    pip: tuple[PipEntry, ...]
+    platforms: tuple[str, ...]
+    sources: tuple[str, ...]
+    custom: dict[str, str]
+    draft: Path  # the file it is written to
+
+
+def write_draft(lock: LockDraft) -> dict:
+    """The lock written at lock.draft through conda-lock's models and writer (conda_lock_text), then read back as
+    every reader reads a lock (load_lock_document: parsed once, its shape and digest checked) and by conda-lock's
+    own models (check_with_conda_lock): the document read. lock_line runs it in a copy of its process forked
+    ahead (lock_writer), which has imported conda-lock while the line was solved and resolved."""
     conda_lock_modules_only()
     from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
 
+    conda = conda_layer(lock.conda)
+    lockfile = Lockfile(
+        package=[*conda.packages, *(entry.model() for entry in lock.pip)],
+        metadata=LockMeta(
+            content_hash=conda.content_hash,
+            channels=conda.channels,
+            platforms=list(lock.platforms),
+            sources=list(lock.sources),
+            custom_metadata=dict(lock.custom),
+        ),
+    )
+    lock.draft.write_text(lock.header + conda_lock_text(lockfile))
+    written = load_lock_document(lock.draft)
+    check_with_conda_lock(lock.draft, written)
+    return written
+
+
+def write_lock(
+    spec: EnvSpec,
+    conda: CondaLayer | SolvedConda,
+    pip_layers: list[PipLayer],
+    sdist: LockedSdist,
+    workspace: Workspace = DEFAULT,
+    draft_of: Callable[[LockDraft], dict] = write_draft,
+) -> Path:
+    """Assemble and write the lock (and its requirements files): temp files, read back, then renamed. `draft_of`
+    writes and reads back the lock's draft (lock_line's: write_draft in its writer process)."""
     locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {
@@ -594,16 +634,6 @@ def write_lock(
         custom[KEY_CUDA] = spec.cuda
         custom[KEY_EXCLUDE_NEWER] = pip_layers[0].exclude_newer  # one: a pypi line has one platform
     sources = [os.path.relpath(p.resolve(), locks_dir.resolve()) for p in spec.chain]
-    lockfile = Lockfile(
-        package=[*conda.packages, *(p for layer in pip_layers for p in layer.packages)],
-        metadata=LockMeta(
-            content_hash=conda.content_hash,
-            channels=conda.channels,
-            platforms=list(spec.platforms),
-            sources=sources,
-            custom_metadata=custom,
-        ),
-    )
     path = workspace.lock_file(spec.line)
     check_destinations(lock_destinations(spec, workspace))
     with owned_dir(locks_dir, "lock") as tmp:
@@ -612,12 +642,20 @@ def write_lock(
         for text in pylocks:  # one: a pypi line has one platform
             target = workspace.pylock_file(spec.line)
             (tmp / target.name).write_text(text)
-            lockfile.metadata.custom_metadata[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
+            custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
-        draft.write_text(lock_header(spec, sources) + conda_lock_text(lockfile))
-        written = load_lock_document(draft)
-        locked_env(draft, written)  # what we wrote reads back and verifies
-        check_with_conda_lock(draft, written)  # and conda-lock, which installs it, parses it
+        written = draft_of(
+            LockDraft(
+                header=lock_header(spec, sources),
+                conda=conda,
+                pip=tuple(entry for layer in pip_layers for entry in layer.packages),
+                platforms=spec.platforms,
+                sources=tuple(sources),
+                custom=custom,
+                draft=draft,
+            )
+        )
+        locked_env(draft, written)  # what was written reads back and verifies
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)
@@ -686,10 +724,29 @@ def lock_line(
     force: bool = False,
     pypi: str = PYPI_SIMPLE,
     update: bool = False,
+    writer: Prefork | None = None,
 ) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written).
 
-    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now."""
+    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now. `writer`: the
+    lock's writer (lock_writer), forked ahead by the caller; ended here, used or not. None: forked here."""
+    writer = writer or lock_writer()
+    try:
+        return _lock_line(spec, backend, conda_exe, workspace, force, pypi, update, writer)
+    finally:
+        writer.cancel()  # one still waiting: the lock was current, or something failed before it was written
+
+
+def _lock_line(
+    spec: EnvSpec,
+    backend: str,
+    conda_exe: str | None,
+    workspace: Workspace,
+    force: bool,
+    pypi: str,
+    update: bool,
+    writer: Prefork,
+) -> tuple[Path, bool]:
     path = workspace.lock_file(spec.line)
     locked = None
     current = False
@@ -708,16 +765,13 @@ def lock_line(
     if current:
         return path, False
     check_destinations(lock_destinations(spec, workspace))
-    # a conda line's solve starts first (py-rattler's in a fork of this process, while it has one thread); the
-    # sdist pin, a request to PyPI, is read while it solves or uv resolves (a pypi line), and conda-lock's modules
-    # (0.2-0.3 s of CPU) are imported meanwhile
-    conda_lock_modules_only()  # here, before another thread imports any of conda-lock
+    # a conda line's solve is forked first, while this process has one thread (py-rattler's); the sdist pin, a
+    # request to PyPI, is read while it solves or uv resolves
     request = conda_request(spec) if spec.toolchain.kind != "pypi" else None
     solving = choose_engine(backend, conda_exe, console).start_solve(request) if request else None
     try:
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(1) as pool:
             pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
-            pool.submit(import_conda_lock, request is not None)
             try:
                 conda, pip_layers = lock_layers(
                     spec, request, solving, workspace, pypi, update, locked, pin.result
@@ -726,25 +780,26 @@ def lock_line(
                 pin.result()  # its error first, as when the pin was read before the layers
                 raise
             sdist = pin.result()
+        return write_lock(spec, conda, pip_layers, sdist, workspace, writer.run), True
     finally:
         if solving is not None:
             solving.cancel()  # a solve still running when something else failed
-    return write_lock(spec, conda, pip_layers, sdist, workspace), True
 
 
-def import_conda_lock(solver: bool) -> None:
-    """conda-lock's modules that make a lock: its models (the lock is written with them) and, for a `solver`
-    (a line with a conda layer, external too), the conversions engine.layer_from_actions makes its layer with.
-    Called in a thread while this one waits on uv or py-rattler's worker; an import here and one of the same
-    module there wait for each other (this one holds no import lock while it waits), never for nothing."""
-    import conda_lock.lockfile.v2prelim.models
+def lock_writer() -> Prefork:
+    """write_draft forked now, while this process has one thread (else a worker interpreter runs it): the copy
+    imports what it needs (writer_prepared, 0.25 s of CPU) while this process reads the spec, solves and resolves,
+    and this process imports no module of conda-lock (in a thread of its own, they took 0.25 s of a conda lock's
+    wall: one interpreter lock)."""
+    return prefork(write_draft, writer_prepared)
 
-    if solver:
-        import conda_lock.content_hash
-        import conda_lock.interfaces.vendored_conda
-        import conda_lock.virtual_package  # noqa: F401
 
-        conda_common()
+def writer_prepared() -> None:
+    """What write_draft imports (WRITER_MODULES), and conda-lock's spec conversion (conda_common)."""
+    conda_lock_modules_only()
+    for module in WRITER_MODULES:
+        importlib.import_module(module)
+    conda_common()
 
 
 def lock_layers(
@@ -756,7 +811,7 @@ def lock_layers(
     update: bool,
     locked: LockedEnv | None,
     sdist_pinned: Callable[[], object],
-) -> tuple[CondaLayer, list[PipLayer]]:
+) -> tuple[CondaLayer | SolvedConda, list[PipLayer]]:
     """The line's conda layer and each platform's pip layer (lock_line's arguments; `request` and `solving`: a
     conda line's request and its solve, started; `locked`: its lock, if any). `sdist_pinned` waits for the sdist
     pin (its error raised), before anything is said of a layer: a pypi line's while uv resolves, a conda line's
@@ -772,9 +827,7 @@ def lock_layers(
     # lock_line's, for every line with a conda layer
     assert request is not None and solving is not None
     sdist_pinned()
-    pythons = (
-        solving.pythons()
-    )  # uv resolves while another thread imports what solving.layer() needs
+    pythons = solving.pythons()
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
     pip_layers = lock_pip_layers(
         spec,
@@ -957,6 +1010,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
 
     failed = 0
     for path in paths:
+        writer = lock_writer()  # before the spec is read and checked: its imports run meanwhile
         try:
             written, changed = lock_line(
                 checked_spec(path),
@@ -966,6 +1020,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
                 args.force,
                 args.pypi,
                 args.update,
+                writer,
             )
         except ToolkitError as exc:
             if len(paths) == 1:
@@ -973,6 +1028,8 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
             print(f"error: {exc}", file=sys.stderr)
             failed += 1
             continue
+        finally:
+            writer.cancel()  # a spec refused before lock_line took it (which ends it otherwise)
         print(
             f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}"
         )

@@ -29,6 +29,7 @@ else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency t
 from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
+from toolkit.env.lockfile import PipEntry
 from toolkit.env.wheels import MACHINES, target_markers
 from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
@@ -353,31 +354,13 @@ def pylock_wheels(
     return chosen
 
 
-def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[Any]:
-    """The conda-lock pip entries of a pylock: per package, the wheel this target installs (pylock_wheels)."""
+def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str) -> list[PipEntry]:
+    """The pip entries of a pylock: per package, the wheel this target installs (pylock_wheels), pinned (no
+    dependencies: each is installed as one file by URL and sha256)."""
     return [
-        pinned_pip_entry(wheel.name, wheel.version, wheel.url, wheel.sha256, platform)
+        PipEntry(wheel.name, wheel.version, platform, wheel.url, wheel.sha256)
         for wheel in pylock_wheels(text, where, platform, python, glibc)
     ]
-
-
-def pinned_pip_entry(name: str, version: str, url: str, sha256: str, platform: str) -> Any:
-    """A conda-lock pip entry installed as pinned: one file by URL and sha256, no dependencies."""
-    from toolkit.env.lockfile import conda_lock_modules_only
-
-    conda_lock_modules_only()  # its models, without the CLI its package imports
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
-
-    return LockedDependency(
-        name=name,
-        version=version,
-        manager="pip",
-        platform=platform,
-        dependencies={},
-        url=url,
-        hash=HashModel(sha256=sha256),
-        categories={"main"},
-    )
 
 
 def wheel_metadata_of(wheels: list[PylockWheel], downloads: Path) -> list[WheelMetadata]:
