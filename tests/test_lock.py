@@ -464,7 +464,7 @@ def test_flash_attn_4_wheels_enter_the_pip_layer_exactly_pinned(channel_dir, tmp
     from dataclasses import replace
 
     from toolkit.env.lock import PipLayer, with_flash_attn_4
-    from toolkit.env.lockfile import PipEntry
+    from toolkit.env.pypi_lock import PipEntry
     from toolkit.knowledge import fa4_pins
 
     (tmp_path / "envs").mkdir()

@@ -76,7 +76,6 @@ from toolkit.env.lockfile import (
     MAX_LOCK_BYTES,
     LockedEnv,
     LockedPackage,
-    PipEntry,
     YamlAlias,
     load_lock_yaml,
     lock_digest,
@@ -518,7 +517,9 @@ def fa4_entry(pin: Fa4LockWheel, platform: str) -> Any:
     """An FA4 pin as a conda-lock pip entry: its URL and sha256, no dependencies (installed as pinned)."""
     from packaging.utils import canonicalize_name
 
-    return PipEntry(canonicalize_name(pin.name), pin.version, platform, pin.url, pin.sha256).model()
+    return pypi_lock.PipEntry(
+        canonicalize_name(pin.name), pin.version, platform, pin.url, pin.sha256
+    ).model()
 
 
 def fa4_resolver(fa4: Fa4Pins | None) -> str:
@@ -558,7 +559,7 @@ def published_entry(build: PublishedBuild, target: Any, pip: dict[str, Any], whe
                     f"layer does not hold ({then}; add it to pip_packages and lock again)"
                 )
             dependencies[name] = str(requirement.specifier) or "*"
-    return PipEntry(
+    return pypi_lock.PipEntry(
         canonicalize_name(build.project),
         str(build.link.version),
         target.platform,

@@ -36,7 +36,6 @@ PUBLIC = (
     "lockfile.LockedEnv",
     "lockfile.LockedPackage",
     "lockfile.LockedSdist",
-    "lockfile.PipEntry",
     "lockfile.load_lock_yaml",
     "lockfile.lock_digest",
     "lockfile.locked_packages",

@@ -66,7 +66,6 @@ from toolkit.env.lockfile import (
     KEY_TOOLCHAIN,
     LockedEnv,
     LockedSdist,
-    PipEntry,
     check_with_conda_lock,
     conda_common,
     conda_lock_modules_only,
@@ -146,7 +145,7 @@ class PipLayer:
     platform: str
     resolver: str  # how it was resolved, recorded in the lock
     requirements: str  # uv's hash-pinned requirements.txt, for pip-sync
-    packages: list[PipEntry] = field(default_factory=list)
+    packages: list[pypi_lock.PipEntry] = field(default_factory=list)
     pylock: str = ""  # a pypi line's layer as PEP 751 pylock.toml (uv's), written beside the lock
     exclude_newer: str = (
         ""  # a pypi line's: the time it was resolved at (uv --exclude-newer), recorded in the lock
@@ -333,7 +332,7 @@ def _index_args(index_urls: list[str]) -> list[str]:
 
 def pip_entries(
     wheels: list[pypi_lock.PylockWheel], metadata: list[WheelMetadata], target: PipTarget
-) -> list[PipEntry]:
+) -> list[pypi_lock.PipEntry]:
     """The chosen wheels -> the lock's pip entries: url + sha256, and as dependencies the locked packages each
     wheel's Requires-Dist names for this platform (with their specifiers; an extra's requirements left out)."""
     from packaging.requirements import Requirement
@@ -352,7 +351,7 @@ def pip_entries(
             ):
                 dependencies[name] = str(requirement.specifier) or "*"
         entries.append(
-            PipEntry(
+            pypi_lock.PipEntry(
                 canonicalize_name(meta.name),
                 meta.version,
                 target.platform,
@@ -506,7 +505,9 @@ def with_flash_attn_4(
                 f"flash-attn-4 {rel.version} pins {entry['version']} (one of them must give way)"
             )
         added.append(
-            PipEntry(name, entry["version"], layer.platform, entry["url"], entry["sha256"])
+            pypi_lock.PipEntry(
+                name, entry["version"], layer.platform, entry["url"], entry["sha256"]
+            )
         )
     resolver = f"{layer.resolver}; + flash-attn-4 {rel.version}: {len(added)} pinned wheels (knowledge, not resolved)"
     return replace(layer, packages=[*layer.packages, *added], resolver=resolver)
@@ -576,7 +577,7 @@ class LockDraft:
 
     header: str
     conda: CondaLayer | SolvedConda
-    pip: tuple[PipEntry, ...]
+    pip: tuple[pypi_lock.PipEntry, ...]
     platforms: tuple[str, ...]
     sources: tuple[str, ...]
     custom: dict[str, str]

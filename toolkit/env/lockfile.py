@@ -123,36 +123,6 @@ class LockedPackage:
 
 
 @dataclass(frozen=True)
-class PipEntry:
-    """A pip entry as `toolkit lock` writes it: one wheel, by URL and sha256, and the locked packages it depends
-    on (name -> specifier). Plain data, so that the process that resolves never imports conda-lock: its model
-    is made where the lock's text is (lock.write_draft, a process of its own)."""
-
-    name: str
-    version: str
-    platform: str
-    url: str
-    sha256: str
-    dependencies: Mapping[str, str] = field(default_factory=dict)
-
-    def model(self) -> Any:
-        """conda-lock's LockedDependency of it (manager pip, category main)."""
-        conda_lock_modules_only()
-        from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
-
-        return LockedDependency(
-            name=self.name,
-            version=self.version,
-            manager="pip",
-            platform=self.platform,
-            dependencies=dict(self.dependencies),
-            url=self.url,
-            hash=HashModel(sha256=self.sha256),
-            categories={"main"},
-        )
-
-
-@dataclass(frozen=True)
 class LockedEnv:
     """What later stages need from a lock file, read without network or solver."""
 

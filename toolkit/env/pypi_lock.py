@@ -14,8 +14,8 @@ import functools
 import io
 import shutil
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency t
 from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
-from toolkit.env.lockfile import PipEntry
+from toolkit.env.lockfile import conda_lock_modules_only
 from toolkit.env.wheels import MACHINES, target_markers
 from toolkit.knowledge.facts import PypiCuda
 from toolkit.spec.envspec import EnvSpec
@@ -282,6 +282,37 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
         *tags.cpython_tags(version, platforms=platforms),
         *tags.compatible_tags(version, platforms=platforms),
     ]
+
+
+@dataclass(frozen=True)
+class PipEntry:
+    """A pip entry as `toolkit lock` writes it: one wheel, by URL and sha256, and the locked packages it depends
+    on (name -> specifier). Plain data, so that the process that resolves never imports conda-lock: its model
+    is made where the lock's text is (lock.write_draft, a process of its own). Here, not beside the lock's
+    reader (lockfile.py), whose every dataclass each install and build pays to create."""
+
+    name: str
+    version: str
+    platform: str
+    url: str
+    sha256: str
+    dependencies: Mapping[str, str] = field(default_factory=dict)
+
+    def model(self) -> Any:
+        """conda-lock's LockedDependency of it (manager pip, category main)."""
+        conda_lock_modules_only()
+        from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
+
+        return LockedDependency(
+            name=self.name,
+            version=self.version,
+            manager="pip",
+            platform=self.platform,
+            dependencies=dict(self.dependencies),
+            url=self.url,
+            hash=HashModel(sha256=self.sha256),
+            categories={"main"},
+        )
 
 
 @dataclass(frozen=True)
