@@ -180,6 +180,29 @@ def conda_only_lock(tmp_path: Path, channel: str, extra: str = "", cuda: str = "
     return write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, Workspace(locks=tmp_path / "locks"))
 
 
+def test_a_full_disk_while_the_lock_is_written_is_one_line_and_keeps_the_lock(channel_dir, tmp_path, monkeypatch):
+    """The lock's draft (written in the lock's writer) and the files beside it are written in a staging folder: a
+    full disk there was a traceback. Now one line naming the file; the lock in place keeps its bytes and no
+    staging folder is left."""
+    import errno
+
+    lock = conda_only_lock(tmp_path, file_url(channel_dir))
+    before, folder = lock.read_bytes(), sorted(p.name for p in lock.parent.iterdir())
+    real_write = Path.write_text
+
+    def full_disk(path, *args, **kwargs):
+        if path.name == lock.name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(ToolkitError) as caught:
+        conda_only_lock(tmp_path, file_url(channel_dir))
+    message = str(caught.value)
+    assert "\n" not in message and f"{lock.name}: cannot write it (No space left on device)" in message
+    assert lock.read_bytes() == before and sorted(p.name for p in lock.parent.iterdir()) == folder
+
+
 def test_http_channel_locks_the_same_packages_as_file_channel(channel_dir, tmp_path):
     by_file = conda_only_lock(tmp_path / "a", file_url(channel_dir))
     with serve_directory(channel_dir) as url:

@@ -603,10 +603,22 @@ def write_draft(lock: LockDraft) -> dict:
             custom_metadata=dict(lock.custom),
         ),
     )
-    lock.draft.write_text(lock.header + conda_lock_text(lockfile))
+    write_staged(lock.draft, lock.header + conda_lock_text(lockfile))
     written = load_lock_document(lock.draft)
     check_with_conda_lock(lock.draft, written)
     return written
+
+
+def write_staged(path: Path, text: str) -> None:
+    """One of the lock's files written in its staging folder; a full disk (or a quota) is one line: nothing was
+    published yet, the lock's files are as they were."""
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise ToolkitError(
+            f"{display_path(path)}: cannot write it ({exc.strerror or exc}); the lock's files are left as "
+            f"they were: free some space and lock again"
+        ) from None
 
 
 def write_lock(
@@ -642,7 +654,7 @@ def write_lock(
         staged = []
         for text in pylocks:  # one: a pypi line has one platform
             target = workspace.pylock_file(spec.line)
-            (tmp / target.name).write_text(text)
+            write_staged(tmp / target.name, text)
             custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
         written = draft_of(
@@ -660,7 +672,7 @@ def write_lock(
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)
-                (tmp / target.name).write_text(layer.requirements)
+                write_staged(tmp / target.name, layer.requirements)
                 staged.append((tmp / target.name, target))
         checkpoint("lock:write")
         publish_together(
