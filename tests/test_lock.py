@@ -153,14 +153,21 @@ def test_forced_relock_of_the_same_inputs_is_byte_identical(locked, pip_index):
     assert lock.read_bytes() == before
 
 
-def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monkeypatch):
-    """The real `conda-lock lock` CLI (with the micromamba test double) against the embedded solver."""
+@pytest.fixture
+def micromamba_on_path(tmp_path, monkeypatch) -> Path:
+    """The micromamba test double (tests/micromamba_standin.py, which solves with py-rattler), first on PATH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     standin = bin_dir / "micromamba"
     standin.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "micromamba_standin.py"}" "$@"\n')
     standin.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return standin
+
+
+def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, micromamba_on_path):
+    """The real `conda-lock lock` CLI (with the micromamba test double) against the embedded solver."""
+    standin = micromamba_on_path
     assert isinstance(choose_engine("auto", None, CONSOLE), CondaLockEngine)  # a micromamba on PATH: conda-lock
     assert isinstance(choose_engine("rattler", None, CONSOLE), RattlerEngine)
     envs = write_project(tmp_path, file_url(channel_dir), "http://127.0.0.1:9/simple")
@@ -169,6 +176,19 @@ def test_conda_lock_cli_backend_writes_the_same_file(channel_dir, tmp_path, monk
                         Workspace(locks=tmp_path / "cli"))
     by_rattler = write_lock(spec, RATTLER.solve(conda_request(spec)), [], FIXED_SDIST, Workspace(locks=tmp_path / "rattler"))
     assert by_cli.read_text() == by_rattler.read_text()  # content hash included: conda-lock computed the CLI's
+
+
+def test_toolkit_lock_through_the_conda_lock_cli_writes_the_embedded_solvers_file(channel_dir, pip_index, tmp_path,
+                                                                                  micromamba_on_path):
+    """`toolkit lock --engine conda-lock`: the CLI's layer is conda-lock's models already, and they travel as they are
+    to the lock's writer (pickled: a fork of this process, or a worker interpreter where it has threads, as pytest's
+    served index gives it here); the file is the embedded solver's, byte for byte, pip layer included."""
+    envs = write_project(tmp_path, file_url(channel_dir), pip_index)
+    spec = checked_spec(envs / "cu126.yaml")
+    by_cli, _ = lock_line(spec, "conda-lock", str(micromamba_on_path), Workspace(locks=tmp_path / "cli"), pypi=pip_index)
+    by_rattler, _ = lock_line(spec, "rattler", workspace=Workspace(locks=tmp_path / "rattler"), pypi=pip_index)
+    assert by_cli.read_text() == by_rattler.read_text()
+    assert packages_of(by_cli, "linux-64", "pip")["torch"].version == "2.9.1"
 
 
 # ---------------------------------------------------------------- channels, __cuda, format
