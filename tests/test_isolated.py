@@ -55,6 +55,32 @@ def test_with_another_thread_running_the_worker_is_a_fresh_interpreter():
         other.join()
 
 
+MISSING = """
+import sys
+from toolkit.base.errors import ToolkitError
+from toolkit.env.isolated import run_forked
+
+def needs_conda_lock():
+    sys.modules["conda_lock"] = None  # in the copy only: a python without it (a partial install)
+    import conda_lock  # noqa: F401
+
+try:
+    run_forked(needs_conda_lock)
+except ToolkitError as exc:
+    print(exc)
+"""
+
+
+def test_a_declared_dependency_missing_in_the_copy_is_the_one_line_run_main_gives():
+    """The lock's writer imports conda-lock in its copy: where it is missing (a partial install), the copy's
+    ModuleNotFoundError was an internal error with its traceback, where the same import in the process itself is
+    run_main's one line naming the distribution and the command that installs it."""
+    done = subprocess.run([sys.executable, "-c", MISSING], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.startswith("fa-envkit needs conda-lock, which this python lacks (no module 'conda_lock'): "
+                                  f"{sys.executable} -m pip install 'conda-lock"), done.stdout
+
+
 STARTED = """
 import os, sys, time
 from pathlib import Path

@@ -39,6 +39,7 @@ PUBLIC = (
     "entry.add_renamed_option",
     "entry.add_renamed_verb",
     "entry.add_verb_with_default_step",
+    "entry.missing_dependency",
     "entry.parse_verb_args",
     "entry.program",
     "entry.rename_notice",

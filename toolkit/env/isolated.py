@@ -194,17 +194,31 @@ class Forked:
 
 
 def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
-    """("ok", function(*args)), or ("error", one line): a ToolkitError's, or an internal error's after its traceback."""
+    """("ok", function(*args)), or ("error", one line): a ToolkitError's, a declared dependency's that this python
+    lacks (run_main's line for it: the lock's writer imports conda-lock in its copy), or an internal error's after
+    its traceback."""
     try:
         return ("ok", function(*args))
     except ToolkitError as exc:
         return ("error", str(exc))
-    except Exception as exc:  # a bug, not bad input: keep its traceback visible
-        traceback.print_exc()
-        return (
-            "error",
-            f"{function.__name__}: internal error {exc.__class__.__name__}: {exc} (traceback above)",
-        )
+    except ModuleNotFoundError as exc:
+        from toolkit.base.entry import missing_dependency
+
+        missing = missing_dependency(exc)
+        if missing is None:  # a module no declared dependency provides: a bug
+            return _internal_error(function, exc)
+        return ("error", missing)
+    except Exception as exc:
+        return _internal_error(function, exc)
+
+
+def _internal_error(function: Callable[..., Any], exc: Exception) -> tuple[str, str]:
+    """A bug, not bad input: its traceback printed, and one line that points at it."""
+    traceback.print_exc()
+    return (
+        "error",
+        f"{function.__name__}: internal error {exc.__class__.__name__}: {exc} (traceback above)",
+    )
 
 
 def worker_main() -> None:
