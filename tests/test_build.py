@@ -27,6 +27,7 @@ import yaml
 from conda_channel import build_simple_index, serve_directory
 from cuda_toolchain import CUDA_HOME, NVCC, require_nvcc, tool_on_path
 from fixtures.fa_fixture_project import make_stub_torch_env, pack_fixture_sdist, write_external_spec
+from processes import names
 from rich.console import Console
 
 from toolkit.base.atomic import temp_name
@@ -565,16 +566,6 @@ def of_the_build(process: psutil.Process, cache: Path) -> bool:
                 or process.environ().get("TOOLKIT_CACHE") == str(cache))
     except psutil.Error:
         return False
-
-
-def names(processes: list[psutil.Process]) -> set[str]:
-    found = set()
-    for process in processes:
-        try:
-            found.add(process.name())
-        except psutil.NoSuchProcess:
-            pass
-    return found
 
 
 @pytest.mark.parametrize("sig, twice", [(signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGKILL, False)],
