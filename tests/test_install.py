@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -270,9 +271,11 @@ def test_conda_meta_records_of_another_form_are_parsed_and_named_whole(tmp_path)
         **written, "url": archive.url, "channel": archive.channel}
     assert (meta / "other-1-0.json").read_text() == json.dumps(other, indent=2)
     pretty = {**written, "channel": archive.channel}
-    (meta / "zlib-1.3-h0_0.json").write_text(json.dumps(pretty, indent=2))  # py-rattler's form: the url line swapped
-    name_the_lock_urls(meta, [archive])
-    assert (meta / "zlib-1.3-h0_0.json").read_text() == json.dumps({**pretty, "url": archive.url}, indent=2)
+    # py-rattler's form: the url line swapped, the record written over in place, longer or shorter than it was
+    for url in (archive.url, f"https://example.org/{'c' * 400}/linux-64/zlib-1.3-h0_0.conda", "https://e.org/z.conda"):
+        (meta / "zlib-1.3-h0_0.json").write_text(json.dumps(pretty, indent=2))
+        name_the_lock_urls(meta, [replace(archive, url=url)])
+        assert (meta / "zlib-1.3-h0_0.json").read_text() == json.dumps({**pretty, "url": url}, indent=2)
 
 
 def test_an_install_imports_neither_the_lock_verb_nor_rich_for_the_engine():
