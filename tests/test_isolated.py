@@ -146,7 +146,7 @@ try:
 except ToolkitError as exc:
     print(exc, flush=True)
 waiting = prefork(add)
-print(waiting.forked.pid, flush=True)
+print(waiting.copy.forked.pid, flush=True)
 waiting.cancel()  # never given its arguments
 try:
     os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
@@ -177,7 +177,7 @@ def test_with_another_thread_running_a_prefork_runs_in_a_fresh_interpreter():
     other.start()
     try:
         waiting = prefork(os.getppid)
-        assert waiting.forked is None
+        assert waiting.copy is None
         assert waiting.run() != os.getpid()
     finally:
         stop.set()

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -90,8 +91,8 @@ def prefork(function: Callable[..., Any], prepare: Callable[[], object] = lambda
     os.close(read)
     if forked is None:
         os.close(write)
-        return Prefork(function, None, None)
-    return Prefork(function, forked, os.fdopen(write, "wb"))
+        return Prefork(function, None)
+    return Prefork(function, WaitingCopy(forked, os.fdopen(write, "wb")))
 
 
 def _fork(function: Callable[..., Any], arguments: Callable[[], tuple[Any, ...]]) -> Forked | None:
@@ -124,37 +125,44 @@ def _fork(function: Callable[..., Any], arguments: Callable[[], tuple[Any, ...]]
     return Forked(function.__qualname__, pid, os.fdopen(read, "rb"))
 
 
+@dataclass(frozen=True)
+class WaitingCopy:
+    """prefork's copy, waiting for its arguments: the copy itself, and the pipe they are sent down."""
+
+    forked: Forked
+    outgoing: BinaryIO
+
+
+@dataclass(frozen=True)
 class Prefork:
     """A function forked ahead of its arguments (prefork): `run` or `cancel` must be called (`cancel` after `run`
-    does nothing: a caller may cancel in a `finally`)."""
+    does nothing: a caller may cancel in a `finally`). `copy`: None where prefork could not fork."""
 
-    def __init__(
-        self, function: Callable[..., Any], forked: Forked | None, outgoing: BinaryIO | None
-    ) -> None:
-        self.function, self.forked, self.outgoing = function, forked, outgoing
+    function: Callable[..., Any]
+    copy: WaitingCopy | None
 
     def run(self, *args: Any) -> Any:
         """function(*args) in the waiting copy (a worker interpreter where there is none); its result, or its
         ToolkitError raised here."""
-        if self.forked is None or self.outgoing is None:
+        if self.copy is None:
             return run_isolated(self.function, *args)
         try:
-            with self.outgoing:
-                pickle.dump(args, self.outgoing)
+            with self.copy.outgoing:
+                pickle.dump(args, self.copy.outgoing)
         except BrokenPipeError:  # the copy is gone: its result says so
             pass
         except (
             BaseException
         ):  # Ctrl-C, SIGTERM while sending: the copy ends before this process goes on
-            self.forked.cancel()
+            self.copy.forked.cancel()
             raise
-        return self.forked.result()
+        return self.copy.forked.result()
 
     def cancel(self) -> None:
         """End the copy (this process stopped before its arguments were found: an archive refused, Ctrl-C)."""
-        if self.forked is not None and self.outgoing is not None:
-            self.outgoing.close()
-            self.forked.cancel()
+        if self.copy is not None:
+            self.copy.outgoing.close()
+            self.copy.forked.cancel()
 
 
 class Forked:
