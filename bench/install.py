@@ -18,6 +18,9 @@ goes first, repeated --repeat times (median reported):
   costs.
 
 Both sides run with compiled bytecode (written once to a folder of the run, as an installed toolkit has it).
+--baseline DIR (a `git archive` of an earlier commit) runs that toolkit as a third side of each row, `toolkit
+before`, in the same rounds: a change's before and after measured under the same load, which runs an hour apart
+are not (the same tree's ratio moved by a tenth between them).
 
     python bench/install.py --repeat 3 --out docs/results/2026-12-05-install-bench
 """
@@ -25,6 +28,7 @@ Both sides run with compiled bytecode (written once to a folder of the run, as a
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -178,8 +182,10 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, list[Run]]]:
         tmp = Path(scratch)
         # Python's bytecode as an installed toolkit has it (pip compiles it): written once, to a folder of the run
         pycache = tmp / "pycache"
-        measured([sys.executable, "-c", "import toolkit.env.pypi_install, toolkit.env.rattler_link, rattler"],
-                 {"PYTHONPATH": str(ROOT)}, pycache=pycache)  # the toolkit's and py-rattler's bytecode, as installed
+        trees = {"toolkit": ROOT, **({"toolkit before": args.baseline.resolve()} if args.baseline else {})}
+        for tree in trees.values():  # the toolkit's and py-rattler's bytecode, as installed
+            measured([sys.executable, "-c", "import toolkit.env.pypi_install, toolkit.env.rattler_link, rattler"],
+                     {"PYTHONPATH": str(tree)}, pycache=pycache)
         wheels = pypi_wheels(tmp / "index", args.fillers)
         channel = build_channel(tmp / "channel", toolchain_packages(("linux-64",)))
         layers = {"conda warm": conda_jobs(sorted([*channel.rglob("*.conda"), *channel.rglob("*.tar.bz2")]), tmp,
@@ -196,11 +202,13 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, list[Run]]]:
                                                           for w in lock))
             counter = iter(range(10**6))
 
-            def toolkit_pypi(cache: Path) -> Run:
-                prefix = tmp / f"tk-{next(counter)}" / "env"
-                prefix.parent.mkdir()
-                return measured([sys.executable, "-c", TOOLKIT_PYPI, str(tmp / "pypi.json"), str(prefix)],
-                                {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}, pycache=pycache)
+            def toolkit_pypi(tree: Path) -> Callable[[Path], Run]:
+                def job(cache: Path) -> Run:
+                    prefix = tmp / f"tk-{next(counter)}" / "env"
+                    prefix.parent.mkdir()
+                    return measured([sys.executable, "-c", TOOLKIT_PYPI, str(tmp / "pypi.json"), str(prefix)],
+                                    {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(tree)}, pycache=pycache)
+                return job
 
             def uv_pypi(cache: Path) -> Run:
                 prefix = tmp / f"uv-{next(counter)}"
@@ -211,12 +219,12 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, list[Run]]]:
                              pycache=pycache)
                 return Run(a.wall_s + b.wall_s, a.cpu_s + b.cpu_s)
 
-            def toolkit_conda(entries: Path) -> Callable[[Path], Run]:
+            def toolkit_conda(entries: Path, tree: Path) -> Callable[[Path], Run]:
                 def job(cache: Path) -> Run:
                     prefix = tmp / f"tkc-{next(counter)}"
                     try:
                         return measured([sys.executable, "-c", TOOLKIT_CONDA, str(entries), str(prefix)],
-                                        {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}, pycache=pycache)
+                                        {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(tree)}, pycache=pycache)
                     finally:
                         shutil.rmtree(prefix, ignore_errors=True)  # the replica's prefixes are GBs each
                 return job
@@ -235,18 +243,19 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, list[Run]]]:
                 """The job of one side of a row in its cache: a new one each round (cold), else the side's kept one,
                 filled by an unmeasured run first (warm)."""
                 def each(turn: int) -> Run:
-                    cache = tmp / f"cache-{side}-{name.rsplit(' ', 1)[0]}" / (f"cold{turn}" if cold else "kept")
+                    cache = tmp / f"cache-{side.replace(' ', '-')}-{name.rsplit(' ', 1)[0]}" / (
+                        f"cold{turn}" if cold else "kept")
                     if not cold and not cache.exists():
                         job(cache)
                     return job(cache)
                 return each
 
-            pairs = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
-                     *((name, toolkit_conda(entries), rattler_conda(records), False)
-                       for name, (entries, records) in layers.items())]
-            return alternating({name: {"toolkit": in_cache(name, "toolkit", ours, cold),
+            rows = [("pypi cold", toolkit_pypi, uv_pypi, True), ("pypi warm", toolkit_pypi, uv_pypi, False),
+                    *((name, functools.partial(toolkit_conda, entries), rattler_conda(records), False)
+                      for name, (entries, records) in layers.items())]
+            return alternating({name: {**{side: in_cache(name, side, ours(tree), cold) for side, tree in trees.items()},
                                        "library": in_cache(name, "library", theirs, cold)}
-                                for name, ours, theirs, cold in pairs}, args.repeat)
+                                for name, ours, theirs, cold in rows}, args.repeat)
 
 
 def summary(rows: dict[str, dict[str, list[Run]]]) -> dict:
@@ -256,6 +265,9 @@ def summary(rows: dict[str, dict[str, list[Run]]]) -> dict:
         out[name] = {**figures,
                      "wall_ratio": figures["toolkit_wall_s"] / figures["library_wall_s"],
                      "cpu_ratio": figures["toolkit_cpu_s"] / figures["library_cpu_s"], "runs": as_pairs(row)}
+        if "toolkit before" in row:
+            out[name]["before"] = {"wall_ratio": figures["toolkit before_wall_s"] / figures["library_wall_s"],
+                                   "cpu_ratio": figures["toolkit before_cpu_s"] / figures["library_cpu_s"]}
     return out
 
 
@@ -307,6 +319,9 @@ def main() -> int:
                         help="add the row of a CUDA 13.0 line's conda layer from the conda-forge replica")
     parser.add_argument("--out", type=Path, help="folder for results.json and install.png")
     parser.add_argument("--before", type=Path, help="an earlier run's results.json, whose ratios the plot shows beside")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a checkout of the toolkit before (git archive of a commit), run as the side `toolkit "
+                             "before` of each row in the same rounds; the plot shows its ratios beside")
     parser.add_argument("--replot", action="store_true", help="only draw install.png again from --out's results.json")
     args = parser.parse_args()
     before = json.loads(args.before.read_text())["rows"] if args.before else None
@@ -317,7 +332,9 @@ def main() -> int:
     for name, r in results.items():
         print(f"{name:11s} toolkit {r['toolkit_wall_s']:6.2f} s wall {r['toolkit_cpu_s']:6.2f} s CPU | library "
               f"{r['library_wall_s']:6.2f} s wall {r['library_cpu_s']:6.2f} s CPU | ratio {r['wall_ratio']:.2f}x wall "
-              f"{r['cpu_ratio']:.2f}x CPU")
+              f"{r['cpu_ratio']:.2f}x CPU" + (f" | before {r['before']['wall_ratio']:.2f}x wall "
+                                              f"{r['before']['cpu_ratio']:.2f}x CPU" if "before" in r else ""))
+    before = before or ({name: r["before"] for name, r in results.items()} if args.baseline else None)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = run_metadata("install.py", sys.argv[1:], repeat=args.repeat, fillers=args.fillers)
