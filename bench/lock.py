@@ -491,7 +491,7 @@ def main() -> None:
         if exe:
             started = time.perf_counter()
             layer = CondaLockEngine(exe, Console(stderr=True, highlight=False)).solve(request)
-            results.append((f"conda-lock + {Path(exe).name}", time.perf_counter() - started, len(layer.packages)))
+            results.append((f"conda-lock + {Path(exe).name}", time.perf_counter() - started, len(layer.entries)))
         print(f"line {args.line}: {len(request.specs)} specs, platform {PLATFORM}, __cuda={spec.cuda}")
         print(f"{'backend':<28}{'solve (s)':>10}{'packages':>10}")
         for name, seconds, count in results:

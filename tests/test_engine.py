@@ -52,7 +52,7 @@ def test_an_external_toolchain_needs_no_solver_in_either_engine():
     assert request.specs == ()
     by_cli = CondaLockEngine("/bin/false", CONSOLE).solve(request)
     by_rattler = RattlerEngine(CONSOLE).solve(request)
-    assert by_cli.packages == by_rattler.packages == []
+    assert by_cli.entries == by_rattler.entries == ()
     assert by_cli.content_hash == by_rattler.content_hash and set(by_cli.content_hash) == set(request.platforms)
 
 
@@ -86,8 +86,8 @@ def test_both_engines_solve_a_locked_line_to_the_expected_packages(channel_dir, 
     by_rattler = choose_engine("rattler", None, CONSOLE).solve(request)
     for engine, layer in (("conda-lock", by_cli), ("rattler", by_rattler)):
         for platform in ("linux-64", "linux-aarch64"):
-            solved = {(p.url.split("/")[-2], p.url.split("/")[-1], p.hash.sha256)
-                      for p in layer.packages if p.platform == platform}
+            solved = {(p.url.split("/")[-2], p.url.split("/")[-1], p.sha256)
+                      for p in layer.entries if p.platform == platform}
             assert solved == expected_solution(channel_dir, platform), (engine, platform)
     assert by_cli.content_hash == by_rattler.content_hash and set(by_cli.content_hash) == set(request.platforms)
 
@@ -118,54 +118,6 @@ def test_backend_is_the_old_spelling_of_engine(verb, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args([verb, "cu126", "--backend", "mamba-cli"])
     assert "--backend" not in parser._subparsers._group_actions[0].choices[verb].format_help()
-
-
-# conda-lock's own parse of an environment file, in a process where its package is imported whole (the toolkit
-# registers it unexecuted): its dependencies, channels and content hash per platform
-MAKE_LOCK_SPEC = """
-import json, sys
-from pathlib import Path
-from conda_lock.content_hash import compute_content_hashes
-from conda_lock.lookup import DEFAULT_MAPPING_URL
-from conda_lock.src_parser import make_lock_spec
-from conda_lock.virtual_package import virtual_package_repo_from_specification
-spec = make_lock_spec(src_files=[Path(sys.argv[1])], mapping_url=DEFAULT_MAPPING_URL)
-print(json.dumps({"dependencies": {p: [d.model_dump() for d in deps] for p, deps in spec.dependencies.items()},
-                  "channels": [c.model_dump() for c in spec.channels],
-                  "hashes": compute_content_hashes(spec, virtual_package_repo_from_specification(Path(sys.argv[2])))}))
-"""
-
-
-def test_the_lock_specification_is_conda_locks_make_lock_spec(tmp_path):
-    """engine.lock_specification (conda-lock's source parsers not imported) gives what conda-lock's make_lock_spec
-    parses from the same environment file: the specs of a CUDA line, a name given twice (the last kept, in the
-    first's place), a spec naming its channel, and `nodefaults` among the channels."""
-    import json
-    import subprocess
-
-    from toolkit.env.engine import _content_hashes, lock_specification, write_conda_lock_inputs
-    from toolkit.env.rattler_solve import CondaRequest
-
-    virtual = {"__cuda": "13.0", "__glibc": "2.28", "__unix": "0", "__linux": "5.10"}
-    request = CondaRequest(
-        line="cu130", spec_file="envs/cu130.yaml",
-        channels=("conda-forge", "nodefaults", "file:///srv/replica"),
-        platforms=("linux-64", "linux-aarch64"),
-        specs=("python 3.12.*", "cuda-version 13.0.*", "cuda-nvcc >=13.0,<13.1", "gxx_linux-64 14.*",
-               "ninja", "python >=3.12,<3.13", "conda-forge::pip"),
-        virtual_packages={"linux-64": virtual, "linux-aarch64": virtual})
-    environment, virtual_file = write_conda_lock_inputs(request, tmp_path)
-    done = subprocess.run([sys.executable, "-c", MAKE_LOCK_SPEC, str(environment), str(virtual_file)],
-                          capture_output=True, text=True, check=True)
-    expected = json.loads(done.stdout)
-    ours = lock_specification(request, environment)
-    as_json = lambda data: json.loads(json.dumps(data))  # tuples as the other process's lists
-    assert as_json({p: [d.model_dump() for d in deps] for p, deps in ours.dependencies.items()}) == expected[
-        "dependencies"]
-    assert as_json([c.model_dump() for c in ours.channels]) == expected["channels"]
-    assert _content_hashes(ours, virtual_file) == expected["hashes"]
-    assert [d["name"] for d in expected["dependencies"]["linux-64"]] == ["python", "cuda-version", "cuda-nvcc",
-                                                                          "gxx_linux-64", "ninja", "pip"]
 
 
 CONDA_COMMON_THEN_CLI = """

@@ -315,7 +315,7 @@ def write_offline(project: Path, line: str) -> Path:
     layer = PipLayer(platform, custom[f"fa-envkit.pip-resolver.{platform}"], "", packages, text,
                      exclude_newer=custom["fa-envkit.exclude-newer"])
     sdist = read_lock(ROOT / "locks" / f"{line}.conda-lock.yml").sdist
-    return write_lock(spec, CondaLayer([], metadata["content_hash"], []), [layer], sdist,
+    return write_lock(spec, CondaLayer((), metadata["content_hash"], ()), [layer], sdist,
                       Workspace(locks=project / "locks"))
 
 

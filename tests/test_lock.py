@@ -254,7 +254,7 @@ def test_cuda_virtual_package_picks_the_lines_cuda_version(channel_dir, tmp_path
         envs = write_project(tmp_path / line, file_url(channel_dir), "http://127.0.0.1:9/simple", line=line,
                              cuda=cuda, extra='conda_packages:\n  cuda-version: "*"\n')
         layer = RATTLER.solve(conda_request(load_spec(envs / f"{line}.yaml")))
-        assert {p.version for p in layer.packages if p.name == "cuda-version"} == {cuda}
+        assert {p.version for p in layer.entries if p.name == "cuda-version"} == {cuda}
 
 
 GOLDEN_ROOT = "file:///golden"  # the test's own folder, as the golden file spells it
@@ -591,12 +591,12 @@ exec {uv} "$@"
         ("linux-64", "torch"), ("linux-aarch64", "torch")}
 
 
-def test_writing_a_lock_imports_conda_locks_models_not_its_cli_and_only_in_its_writer(channel_dir, pip_index,
-                                                                                      tmp_path):
+def test_writing_a_lock_imports_conda_locks_models_only_and_only_in_its_checker(channel_dir, pip_index, tmp_path):
     """conda-lock's package __init__ imports its whole CLI (conda_lock.conda_lock: its solvers, ensureconda,
-    vendored poetry) to re-export `main`; the lock's writer and check need its models only. And those only in the
-    writer's process (forked as the lock starts): imported in a thread of the locking process, they took 0.25 s of
-    its wall (one interpreter lock), so that process imports no module of conda-lock at all."""
+    vendored poetry) to re-export `main`, and conda_lock.lockfile's imports its PyPI-name lookup (filelock,
+    asyncio) and vendored conda (requests); the check of a written lock needs its models only. And those only in
+    the checker's process (forked as the lock starts): the locking process makes the lock's document itself
+    (lock_document) and imports no module of conda-lock at all."""
     script = f"""
 import sys
 from pathlib import Path
@@ -606,13 +606,13 @@ from toolkit.base.workspace import Workspace
 from toolkit.env import lock
 from toolkit.spec.rules import checked_spec
 
-def noting(draft, draft_of=lock.write_draft):  # what the writer's process imported once it wrote the draft
-    written = draft_of(draft)
-    Path({str(tmp_path / "writer")!r}).write_text(
-        f'{{"conda_lock.conda_lock" in sys.modules}} {{"conda_lock.lockfile.v2prelim.models" in sys.modules}}')
-    return written
+def noting(path, document, check=lock.check_with_conda_lock):  # what the checker's process imported
+    check(path, document)
+    Path({str(tmp_path / "checker")!r}).write_text(" ".join(str(name in sys.modules) for name in (
+        "conda_lock.conda_lock", "conda_lock.lockfile.v2prelim.models", "conda_lock.lookup",
+        "conda_lock._vendor.conda.models.match_spec", "conda_lock.models.lock_spec")))
 
-lock.write_draft = noting
+lock.check_with_conda_lock = noting
 envs = write_project(Path({str(tmp_path)!r}), {file_url(channel_dir)!r}, {pip_index!r})
 path, written = lock.lock_line(checked_spec(envs / "cu126.yaml"), "rattler",
                                workspace=Workspace(locks=envs.parent / "locks"), pypi={pip_index!r})
@@ -622,23 +622,23 @@ print(written, any(name.split(".")[0] == "conda_lock" for name in sys.modules))
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]  # written, and no conda-lock module in the locking process
-    assert (tmp_path / "writer").read_text().split() == ["False", "True"]  # the writer's: models, no CLI
+    # the checker's: the models, not the CLI, the lookup, the vendored MatchSpec or the source parsers' spec
+    assert (tmp_path / "checker").read_text().split() == ["False", "True", "False", "False", "False"]
     parse_conda_lock_file(tmp_path / "locks" / "cu126.conda-lock.yml")  # conda-lock, all of it, reads what was written
 
 
 def test_the_lock_text_is_conda_locks_writers(locked, tmp_path):
-    """conda_lock_text dumps with libyaml's emitter and adds the digest: the bytes of conda-lock's own writer
-    (write_conda_lock_file, PyYAML's pure-Python emitter) for the same lock."""
+    """The lock's text (lock_document, dumped by lock_text with libyaml's emitter, the digest added) is what
+    conda-lock's own writer (write_conda_lock_file, PyYAML's pure-Python emitter) writes for the lock it
+    parses from it: both layers, both platforms, the metadata."""
     from conda_lock.lockfile import write_conda_lock_file
 
-    from toolkit.env.lockfile import conda_lock_text
-
     _, lock = locked
-    lockfile = parse_conda_lock_file(lock)
-    text = conda_lock_text(lockfile.model_copy(deep=True))
-    write_conda_lock_file(lockfile, tmp_path / "theirs.yml", metadata_choices=None, include_help_text=False)
-    assert text == (tmp_path / "theirs.yml").read_text()
-    assert lock.read_text().endswith(text)  # the header, then the text written
+    write_conda_lock_file(parse_conda_lock_file(lock), tmp_path / "theirs.yml", metadata_choices=None,
+                          include_help_text=False)
+    theirs = (tmp_path / "theirs.yml").read_text()
+    assert theirs.startswith("version: 1\nmetadata:\n") and "manager: pip" in theirs and "manager: conda" in theirs
+    assert lock.read_text().endswith(theirs)  # the header, then the text written
 
 
 @pytest.mark.parametrize("edit", ["optional dropped", "entry repeated", "version 3", "url a list"])

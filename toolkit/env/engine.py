@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from toolkit.base.atomic import checkpoint, owned_dir
 from toolkit.base.children import kill_group, popen_tied, run_tied
@@ -40,13 +40,14 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
+from toolkit.env import lock_document
+from toolkit.env.lock_document import LockChannel, LockEntry
 from toolkit.env.lockfile import (
     CONDA_SUFFIXES,
     LockedEnv,
     LockedPackage,
     brief,
     check_wheel_identity,
-    conda_common,
     relock_hint,
 )
 from toolkit.env.rattler_solve import (  # the worker's module (CondaRequest: the engines' input)
@@ -71,27 +72,26 @@ ENGINES = (
 )  # --engine of lock and install (--backend before issue 31)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CondaLayer:
-    """Solved conda packages of every platform, as conda-lock models, with conda-lock's content hash."""
+    """Solved conda packages of every platform as the lock writes them, with conda-lock's content hash."""
 
-    packages: list[Any]  # conda_lock LockedDependency
+    entries: tuple[LockEntry, ...]
     content_hash: dict[str, str]
-    channels: list[Any]  # conda_lock Channel
+    channels: tuple[LockChannel, ...]
 
 
 @dataclass(frozen=True)
 class SolvedConda:
-    """A conda layer as py-rattler solved it: each platform's FETCH actions, plain data. conda-lock's models are
-    made of it (conda_layer) where the lock's text is made, in a process of its own (lock.write_draft): the
-    process that solves and resolves never imports conda-lock (0.25 s of its wall in a conda lock)."""
+    """A conda layer as py-rattler solved it: each platform's FETCH actions, plain data, made into the lock's
+    entries (conda_layer) where the lock is written."""
 
     request: CondaRequest
     actions: dict[str, list[dict]]
 
 
 def conda_layer(solved: CondaLayer | SolvedConda) -> CondaLayer:
-    """conda-lock's models of a solved layer (one the conda-lock CLI solved is already made of them)."""
+    """The lock's entries of a solved layer (one the conda-lock CLI solved is already made of them)."""
     if isinstance(solved, CondaLayer):
         return solved
     return layer_from_actions(solved.request, solved.actions)
@@ -151,7 +151,7 @@ class CondaEngine(ABC):
         layer = functools.cache(lambda: self.solve(request))
         return PendingSolve(
             layer,
-            lambda: {p.platform: p.version for p in layer().packages if p.name == "python"},
+            lambda: {p.platform: p.version for p in layer().entries if p.name == "python"},
         )
 
     @abstractmethod
@@ -232,83 +232,23 @@ def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Pat
 
 
 def layer_from_actions(request: CondaRequest, actions: dict[str, list[dict]]) -> CondaLayer:
-    """Solved FETCH actions of every platform -> conda-lock's models, with conda-lock's own content hash."""
-    with owned_dir(Path(tempfile.gettempdir()), "lock-inputs") as tmp:
-        environment, virtual = write_conda_lock_inputs(request, tmp)
-        lock_spec = lock_specification(request, environment)
-        content_hash = _content_hashes(lock_spec, virtual)
-    packages = []
-    for platform in request.platforms:
-        requested = {d.name: d for d in lock_spec.dependencies[platform] if d.manager == "conda"}
-        packages += locked_from_fetch_actions(
-            actions[platform], platform, lock_spec.channels, requested
-        )
+    """Solved FETCH actions of every platform -> the lock's entries, with conda-lock's content hash (as
+    conda-lock's solve_conda and make_lock_spec make them: lock_document)."""
+    requested = lock_document.requested_dependencies(request.specs)
+    channels = lock_document.lock_channels(request.channels)
+    names = [d["name"] for d in requested if d["manager"] == "conda"]
+    entries = [
+        entry
+        for platform in request.platforms
+        for entry in lock_document.conda_entries(actions[platform], platform, channels, names)
+    ]
     return CondaLayer(
-        packages=packages, content_hash=content_hash, channels=list(lock_spec.channels)
+        entries=tuple(entries),
+        content_hash=lock_document.content_hashes(
+            requested, channels, request.platforms, request.virtual_packages
+        ),
+        channels=channels,
     )
-
-
-def lock_specification(request: CondaRequest, environment: Path) -> Any:
-    """conda-lock's LockSpecification of the environment file write_conda_lock_inputs wrote, as its make_lock_spec
-    parses one (each spec by conda_spec_to_versioned_dep, category main, the last of a name kept in the place of
-    its first, `nodefaults` left out), without importing conda-lock's source parsers: for pip sections and
-    pyproject files they import its PyPI solver and vendored poetry, 0.15-0.3 s of CPU on every conda lock.
-    The files hold only conda specs and channels, so the result is make_lock_spec's (tests compare both)."""
-    conda_spec_to_versioned_dep = conda_common().conda_spec_to_versioned_dep
-    from conda_lock.models.lock_spec import LockSpecification
-
-    unique = {}
-    for spec in request.specs:
-        dependency = conda_spec_to_versioned_dep(spec, "main")
-        unique[(dependency.manager, dependency.name)] = dependency
-    return LockSpecification(
-        dependencies={platform: list(unique.values()) for platform in request.platforms},
-        channels=[c for c in request.channels if c != "nodefaults"],
-        pip_repositories=[],
-        sources=[environment],
-        allow_pypi_requests=True,
-    )
-
-
-def _content_hashes(lock_spec: Any, virtual_spec: Path) -> dict[str, str]:
-    from conda_lock.content_hash import compute_content_hashes
-    from conda_lock.virtual_package import virtual_package_repo_from_specification
-
-    return compute_content_hashes(lock_spec, virtual_package_repo_from_specification(virtual_spec))
-
-
-def locked_from_fetch_actions(
-    actions: list[dict], platform: str, channels: list[Any], requested: dict[str, Any]
-) -> list[Any]:
-    """FETCH actions (repodata records) -> conda-lock LockedDependency, exactly as conda-lock's
-    conda_solver.solve_conda converts a micromamba dry run, so both engines write the same file."""
-    from conda_lock.interfaces.vendored_conda import MatchSpec
-    from conda_lock.lockfile import apply_categories
-    from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
-    from conda_lock.lookup import DEFAULT_MAPPING_URL
-    from conda_lock.models.channel import normalize_url_with_placeholders
-
-    planned = {}
-    for action in actions:
-        by_name: dict[str, list] = {}
-        for dep in action.get("depends") or []:
-            match = MatchSpec(dep)
-            by_name.setdefault(match.name, []).append(match)
-        dependencies = {}
-        for name, matches in by_name.items():
-            merged = matches[0] if len(matches) == 1 else MatchSpec.merge(matches)[0]
-            dependencies[name] = merged.version.spec_str if merged.version is not None else ""
-        planned[action["name"]] = LockedDependency(
-            name=action["name"],
-            version=action["version"],
-            manager="conda",
-            platform=platform,
-            dependencies=dependencies,
-            url=normalize_url_with_placeholders(action["url"], channels=channels),
-            hash=HashModel(md5=action["md5"], sha256=action.get("sha256")),
-        )
-    apply_categories(requested=requested, planned=planned, mapping_url=DEFAULT_MAPPING_URL)
-    return list(planned.values())
 
 
 def _last_line(stderr: str) -> str:
@@ -372,9 +312,25 @@ class CondaLockEngine(CondaEngine):
             f"in {time.perf_counter() - started:.2f} s"
         )
         return CondaLayer(
-            packages=list(lockfile.package),
+            entries=tuple(
+                LockEntry(
+                    manager=p.manager,
+                    name=p.name,
+                    version=p.version,
+                    platform=p.platform,
+                    url=p.url,
+                    dependencies=dict(p.dependencies),
+                    md5=p.hash.md5,
+                    sha256=p.hash.sha256,
+                    category=category,
+                )
+                for p in lockfile.package
+                for category in sorted(p.categories)  # one entry per category, as to_v1 writes them
+            ),
             content_hash=dict(lockfile.metadata.content_hash),
-            channels=list(lockfile.metadata.channels),
+            channels=tuple(
+                LockChannel(c.url, tuple(c.used_env_vars)) for c in lockfile.metadata.channels
+            ),
         )
 
     def install(self, job: InstallJob) -> None:

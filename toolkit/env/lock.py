@@ -1,8 +1,9 @@
 """Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform; a pypi
 line's pip layer alone, with its PEP 751 locks/pylock.<line>.toml: toolkit/env/pypi_lock.py).
 
-The file is conda-lock's unified format, written through conda-lock's own models and writer, so
-`conda-lock install` and `conda-lock render` read it. What conda-lock has no field for (the
+The file is conda-lock's unified format, as conda-lock's own writer writes it (toolkit/env/lock_document.py) and
+checked by conda-lock's own models before it is published, so `conda-lock install` and `conda-lock render` read
+it. What conda-lock has no field for (the
 flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
 layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
 the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/env/lockfile.py;
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import json
 import os
 import shutil
@@ -52,6 +52,7 @@ from toolkit.env.engine import (
     locking_environment,
 )
 from toolkit.env.isolated import Prefork, prefork
+from toolkit.env.lock_document import LockMetadata, lock_document
 from toolkit.env.lockfile import (
     KEY_CUDA,
     KEY_DIGEST,
@@ -67,10 +68,9 @@ from toolkit.env.lockfile import (
     LockedEnv,
     LockedSdist,
     check_with_conda_lock,
-    conda_common,
-    conda_lock_modules_only,
-    conda_lock_text,
+    conda_lock_models,
     load_lock_document,
+    lock_text,
     locked_env,
     pylock_problem,
     read_lock,
@@ -93,19 +93,6 @@ SDIST_PROJECT = "flash-attn"
 PIP_PYLOCK = "pylock.toml"  # the pip layer as uv's pylock, read for its wheels (uv wants this name)
 VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
 console = Console(stderr=True, highlight=False)
-# what write_draft imports: conda-lock's models (the lock is written and checked with them) and what
-# engine.layer_from_actions makes a conda layer with (a pypi line's layer is empty: those go unused)
-WRITER_MODULES = (
-    "conda_lock.content_hash",
-    "conda_lock.interfaces.vendored_conda",
-    "conda_lock.lockfile",  # apply_categories, and conda_lock.lookup with it
-    "conda_lock.lockfile.v1.models",
-    "conda_lock.lockfile.v2prelim.models",
-    "conda_lock.models.channel",
-    "conda_lock.models.lock_spec",
-    "conda_lock.virtual_package",
-    "pydantic",
-)
 
 
 def channel_url(channel: str, relative_to: Path) -> str:
@@ -468,7 +455,7 @@ def lock_pypi_layer(
             pylock=text,
             exclude_newer=exclude_newer,
         ),
-        CondaLayer(packages=[], content_hash={platform: inputs}, channels=[]),
+        CondaLayer(entries=(), content_hash={platform: inputs}, channels=()),
     )
 
 
@@ -571,44 +558,6 @@ def lock_header(spec: EnvSpec, sources: list[str]) -> str:
     )
 
 
-@dataclass(frozen=True)
-class LockDraft:
-    """What a lock file says, as plain data (no conda-lock model): write_draft makes conda-lock's models and text."""
-
-    header: str
-    conda: CondaLayer | SolvedConda
-    pip: tuple[pypi_lock.PipEntry, ...]
-    platforms: tuple[str, ...]
-    sources: tuple[str, ...]
-    custom: dict[str, str]
-    draft: Path  # the file it is written to
-
-
-def write_draft(lock: LockDraft) -> dict:
-    """The lock written at lock.draft through conda-lock's models and writer (conda_lock_text), then read back as
-    every reader reads a lock (load_lock_document: parsed once, its shape and digest checked) and by conda-lock's
-    own models (check_with_conda_lock): the document read. lock_line runs it in a copy of its process forked
-    ahead (lock_writer), which has imported conda-lock while the line was solved and resolved."""
-    conda_lock_modules_only()
-    from conda_lock.lockfile.v2prelim.models import Lockfile, LockMeta
-
-    conda = conda_layer(lock.conda)
-    lockfile = Lockfile(
-        package=[*conda.packages, *(entry.model() for entry in lock.pip)],
-        metadata=LockMeta(
-            content_hash=conda.content_hash,
-            channels=conda.channels,
-            platforms=list(lock.platforms),
-            sources=list(lock.sources),
-            custom_metadata=dict(lock.custom),
-        ),
-    )
-    write_staged(lock.draft, lock.header + conda_lock_text(lockfile))
-    written = load_lock_document(lock.draft)
-    check_with_conda_lock(lock.draft, written)
-    return written
-
-
 def write_staged(path: Path, text: str) -> None:
     """One of the lock's files written in its staging folder; a full disk (or a quota) is one line: nothing was
     published yet, the lock's files are as they were."""
@@ -627,10 +576,11 @@ def write_lock(
     pip_layers: list[PipLayer],
     sdist: LockedSdist,
     workspace: Workspace = DEFAULT,
-    draft_of: Callable[[LockDraft], dict] = write_draft,
+    check: Callable[[Path, dict], None] = check_with_conda_lock,
 ) -> Path:
-    """Assemble and write the lock (and its requirements files): temp files, read back, then renamed. `draft_of`
-    writes and reads back the lock's draft (lock_line's: write_draft in its writer process)."""
+    """Assemble and write the lock (and its requirements files): temp files, read back as every reader reads a
+    lock (load_lock_document: parsed once, its shape and digest checked), checked by conda-lock's own models
+    (`check`: lock_line's runs check_with_conda_lock in its checker process), then renamed."""
     locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {
@@ -657,17 +607,16 @@ def write_lock(
             write_staged(tmp / target.name, text)
             custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
-        written = draft_of(
-            LockDraft(
-                header=lock_header(spec, sources),
-                conda=conda,
-                pip=tuple(entry for layer in pip_layers for entry in layer.packages),
-                platforms=spec.platforms,
-                sources=tuple(sources),
-                custom=custom,
-                draft=draft,
-            )
+        solved = conda_layer(conda)
+        document = lock_document(
+            [*solved.entries, *(entry.entry() for layer in pip_layers for entry in layer.packages)],
+            LockMetadata(
+                solved.content_hash, solved.channels, spec.platforms, tuple(sources), custom
+            ),
         )
+        write_staged(draft, lock_header(spec, sources) + lock_text(document))
+        written = load_lock_document(draft)
+        check(draft, written)
         locked_env(draft, written)  # what was written reads back and verifies
         for layer in pip_layers:
             if layer.requirements:
@@ -737,17 +686,17 @@ def lock_line(
     force: bool = False,
     pypi: str = PYPI_SIMPLE,
     update: bool = False,
-    writer: Prefork | None = None,
+    checker: Prefork | None = None,
 ) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written).
 
-    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now. `writer`: the
-    lock's writer (lock_writer), forked ahead by the caller; ended here, used or not. None: forked here."""
-    writer = writer or lock_writer()
+    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now. `checker`: the
+    lock's checker (lock_checker), forked ahead by the caller; ended here, used or not. None: forked here."""
+    checker = checker or lock_checker()
     try:
-        return _lock_line(spec, backend, conda_exe, workspace, force, pypi, update, writer)
+        return _lock_line(spec, backend, conda_exe, workspace, force, pypi, update, checker)
     finally:
-        writer.cancel()  # one still waiting: the lock was current, or something failed before it was written
+        checker.cancel()  # one still waiting: the lock was current, or something failed before it was written
 
 
 def _lock_line(
@@ -758,7 +707,7 @@ def _lock_line(
     force: bool,
     pypi: str,
     update: bool,
-    writer: Prefork,
+    checker: Prefork,
 ) -> tuple[Path, bool]:
     path = workspace.lock_file(spec.line)
     locked = None
@@ -793,26 +742,17 @@ def _lock_line(
                 pin.result()  # its error first, as when the pin was read before the layers
                 raise
             sdist = pin.result()
-        return write_lock(spec, conda, pip_layers, sdist, workspace, writer.run), True
+        return write_lock(spec, conda, pip_layers, sdist, workspace, checker.run), True
     finally:
         if solving is not None:
             solving.cancel()  # a solve still running when something else failed
 
 
-def lock_writer() -> Prefork:
-    """write_draft forked now, while this process has one thread (else a worker interpreter runs it): the copy
-    imports what it needs (writer_prepared, 0.25 s of CPU) while this process reads the spec, solves and resolves,
-    and this process imports no module of conda-lock (in a thread of its own, they took 0.25 s of a conda lock's
-    wall: one interpreter lock)."""
-    return prefork(write_draft, writer_prepared)
-
-
-def writer_prepared() -> None:
-    """What write_draft imports (WRITER_MODULES), and conda-lock's spec conversion (conda_common)."""
-    conda_lock_modules_only()
-    for module in WRITER_MODULES:
-        importlib.import_module(module)
-    conda_common()
+def lock_checker() -> Prefork:
+    """check_with_conda_lock forked now, while this process has one thread (else a worker interpreter runs it):
+    the copy imports conda-lock's models (conda_lock_models, 0.15 s of CPU) while this process reads the spec,
+    solves and resolves, and this process imports no module of conda-lock."""
+    return prefork(check_with_conda_lock, conda_lock_models)
 
 
 def lock_layers(
@@ -1023,7 +963,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
 
     failed = 0
     for path in paths:
-        writer = lock_writer()  # before the spec is read and checked: its imports run meanwhile
+        checker = lock_checker()  # before the spec is read and checked: its imports run meanwhile
         try:
             written, changed = lock_line(
                 checked_spec(path),
@@ -1033,7 +973,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
                 args.force,
                 args.pypi,
                 args.update,
-                writer,
+                checker,
             )
         except ToolkitError as exc:
             if len(paths) == 1:
@@ -1042,7 +982,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
             failed += 1
             continue
         finally:
-            writer.cancel()  # a spec refused before lock_line took it (which ends it otherwise)
+            checker.cancel()  # a spec refused before lock_line took it (which ends it otherwise)
         print(
             f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}"
         )

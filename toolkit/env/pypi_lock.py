@@ -29,6 +29,7 @@ else:  # pragma: no cover - python 3.10 reads TOML through tomli (a dependency t
 from toolkit.base.children import kill_group, popen_tied, run_tied
 from toolkit.base.errors import ToolkitError
 from toolkit.base.paths import display_path
+from toolkit.env.lock_document import LockEntry
 from toolkit.env.lockfile import conda_lock_modules_only
 from toolkit.env.wheels import MACHINES, target_markers
 from toolkit.knowledge.facts import PypiCuda
@@ -287,9 +288,8 @@ def _supported_tags(python: str, platform: str, glibc: str) -> list[Any]:
 @dataclass(frozen=True)
 class PipEntry:
     """A pip entry as `toolkit lock` writes it: one wheel, by URL and sha256, and the locked packages it depends
-    on (name -> specifier). Plain data, so that the process that resolves never imports conda-lock: its model
-    is made where the lock's text is (lock.write_draft, a process of its own). Here, not beside the lock's
-    reader (lockfile.py), whose every dataclass each install and build pays to create."""
+    on (name -> specifier). Here, not beside the lock's reader (lockfile.py), whose every dataclass each install
+    and build pays to create."""
 
     name: str
     version: str
@@ -298,8 +298,21 @@ class PipEntry:
     sha256: str
     dependencies: Mapping[str, str] = field(default_factory=dict)
 
+    def entry(self) -> LockEntry:
+        """Its entry in the lock (manager pip, category main)."""
+        return LockEntry(
+            manager="pip",
+            name=self.name,
+            version=self.version,
+            platform=self.platform,
+            url=self.url,
+            dependencies=dict(self.dependencies),
+            sha256=self.sha256,
+        )
+
     def model(self) -> Any:
-        """conda-lock's LockedDependency of it (manager pip, category main)."""
+        """conda-lock's LockedDependency of it (manager pip, category main): a runtime lock's entry, written by
+        conda-lock's own writer (cache/runtime_lock.py)."""
         conda_lock_modules_only()
         from conda_lock.lockfile.v2prelim.models import HashModel, LockedDependency
 
