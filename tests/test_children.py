@@ -107,6 +107,28 @@ def test_a_command_that_cannot_start_raises_as_subprocess_does_and_the_superviso
     assert done.stderr == "/nonexistent/tool: cannot run it (No such file or directory)\n"
 
 
+def test_a_leaf_is_its_own_process_and_dies_with_a_parent_killed_by_sigkill():
+    """leaf=True: setpriv sets the parent-death signal and execs the command, no supervisor between (the
+    command's parent is the toolkit's process); a SIGKILL of the toolkit ends it all the same."""
+    code = ("import sys; from toolkit.base.children import popen_tied; "
+            "proc = popen_tied(['sleep', '600'], leaf=True); print(proc.pid, flush=True); proc.wait()")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    leaf = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10
+    while psutil.Process(leaf).name() != "sleep" and time.monotonic() < deadline:  # setpriv, until it execs
+        time.sleep(0.01)
+    assert (psutil.Process(leaf).name(), psutil.Process(leaf).ppid(), os.getsid(leaf)) == ("sleep", parent.pid, leaf)
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    assert wait_gone([leaf]) == []
+
+
+@pytest.mark.parametrize("command, status", [("exit 3", 3), ("kill -9 $$", -9), ("exit 0", 0)])
+def test_a_leafs_exit_status_is_its_own(command, status):
+    assert popen_tied(["sh", "-c", command], leaf=True).wait(timeout=30) == status
+
+
 def test_popen_tied_keeps_its_own_session_options():
     with pytest.raises(TypeError, match="start_new_session"):
         popen_tied(["true"], start_new_session=False)
@@ -193,6 +215,13 @@ import os
 from pathlib import Path
 from toolkit.env.pypi_lock import run_uv
 run_uv([{tool!r}, "pip", "compile", "requirements.in"], Path({staging!r}), "uv pip compile", dict(os.environ))
+"""),
+    "uv's resolves of a conda line's pip layer (leaf: setpriv)": ("{staging}/bin/uv", """
+import os
+from pathlib import Path
+from toolkit.env.pypi_lock import Compile, uv_compile_all
+uv_compile_all({tool!r}, [Compile(Path({staging!r}), "3.12", "x86_64-manylinux_2_28", (), "requirements.txt")] * 2,
+               "toolkit lock test", "uv pip compile", dict(os.environ))
 """),
 }
 

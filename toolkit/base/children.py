@@ -9,6 +9,10 @@ The supervisor asks the kernel for SIGTERM when its parent dies, and adopts ever
 SIGINT or SIGHUP, and when the command ends, it stops them all: SIGTERM, then SIGKILL after STOP_GRACE_S.
 `kill_group` is the parent's way to stop it (Ctrl-C, SIGTERM, an error while reading its output).
 
+A command that starts nothing that outlives it (a resolver: `uv pip compile`, `uv --version`) needs no supervisor:
+`leaf=True` has util-linux's setpriv set the parent-death signal on the command itself and exec it, where setpriv
+is on PATH (a supervisor's python start is 15 ms of CPU; four of them were a third of a conda lock's resolves).
+
 This module imports only the standard library: it runs as a script, one with every child, so it starts as little as
 it can: `python -I -S children.py` (no site, whose .pth files cost a tenth of a second), and at the top only what
 the supervisor needs (the parent's side imports subprocess and shutil where it uses them).
@@ -36,7 +40,9 @@ STOP_GRACE_S = 5.0  # the supervisor's wait between SIGTERM and SIGKILL to what 
 KILL_GRACE_S = 3 * STOP_GRACE_S  # the parent's wait for the supervisor before SIGKILL to its group
 
 
-def popen_tied(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.Popen:
+def popen_tied(
+    argv: Sequence[str | os.PathLike[str]], leaf: bool = False, **kwargs: Any
+) -> subprocess.Popen:
     """subprocess.Popen(argv, **kwargs), tied to this process: argv and everything it starts end when this
     process dies, by any signal, or when argv itself ends.
 
@@ -44,15 +50,38 @@ def popen_tied(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subproc
     which this sets up. Call it from a thread that outlives the child (the main thread): the kernel's
     parent-death signal follows the thread that started the supervisor. The returned process is the
     supervisor: its pid is the group's id, its exit status argv's (128 + N when a signal N ended argv,
-    as a shell reports it; 127 when argv cannot be started)."""
+    as a shell reports it; 127 when argv cannot be started). `leaf`: argv starts nothing that outlives it, and
+    is tied by setpriv alone where there is one (see above); the process returned is then argv itself (-N when
+    a signal N ended it)."""
     for reserved in ("start_new_session", "preexec_fn", "process_group"):
         if reserved in kwargs:
             raise TypeError(f"popen_tied sets {reserved} itself")
     import subprocess
 
     _check_runnable(os.fspath(argv[0]), kwargs.get("env"), kwargs.get("cwd"))
+    if leaf and (setpriv := _setpriv()):
+        return subprocess.Popen(
+            [setpriv, "--pdeathsig", "KILL", "--", *argv], start_new_session=True, **kwargs
+        )
     supervisor = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), *argv]
     return subprocess.Popen(supervisor, start_new_session=True, **kwargs)
+
+
+_SETPRIV: list[str | None] = []  # setpriv's path once looked up (None: none that has --pdeathsig)
+
+
+def _setpriv() -> str | None:
+    """util-linux's setpriv where it has --pdeathsig (2.33 and later), looked up once per process."""
+    if not _SETPRIV:
+        import shutil
+        import subprocess
+
+        found = shutil.which("setpriv")
+        if found:
+            usage = subprocess.run([found, "--help"], capture_output=True, text=True).stdout
+            found = found if "--pdeathsig" in usage else None
+        _SETPRIV.append(found)
+    return _SETPRIV[0]
 
 
 def _check_runnable(
@@ -96,6 +125,7 @@ def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
 def run_tied(
     argv: Sequence[str | os.PathLike[str]],
     *,
+    leaf: bool = False,
     capture_output: bool = False,
     timeout: float | None = None,
     check: bool = False,
@@ -107,7 +137,7 @@ def run_tied(
 
     if capture_output:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc = popen_tied(argv, **kwargs)
+    proc = popen_tied(argv, leaf, **kwargs)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except BaseException:

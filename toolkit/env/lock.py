@@ -22,9 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -69,7 +67,6 @@ from toolkit.env.lockfile import (
     LockedSdist,
     check_with_conda_lock,
     conda_lock_models,
-    load_lock_document,
     lock_text,
     locked_env,
     pylock_problem,
@@ -174,6 +171,9 @@ def check_index_reachable(index_url: str, spec_file: str) -> None:
 def unreachable(source: str) -> str | None:
     """Why this machine cannot read `source` (a conda channel as conda_request gives it, or an index URL), or
     None where it answers: a host that answers at all (even 404 or 405 to HEAD) is there."""
+    import urllib.error
+    import urllib.request  # here: http.client and email, a tenth of the lock verb's imports
+
     if source.startswith("file://"):
         path = Path(urllib.parse.urlparse(source).path)
         return None if path.is_dir() else f"no folder {path}"
@@ -504,7 +504,11 @@ def with_flash_attn_4(
 
 
 def fetch_sdist_pin(version: str, index: str = PYPI_SIMPLE) -> LockedSdist:
-    """flash-attn's source archive for a version, from PyPI's JSON simple API (PEP 691)."""
+    """flash-attn's source archive for a version, from PyPI's JSON simple API (PEP 691). Run in a thread of
+    its own while the line solves: its imports too."""
+    import urllib.error
+    import urllib.request
+
     from packaging.utils import InvalidSdistFilename, parse_sdist_filename
     from packaging.version import Version
 
@@ -578,9 +582,9 @@ def write_lock(
     workspace: Workspace = DEFAULT,
     check: Callable[[Path, dict], None] = check_with_conda_lock,
 ) -> Path:
-    """Assemble and write the lock (and its requirements files): temp files, read back as every reader reads a
-    lock (load_lock_document: parsed once, its shape and digest checked), checked by conda-lock's own models
-    (`check`: lock_line's runs check_with_conda_lock in its checker process), then renamed."""
+    """Assemble and write the lock (and its requirements files): temp files, the lock's document checked by
+    conda-lock's own models (`check`: lock_line's runs check_with_conda_lock in its checker process) and as
+    every reader checks a lock (locked_env), then renamed."""
     locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {
@@ -614,10 +618,11 @@ def write_lock(
                 solved.content_hash, solved.channels, spec.platforms, tuple(sources), custom
             ),
         )
+        # the document is what its text parses back to (plain data through PyYAML's emitter: each test that
+        # reads a written lock checks its digest, made of the document, against the parse)
         write_staged(draft, lock_header(spec, sources) + lock_text(document))
-        written = load_lock_document(draft)
-        check(draft, written)
-        locked_env(draft, written)  # what was written reads back and verifies
+        check(draft, document)
+        locked_env(draft, document)  # what a reader checks of every lock
         for layer in pip_layers:
             if layer.requirements:
                 target = workspace.requirements_file(spec.line, layer.platform)
@@ -752,7 +757,14 @@ def lock_checker() -> Prefork:
     """check_with_conda_lock forked now, while this process has one thread (else a worker interpreter runs it):
     the copy imports conda-lock's models (conda_lock_models, 0.15 s of CPU) while this process reads the spec,
     solves and resolves, and this process imports no module of conda-lock."""
-    return prefork(check_with_conda_lock, conda_lock_models)
+    return prefork(check_with_conda_lock, checker_prepared)
+
+
+def checker_prepared() -> None:
+    """The checker's imports at a lower priority (nice 10): it is needed last, once the lock is written, and on a
+    machine of two cores its 0.15 s of CPU would otherwise slow the solve and uv's resolves beside it."""
+    os.nice(10)
+    conda_lock_models()
 
 
 def lock_layers(

@@ -482,7 +482,7 @@ def _dump(document: dict) -> str:
 def check_with_conda_lock(path: Path, document: object) -> None:
     """conda-lock's own lock models on a lock `toolkit lock` just wrote (conda-lock is there: it wrote the file),
     so that what `conda-lock install` reads is checked by conda-lock itself; readers use conda_lock_problem.
-    `document`: the file at `path` as load_lock_yaml parsed it (the writer's read-back shares that one parse).
+    `document`: what the file at `path` parses to (the writer's: the document it dumped).
 
     What conda-lock's parse_conda_lock_file checks: version 1, its v1 model, the v1 -> v2 conversion (an entry
     repeated); on the text as libyaml parses it (the data PyYAML's pure-Python parser gives, several times

@@ -65,7 +65,7 @@ def uv_executable() -> str:
 
 @functools.cache
 def uv_version(uv: str) -> str:
-    return run_tied([uv, "--version"], capture_output=True, text=True).stdout.split()[1]
+    return run_tied([uv, "--version"], leaf=True, capture_output=True, text=True).stdout.split()[1]
 
 
 def uv_complaint(output: str) -> str:
@@ -170,6 +170,7 @@ def uv_compile_all(
                     started.enter_context(
                         popen_tied(
                             argv,
+                            leaf=True,
                             cwd=job.workdir,
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,

@@ -11,8 +11,6 @@ pypi line, checks that the lock holds every dependency its wheels declare for th
 
 from __future__ import annotations
 
-import email.parser
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -47,6 +45,8 @@ class Closure:
 def wheel_metadata(source: Path | IO[bytes], where: str | None = None) -> WheelMetadata:
     """The wheel's one top-level .dist-info/METADATA, read at most MAX_METADATA_BYTES; one line when unreadable.
     `source`: the wheel's file, or an open one (a wheel on an index read by ranges) that `where` names."""
+    import zipfile  # here, as email.parser in _parsed: a lock reads wheels only once uv has resolved
+
     where = where or display_path(Path(str(source)))
     try:
         with zipfile.ZipFile(source) as wheel:
@@ -118,6 +118,8 @@ def installed_metadata(site: Path, names: list[str]) -> dict[str, WheelMetadata]
 
 def _parsed(data: bytes, where: str) -> WheelMetadata:
     """A METADATA file's Name, Version and Requires-Dist; `where` names it in the one-line refusal."""
+    import email.parser
+
     message = email.parser.Parser().parsestr(
         data.decode("utf-8", errors="replace"), headersonly=True
     )
