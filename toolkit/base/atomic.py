@@ -12,11 +12,9 @@ deletes what a live run is writing, nor anything it did not name itself.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import os
-import secrets
 import shutil
 import signal
 import tempfile
@@ -88,7 +86,7 @@ def owned_temp(parent: Path, tag: str) -> Iterator[Path]:
     The owner file is created and locked before the path can exist and removed after it is gone, so
     every temporary on disk has a locked owner while its run lives."""
     parent = Path(parent)
-    path = parent / f"{temp_name(tag)}{os.getpid()}-{secrets.token_hex(4)}"
+    path = parent / f"{temp_name(tag)}{os.getpid()}-{os.urandom(4).hex()}"  # secrets.token_hex(4)'s
     owner = path.with_name(path.name + OWNER_SUFFIX)
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -206,6 +204,8 @@ AT_FDCWD = -100
 def exchange(new: Path, old: Path) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE): a reader of `old` sees the old
     tree or the new one, never nothing, even if the process is killed. False where unsupported."""
+    import ctypes  # here: only a swap needs it
+
     # libc, linked in (as base/children's prctl): find_library runs ldconfig
     libc = ctypes.CDLL(None, use_errno=True)
     renameat2 = getattr(libc, "renameat2", None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import difflib
 import gc
 import os
 import re
@@ -235,6 +234,8 @@ def parse_verb_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
     with its usage and the nearest option it has (argparse answers with the top-level usage and no guess)."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
+        import difflib
+
         verb = handler_parser(parser, args.func) or parser
         options = [
             o for a in verb._actions if a.help != argparse.SUPPRESS for o in a.option_strings

@@ -15,7 +15,6 @@ ASCII. Whatever is wrong ends in one ToolkitError line "file:line: field: proble
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import unicodedata
@@ -1040,6 +1039,8 @@ def resolve_spec_arg(arg: str, workspace: Workspace = DEFAULT) -> Path:
     path = workspace.spec_file(arg)
     if not path.exists():
         known = [p.stem for p in spec_paths(workspace.envs)]
+        import difflib
+
         near = difflib.get_close_matches(arg, known, n=1)
         guess = f"did you mean {near[0]}? " if near else ""
         raise ToolkitError(
