@@ -40,8 +40,6 @@ from toolkit.base.errors import ToolkitError
 from toolkit.base.fslock import locked
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import Workspace
-from toolkit.env import lock_document
-from toolkit.env.lock_document import LockChannel, LockEntry
 from toolkit.env.lockfile import (
     CONDA_SUFFIXES,
     LockedEnv,
@@ -61,6 +59,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from toolkit.env.archives import PackageIdentity
+    from toolkit.env.lock_document import LockChannel, LockEntry
     from toolkit.env.rattler_link import VerifiedArchive
     from toolkit.env.wheels import Closure
 
@@ -233,7 +232,10 @@ def write_conda_lock_inputs(request: CondaRequest, directory: Path) -> tuple[Pat
 
 def layer_from_actions(request: CondaRequest, actions: dict[str, list[dict]]) -> CondaLayer:
     """Solved FETCH actions of every platform -> the lock's entries, with conda-lock's content hash (as
-    conda-lock's solve_conda and make_lock_spec make them: lock_document)."""
+    conda-lock's solve_conda and make_lock_spec make them: lock_document, imported here: an install needs none
+    of it)."""
+    from toolkit.env import lock_document
+
     requested = lock_document.requested_dependencies(request.specs)
     channels = lock_document.lock_channels(request.channels)
     names = [d["name"] for d in requested if d["manager"] == "conda"]
@@ -311,6 +313,8 @@ class CondaLockEngine(CondaEngine):
             f"{request.line}: {len(lockfile.package)} conda packages solved by conda-lock "
             f"in {time.perf_counter() - started:.2f} s"
         )
+        from toolkit.env.lock_document import LockChannel, LockEntry
+
         return CondaLayer(
             entries=tuple(
                 LockEntry(
