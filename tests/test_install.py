@@ -319,3 +319,34 @@ def test_a_refused_archive_ends_the_copy_forked_to_link_it(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "archive.conda: refused []"
+
+
+REFUSED_AFTER_THE_LOCK = """
+import sys
+import psutil
+from pathlib import Path
+from toolkit.base.errors import ToolkitError
+from toolkit.base.workspace import Workspace
+from toolkit.env import install
+
+def refused(locked_env, platform):  # the spec's checks refuse, while py-rattler's copy imports py-rattler
+    print(len(psutil.Process().children()))
+    raise ToolkitError("envs/cu126.yaml: changed since the lock")
+
+install.check_current = refused
+try:
+    install.install_line("cu126", Path(sys.argv[2]), Workspace(locks=Path(sys.argv[1])), backend="rattler",
+                         platform="linux-64")
+except ToolkitError as exc:
+    print(exc, [c.pid for c in psutil.Process().children()])
+"""
+
+
+def test_the_install_verb_forks_the_link_once_the_lock_is_read_and_ends_it_on_a_refusal(lock_over_http, tmp_path):
+    """install_line forks py-rattler's copy as soon as the lock says there is a conda layer, so that its import
+    of py-rattler runs while the spec, the prefix and the archives are checked; a refusal among those checks
+    ends the copy (reaped, not left waiting)."""
+    done = subprocess.run([sys.executable, "-c", REFUSED_AFTER_THE_LOCK, str(lock_over_http.parent),
+                           str(tmp_path / "cu126")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1", "envs/cu126.yaml: changed since the lock []"]

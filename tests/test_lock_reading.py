@@ -40,7 +40,7 @@ def test_reading_a_lock_imports_neither_conda_lock_nor_pydantic():
 
 def test_a_lock_is_parsed_once_by_libyaml(monkeypatch):
     """One composition by libyaml's loader; PyYAML's pure-Python loading and event scan are never used."""
-    assert lockfile.FAST_LOADER is yaml.CSafeLoader  # libyaml is built into CI's PyYAML
+    assert lockfile.fast_loader() is yaml.CSafeLoader  # libyaml is built into CI's PyYAML
     made = []
 
     class Counted(yaml.CSafeLoader):
@@ -52,7 +52,7 @@ def test_a_lock_is_parsed_once_by_libyaml(monkeypatch):
         raise AssertionError("a second parse")
 
     read_lock(LARGEST)  # the knowledge a pypi lock is checked against, read (by its own libyaml load) first
-    monkeypatch.setattr(lockfile, "FAST_LOADER", Counted)
+    monkeypatch.setattr(lockfile, "fast_loader", lambda: Counted)
     for name in ("safe_load", "load", "parse", "compose"):
         monkeypatch.setattr(yaml, name, refused)
     with mock.patch.dict(sys.modules, NO_CONDA_LOCK):

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from toolkit.env.archives import PackageIdentity
+    from toolkit.env.isolated import Prefork
     from toolkit.env.lock_document import LockChannel, LockEntry
     from toolkit.env.rattler_link import VerifiedArchive
     from toolkit.env.wheels import Closure
@@ -153,9 +154,15 @@ class CondaEngine(ABC):
             lambda: {p.platform: p.version for p in layer().entries if p.name == "python"},
         )
 
+    def linker(self) -> Prefork | None:
+        """What links the conda layer, started ahead of the job (its imports meanwhile): None where the engine
+        has nothing to start. Given back to `install`, or cancelled (cancelling after install does nothing)."""
+        return None
+
     @abstractmethod
-    def install(self, job: InstallJob) -> None:
-        """Both layers of the job into job.staging; one-line ToolkitError when anything is refused."""
+    def install(self, job: InstallJob, linker: Prefork | None = None) -> None:
+        """Both layers of the job into job.staging; one-line ToolkitError when anything is refused. `linker`:
+        this engine's, started ahead (else the engine starts what it needs)."""
 
 
 def conda_executable() -> str | None:
@@ -337,7 +344,7 @@ class CondaLockEngine(CondaEngine):
             ),
         )
 
-    def install(self, job: InstallJob) -> None:
+    def install(self, job: InstallJob, linker: Prefork | None = None) -> None:
         """`conda-lock install` installs both layers itself (it cannot relocate: staging is the prefix)."""
         with self.console.status(f"conda-lock install with {Path(self.conda_exe).name}"):
             result = run_tied(
@@ -423,20 +430,27 @@ class RattlerEngine(CondaEngine):
             cancel,
         )
 
-    def install(self, job: InstallJob) -> None:
+    def linker(self) -> Prefork:
+        """py-rattler's link in a fork of this process (isolated.prefork), which neither starts an interpreter
+        nor imports the toolkit again: it imports py-rattler while this process reads and checks what to
+        install (the verb forks it once the lock is read) and verifies the archives, then is given them."""
+        from toolkit.env.isolated import prefork
+        from toolkit.env.rattler_link import rattler_imports, rattler_install
+
+        return prefork(rattler_install, rattler_imports)
+
+    def install(self, job: InstallJob, linker: Prefork | None = None) -> None:
         """Verified archives into job.staging (patched for job.prefix), then the pip layer. py-rattler links from its
         package cache, kept between installs (Workspace.rattler_cache), where each archive was unpacked once; its
-        own bar shows the link at a terminal, a line says it elsewhere. py-rattler runs in a fork of this process
-        (isolated.prefork), which neither starts an interpreter nor imports the toolkit again, forked first: it
-        imports py-rattler while this process verifies the archives it is then given."""
-        from toolkit.env.isolated import prefork
-        from toolkit.env.rattler_link import rattler_imports, rattler_install, write_index_files
+        own bar shows the link at a terminal, a line says it elsewhere; in `linker`'s copy (forked here if not
+        given)."""
+        from toolkit.env.rattler_link import write_index_files
 
         with (
             locked(Workspace().caches_in_use, shared=True),  # no `toolkit caches clear` meanwhile
             owned_dir(Path(tempfile.gettempdir()), "index") as indexes,
         ):
-            linker = prefork(rattler_install, rattler_imports)
+            linker = linker or self.linker()
             try:
                 archives = self.verified(job)
                 index_files = write_index_files(archives, indexes)

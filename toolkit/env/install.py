@@ -28,7 +28,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -112,52 +112,67 @@ def install_line(
             f"{display_path(lock_file)}: not locked for {platform} (locked: "
             f"{', '.join(locked_env.platforms)}; add it to platforms in the spec and re-lock)"
         )
-    spec = check_current(locked_env, platform)
-    prefix = Path(prefix or workspace.prefix(line)).absolute()
-    if locked_env.toolchain_kind == "pypi":
-        check_venv_prefix(prefix)
-    check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
-    record = PrefixRecord(
-        line=line,
-        lock=str(lock_file.resolve()),
-        platform=platform,
-        input_hash=locked_env.input_hash,
-        lock_sha256=locked_env.digest,
-        prefix=str(prefix),
+    engine = (
+        None if locked_env.toolchain_kind == "pypi" else choose_engine(backend, conda_exe, console)
     )
-    venv = (
-        VenvBuild.of(
-            spec, locked_env.packages_for(platform, "pip"), python, torch_from, wheels, lock_file
+    # py-rattler's link forked now, once the lock says there is a conda layer: it imports py-rattler while the
+    # spec, the prefix and the archives are checked (cancelled by the stack should anything refuse first)
+    linker = engine.linker() if engine else None
+    with ExitStack() as stack:
+        if linker is not None:
+            stack.callback(linker.cancel)
+        spec = check_current(locked_env, platform)
+        prefix = Path(prefix or workspace.prefix(line)).absolute()
+        if locked_env.toolchain_kind == "pypi":
+            check_venv_prefix(prefix)
+        check_prefix(prefix, recovering=any(prefix.parent.glob(f"{retired_tag(prefix)}*")))
+        record = PrefixRecord(
+            line=line,
+            lock=str(lock_file.resolve()),
+            platform=platform,
+            input_hash=locked_env.input_hash,
+            lock_sha256=locked_env.digest,
+            prefix=str(prefix),
         )
-        if locked_env.toolchain_kind == "pypi"
-        else None
-    )
-    engine = None if venv else choose_engine(backend, conda_exe, console)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    with locked(prefix):
-        clean_stale(
-            prefix.parent, lambda entry: restore_retired(entry, prefix)
-        )  # what killed installs left
-        check_prefix(prefix)  # again: another install may have finished while this one waited
-        if if_stale and holds(prefix, record):
-            return None
-        if engine and not engine.relocates:
-            install_in_place(engine, InstallJob.of(locked_env, platform, prefix, prefix), record)
-            return prefix
-        with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
-            staging = work / "env"
-            if venv:  # what the toolkit wrote besides the wheels goes into the record
-                record = replace(
-                    record,
-                    written=venv.make(staging, prefix, console),
-                    stand_ins={s.name: s.describe() for s in venv.stand_ins},
+        venv = (
+            VenvBuild.of(
+                spec,
+                locked_env.packages_for(platform, "pip"),
+                python,
+                torch_from,
+                wheels,
+                lock_file,
+            )
+            if locked_env.toolchain_kind == "pypi"
+            else None
+        )
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        with locked(prefix):
+            clean_stale(
+                prefix.parent, lambda entry: restore_retired(entry, prefix)
+            )  # what killed installs left
+            check_prefix(prefix)  # again: another install may have finished while this one waited
+            if if_stale and holds(prefix, record):
+                return None
+            if engine and not engine.relocates:
+                install_in_place(
+                    engine, InstallJob.of(locked_env, platform, prefix, prefix), record
                 )
-            elif engine:
-                staging.mkdir()
-                engine.install(InstallJob.of(locked_env, platform, staging, prefix))
-            record.write(staging)  # last: an environment without it is not a finished one
-            replace_prefix(staging, prefix)
-    return prefix
+                return prefix
+            with owned_dir(prefix.parent, f"install-{prefix.name}") as work:
+                staging = work / "env"
+                if venv:  # what the toolkit wrote besides the wheels goes into the record
+                    record = replace(
+                        record,
+                        written=venv.make(staging, prefix, console),
+                        stand_ins={s.name: s.describe() for s in venv.stand_ins},
+                    )
+                elif engine:
+                    staging.mkdir()
+                    engine.install(InstallJob.of(locked_env, platform, staging, prefix), linker)
+                record.write(staging)  # last: an environment without it is not a finished one
+                replace_prefix(staging, prefix)
+        return prefix
 
 
 def holds(prefix: Path, record: PrefixRecord) -> bool:

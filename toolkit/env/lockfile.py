@@ -24,8 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-import yaml
-
 from toolkit.base.bounded_read import Unreadable, regular_file_bytes
 from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError, first_problem, shown
@@ -81,9 +79,6 @@ UTC_TIME = re.compile(
 )  # uv's --exclude-newer, as recorded
 CONDA_SUFFIXES = (".conda", ".tar.bz2")
 SDIST_SUFFIXES = (".tar.gz", ".zip")
-FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built in
-# libyaml's emitter where built in: the bytes of PyYAML's pure-Python one (conda-lock's writer's), 5-10x faster
-FAST_DUMPER = getattr(yaml, "CDumper", yaml.Dumper)
 MAX_LOCK_BYTES = (
     64 << 20
 )  # a lock of thousands of packages is a few MB; more is not one `toolkit lock` wrote
@@ -182,12 +177,30 @@ class YamlAlias(ValueError):
     """A YAML alias (or merge key) in a lock: `toolkit lock` writes none, and one can expand without bound."""
 
 
+def fast_loader() -> type:
+    """libyaml's loader where built in. PyYAML is imported here, where a lock is read or written: an install
+    given its packages (the engine's own) reads no YAML."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def fast_dumper() -> type:
+    """libyaml's emitter where built in: the bytes of PyYAML's pure-Python one (conda-lock's writer's), 5-10x
+    faster."""
+    import yaml
+
+    return getattr(yaml, "CDumper", yaml.Dumper)
+
+
 def load_lock_yaml(text: str) -> object:
     """A lock's text as plain data, parsed once: libyaml composes the node graph (where built in), an alias is
     refused (YamlAlias: a node reached twice) before anything walks what it would expand to, then the graph is
     constructed. The earlier reader scanned the events with libyaml, loaded with pure-Python PyYAML, then had
     conda-lock parse the file a third time (0.7 s of CPU for a lock of 40 packages)."""
-    loader = FAST_LOADER(text)
+    import yaml
+
+    loader = fast_loader()(text)
     try:
         root = loader.get_single_node()
         seen: set[int] = set()
@@ -210,6 +223,8 @@ def load_lock_document(path: Path) -> dict:
     """The lock as plain data, read once, parsed once (load_lock_yaml), in the shape of conda-lock's lock model
     (conda_lock_problem, in place of its parser: neither conda-lock nor pydantic is imported to read a lock)
     and checked against its digest."""
+    import yaml
+
     where, relock = display_path(path), relock_hint(path)
     try:
         document = load_lock_yaml(regular_file_bytes(path, MAX_LOCK_BYTES).decode())
@@ -476,7 +491,9 @@ def lock_text(document: dict) -> str:
 
 
 def _dump(document: dict) -> str:
-    return yaml.dump(document, sort_keys=False, Dumper=FAST_DUMPER)
+    import yaml
+
+    return yaml.dump(document, sort_keys=False, Dumper=fast_dumper())
 
 
 def check_with_conda_lock(path: Path, document: object) -> None:
