@@ -145,9 +145,14 @@ class CondaEngine(ABC):
     def solve(self, request: CondaRequest) -> CondaLayer:
         """The conda layer of every platform of the request."""
 
-    def start_solve(self, request: CondaRequest) -> PendingSolve:
-        """The solve of `request` started now, where the engine can run it beside the caller's other work;
-        else it runs when its result is first asked for."""
+    def solver(self) -> Prefork | None:
+        """What solves, started ahead of the request (its imports meanwhile): None where the engine has nothing
+        to start. Given back to `start_solve`, or cancelled."""
+        return None
+
+    def start_solve(self, request: CondaRequest, solver: Prefork | None = None) -> PendingSolve:
+        """The solve of `request` started now, where the engine can run it beside the caller's other work (in
+        `solver`, this engine's, started ahead); else it runs when its result is first asked for."""
         layer = functools.cache(lambda: self.solve(request))
         return PendingSolve(
             layer,
@@ -388,12 +393,24 @@ class RattlerEngine(CondaEngine):
             self.pending(request, lambda: run_isolated(rattler_fetch_actions, request)).layer()
         )
 
-    def start_solve(self, request: CondaRequest) -> PendingSolve:
+    def solver(self) -> Prefork:
+        """py-rattler's solve in a fork of this process, forked before the spec is read: it imports py-rattler
+        while this process reads and checks the spec, then is given the request."""
+        from toolkit.env.isolated import prefork
+        from toolkit.env.rattler_link import rattler_imports
+
+        return prefork(rattler_fetch_actions, rattler_imports)
+
+    def start_solve(self, request: CondaRequest, solver: Prefork | None = None) -> PendingSolve:
         """py-rattler solves in a fork of this process, which goes on meanwhile (no interpreter start, no
-        imports again); where a fork is not safe (threads), `solve` runs when the result is asked for."""
+        imports again): `solver`'s, else one forked now; where a fork is not safe (threads), `solve` runs when
+        the result is asked for."""
         from toolkit.env.isolated import start_forked
 
-        forked = start_forked(rattler_fetch_actions, request) if request.specs else None
+        if not request.specs:
+            return super().start_solve(request)
+        forked = solver.start(request) if solver else None
+        forked = forked or start_forked(rattler_fetch_actions, request)
         if forked is None:
             return super().start_solve(request)
         return self.pending(request, forked.result, forked.cancel)

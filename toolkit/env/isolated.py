@@ -135,8 +135,9 @@ class WaitingCopy:
 
 @dataclass(frozen=True)
 class Prefork:
-    """A function forked ahead of its arguments (prefork): `run` or `cancel` must be called (`cancel` after `run`
-    does nothing: a caller may cancel in a `finally`). `copy`: None where prefork could not fork."""
+    """A function forked ahead of its arguments (prefork): `run`, `start` or `cancel` must be called (`cancel`
+    after `run` does nothing, after `start` ends the copy unless its result was read: a caller may cancel in a
+    `finally`). `copy`: None where prefork could not fork."""
 
     function: Callable[..., Any]
     copy: WaitingCopy | None
@@ -144,8 +145,14 @@ class Prefork:
     def run(self, *args: Any) -> Any:
         """function(*args) in the waiting copy (a worker interpreter where there is none); its result, or its
         ToolkitError raised here."""
+        forked = self.start(*args)
+        return run_isolated(self.function, *args) if forked is None else forked.result()
+
+    def start(self, *args: Any) -> Forked | None:
+        """function(*args) started in the waiting copy, which runs it while this process goes on: the copy's
+        Forked (its `result` or `cancel` must be called); None where there is no copy."""
         if self.copy is None:
-            return run_isolated(self.function, *args)
+            return None
         try:
             with self.copy.outgoing:
                 pickle.dump(args, self.copy.outgoing)
@@ -156,7 +163,7 @@ class Prefork:
         ):  # Ctrl-C, SIGTERM while sending: the copy ends before this process goes on
             self.copy.forked.cancel()
             raise
-        return self.copy.forked.result()
+        return self.copy.forked
 
     def cancel(self) -> None:
         """End the copy (this process stopped before its arguments were found: an archive refused, Ctrl-C)."""

@@ -28,14 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from rich.console import Console
+from typing import TYPE_CHECKING, cast
 
 from toolkit.base.arguments import add_lines
 from toolkit.base.atomic import checkpoint, clean_stale, owned_dir, run_temporaries
 from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
+from toolkit.base.lazy_console import LazyConsole
 from toolkit.base.paths import display_path
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env import pypi_lock
@@ -80,6 +79,8 @@ from toolkit.knowledge.facts import load_knowledge
 from toolkit.spec.envspec import EnvSpec, load_spec, resolve_spec_arg, spec_paths
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from toolkit.env.wheels import WheelMetadata
 
 # ---------------------------------------------------------------- what the solvers are asked
@@ -89,7 +90,7 @@ CHANNEL_ALIAS = "https://conda.anaconda.org"  # where conda tools look up a chan
 SDIST_PROJECT = "flash-attn"
 PIP_PYLOCK = "pylock.toml"  # the pip layer as uv's pylock, read for its wheels (uv wants this name)
 VIRTUAL_PACKAGES_FILE = Path(__file__).parents[1] / "knowledge" / "virtual_packages.yaml"
-console = Console(stderr=True, highlight=False)
+console = cast("Console", LazyConsole(stderr=True, highlight=False))
 
 
 def channel_url(channel: str, relative_to: Path) -> str:
@@ -691,17 +692,17 @@ def lock_line(
     force: bool = False,
     pypi: str = PYPI_SIMPLE,
     update: bool = False,
-    checker: Prefork | None = None,
+    ahead: Ahead | None = None,
 ) -> tuple[Path, bool]:
     """Lock one line unless its lock is current; returns (lock path, whether it was written).
 
-    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now. `checker`: the
-    lock's checker (lock_checker), forked ahead by the caller; ended here, used or not. None: forked here."""
-    checker = checker or lock_checker()
+    A pypi line is resolved as of the time its lock records (none: now), unless `update`: now. `ahead`: what
+    the caller forked before it read the spec (forked_ahead); ended here, used or not. None: forked here."""
+    ahead = ahead or forked_ahead(backend, conda_exe)
     try:
-        return _lock_line(spec, backend, conda_exe, workspace, force, pypi, update, checker)
+        return _lock_line(spec, backend, conda_exe, workspace, force, pypi, update, ahead)
     finally:
-        checker.cancel()  # one still waiting: the lock was current, or something failed before it was written
+        ahead.cancel()  # what still waits: the lock was current, or something failed before it was written
 
 
 def _lock_line(
@@ -712,7 +713,7 @@ def _lock_line(
     force: bool,
     pypi: str,
     update: bool,
-    checker: Prefork,
+    ahead: Ahead,
 ) -> tuple[Path, bool]:
     path = workspace.lock_file(spec.line)
     locked = None
@@ -732,10 +733,11 @@ def _lock_line(
     if current:
         return path, False
     check_destinations(lock_destinations(spec, workspace))
-    # a conda line's solve is forked first, while this process has one thread (py-rattler's); the sdist pin, a
-    # request to PyPI, is read while it solves or uv resolves
+    # a conda line's solve starts first, in the solver forked ahead (else forked now, while this process has
+    # one thread); the sdist pin, a request to PyPI, is read while it solves or uv resolves
     request = conda_request(spec) if spec.toolchain.kind != "pypi" else None
-    solving = choose_engine(backend, conda_exe, console).start_solve(request) if request else None
+    engine = choose_engine(backend, conda_exe, console)
+    solving = engine.start_solve(request, ahead.solver) if request else None
     try:
         with ThreadPoolExecutor(1) as pool:
             pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
@@ -747,16 +749,37 @@ def _lock_line(
                 pin.result()  # its error first, as when the pin was read before the layers
                 raise
             sdist = pin.result()
-        return write_lock(spec, conda, pip_layers, sdist, workspace, checker.run), True
+        return write_lock(spec, conda, pip_layers, sdist, workspace, ahead.checker.run), True
     finally:
         if solving is not None:
             solving.cancel()  # a solve still running when something else failed
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """What `toolkit lock` forks before it reads a spec, each importing what it needs meanwhile: the engine's
+    solver (None: an engine with none), and the lock's checker. Each copy is given its arguments or cancelled."""
+
+    solver: Prefork | None
+    checker: Prefork
+
+    def cancel(self) -> None:
+        if self.solver is not None:
+            self.solver.cancel()
+        self.checker.cancel()
+
+
+def forked_ahead(backend: str, conda_exe: str | None) -> Ahead:
+    """The solver first (it is given its request first: the spec read), then the checker; while this process
+    has one thread (else each runs in a worker interpreter, or not ahead)."""
+    solver = choose_engine(backend, conda_exe, console).solver()
+    return Ahead(solver, lock_checker())
+
+
 def lock_checker() -> Prefork:
-    """check_with_conda_lock forked now, while this process has one thread (else a worker interpreter runs it):
-    the copy imports conda-lock's models (conda_lock_models, 0.15 s of CPU) while this process reads the spec,
-    solves and resolves, and this process imports no module of conda-lock."""
+    """check_with_conda_lock forked now (forked_ahead): the copy imports conda-lock's models (conda_lock_models,
+    0.15 s of CPU) while this process reads the spec, solves and resolves, and this process imports no module
+    of conda-lock."""
     return prefork(check_with_conda_lock, checker_prepared)
 
 
@@ -975,7 +998,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
 
     failed = 0
     for path in paths:
-        checker = lock_checker()  # before the spec is read and checked: its imports run meanwhile
+        ahead = forked_ahead(args.engine, args.conda)  # before the spec is read: their imports run meanwhile
         try:
             written, changed = lock_line(
                 checked_spec(path),
@@ -985,7 +1008,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
                 args.force,
                 args.pypi,
                 args.update,
-                checker,
+                ahead,
             )
         except ToolkitError as exc:
             if len(paths) == 1:
@@ -994,7 +1017,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
             failed += 1
             continue
         finally:
-            checker.cancel()  # a spec refused before lock_line took it (which ends it otherwise)
+            ahead.cancel()  # a spec refused before lock_line took it (which ends it otherwise)
         print(
             f"{display_path(written)}: {'written' if changed else 'up to date (inputs unchanged)'}"
         )

@@ -35,8 +35,9 @@ class VerifiedArchive:
 
 
 def rattler_imports() -> None:
-    """What rattler_install imports first (asyncio's and py-rattler's modules: 0.05-0.07 s of a warm install),
-    imported by the waiting copy (isolated.prefork) while the toolkit verifies the archives."""
+    """What rattler_install and the solve (rattler_solve) import first (asyncio's and py-rattler's modules:
+    0.05-0.07 s of a warm install), imported by a waiting copy (isolated.prefork) while the toolkit verifies the
+    archives, or reads and checks the spec it locks."""
     import asyncio  # noqa: F401
 
     import rattler  # noqa: F401

@@ -179,9 +179,19 @@ def _pip_specifier(text: str) -> None:
         SpecifierSet(text)
 
 
+# versions rattler's strict parse reads without a doubt (tests/test_spec_versions.py holds each form to it): any,
+# a release with a trailing .*, or comparisons of releases joined by commas; checked without importing py-rattler,
+# which `toolkit lock` imports in its solver's process meanwhile (its spec's "{python}.*", "*", ...)
+PLAIN_CONDA_VERSION = re.compile(
+    r"\*|[0-9]+(\.[0-9]+)*\.\*|(>=|<=|>|<|==|!=)[0-9]+(\.[0-9]+)*(,(>=|<=|>|<|==|!=)[0-9]+(\.[0-9]+)*)*"
+)
+
+
 def _conda_version(text: str) -> None:
     """Raise ValueError unless rattler, which solves the conda layer, reads `text` as a version spec in its
     strict mode (which refuses the ambiguous bare "1.2": "==1.2" or "1.2.*")."""
+    if PLAIN_CONDA_VERSION.fullmatch(text):
+        return
     from rattler import (
         MatchSpec,
     )  # the solver's own parser; imported here to keep `toolkit check` quick to start

@@ -1,0 +1,22 @@
+"""rich's Console, made when first used: rich's import (0.03-0.06 s of CPU) then happens where the verb first
+shows something, which for `toolkit lock` is while it waits for its solve in another process, not before it
+has started that solve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LazyConsole:
+    """Stands for `rich.console.Console(**options)`, which it makes at the first attribute asked for."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
