@@ -1,5 +1,5 @@
 """The floor every wing stands on: the one error type, paths, bounded reads, JSON files, atomic writes, digests,
-file locks, the workspace's folders.
+file locks, the workspace's folders, a console made when first used.
 """
 
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
@@ -53,6 +53,7 @@ PUBLIC = (
     "jsonfile.MAX_JSON_BYTES",
     "jsonfile.parse_json",
     "jsonfile.read_json",
+    "lazy_console.LazyConsole",
     "paths.display_path",
     "paths.folder_argument",
     "paths.plain_path",
