@@ -483,7 +483,7 @@ def test_ctrl_c_at_a_terminal_prints_no_worker_traceback(fresh, tmp_path, pip_in
         "lock", "cu126", "--force", "--engine", "rattler", "--envs", str(fresh / "envs"), "--locks",
         str(fresh / "locks"), "--pypi", pip_index]
     rc, err = pause_and_signal(args, tmp_path, phase, signal.SIGINT, group=True)
-    assert rc == 130 and "interrupted by Ctrl-C" in one_line_error(err)
+    assert rc == 130 and "interrupted by Ctrl-C" in one_line_error(err), err
     assert ours_left(tmp_path) == [] and list((tmp_path / "tmp").iterdir()) == []
 
 

@@ -127,12 +127,16 @@ def test_a_local_matrix_build_sizes_from_this_machine(tmp_path, monkeypatch):
     ("yaml", "fa-envkit needs pyyaml, which this python lacks (no module 'yaml'): "
              f"{sys.executable} -m pip install 'pyyaml>=6'"),
 ])
-def test_a_missing_declared_dependency_is_one_line(module, said):
-    """`toolkit check` imports rattler lazily (mid-run) and yaml with its stage modules (building the parser):
-    a python without them (a partial install) got a ModuleNotFoundError traceback. The import is made to
-    fail for real (None in sys.modules)."""
+def test_a_missing_declared_dependency_is_one_line(module, said, tmp_path):
+    """`toolkit check` imports rattler lazily (mid-run: for a conda version of no plain form, here "1.2.3a0")
+    and yaml with its stage modules (building the parser): a python without them (a partial install) got a
+    ModuleNotFoundError traceback. The import is made to fail for real (None in sys.modules)."""
+    envs = tmp_path / "envs"
+    shutil.copytree(ROOT / "envs", envs)
+    (envs / "cu126.yaml").write_text((envs / "cu126.yaml").read_text() + 'conda_packages:\n  ninja: "1.2.3a0"\n')
     done = subprocess.run([sys.executable, "-c", f"import sys; sys.modules[{module!r}] = None\n"
-                           "from toolkit.cli import main\nsys.exit(main(['check', 'cu126']))"],
+                           "from toolkit.cli import main\n"
+                           f"sys.exit(main(['check', 'cu126', '--envs', {str(envs)!r}]))"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: {said}"

@@ -1,13 +1,13 @@
 """Lock stage: envs/<line>.yaml -> locks/<line>.conda-lock.yml (conda + pip layers, every platform; a pypi
 line's pip layer alone, with its PEP 751 locks/pylock.<line>.toml: toolkit/env/pypi_lock.py).
 
-The file is conda-lock's unified format, as conda-lock's own writer writes it (toolkit/env/lock_document.py) and
+The file is conda-lock's unified format, as conda-lock's own writer writes it (toolkit/env/lock_document.py),
 checked by conda-lock's own models before it is published, so `conda-lock install` and `conda-lock render` read
-it. What conda-lock has no field for (the
-flash-attn sdist pin, the spec's input hash, the line, the toolchain kind, how each platform's pip
-layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys, with a digest of
-the whole file so a hand-edited lock is refused. Reading and checking a lock is toolkit/env/lockfile.py;
-the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once by `--engine`.
+it. What conda-lock has no field for (the flash-attn sdist pin, the spec's input hash, the line, the toolchain
+kind, how each platform's pip layer was resolved) lives in `metadata.custom_metadata` under `fa-envkit.*` keys,
+with a digest of the whole file so a hand-edited lock is refused. Reading and checking a lock is
+toolkit/env/lockfile.py; the conda solvers (conda-lock CLI, py-rattler) are toolkit/env/engine.py, chosen once
+by `--engine`.
 
 Reading a lock needs neither network nor py-rattler: heavy libraries are imported inside functions.
 """
@@ -42,7 +42,6 @@ from toolkit.env.engine import (
     CondaLayer,
     CondaRequest,
     PendingSolve,
-    RattlerEngine,
     SolvedConda,
     add_engine_options,
     choose_engine,
@@ -770,15 +769,11 @@ class Ahead:
         self.checker.cancel()
 
 
-def forked_ahead(backend: str, conda_exe: str | None, early: Prefork | None = None) -> Ahead:
+def forked_ahead(backend: str, conda_exe: str | None) -> Ahead:
     """The solver first (it is given its request first: the spec read), then the checker; while this process
-    has one thread (else each runs in a worker interpreter, or not ahead). `early`: py-rattler's solver forked
-    by the entry, taken where the engine is py-rattler's (else ended)."""
-    engine = choose_engine(backend, conda_exe, console)
-    if early is not None and not isinstance(engine, RattlerEngine):
-        early.cancel()
-        early = None
-    return Ahead(early or engine.solver(), lock_checker())
+    has one thread (else each runs in a worker interpreter, or not ahead)."""
+    solver = choose_engine(backend, conda_exe, console).solver()
+    return Ahead(solver, lock_checker())
 
 
 def lock_checker() -> Prefork:
@@ -965,20 +960,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote"
     )
     add_workspace_options(parser)
-    parser.set_defaults(func=lock_command, ahead=None)
+    parser.set_defaults(func=lock_command)
 
 
 def lock_command(args: argparse.Namespace) -> int:
-    """`args.ahead`: py-rattler's solver, forked by the entry before this module was imported (cli.VERBS);
-    the first spec locked with py-rattler takes it, and it ends here, used or not."""
-    try:
-        return _lock_command(args)
-    finally:
-        if args.ahead is not None:
-            args.ahead.cancel()
-
-
-def _lock_command(args: argparse.Namespace) -> int:
     workspace = Workspace.from_args(args)
     paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (
         spec_paths(workspace.envs) if args.all or args.check else []
@@ -1012,12 +997,8 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     from toolkit.spec.rules import checked_spec
 
     failed = 0
-    early = args.ahead
     for path in paths:
-        ahead = forked_ahead(
-            args.engine, args.conda, early
-        )  # before the spec is read: imports meanwhile
-        early = None
+        ahead = forked_ahead(args.engine, args.conda)  # before the spec is read: their imports run meanwhile
         try:
             written, changed = lock_line(
                 checked_spec(path),
