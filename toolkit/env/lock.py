@@ -998,7 +998,7 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
 
     failed = 0
     for path in paths:
-        ahead = forked_ahead(args.engine, args.conda)  # before the spec is read: their imports run meanwhile
+        ahead = forked_ahead(args.engine, args.conda)  # before the spec is read: imports meanwhile
         try:
             written, changed = lock_line(
                 checked_spec(path),
