@@ -459,6 +459,50 @@ def test_every_verb_starts_with_sysconfigs_table_filled():
     assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
 
 
+# Ctrl-C while a module imported late makes a class: CPython 3.11 wraps the KeyboardInterrupt raised in a descriptor's
+# __set_name__ (a dataclass's field: rich's table, imported by the first status line) in a RuntimeError, and an
+# interrupted `toolkit lock` now and then ended in that traceback (tests/test_hostile_lock_install.py's Ctrl-C test)
+INTERRUPTED_IN_A_CLASS = """
+import os, signal, sys, time
+from toolkit.base.entry import run_main
+class Descriptor:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        time.sleep(1)  # the signal's handler runs here
+def verb(argv):
+    class Made:
+        field = Descriptor()
+    return 0
+sys.exit(run_main(verb, []))
+"""
+
+
+# a signal after an interrupted run's cleanup (its exit hooks, the interpreter's finalization) must not change how it
+# ends: `toolkit lock` interrupted by Ctrl-C now and then ended killed by SIGINT (-2) after its one line
+SIGNALLED_AT_THE_EXIT = """
+import atexit, os, signal, subprocess, sys, time
+from toolkit.base.entry import run_main
+def late():  # registered first, run last: a second signal comes while the program ends
+    subprocess.Popen(["sh", "-c", f"kill -{sys.argv[1][3:]} {os.getpid()}"]).wait()
+    time.sleep(0.5)
+atexit.register(late)
+def verb(argv):
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(5)
+sys.exit(run_main(verb, []))
+"""
+
+
+@pytest.mark.parametrize("script", [INTERRUPTED_IN_A_CLASS, SIGNALLED_AT_THE_EXIT], ids=["class", "second-signal"])
+@pytest.mark.parametrize("signame, exit_code, by", [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
+def test_an_interrupted_run_ends_with_the_interruptions_line_and_exit_code(script, signame, exit_code, by):
+    done = subprocess.run([sys.executable, "-c", script, signame], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == exit_code, done.stderr
+    assert done.stderr.splitlines() == [f"error: interrupted by {by} (this run's temporary files are removed as it "
+                                        "exits; re-run the same command)"]
+
+
 # the interpreter's finalization ran a collection over every object a verb made and imported: 0.12-0.15 s of a
 # conda line's lock, 0.02 s of a warm install (docs/results/2026-12-06-everyday-install)
 FROZEN_AT_EXIT = """

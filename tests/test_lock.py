@@ -696,3 +696,45 @@ def test_a_lock_or_install_imports_the_cache_wing_only_for_runtime(verb):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+ENTRY_FORKS_THE_SOLVER = """
+import sys
+from pathlib import Path
+import psutil
+sys.path.insert(0, {tests!r})
+import toolkit.env.rattler_solve as rattler_solve
+from conda_channel import write_project
+
+seen = []
+forked_solver = rattler_solve.forked_solver
+def noting():  # the entry's `ahead` for lock (cli.VERBS): called before the lock verb's modules are imported
+    seen.append("toolkit.env.lock" in sys.modules)
+    return forked_solver()
+rattler_solve.forked_solver = noting
+from toolkit.cli import main
+envs = write_project(Path({root!r}), {channel!r}, {index!r})
+codes = [main(["lock", "cu126", "--engine", "rattler", "--pypi", {index!r}, "--envs", str(envs), "--locks",
+               str(envs.parent / "locks")]),
+         main(["lock", "--check", "--envs", str(envs), "--locks", str(envs.parent / "locks")])]
+for ends_in_the_parser in (["lock", "--help"], ["lock", "--no-such-option"]):
+    try:
+        main(ends_in_the_parser)
+    except SystemExit as exc:
+        codes.append(exc.code)
+print(seen, codes, [c.pid for c in psutil.Process().children()])
+"""
+
+
+def test_the_entry_forks_py_rattlers_solver_before_the_lock_verbs_modules(channel_dir, pip_index, tmp_path):
+    """`toolkit lock` forks py-rattler's solver before it imports the lock verb (its import of py-rattler beside
+    the verb's imports and the spec's checks); a lock takes it, `lock --check` ends it unused, and so do --help
+    and a refused option, which end in the parser: no copy is left."""
+    script = ENTRY_FORKS_THE_SOLVER.format(tests=str(ROOT / "tests"), root=str(tmp_path),
+                                           channel=file_url(channel_dir), index=pip_index)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    # the second run's process has imported the verb already, in the first
+    assert done.stdout.splitlines()[-1] == "[False, True, True, True] [0, 0, 0, 2] []"
+    read_lock(tmp_path / "locks" / "cu126.conda-lock.yml")

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from toolkit.base.workspace import Workspace
+    from toolkit.env.isolated import Prefork
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Verb:
 
     module: str  # exposes register(verbs), which adds the verb's parser (and any other verb listed here with it)
     help: str  # its line in `toolkit --help` (the wing's parser carries the description)
+    # "module:function" of a light module, called before the wing is imported, whose result reaches the handler
+    # as args.ahead (None for every other verb): a process forked to import what the verb needs meanwhile
+    ahead: str | None = None
 
 
 # Each verb's parser sets `func` to its handler, named for the verb's words: `toolkit matrix show` ->
@@ -36,7 +40,9 @@ VERBS: dict[str, Verb] = {
         "the lines side by side (`matrix [show]`), or built and verified (`matrix run`)",
     ),
     "lock": Verb(
-        "toolkit.env.lock", "lock lines' conda + pip layers into locks/<line>.conda-lock.yml"
+        "toolkit.env.lock",
+        "lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
+        ahead="toolkit.env.rattler_solve:forked_solver",  # py-rattler imported while the verb's modules are
     ),
     "install": Verb("toolkit.env.install", "create a line's environment from its lock"),
     "caches": Verb(
@@ -152,10 +158,26 @@ def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
     subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
+def started_ahead(verb: str) -> Prefork | None:
+    """The verb's `ahead` (cli.VERBS), started before its wing is imported; None for a verb without one."""
+    ahead = VERBS[verb].ahead if verb in VERBS else None
+    if ahead is None:
+        return None
+    module, _, function = ahead.partition(":")
+    return getattr(importlib.import_module(module), function)()
+
+
 @program
 def main(argv: list[str] | None = None) -> int:
-    args = parse_verb_args(build_parser(verb_of(argv)), argv)  # the verb's wing is imported here
-    return args.func(args)
+    verb = verb_of(argv)
+    ahead = started_ahead(verb[0])  # a copy forked ahead dies with this process, whatever ends it
+    try:
+        args = parse_verb_args(build_parser(verb), argv)  # the verb's wing is imported here
+        args.ahead = ahead
+        return args.func(args)
+    finally:  # taken by the verb or not (--help, a refused option, an error): it ends here
+        if ahead is not None:
+            ahead.cancel()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The floor every wing stands on: the one error type, paths, bounded reads, JSON files, atomic writes, digests,
-file locks, the workspace's folders, a console made when first used.
+file locks, the workspace's folders, a console made when first used, thread pools that leave Ctrl-C to the main
+thread.
 """
 
 # The wing's face: what other wings and the entry may import from it, as module or module.name (tests/test_wings.py
@@ -61,6 +62,7 @@ PUBLIC = (
     "paths.tree_bytes",
     "typed.adapter",
     "versioned.Format",
+    "worker_pool.WorkerPool",
     "workspace.BUILD_RECORD_SUFFIX",
     "workspace.DEFAULT",
     "workspace.KERNEL_CACHE_RECORD_SUFFIX",

@@ -23,6 +23,7 @@ PUBLIC = (
     "install_record.Fa4Record",
     "install_record.PrefixRecord",
     "install_record.record_rows",
+    "isolated.Prefork",
     "lock.PipTarget",
     "lock.missing_lock",
     "lock.register",

@@ -51,7 +51,9 @@ from toolkit.env.lockfile import (
 from toolkit.env.rattler_solve import (  # the worker's module (CondaRequest: the engines' input)
     CondaRequest,
     Solved,
+    forked_solver,
     rattler_fetch_actions,
+    rattler_imports,
 )
 
 if TYPE_CHECKING:
@@ -396,10 +398,7 @@ class RattlerEngine(CondaEngine):
     def solver(self) -> Prefork:
         """py-rattler's solve in a fork of this process, forked before the spec is read: it imports py-rattler
         while this process reads and checks the spec, then is given the request."""
-        from toolkit.env.isolated import prefork
-        from toolkit.env.rattler_link import rattler_imports
-
-        return prefork(rattler_fetch_actions, rattler_imports)
+        return forked_solver()
 
     def start_solve(self, request: CondaRequest, solver: Prefork | None = None) -> PendingSolve:
         """py-rattler solves in a fork of this process, which goes on meanwhile (no interpreter start, no
@@ -452,7 +451,7 @@ class RattlerEngine(CondaEngine):
         nor imports the toolkit again: it imports py-rattler while this process reads and checks what to
         install (the verb forks it once the lock is read) and verifies the archives, then is given them."""
         from toolkit.env.isolated import prefork
-        from toolkit.env.rattler_link import rattler_imports, rattler_install
+        from toolkit.env.rattler_link import rattler_install
 
         return prefork(rattler_install, rattler_imports)
 

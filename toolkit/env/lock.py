@@ -24,7 +24,6 @@ import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,12 +35,14 @@ from toolkit.base.digest import sha256_file, sha256_json
 from toolkit.base.errors import ToolkitError
 from toolkit.base.lazy_console import LazyConsole
 from toolkit.base.paths import display_path
+from toolkit.base.worker_pool import WorkerPool
 from toolkit.base.workspace import DEFAULT, Workspace, add_workspace_options
 from toolkit.env import pypi_lock
 from toolkit.env.engine import (
     CondaLayer,
     CondaRequest,
     PendingSolve,
+    RattlerEngine,
     SolvedConda,
     add_engine_options,
     choose_engine,
@@ -410,6 +411,7 @@ def lock_pypi_layer(
     def checks() -> None:
         meanwhile()
         check_index_reachable(spec.torch_index, display_path(spec.path))
+        pypi_lock.import_readers()
 
     with owned_dir(Path(tempfile.gettempdir()), "pip") as workdir:
         with console.status(
@@ -739,7 +741,7 @@ def _lock_line(
     engine = choose_engine(backend, conda_exe, console)
     solving = engine.start_solve(request, ahead.solver) if request else None
     try:
-        with ThreadPoolExecutor(1) as pool:
+        with WorkerPool(1) as pool:
             pin = pool.submit(fetch_sdist_pin, spec.flash_attn_version, pypi)
             try:
                 conda, pip_layers = lock_layers(
@@ -769,11 +771,15 @@ class Ahead:
         self.checker.cancel()
 
 
-def forked_ahead(backend: str, conda_exe: str | None) -> Ahead:
+def forked_ahead(backend: str, conda_exe: str | None, early: Prefork | None = None) -> Ahead:
     """The solver first (it is given its request first: the spec read), then the checker; while this process
-    has one thread (else each runs in a worker interpreter, or not ahead)."""
-    solver = choose_engine(backend, conda_exe, console).solver()
-    return Ahead(solver, lock_checker())
+    has one thread (else each runs in a worker interpreter, or not ahead). `early`: py-rattler's solver forked
+    by the entry, taken where the engine is py-rattler's (else ended)."""
+    engine = choose_engine(backend, conda_exe, console)
+    if early is not None and not isinstance(engine, RattlerEngine):
+        early.cancel()
+        early = None
+    return Ahead(early or engine.solver(), lock_checker())
 
 
 def lock_checker() -> Prefork:
@@ -814,6 +820,7 @@ def lock_layers(
         return empty, [layer]
     # lock_line's, for every line with a conda layer
     assert request is not None and solving is not None
+    pypi_lock.import_readers()  # while the conda layer solves in its copy
     sdist_pinned()
     pythons = solving.pythons()
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
@@ -960,10 +967,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--index", metavar="URL", help="with --runtime: the index `toolkit publish --to` wrote"
     )
     add_workspace_options(parser)
-    parser.set_defaults(func=lock_command)
+    parser.set_defaults(func=lock_command, ahead=None)
 
 
 def lock_command(args: argparse.Namespace) -> int:
+    """`args.ahead`: py-rattler's solver, forked by the entry before this module was imported (cli.VERBS),
+    taken by the first spec locked with py-rattler; the entry ends it, used or not."""
     workspace = Workspace.from_args(args)
     paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (
         spec_paths(workspace.envs) if args.all or args.check else []
@@ -997,8 +1006,11 @@ def lock_paths(paths: list[Path], args: argparse.Namespace, workspace: Workspace
     from toolkit.spec.rules import checked_spec
 
     failed = 0
+    early = args.ahead
     for path in paths:
-        ahead = forked_ahead(args.engine, args.conda)  # before the spec is read: imports meanwhile
+        # before the spec is read: their imports run meanwhile
+        ahead = forked_ahead(args.engine, args.conda, early)
+        early = None
         try:
             written, changed = lock_line(
                 checked_spec(path),

@@ -34,15 +34,6 @@ class VerifiedArchive:
         return f"{index['name']}-{index['version']}-{index['build']}.json"
 
 
-def rattler_imports() -> None:
-    """What rattler_install and the solve (rattler_solve) import first (asyncio's and py-rattler's modules:
-    0.05-0.07 s of a warm install), imported by a waiting copy (isolated.prefork) while the toolkit verifies the
-    archives, or reads and checks the spec it locks."""
-    import asyncio  # noqa: F401
-
-    import rattler  # noqa: F401
-
-
 def write_index_files(archives: list[VerifiedArchive], directory: Path) -> list[str]:
     """Each archive's info/index.json as a file (<n>.json in `directory`), which is what py-rattler makes a record
     from: written by the toolkit while py-rattler's copy imports (off the link's path)."""
