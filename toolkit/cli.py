@@ -29,6 +29,7 @@ class Verb:
     # "module:function" of a light module, called before the wing is imported, whose result reaches the handler
     # as args.ahead (None for every other verb): a process forked to import what the verb needs meanwhile
     ahead: str | None = None
+    ahead_not_for: tuple[str, ...] = ()  # options after which the verb needs nothing `ahead` starts
 
 
 # Each verb's parser sets `func` to its handler, named for the verb's words: `toolkit matrix show` ->
@@ -43,6 +44,8 @@ VERBS: dict[str, Verb] = {
         "toolkit.env.lock",
         "lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
         ahead="toolkit.env.rattler_solve:forked_solver",  # py-rattler imported while the verb's modules are
+        # no solve: which locks are stale, a runtime lock, the help
+        ahead_not_for=("--check", "--runtime", "-h", "--help"),
     ),
     "install": Verb("toolkit.env.install", "create a line's environment from its lock"),
     "caches": Verb(
@@ -158,19 +161,22 @@ def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
     subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
-def started_ahead(verb: str) -> Prefork | None:
-    """The verb's `ahead` (cli.VERBS), started before its wing is imported; None for a verb without one."""
-    ahead = VERBS[verb].ahead if verb in VERBS else None
-    if ahead is None:
+def started_ahead(verb: str, argv: list[str] | None) -> Prefork | None:
+    """The verb's `ahead` (cli.VERBS), started before its wing is imported; None for a verb without one, or where
+    the command line names one of its `ahead_not_for` options."""
+    listed = VERBS.get(verb)
+    words = sys.argv[1:] if argv is None else argv
+    if listed is None or listed.ahead is None or set(words) & set(listed.ahead_not_for):
         return None
-    module, _, function = ahead.partition(":")
+    module, _, function = listed.ahead.partition(":")
     return getattr(importlib.import_module(module), function)()
 
 
 @program
 def main(argv: list[str] | None = None) -> int:
     verb = verb_of(argv)
-    ahead = started_ahead(verb[0])  # a copy forked ahead dies with this process, whatever ends it
+    # a copy forked ahead dies with this process, whatever ends it
+    ahead = started_ahead(verb[0], argv)
     try:
         args = parse_verb_args(build_parser(verb), argv)  # the verb's wing is imported here
         args.ahead = ahead
