@@ -125,10 +125,9 @@ def load_wing(module: str, prog: str, subparsers: argparse._SubParsersAction) ->
     return set(scratch.choices)
 
 
-def verb_of(argv: list[str] | None) -> list[str]:
-    """The verb the command line names (its first word that is no option: the entry's own options, -h and
+def verb_of(words: list[str]) -> list[str]:
+    """The verb the command line's words name (its first word that is no option: the entry's own options, -h and
     --version, take no value), or none."""
-    words = sys.argv[1:] if argv is None else argv
     return [next((w for w in words if not w.startswith("-")), "")]
 
 
@@ -161,11 +160,10 @@ def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
     subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
-def started_ahead(verb: str, argv: list[str] | None) -> Prefork | None:
+def started_ahead(verb: str, words: list[str]) -> Prefork | None:
     """The verb's `ahead` (cli.VERBS), started before its wing is imported; None for a verb without one, or where
-    the command line names one of its `ahead_not_for` options."""
+    the command line's words name one of its `ahead_not_for` options."""
     listed = VERBS.get(verb)
-    words = sys.argv[1:] if argv is None else argv
     if listed is None or listed.ahead is None or set(words) & set(listed.ahead_not_for):
         return None
     module, _, function = listed.ahead.partition(":")
@@ -174,9 +172,10 @@ def started_ahead(verb: str, argv: list[str] | None) -> Prefork | None:
 
 @program
 def main(argv: list[str] | None = None) -> int:
-    verb = verb_of(argv)
+    words = sys.argv[1:] if argv is None else argv
+    verb = verb_of(words)
     # a copy forked ahead dies with this process, whatever ends it
-    ahead = started_ahead(verb[0], argv)
+    ahead = started_ahead(verb[0], words)
     try:
         args = parse_verb_args(build_parser(verb), argv)  # the verb's wing is imported here
         args.ahead = ahead

@@ -5,6 +5,10 @@ the main thread only, and a wait there (a read from a worker's pipe, waitpid) is
 was delivered to the main thread itself: delivered to a pool's thread, Ctrl-C at a lock's solve was answered only
 when the solve's result came (30 s and more in the Ctrl-C test, whose solve waits). A pool's threads are started
 with both signals blocked (a thread takes the mask of the thread that starts it), so only the main thread takes them.
+
+A process is started by the main thread, never in a pool's thread: it would inherit the blocked mask across exec
+(seen: SigBlk 0x4002 in a child started from a pool's thread), and `kill_group`'s SIGTERM would not reach it. The
+pools' work today is HTTP (the sdist pin, the wheels' metadata).
 """
 
 from __future__ import annotations
