@@ -50,21 +50,24 @@ from timing import Run, alternating, as_pairs, measured, run_metadata, side_figu
 from toolkit.env.archives import archive_identity  # noqa: E402
 from toolkit.env.pypi_lock import uv_executable  # noqa: E402
 
+# Each toolkit side runs through run_main, as every toolkit program runs (its start and exit), and imports what it
+# uses inside it, as a verb's wing is imported once run_main runs (cli.main).
 TOOLKIT_PYPI = """
-import sys, json
-from pathlib import Path
-from rich.console import Console
+import sys
 from toolkit.base.entry import run_main
-from toolkit.env.lockfile import LockedPackage
-from toolkit.env.pypi_install import VenvBuild, find_python
-from toolkit.knowledge.facts import load_knowledge
-packages = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
-pypi = load_knowledge().pypi
-prefix = Path(sys.argv[2])
-version = "%d.%d" % sys.version_info[:2]
-python, bundled = find_python(version, Path(sys.executable).resolve())  # as VenvBuild.of: the python, its pip
 
-def install(argv):  # through run_main, as every toolkit program runs (its exit too)
+def install(argv):
+    import json
+    from pathlib import Path
+    from rich.console import Console
+    from toolkit.env.lockfile import LockedPackage
+    from toolkit.env.pypi_install import VenvBuild, find_python
+    from toolkit.knowledge.facts import load_knowledge
+    packages = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
+    pypi = load_knowledge().pypi
+    prefix = Path(sys.argv[2])
+    version = "%d.%d" % sys.version_info[:2]
+    python, bundled = find_python(version, Path(sys.executable).resolve())  # as VenvBuild.of: the python, its pip
     VenvBuild(python, version, packages, pypi.lines["13.0.3"], pypi.cuda_home, bundled=bundled).make(
         prefix.parent / "staging", prefix, Console(quiet=True))
     return 0
@@ -73,17 +76,18 @@ sys.exit(run_main(install, []))
 """
 
 TOOLKIT_CONDA = """
-import sys, json
-from pathlib import Path
-from rich.console import Console
+import sys
 from toolkit.base.entry import run_main
-from toolkit.env.engine import InstallJob, RattlerEngine
-from toolkit.env.lockfile import LockedPackage
-conda = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
-prefix = Path(sys.argv[2])
-prefix.mkdir(parents=True)
 
-def install(argv):  # through run_main, as every toolkit program runs (its exit too)
+def install(argv):
+    import json
+    from pathlib import Path
+    from rich.console import Console
+    from toolkit.env.engine import InstallJob, RattlerEngine
+    from toolkit.env.lockfile import LockedPackage
+    conda = tuple(LockedPackage(**p) for p in json.loads(Path(sys.argv[1]).read_text()))
+    prefix = Path(sys.argv[2])
+    prefix.mkdir(parents=True)
     RattlerEngine(Console(quiet=True)).install(InstallJob(Path(sys.argv[1]), "linux-64", conda, (), prefix, prefix))
     return 0
 

@@ -102,12 +102,15 @@ def conda_layer(solved: CondaLayer | SolvedConda) -> CondaLayer:
 @dataclass(frozen=True)
 class PendingSolve:
     """A solve under way (CondaEngine.start_solve): `pythons` waits for it and gives each platform's python
-    version (what the pip layer is resolved for, while the layer is made), `layer` gives the layer; `cancel`
-    ends it (after those, or when the caller stops first: an error elsewhere, Ctrl-C)."""
+    version (what the pip layer is resolved for, while the layer is made), `layer` gives the layer; `said`
+    says what was solved (once; `layer` says it first where the caller did not: the lock says it while uv
+    resolves, which then waits for no line); `cancel` ends it (after those, or when the caller stops first: an
+    error elsewhere, Ctrl-C)."""
 
     layer: Callable[[], CondaLayer | SolvedConda]
     pythons: Callable[[], dict[str, str]]
     cancel: Callable[[], None] = lambda: None
+    said: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -412,38 +415,51 @@ class RattlerEngine(CondaEngine):
         forked = forked or start_forked(rattler_fetch_actions, request)
         if forked is None:
             return super().start_solve(request)
-        return self.pending(request, forked.result, forked.cancel)
+        return self.pending(request, forked.result, forked.cancel, forked.ready)
 
     def pending(
         self,
         request: CondaRequest,
         result: Callable[[], Solved],
         cancel: Callable[[], None] = lambda: None,
+        ready: Callable[[], bool] = lambda: False,
     ) -> PendingSolve:
-        """A solve whose worker's `result` is waited for once and said."""
+        """A solve whose worker's `result` is waited for once (a spinner while it is not `ready`) and said."""
 
         @functools.cache
-        def solved() -> dict[str, list[dict]]:
+        def solved() -> Solved | None:  # None: nothing to solve
             if not request.specs:
-                return {platform: [] for platform in request.platforms}
+                return None
+            if ready():  # no spinner, and rich's import where the first line is said
+                return result()
             with self.console.status(f"{request.line}: solving the conda layer (py-rattler)"):
-                done = result()
+                return result()
+
+        def actions() -> dict[str, list[dict]]:
+            done = solved()
+            return {p: [] for p in request.platforms} if done is None else done.actions
+
+        @functools.cache
+        def said() -> None:
+            done = solved()
+            if done is None:
+                return
             for platform in request.platforms:
                 self.console.print(
                     f"{request.line}: {platform}: {len(done.actions[platform])} conda packages solved "
                     f"by py-rattler in {done.seconds[platform]:.2f} s"
                 )
-            return done.actions
 
         return PendingSolve(
-            lambda: SolvedConda(request, solved()),
+            lambda: (said(), SolvedConda(request, actions()))[1],
             lambda: {
                 platform: action["version"]
-                for platform, actions in solved().items()
+                for platform, actions in actions().items()
                 for action in actions
                 if action["name"] == "python"
             },
             cancel,
+            said,
         )
 
     def linker(self) -> Prefork:

@@ -15,10 +15,12 @@ copy each page it is on (the link of a warm install took a fifth longer).
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import os
 import pickle
+import select
 import signal
 import sys
 import tempfile
@@ -145,8 +147,17 @@ class Prefork:
     def run(self, *args: Any) -> Any:
         """function(*args) in the waiting copy (a worker interpreter where there is none); its result, or its
         ToolkitError raised here."""
+        return self.begin(*args)()
+
+    def begin(self, *args: Any) -> Callable[[], Any]:
+        """function(*args) started in the waiting copy, which runs it while this process goes on; what `begin`
+        gives waits for its result (run's), or runs it in a worker interpreter where there is no copy."""
         forked = self.start(*args)
-        return run_isolated(self.function, *args) if forked is None else forked.result()
+        return (
+            functools.partial(run_isolated, self.function, *args)
+            if forked is None
+            else forked.result
+        )
 
     def start(self, *args: Any) -> Forked | None:
         """function(*args) started in the waiting copy, which runs it while this process goes on: the copy's
@@ -179,6 +190,10 @@ class Forked:
     def __init__(self, name: str, pid: int, stream: BinaryIO) -> None:
         self.name, self.pid, self.stream = name, pid, stream
         self.status: int | None = None  # the copy's wait status, once it was waited for
+
+    def ready(self) -> bool:
+        """Whether `result` would not wait: the copy has ended, or is writing its outcome."""
+        return bool(select.select([self.stream], [], [], 0)[0])
 
     def result(self) -> Any:
         """The function's result, or its ToolkitError raised here."""

@@ -72,6 +72,7 @@ from toolkit.env.lockfile import (
     pylock_problem,
     read_lock,
     relock_hint,
+    sealed,
     stale_reason,
 )
 from toolkit.env.wheels import target_markers
@@ -250,9 +251,20 @@ def lock_pip_targets(
         for workdir in workdirs:
             (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
         started = time.perf_counter()
-        with console.status(
-            f"{', '.join(t.platform for t in targets)}: uv is resolving the pip layer"
-        ):
+        with ExitStack() as shown:
+
+            def while_uv_resolves() -> None:
+                """What is said (rich's import, at the first line shown), the version the lock records, and
+                what reads uv's resolution: once uv runs, not before."""
+                meanwhile()
+                shown.enter_context(
+                    console.status(
+                        f"{', '.join(t.platform for t in targets)}: uv is resolving the pip layer"
+                    )
+                )
+                pypi_lock.uv_version(uv)
+                pypi_lock.import_readers()
+
             pypi_lock.uv_compile_all(
                 uv,
                 [
@@ -268,7 +280,7 @@ def lock_pip_targets(
                 compile_command,
                 "uv pip compile",
                 locking_environment(),
-                lambda: (meanwhile(), pypi_lock.uv_version(uv)),  # the version the lock records
+                while_uv_resolves,
             )
             wheels_of = [
                 pypi_lock.pylock_wheels(
@@ -361,9 +373,13 @@ def pip_url(url: str) -> str:
 
 
 def lock_pip_layers(
-    spec: EnvSpec, targets: list[PipTarget], pypi: str = PYPI_SIMPLE
+    spec: EnvSpec,
+    targets: list[PipTarget],
+    pypi: str = PYPI_SIMPLE,
+    meanwhile: Callable[[], object] = lambda: None,
 ) -> list[PipLayer]:
-    """The line's pip layer for each platform: torch from the line's index, the rest from PyPI (or its mirror)."""
+    """The line's pip layer for each platform: torch from the line's index, the rest from PyPI (or its mirror).
+    `meanwhile` runs while uv resolves (lock_layers': the conda layer's lines said)."""
     if spec.toolchain.kind == "external":
         return [
             PipLayer(
@@ -374,12 +390,17 @@ def lock_pip_layers(
             )
             for target in targets
         ]
+
+    def checks() -> None:
+        meanwhile()
+        check_index_reachable(spec.torch_index, display_path(spec.path))
+
     layers = lock_pip_targets(
         spec.pip_requirements(),
         [pypi, spec.torch_index],
         targets,
         f"toolkit lock {spec.line}",
-        lambda: check_index_reachable(spec.torch_index, display_path(spec.path)),
+        checks,
     )
     return [with_flash_attn_4(spec, layer) if spec.flash_attn_4 else layer for layer in layers]
 
@@ -583,11 +604,12 @@ def write_lock(
     pip_layers: list[PipLayer],
     sdist: LockedSdist,
     workspace: Workspace = DEFAULT,
-    check: Callable[[Path, dict], None] = check_with_conda_lock,
+    check: Callable[[Path, dict], Callable[[], object]] | None = None,
 ) -> Path:
     """Assemble and write the lock (and its requirements files): temp files, the lock's document checked by
-    conda-lock's own models (`check`: lock_line's runs check_with_conda_lock in its checker process) and as
-    every reader checks a lock (locked_env), then renamed."""
+    conda-lock's own models and as every reader checks a lock (locked_env), then renamed. `check` starts the
+    first and gives what waits for it: lock_line's is its checker's copy (Prefork.begin), which checks while
+    this process writes the text; None: check_with_conda_lock runs here when waited for."""
     locks_dir = workspace.locks
     locks_dir.mkdir(parents=True, exist_ok=True)
     custom = {
@@ -615,16 +637,26 @@ def write_lock(
             custom[KEY_PYLOCK_SHA256] = sha256_file(tmp / target.name)
             staged.append((tmp / target.name, target))
         solved = conda_layer(conda)
-        document = lock_document(
-            [*solved.entries, *(entry.entry() for layer in pip_layers for entry in layer.packages)],
-            LockMetadata(
-                solved.content_hash, solved.channels, spec.platforms, tuple(sources), custom
-            ),
+        document = sealed(
+            lock_document(
+                [
+                    *solved.entries,
+                    *(entry.entry() for layer in pip_layers for entry in layer.packages),
+                ],
+                LockMetadata(
+                    solved.content_hash, solved.channels, spec.platforms, tuple(sources), custom
+                ),
+            )
+        )
+        checked = (
+            check(draft, document)
+            if check
+            else functools.partial(check_with_conda_lock, draft, document)
         )
         # the document is what its text parses back to (plain data through PyYAML's emitter: each test that
         # reads a written lock checks its digest, made of the document, against the parse)
         write_staged(draft, lock_header(spec, sources) + lock_text(document))
-        check(draft, document)
+        checked()
         locked_env(draft, document)  # what a reader checks of every lock
         for layer in pip_layers:
             if layer.requirements:
@@ -751,7 +783,7 @@ def _lock_line(
                 pin.result()  # its error first, as when the pin was read before the layers
                 raise
             sdist = pin.result()
-        return write_lock(spec, conda, pip_layers, sdist, workspace, ahead.checker.run), True
+        return write_lock(spec, conda, pip_layers, sdist, workspace, ahead.checker.begin), True
     finally:
         if solving is not None:
             solving.cancel()  # a solve still running when something else failed
@@ -820,7 +852,6 @@ def lock_layers(
         return empty, [layer]
     # lock_line's, for every line with a conda layer
     assert request is not None and solving is not None
-    pypi_lock.import_readers()  # while the conda layer solves in its copy
     sdist_pinned()
     pythons = solving.pythons()
     glibc = {platform: values["__glibc"] for platform, values in request.virtual_packages.items()}
@@ -831,6 +862,7 @@ def lock_layers(
             for platform in spec.platforms
         ],
         pypi,
+        solving.said,  # the solve's lines, said once uv runs
     )
     return solving.layer(), pip_layers
 

@@ -479,14 +479,18 @@ def conda_lock_models() -> tuple[ModuleType, ModuleType]:
     )
 
 
-def lock_text(document: dict) -> str:
+def sealed(document: dict) -> dict:
     """A lock's document (lock_document.lock_document: conda-lock's writer's, without its help text) with the
-    lock's digest added (`lock_digest` of the document without it), dumped by libyaml's emitter, which writes
-    PyYAML's bytes (tests/golden, the committed locks re-made) in a fraction of the pure-Python emitter's
-    time."""
+    lock's digest added (`lock_digest` of the document without it): what is checked and written."""
     # the digest of the data dumped, which is plain JSON data: what the text parses back to (read_lock of the
     # written file checks that, as for any lock)
     document["metadata"]["custom_metadata"][KEY_DIGEST] = lock_digest(document)
+    return document
+
+
+def lock_text(document: dict) -> str:
+    """A sealed lock document dumped by libyaml's emitter, which writes PyYAML's bytes (tests/golden, the
+    committed locks re-made) in a fraction of the pure-Python emitter's time."""
     return _dump(document)
 
 

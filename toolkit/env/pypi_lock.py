@@ -49,8 +49,8 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a lock's exclude-newer time
 
 def import_readers() -> None:
     """What reads uv's resolution (packaging's pylock and requirements, the wheels' zip directories: 0.02-0.03 s),
-    imported while this process waits for other work (a conda line's solve in its copy, a pypi line's resolve)
-    rather than after uv's resolves, where the lock waits for it."""
+    imported while uv resolves, when this process has nothing else to do, rather than after, where the lock
+    waits for it (or while a conda line solves, where the sdist pin and rich's import already keep it busy)."""
     import zipfile  # noqa: F401
 
     import packaging.pylock
