@@ -567,26 +567,28 @@ def test_uv_resolves_for_the_target_with_the_toolkits_interpreter_not_one_search
     assert "torch==2.9.1" in layer.requirements
 
 
-def test_every_platforms_two_resolves_run_side_by_side(channel_dir, pip_index, tmp_path, monkeypatch):
-    """The requirements.txt and pylock.toml resolves of each platform ran one after another (4 for a line of two
-    platforms). A wrapper of the real uv notes each start and waits until all four have started (a barrier that
-    one-after-another never passes: each then notes it ran alone) before running uv."""
+def test_every_platforms_resolves_run_side_by_side_pylocks_first(channel_dir, pip_index, tmp_path, monkeypatch):
+    """Each platform's pylock.toml resolve, side by side, then each one's requirements.txt resolve, side by side
+    (while the pylocks' wheels are read): two at a time. A wrapper of the real uv notes each start's kind and
+    waits until both of that kind have started (a barrier that one-after-another never passes: each then notes
+    it ran alone) before running uv; all four started at once note them interleaved, in the jobs' order."""
     from toolkit.env import pypi_lock
 
     uv, log = pypi_lock.uv_executable(), tmp_path / "uv.log"
     wrapper = tmp_path / "uv"
     wrapper.write_text(f"""#!/bin/sh
 case "$*" in *compile*) ;; *) exec {uv} "$@" ;; esac
-echo start >> {log}
+case "$*" in *pylock.toml*) kind=pylock ;; *) kind=requirements ;; esac
+echo $kind >> {log}
 i=0
-while [ "$(grep -c start {log})" -lt 4 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+while [ "$(grep -c $kind {log})" -lt 2 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 [ $i -lt 50 ] || echo alone >> {log}
 exec {uv} "$@"
 """)
     wrapper.chmod(0o755)
     monkeypatch.setattr(pypi_lock, "uv_executable", lambda: str(wrapper))
     _, lock = lock_fixture_line(tmp_path, file_url(channel_dir), pip_index, backend="rattler")
-    assert log.read_text().split() == ["start"] * 4
+    assert log.read_text().split() == ["pylock", "pylock", "requirements", "requirements"]
     assert {(p.platform, p.name) for p in read_lock(lock).packages if p.manager == "pip"} == {
         ("linux-64", "torch"), ("linux-aarch64", "torch")}
 

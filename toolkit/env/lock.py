@@ -232,10 +232,12 @@ def lock_pip_targets(
 
     `uv pip compile --python-platform --python-version` resolves for the target from the indexes' metadata (no
     interpreter of the target, no download to hash a file the index gives a hash for), twice from one cache:
-    as requirements.txt, written beside the lock for pip-sync, and as pylock.toml, whose wheels name each
-    entry's file (pypi_lock.pylock_wheels: the one the target installs, as for a pypi line). Every platform's
-    two resolves run side by side (`meanwhile` with them: uv_compile_all's). The entries' dependencies are what
-    each wheel's metadata requires for the target (pypi_lock.wheel_metadata_of)."""
+    as pylock.toml, whose wheels name each entry's file (pypi_lock.pylock_wheels: the one the target installs,
+    as for a pypi line), and as requirements.txt, written beside the lock for pip-sync. Every platform's
+    pylock resolves run side by side first (`meanwhile` with them: uv_compile_all's), then the requirements.txt
+    ones while this process reads the chosen wheels' metadata (pypi_lock.wheel_metadata_of), whose requirements
+    for the target are the entries' dependencies: two resolves at a time, on a machine of two cores, and the
+    wheels' reads off the lock's path."""
     uv = pypi_lock.uv_executable()
     options = (
         "--index-strategy",
@@ -243,14 +245,23 @@ def lock_pip_targets(
         "--emit-index-url",
         *_index_args(index_urls),
     )
-    layers = []
     with ExitStack() as stack:
         workdirs = [
             stack.enter_context(owned_dir(Path(tempfile.gettempdir()), "pip")) for _ in targets
         ]
         for workdir in workdirs:
             (workdir / "requirements.in").write_text("\n".join(requirements) + "\n")
+
+        def compiles(output: str, form: tuple[str, ...]) -> list[pypi_lock.Compile]:
+            return [
+                pypi_lock.Compile(
+                    workdir, target.python, target.python_platform, (*options, *form), output
+                )
+                for workdir, target in zip(workdirs, targets)
+            ]
+
         started = time.perf_counter()
+        environment = locking_environment()
         with ExitStack() as shown:
 
             def while_uv_resolves() -> None:
@@ -267,60 +278,64 @@ def lock_pip_targets(
 
             pypi_lock.uv_compile_all(
                 uv,
-                [
-                    pypi_lock.Compile(
-                        workdir, target.python, target.python_platform, (*options, *form), output
-                    )
-                    for workdir, target in zip(workdirs, targets)
-                    for output, form in (
-                        ("requirements.txt", ()),
-                        (PIP_PYLOCK, ("--format", "pylock.toml")),
-                    )
-                ],
+                compiles(PIP_PYLOCK, ("--format", "pylock.toml")),
                 compile_command,
                 "uv pip compile",
-                locking_environment(),
+                environment,
                 while_uv_resolves,
             )
-            wheels_of = [
-                pypi_lock.pylock_wheels(
-                    (workdir / PIP_PYLOCK).read_text(),
-                    f"uv's pylock.toml of {target.platform}",
-                    target.platform,
-                    target.python,
-                    target.glibc,
-                )
-                for workdir, target in zip(workdirs, targets)
-            ]
-            # every platform's wheels read side by side, each file once (a pure-Python wheel is every platform's)
-            unique = {w.url: w for wheels in wheels_of for w in wheels}
-            metadata_at = dict(
-                zip(
-                    unique,
-                    pypi_lock.wheel_metadata_of(list(unique.values()), workdirs[0] / "wheels"),
+            entries: list[list[pypi_lock.PipEntry]] = []
+            pypi_lock.uv_compile_all(
+                uv,
+                compiles("requirements.txt", ()),
+                compile_command,
+                "uv pip compile",
+                environment,
+                lambda: entries.extend(pylock_entries(workdirs, targets)),
+            )
+        layers = []
+        for workdir, target, packages in zip(workdirs, targets, entries):
+            console.print(
+                f"{target.platform}: {len(packages)} pip packages pinned (uv) "
+                f"in {time.perf_counter() - started:.1f} s"
+            )
+            layers.append(
+                PipLayer(
+                    platform=target.platform,
+                    resolver=(
+                        f"uv {pypi_lock.uv_version(uv)} (uv pip compile --python-platform "
+                        f"{target.python_platform} --python-version {target.python})"
+                    ),
+                    requirements=(workdir / "requirements.txt").read_text(),
+                    packages=packages,
                 )
             )
-            for workdir, target, wheels in zip(workdirs, targets, wheels_of):
-                metadata = [metadata_at[w.url] for w in wheels]
-                packages = pip_entries(wheels, metadata, target)
-                console.print(
-                    f"{target.platform}: {len(packages)} pip packages pinned (uv) "
-                    f"in {time.perf_counter() - started:.1f} s"
-                )
-                resolver = (
-                    f"uv {pypi_lock.uv_version(uv)} (uv pip compile --python-platform "
-                    f"{target.python_platform} --python-version {target.python})"
-                )
-                compiled = (workdir / "requirements.txt").read_text()
-                layers.append(
-                    PipLayer(
-                        platform=target.platform,
-                        resolver=resolver,
-                        requirements=compiled,
-                        packages=packages,
-                    )
-                )
     return layers
+
+
+def pylock_entries(
+    workdirs: list[Path], targets: list[PipTarget]
+) -> list[list[pypi_lock.PipEntry]]:
+    """Each target's pip entries from uv's pylock.toml in its workdir: the wheels it names and their metadata,
+    every platform's read side by side, each file once (a pure-Python wheel is every platform's)."""
+    wheels_of = [
+        pypi_lock.pylock_wheels(
+            (workdir / PIP_PYLOCK).read_text(),
+            f"uv's pylock.toml of {target.platform}",
+            target.platform,
+            target.python,
+            target.glibc,
+        )
+        for workdir, target in zip(workdirs, targets)
+    ]
+    unique = {w.url: w for wheels in wheels_of for w in wheels}
+    metadata_at = dict(
+        zip(unique, pypi_lock.wheel_metadata_of(list(unique.values()), workdirs[0] / "wheels"))
+    )
+    return [
+        pip_entries(wheels, [metadata_at[w.url] for w in wheels], target)
+        for target, wheels in zip(targets, wheels_of)
+    ]
 
 
 def _index_args(index_urls: list[str]) -> list[str]:
