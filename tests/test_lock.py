@@ -605,16 +605,16 @@ from pathlib import Path
 sys.path.insert(0, {str(ROOT / 'tests')!r})
 from conda_channel import file_url, write_project
 from toolkit.base.workspace import Workspace
-from toolkit.env import lock
+from toolkit.env import lock, lock_ahead
 from toolkit.spec.rules import checked_spec
 
-def noting(path, document, check=lock.check_with_conda_lock):  # what the checker's process imported
+def noting(path, document, check=lock_ahead.check_with_conda_lock):  # what the checker's process imported
     check(path, document)
     Path({str(tmp_path / "checker")!r}).write_text(" ".join(str(name in sys.modules) for name in (
         "conda_lock.conda_lock", "conda_lock.lockfile.v2prelim.models", "conda_lock.lookup",
         "conda_lock._vendor.conda.models.match_spec", "conda_lock.models.lock_spec")))
 
-lock.check_with_conda_lock = noting
+lock_ahead.check_with_conda_lock = noting
 envs = write_project(Path({str(tmp_path)!r}), {file_url(channel_dir)!r}, {pip_index!r})
 path, written = lock.lock_line(checked_spec(envs / "cu126.yaml"), "rattler",
                                workspace=Workspace(locks=envs.parent / "locks"), pypi={pip_index!r})
@@ -705,15 +705,17 @@ import sys
 from pathlib import Path
 import psutil
 sys.path.insert(0, {tests!r})
-import toolkit.env.rattler_solve as rattler_solve
+import toolkit.env.lock_ahead as lock_ahead
 from conda_channel import write_project
 
 seen = []
-forked_solver = rattler_solve.forked_solver
-def noting():  # the entry's `ahead` for lock (cli.VERBS): called before the lock verb's modules are imported
-    seen.append("toolkit.env.lock" in sys.modules)
-    return forked_solver()
-rattler_solve.forked_solver = noting
+def noting(name, fork):  # the entry's `ahead` for lock (cli.VERBS) forks both before the lock verb's modules
+    def forked():
+        seen.append((name, "toolkit.env.lock" in sys.modules))
+        return fork()
+    return forked
+lock_ahead.forked_solver = noting("solver", lock_ahead.forked_solver)
+lock_ahead.lock_checker = noting("checker", lock_ahead.lock_checker)
 from toolkit.cli import main
 envs = write_project(Path({root!r}), {channel!r}, {index!r})
 codes = [main(["lock", "cu126", "--engine", "rattler", "--pypi", {index!r}, "--envs", str(envs), "--locks",
@@ -728,15 +730,17 @@ print(seen, codes, [c.pid for c in psutil.Process().children()])
 """
 
 
-def test_the_entry_forks_py_rattlers_solver_before_the_lock_verbs_modules(channel_dir, pip_index, tmp_path):
-    """`toolkit lock` forks py-rattler's solver before it imports the lock verb (its import of py-rattler beside
-    the verb's imports and the spec's checks); a lock takes it, a refused option (the parser's end) ends it unused,
-    and `lock --check` and `lock --help`, which solve nothing, fork none: no copy is left."""
+def test_the_entry_forks_the_solver_and_checker_before_the_lock_verbs_modules(channel_dir, pip_index, tmp_path):
+    """`toolkit lock` forks py-rattler's solver and the lock's checker before it imports the lock verb (their
+    imports of py-rattler and conda-lock's models beside the verb's imports and the spec's checks, and copies of a
+    small process); a lock takes them, a refused option (the parser's end) ends them unused, and `lock --check` and
+    `lock --help`, which solve nothing, fork none: no copy is left."""
     script = ENTRY_FORKS_THE_SOLVER.format(tests=str(ROOT / "tests"), root=str(tmp_path),
                                            channel=file_url(channel_dir), index=pip_index)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     # the second run's process has imported the verb already, in the first
-    assert done.stdout.splitlines()[-1] == "[False, True] [0, 0, 0, 2] []"
+    assert done.stdout.splitlines()[-1] == (
+        "[('solver', False), ('checker', False), ('solver', True), ('checker', True)] [0, 0, 0, 2] []")
     read_lock(tmp_path / "locks" / "cu126.conda-lock.yml")

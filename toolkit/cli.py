@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from toolkit.base.workspace import Workspace
-    from toolkit.env.isolated import Prefork
+    from toolkit.env.lock_ahead import Ahead
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Verb:
     module: str  # exposes register(verbs), which adds the verb's parser (and any other verb listed here with it)
     help: str  # its line in `toolkit --help` (the wing's parser carries the description)
     # "module:function" of a light module, called before the wing is imported, whose result reaches the handler
-    # as args.ahead (None for every other verb): a process forked to import what the verb needs meanwhile
+    # as args.ahead (None for every other verb): processes forked to import what the verb needs meanwhile, which
+    # the entry ends (`cancel()`) once the verb has run
     ahead: str | None = None
     ahead_not_for: tuple[str, ...] = ()  # options after which the verb needs nothing `ahead` starts
 
@@ -43,7 +44,8 @@ VERBS: dict[str, Verb] = {
     "lock": Verb(
         "toolkit.env.lock",
         "lock lines' conda + pip layers into locks/<line>.conda-lock.yml",
-        ahead="toolkit.env.rattler_solve:forked_solver",  # py-rattler imported while the verb's modules are
+        # py-rattler's solver and the lock's checker, importing their modules while the verb's are
+        ahead="toolkit.env.lock_ahead:forked_early",
         # no solve: which locks are stale, a runtime lock, the help
         ahead_not_for=("--check", "--runtime", "-h", "--help"),
     ),
@@ -160,7 +162,7 @@ def hand_down_kernel_cache(subparsers: argparse._SubParsersAction) -> None:
     subparsers.choices["fa4"].set_defaults(kernel_cache_command=install_kernel_cache_command)
 
 
-def started_ahead(verb: str, words: list[str]) -> Prefork | None:
+def started_ahead(verb: str, words: list[str]) -> Ahead | None:
     """The verb's `ahead` (cli.VERBS), started before its wing is imported; None for a verb without one, or where
     the command line's words name one of its `ahead_not_for` options."""
     listed = VERBS.get(verb)

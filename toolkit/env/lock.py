@@ -49,7 +49,7 @@ from toolkit.env.engine import (
     conda_layer,
     locking_environment,
 )
-from toolkit.env.isolated import Prefork, prefork
+from toolkit.env.lock_ahead import Ahead, lock_checker
 from toolkit.env.lock_document import LockMetadata, lock_document
 from toolkit.env.lockfile import (
     KEY_CUDA,
@@ -66,7 +66,6 @@ from toolkit.env.lockfile import (
     LockedEnv,
     LockedSdist,
     check_with_conda_lock,
-    conda_lock_models,
     lock_text,
     locked_env,
     pylock_problem,
@@ -804,43 +803,17 @@ def _lock_line(
             solving.cancel()  # a solve still running when something else failed
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """What `toolkit lock` forks before it reads a spec, each importing what it needs meanwhile: the engine's
-    solver (None: an engine with none), and the lock's checker. Each copy is given its arguments or cancelled."""
-
-    solver: Prefork | None
-    checker: Prefork
-
-    def cancel(self) -> None:
-        if self.solver is not None:
-            self.solver.cancel()
-        self.checker.cancel()
-
-
-def forked_ahead(backend: str, conda_exe: str | None, early: Prefork | None = None) -> Ahead:
-    """The solver first (it is given its request first: the spec read), then the checker; while this process
-    has one thread (else each runs in a worker interpreter, or not ahead). `early`: py-rattler's solver forked
-    by the entry, taken where the engine is py-rattler's (else ended)."""
+def forked_ahead(backend: str, conda_exe: str | None, early: Ahead | None = None) -> Ahead:
+    """What lock_line takes: `early`, forked by the entry (lock_ahead.forked_early), with its py-rattler solver
+    ended where the engine is another (whose own solver, if any, is forked now); None: both forked now, while
+    this process has one thread (else each runs in a worker interpreter, or not ahead)."""
     engine = choose_engine(backend, conda_exe, console)
-    if early is not None and not isinstance(engine, RattlerEngine):
-        early.cancel()
-        early = None
-    return Ahead(early or engine.solver(), lock_checker())
-
-
-def lock_checker() -> Prefork:
-    """check_with_conda_lock forked now (forked_ahead): the copy imports conda-lock's models (conda_lock_models,
-    0.15 s of CPU) while this process reads the spec, solves and resolves, and this process imports no module
-    of conda-lock."""
-    return prefork(check_with_conda_lock, checker_prepared)
-
-
-def checker_prepared() -> None:
-    """The checker's imports at a lower priority (nice 10): it is needed last, once the lock is written, and on a
-    machine of two cores its 0.15 s of CPU would otherwise slow the solve and uv's resolves beside it."""
-    os.nice(10)
-    conda_lock_models()
+    if early is None:
+        return Ahead(engine.solver(), lock_checker())
+    if early.solver is not None and not isinstance(engine, RattlerEngine):
+        early.solver.cancel()
+        return Ahead(engine.solver(), early.checker)
+    return early
 
 
 def lock_layers(
@@ -1018,8 +991,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def lock_command(args: argparse.Namespace) -> int:
-    """`args.ahead`: py-rattler's solver, forked by the entry before this module was imported (cli.VERBS),
-    taken by the first spec locked with py-rattler; the entry ends it, used or not."""
+    """`args.ahead`: py-rattler's solver and the checker, forked by the entry before this module was imported
+    (cli.VERBS, lock_ahead.forked_early), taken by the first spec locked; the entry ends them, used or not."""
     workspace = Workspace.from_args(args)
     paths = [resolve_spec_arg(s, workspace) for s in args.lines] or (
         spec_paths(workspace.envs) if args.all or args.check else []
