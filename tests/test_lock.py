@@ -436,6 +436,46 @@ def test_pip_entries_are_the_targets_wheels_with_the_dependencies_their_metadata
         assert {p.url.rsplit("/", 1)[-1] for layer in layers.values() for p in layer.packages} <= ranged
 
 
+@pytest.mark.parametrize("range_bytes, requests", [(256 << 10, 1), (100, 2)], ids=["small-wheel", "larger-wheel"])
+def test_a_plain_file_server_s_whole_small_wheel_is_read_from_its_first_answer(tmp_path, monkeypatch, range_bytes,
+                                                                               requests):
+    """A server that answers the range request with the whole file has sent a wheel no larger than a range: its
+    METADATA is read from that answer (one request, nothing in the download cache); a larger one (a range of 100
+    bytes here) is downloaded into the cache, as before (a second request). The requests as the server saw them."""
+    from conda_channel import make_wheel, serve_recording
+
+    from toolkit.env import pypi_lock
+
+    monkeypatch.setattr(pypi_lock, "RANGE_BYTES", range_bytes)
+    path = make_wheel(tmp_path / "index", "filelock", "3.20.0")
+    with serve_recording(tmp_path / "index") as (url, requested):
+        wheel = pypi_lock.PylockWheel("filelock", "3.20.0", f"{url}/{path.name}",
+                                      hashlib.sha256(path.read_bytes()).hexdigest())
+        [found] = pypi_lock.wheel_metadata_of([wheel], tmp_path / "downloads")
+    assert (found.name, found.version) == ("filelock", "3.20.0")
+    assert requested == [f"/{path.name}"] * requests
+    assert (tmp_path / "downloads").exists() == (requests == 2)
+
+
+def test_a_small_wheel_whose_bytes_are_not_its_pin_is_refused(tmp_path):
+    """The whole wheel a plain file server answered with is checked against the sha256 uv's pylock pins, as the
+    download cache checks a download: other bytes are refused in the download's line."""
+    from conda_channel import make_wheel
+
+    from toolkit.env import pypi_lock
+
+    path = make_wheel(tmp_path / "index", "filelock", "3.20.0")
+    pinned = hashlib.sha256(b"other bytes").hexdigest()
+    with serve_directory(tmp_path / "index") as url:
+        wheel = pypi_lock.PylockWheel("filelock", "3.20.0", f"{url}/{path.name}", pinned)
+        with pytest.raises(ToolkitError) as refused:
+            pypi_lock.wheel_metadata_of([wheel], tmp_path / "downloads")
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert str(refused.value).startswith(
+        f"filelock 3.20.0 ({path.name}, for its metadata): sha256 mismatch: downloaded file has sha256 {actual}, "
+        f"the index pins {pinned}")
+
+
 def test_every_platforms_wheels_are_read_once_each_side_by_side(tmp_path, monkeypatch):
     """lock_pip_targets reads the METADATA of every platform's wheels in one go, each file once: a py3 wheel both
     platforms install (the fixture's torch and typing-extensions) is read once, not once a platform."""

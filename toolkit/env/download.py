@@ -100,15 +100,20 @@ def fetch_verified(
             _download(pin.url, pin.filename, partial, what, entry, progress)
             actual = sha256_file(partial)
             if actual != pin.sha256:
-                raise ToolkitError(
-                    f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, {pinned_by} pins "
-                    f"{pin.sha256} ({pin.url} served other bytes: it was changed or a mirror "
-                    f"serves another file; nothing was kept or installed)"
-                )
+                raise sha256_mismatch(what, actual, pin, pinned_by)
             if check:
                 check(partial)
         _stamp(entry, pin)  # after the rename, which sets the file's ctime
     return entry
+
+
+def sha256_mismatch(what: str, actual: str, pin: Pin, pinned_by: str) -> ToolkitError:
+    """The one line for a download whose bytes are not the pinned ones."""
+    return ToolkitError(
+        f"{what}: sha256 mismatch: downloaded file has sha256 {actual}, {pinned_by} pins "
+        f"{pin.sha256} ({pin.url} served other bytes: it was changed or a mirror "
+        f"serves another file; nothing was kept or installed)"
+    )
 
 
 def fetch_all(

@@ -11,6 +11,7 @@ package, the one the target installs), so both name the same files and hashes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import shutil
 import sys
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import unquote
 
 if sys.version_info >= (3, 11):
@@ -437,9 +438,9 @@ def _wheel_metadata(wheel: PylockWheel, downloads: Path) -> WheelMetadata:
     from toolkit.env.wheels import wheel_metadata
 
     what = f"{wheel.name} {wheel.version} ({wheel.filename}, for its metadata)"
-    remote = _RemoteFile.open(wheel.url, what)
+    remote = _remote_wheel(wheel, what)
     if remote is not None:
-        found = wheel_metadata(io.BufferedReader(remote, RANGE_BYTES), wheel.url)
+        found = wheel_metadata(remote, wheel.url)
     else:
         found = wheel_metadata(fetch_verified(wheel, downloads, what, pinned_by="the index"))
     try:
@@ -457,23 +458,36 @@ def _wheel_metadata(wheel: PylockWheel, downloads: Path) -> WheelMetadata:
     return found
 
 
+def _remote_wheel(wheel: PylockWheel, what: str) -> BinaryIO | None:
+    """The wheel on its index as a seekable file: read by HTTP range requests (_RemoteFile) where the index serves
+    them; where it answers the first with the whole file instead and that is no larger than one range, the file
+    itself, checked against its pin (one request, rather than a second download into the cache); None for the
+    others (file://, a larger wheel from an index that serves no ranges), which the download cache reads."""
+    from toolkit.env.download import sha256_mismatch
+
+    if not wheel.url.startswith(("http://", "https://")):
+        return None
+    with _get(wheel.url, f"bytes=-{RANGE_BYTES}", what) as response:
+        total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
+        if response.status == 206 and total.isdigit():
+            tail = response.read(RANGE_BYTES)
+            return io.BufferedReader(_RemoteFile(wheel.url, what, int(total), tail), RANGE_BYTES)
+        length = response.headers.get("Content-Length") or ""
+        if response.status != 200 or not length.isdigit() or int(length) > RANGE_BYTES:
+            return None
+        body = response.read(RANGE_BYTES + 1)
+    actual = hashlib.sha256(body).hexdigest()
+    if actual != wheel.sha256:
+        raise sha256_mismatch(what, actual, wheel, "the index")
+    return io.BytesIO(body)
+
+
 class _RemoteFile(io.RawIOBase):
     """A wheel on an index as a seekable file whose reads are HTTP range requests, its last RANGE_BYTES read at
     once (the zip directory, all of a small wheel): what zipfile needs for one member costs one to three."""
 
     def __init__(self, url: str, what: str, size: int, tail: bytes) -> None:
         self.url, self.what, self.size, self.tail, self.position = url, what, size, tail, 0
-
-    @classmethod
-    def open(cls, url: str, what: str) -> _RemoteFile | None:
-        """The file, or None where the index answers a range request with the whole file (or is file://)."""
-        if not url.startswith(("http://", "https://")):
-            return None
-        with _get(url, f"bytes=-{RANGE_BYTES}", what) as response:
-            total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
-            if response.status != 206 or not total.isdigit():
-                return None
-            return cls(url, what, int(total), response.read(RANGE_BYTES))
 
     def readable(self) -> bool:
         return True
