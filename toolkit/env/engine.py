@@ -450,8 +450,12 @@ class RattlerEngine(CondaEngine):
                     f"by py-rattler in {done.seconds[platform]:.2f} s"
                 )
 
+        def layer() -> SolvedConda:
+            said()
+            return SolvedConda(request, actions())
+
         return PendingSolve(
-            lambda: (said(), SolvedConda(request, actions()))[1],
+            layer,
             lambda: {
                 platform: action["version"]
                 for platform, actions in actions().items()
