@@ -422,8 +422,9 @@ def pylock_entries(text: str, where: str, platform: str, python: str, glibc: str
 def wheel_metadata_of(wheels: list[PylockWheel], downloads: Path) -> list[WheelMetadata]:
     """Each wheel's METADATA, in order, read as uv reads it from an index: the wheel's zip directory and METADATA
     member by HTTP range requests (a few hundred kB of a GB wheel), several wheels side by side. From an index
-    that serves no ranges (a plain file server, file://), the wheel is downloaded into `downloads` and checked
-    against its pinned sha256, as pip did. Each must name its wheel's package and version."""
+    that serves no ranges (a plain file server, file://), a wheel no larger than one range is the first answer
+    itself, any other is downloaded into `downloads`; either is checked against its pinned sha256, as pip did
+    (_remote_wheel). Each must name its wheel's package and version."""
     from toolkit.base.worker_pool import WorkerPool
 
     with WorkerPool(METADATA_WORKERS) as pool:

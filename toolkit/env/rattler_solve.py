@@ -41,7 +41,8 @@ def rattler_imports() -> None:
 
 def forked_solver() -> Prefork:
     """rattler_fetch_actions forked ahead of its request (isolated.prefork): the copy imports py-rattler
-    meanwhile. `toolkit lock`'s entry forks it before it imports the lock verb (cli.VERBS' `ahead`)."""
+    meanwhile. `toolkit lock`'s entry forks it before it imports the lock verb (lock_ahead.forked_early, cli.VERBS'
+    `ahead`)."""
     from toolkit.env.isolated import prefork
 
     return prefork(rattler_fetch_actions, rattler_imports)
